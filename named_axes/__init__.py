@@ -1,0 +1,45 @@
+"""named_axes: JAX's xmap named-axis programming model for PyTorch.
+
+Write a function once with named axes (``batch``, ``heads``, ``hidden``), then decide
+how it runs — vectorized on one device, split over a mesh of devices, or in serial
+chunks — without rewriting it.  See ``docs/guide.md``.
+
+>>> import torch, named_axes as nx
+>>> def norm_rows(x):                    # x: positional (features,), named {'batch'}
+...     return x / x.sum()
+>>> f = nx.xmap(norm_rows, in_axes=['batch', ...], out_axes=['batch', ...])
+>>> f(torch.ones(2, 4))
+tensor([[0.2500, 0.2500, 0.2500, 0.2500],
+        [0.2500, 0.2500, 0.2500, 0.2500]])
+"""
+from __future__ import annotations
+
+# -- core: named tensors, the dispatcher, xmap ----------------------------------------
+from ._errors import (AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError,
+                      NamedAxisError, UnboundAxisError)
+from ._tensor import NamedTensor
+from ._dispatch import ShapeError
+from . import _rules as _rules_module
+
+_rules_module.install()
+from ._layout import named, positional
+from ._xmap import xmap
+from ._functions import (all, amax, amin, any, argmax, argmin, log_softmax, logsumexp, max,
+                         mean, min, norm, prod, softmax, std, sum, var)
+from . import _compile_compat as _compile_compat  # noqa: F401  (dynamo fix for `named @ tensor`)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "NamedTensor", "named", "positional", "xmap",
+    "sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "logsumexp",
+    "softmax", "log_softmax", "var", "std", "all", "any", "norm",
+    "NamedAxisError", "AxisSizeError", "AxisSpecError", "AxisResourceError", "AxisTypeError",
+    "UnboundAxisError", "ShapeError",
+]
+
+# -- named ops & collectives (einsum, one_hot, nx.lax, nx.nn) ---------------------------
+
+# -- transformations (vmap, grad family, jit, make_graph, ...) --------------------------
+
+# -- parallelism (Mesh, SerialLoop, pmap, devices) --------------------------------------

@@ -1,0 +1,276 @@
+"""The dispatcher: every torch call that sees a NamedTensor comes here.
+
+``dispatch(func, args, kwargs)`` looks ``func`` up in the rule tables
+(:mod:`named_axes._rules`); a rule computes the result with one call on the physical
+tensors (or returns ``NotImplemented``).  Anything without a rule runs under
+``torch.func.vmap`` over the named dims (:func:`vmap_fallback`) — correct for every op
+functorch can batch, with ``randomness='different'`` so random ops draw independently
+per named index.
+
+Semantics (SPEC §1): ops act on positional axes only; the result's named shape is the
+union of the inputs' (broadcast by name, equal names need equal sizes); the result
+equals running the op once per index of every named axis.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from ._env import conflicts
+from ._errors import AxisResourceError, AxisSizeError, NamedAxisError, describe
+from ._layout import align, union_names
+from ._tensor import NamedTensor
+
+__all__ = ["dispatch", "register", "RULES", "vmap_fallback", "wrap", "op_name", "ShapeError"]
+
+_Tensor = torch.Tensor
+_NT = NamedTensor
+_wrap_nt = NamedTensor._wrap
+
+# func -> rule(func, args, kwargs) -> result | NotImplemented
+RULES: dict[Callable, Callable] = {}
+
+
+class ShapeError(AxisSizeError, RuntimeError):
+    """A positional shape problem inside an op on NamedTensors (also a RuntimeError, like torch's)."""
+
+
+def register(funcs, rule: Callable) -> None:
+    """Use ``rule`` for every function in ``funcs`` (skipping names torch lacks)."""
+    for f in funcs:
+        if f is not None:
+            RULES[f] = rule
+            _OP_NAMES[f] = _spell(f)
+
+
+# Spelled once at registration: rules run under dynamo, which can't trace str methods.
+_OP_NAMES: dict = {}
+
+
+def op_name(func: Any) -> str:
+    """How a user spells ``func``: ``torch.add``, ``Tensor.sum``, ``F.softmax``."""
+    name = _OP_NAMES.get(func)
+    return name if name is not None else _spell(func)
+
+
+def _spell(func: Any) -> str:
+    name = getattr(func, "__name__", None) or repr(func)
+    qual = getattr(func, "__qualname__", "") or ""
+    mod = getattr(func, "__module__", None) or ""
+    if qual.startswith("TensorBase.") or qual.startswith("Tensor.") or mod == "torch._tensor":
+        return f"Tensor.{name}"
+    if mod.startswith("torch.nn.functional"):
+        return f"F.{name}"
+    if mod.startswith("torch") and mod != "torch._C._VariableFunctions":
+        return f"{mod}.{name}"
+    return f"torch.{name}"
+
+
+def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
+    """Run ``func(*args, **kwargs)`` where some arguments are NamedTensors."""
+    rule = RULES.get(func)
+    try:
+        if rule is not None:
+            out = rule(func, args, kwargs)
+            if out is not NotImplemented:
+                return out
+        return vmap_fallback(func, args, kwargs)
+    except NamedAxisError:
+        raise
+    except (RuntimeError, IndexError) as e:
+        # A positional problem: say which op and which shapes, named and positional.
+        if "vmap" in str(e) and "randomness" not in str(e):
+            msg = str(e)
+        else:
+            msg = str(e)
+        operands = [f"args[{i}]: {describe(a)}" for i, a in enumerate(args)
+                    if isinstance(a, (_NT, _Tensor))]
+        raise ShapeError(
+            f"{op_name(func)} on named values ({'; '.join(operands)}) failed on the "
+            f"positional axes: {msg}"
+        ) from e
+
+
+def wrap(out: Any, names: tuple) -> Any:
+    """Wrap every tensor in ``out`` (a tensor, tuple, list or torch.return_types) with ``names``."""
+    if isinstance(out, _Tensor):
+        return _wrap_nt(out, names)
+    if isinstance(out, (tuple, list)):
+        items = [wrap(o, names) for o in out]
+        if type(out) in (tuple, list):
+            return type(out)(items)
+        return type(out)(items)  # structseq / namedtuple-like
+    return out
+
+
+def check_conflicts(names: tuple, op: str) -> None:
+    """Two axes mapped to one resource may never meet in one value (SPEC §5)."""
+    pairs = conflicts()
+    if not pairs or len(names) < 2:
+        return
+    for pair in pairs:
+        if pair <= set(names):
+            a, b = sorted(pair, key=repr)
+            from ._env import frames
+
+            res = next((f.resources for f in reversed(frames()) if a in f.resources), {})
+            raise AxisResourceError(
+                f"{op}: axes {a!r} and {b!r} are both mapped to resource "
+                f"{res.get(a)!r} and would meet in one value; reduce one of them first, or "
+                f"map them to different mesh axes"
+            )
+
+
+def result(out: Any, names: tuple, func: Callable) -> Any:
+    """Wrap an op's output, enforcing the resource-conflict rule when one is in force."""
+    if conflicts():
+        check_conflicts(names, op_name(func))
+    return wrap(out, names)
+
+
+# ---------------------------------------------------------------------------
+# pointwise engine: align by name, pad positional rank, call once
+# ---------------------------------------------------------------------------
+
+def pointwise(func: Callable, args: tuple, kwargs: dict, inplace: bool = False) -> Any:
+    """Elementwise/broadcasting ops: the result has the union of the operands' names."""
+    # Fast path: the first argument is the only NamedTensor, the rest are scalars or
+    # plain tensors that broadcast within its positional part.
+    a0 = args[0] if args else None
+    if type(a0) is _NT and not kwargs:
+        names = a0._names
+        p = a0._data.dim() - len(names)
+        simple = True
+        for a in args[1:]:
+            t = type(a)
+            if t is _NT:
+                if a._names != names or a._data.dim() != a0._data.dim() \
+                        or a._data.shape[:len(names)] != a0._data.shape[:len(names)]:
+                    simple = False
+                    break
+            elif t is _Tensor or isinstance(a, _Tensor):
+                if a.dim() > p:
+                    simple = False
+                    break
+            elif t in (list, tuple) and any(type(e) is _NT for e in a):
+                return NotImplemented
+        if simple:
+            data = [a._data if type(a) is _NT else a for a in args]
+            out = func(*data)
+            if inplace:
+                return a0
+            if conflicts():
+                check_conflicts(names, op_name(func))
+            return wrap(out, names)
+    return _pointwise_general(func, args, kwargs, inplace)
+
+
+def _pointwise_general(func, args, kwargs, inplace):
+    operands = []
+    P = 0
+    for i, a in enumerate(args):
+        if type(a) is _NT:
+            operands.append((f"args[{i}]", a))
+            P = max(P, a.ndim)
+        elif isinstance(a, _Tensor):
+            P = max(P, a.dim())
+        elif isinstance(a, (list, tuple)) and any(isinstance(e, _NT) for e in a):
+            return NotImplemented
+    for k, v in kwargs.items():
+        if type(v) is _NT:
+            if k == "out":
+                return NotImplemented
+            operands.append((k, v))
+            P = max(P, v.ndim)
+        elif isinstance(v, _Tensor):
+            P = max(P, v.dim())
+    U = union_names(operands, op=func)
+    if inplace:
+        target = args[0]
+        if not isinstance(target, _NT):
+            return NotImplemented
+        extra = [n for n in U if n not in target._names]
+        if extra:
+            sizes = {}
+            for _, o in operands:
+                sizes.update(o.named_shape)
+            raise AxisSizeError(
+                f"{op_name(func)}: in-place update of a value with named shape "
+                f"{target.named_shape} by a value with named axis {extra[0]!r} (size "
+                f"{sizes[extra[0]]}) would broadcast that axis into a value that lacks it; "
+                f"use the out-of-place op instead"
+            )
+        U = target._names
+        if target.ndim < P:
+            raise ShapeError(
+                f"{op_name(func)}: in-place update of a value with positional shape "
+                f"{tuple(target.shape)} by operands with {P} positional dims"
+            )
+
+    def phys(a):
+        if type(a) is _NT:
+            return align(a._data, a._names, a._data.dim() - len(a._names), U, P)
+        return a
+
+    out = func(*[phys(a) for a in args], **{k: phys(v) for k, v in kwargs.items()})
+    if inplace:
+        return args[0]
+    return result(out, U, func)
+
+
+# ---------------------------------------------------------------------------
+# the generic fallback: torch.func.vmap over the named dims
+# ---------------------------------------------------------------------------
+
+def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
+    """``func`` run once per index of every named axis, via nested ``torch.func.vmap``."""
+    flat, spec = tree_flatten((args, kwargs))
+    idx = [i for i, leaf in enumerate(flat) if isinstance(leaf, _NT)]
+    if not idx:
+        return func(*args, **kwargs)
+    operands = [(_leaf_label(spec, i), flat[i]) for i in idx]
+    U = union_names(operands, op=func)
+    inplace = _is_inplace(func)
+    if inplace and isinstance(args[0], _NT):
+        extra = [n for n in U if n not in args[0]._names]
+        if extra:
+            raise AxisSizeError(
+                f"{op_name(func)}: in-place update of a value with named shape "
+                f"{args[0].named_shape} would broadcast named axis {extra[0]!r} into it; "
+                f"use the out-of-place op instead"
+            )
+    phys = []
+    member = []
+    for i in idx:
+        x = flat[i]
+        order = tuple(n for n in U if n in x._names)
+        phys.append(align(x._data, x._names, x.ndim, order, x.ndim))
+        member.append(set(order))
+
+    def call(*tensors):
+        leaves = list(flat)
+        for j, t in zip(idx, tensors):
+            leaves[j] = t
+        a, kw = tree_unflatten(leaves, spec)
+        return func(*a, **kw)
+
+    f = call
+    for name in reversed(U):
+        in_dims = tuple(0 if name in m else None for m in member)
+        f = torch.func.vmap(f, in_dims=in_dims, randomness="different")
+    out = f(*phys)
+    if inplace and isinstance(args[0], _NT):
+        return args[0]
+    return result(out, U, func)
+
+
+def _leaf_label(spec, i: int) -> str:
+    return f"operand {i}"
+
+
+def _is_inplace(func: Callable) -> bool:
+    name = getattr(func, "__name__", "")
+    return (name.endswith("_") and not name.endswith("__")) or (
+        name.startswith("__i") and name.endswith("__") and name not in ("__index__", "__init__", "__iter__", "__int__", "__invert__"))

@@ -1,0 +1,107 @@
+"""The axis environment: which named axes are bound here, with which sizes.
+
+xmap, vmap(axis_name=) and pmap push a frame binding their axis names; collectives
+and reductions over a name that a value lacks read the size from here.  Frames are
+per thread.  Outside every frame no axis is bound.
+
+>>> from named_axes._env import bind, axis_size
+>>> with bind({'batch': 4}):
+...     axis_size('batch')
+4
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Hashable, Iterator, Mapping
+
+from ._errors import UnboundAxisError, fmt_names
+
+__all__ = ["Frame", "bind", "bound_axes", "axis_size", "current_frame", "frames", "conflicts"]
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One binding site: the axis sizes it introduces and how they are executed."""
+
+    sizes: Mapping[Hashable, int]
+    resources: Mapping[Hashable, Any] = field(default_factory=dict)
+    engine: Any = None
+    kind: str = "xmap"
+    # Pairs of names mapped to one resource: they must never meet in one value.
+    conflicts: frozenset = frozenset()
+
+
+class _State(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[Frame] = []
+        self.bound: dict = {}
+        self.conflicts: frozenset = frozenset()
+
+
+_state = _State()
+
+
+def frames() -> list[Frame]:
+    """The frames in scope, outermost first."""
+    return _state.stack
+
+
+def bound_axes() -> dict:
+    """All bound axis names with their sizes (innermost binding wins)."""
+    return _state.bound
+
+
+def conflicts() -> frozenset:
+    """Pairs of axis names that may not co-occur in one value (from axis_resources)."""
+    return _state.conflicts
+
+
+def axis_size(name: Hashable, *, op: str | None = None) -> int:
+    """The size of a bound axis; :class:`UnboundAxisError` if none binds it."""
+    try:
+        return _state.bound[name]
+    except (KeyError, TypeError):
+        where = f" in {op}" if op else ""
+        raise UnboundAxisError(
+            f"axis {name!r} is not bound here{where} (bound: {fmt_names(_state.bound)})"
+        ) from None
+
+
+def current_frame(name: Hashable) -> Frame | None:
+    """The innermost frame that binds ``name``, or None."""
+    for frame in reversed(_state.stack):
+        if name in frame.sizes:
+            return frame
+    return None
+
+
+def _recompute() -> None:
+    bound: dict = {}
+    pairs: set = set()
+    for frame in _state.stack:
+        bound.update(frame.sizes)
+        pairs.update(frame.conflicts)
+    _state.bound = bound
+    _state.conflicts = frozenset(pairs)
+
+
+@contextlib.contextmanager
+def bind(
+    sizes: Mapping[Hashable, int],
+    *,
+    resources: Mapping[Hashable, Any] | None = None,
+    engine: Any = None,
+    kind: str = "xmap",
+    conflicts: frozenset = frozenset(),
+) -> Iterator[Frame]:
+    """Bind axis names to sizes for the duration of the ``with`` block."""
+    frame = Frame(dict(sizes), dict(resources or {}), engine, kind, conflicts)
+    _state.stack.append(frame)
+    _recompute()
+    try:
+        yield frame
+    finally:
+        _state.stack.pop()
+        _recompute()

@@ -1,0 +1,152 @@
+"""``nx.sum``, ``nx.softmax``, … : torch reductions that accept axis names in ``dim``.
+
+Each takes a tensor or NamedTensor; ``dim`` may be an int, a name, or a tuple mixing
+both (``axis=`` is an alias).  Reducing a named axis removes it; reducing a bound
+name the value lacks treats the value as replicated along it (``nx.sum(1., 'i')``
+is the size of ``i``).  Return conventions follow the torch function with an int dim.
+
+>>> import torch, named_axes as nx
+>>> x = nx.named(torch.ones(3, 4), {0: 'b'})
+>>> nx.sum(x, ('b', 0))
+tensor(12.)
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ._dispatch import dispatch
+from ._errors import AxisTypeError
+from ._tensor import NamedTensor
+
+__all__ = ["sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin",
+           "logsumexp", "softmax", "log_softmax", "var", "std", "all", "any", "norm"]
+
+_NO_DIM = object()
+
+
+def _prepare(x: Any, fname: str):
+    if isinstance(x, NamedTensor):
+        return x
+    if isinstance(x, torch.Tensor):
+        return NamedTensor._wrap(x, ())
+    if isinstance(x, (int, float, bool)):
+        return NamedTensor._wrap(torch.as_tensor(x), ())
+    try:
+        import numpy as np
+
+        if isinstance(x, np.ndarray):
+            return NamedTensor._wrap(torch.from_numpy(x), ())
+    except ImportError:  # pragma: no cover
+        pass
+    raise AxisTypeError(f"nx.{fname}: expected a tensor or NamedTensor, got {type(x).__name__}")
+
+
+def _unwrap(out: Any) -> Any:
+    if isinstance(out, NamedTensor) and not out._names:
+        return out._data
+    if isinstance(out, tuple):
+        return type(out)([_unwrap(o) for o in out])
+    return out
+
+
+def _resolve_dim(dim, axis, fname):
+    if axis is not None:
+        if dim is not None and dim is not _NO_DIM:
+            raise AxisTypeError(f"nx.{fname}: give dim= or axis=, not both")
+        return axis
+    return dim
+
+
+def _make_reduction(torch_fn, fname: str, doc: str):
+    def reduction(x, dim=None, keepdim: bool = False, *, axis=None, **kwargs):
+        dim = _resolve_dim(dim, axis, fname)
+        kw = dict(kwargs)
+        if dim is not None:
+            kw["dim"] = dim
+        if keepdim:
+            kw["keepdim"] = True
+        return _unwrap(dispatch(torch_fn, (_prepare(x, fname),), kw))
+    reduction.__name__ = reduction.__qualname__ = fname
+    reduction.__doc__ = doc
+    return reduction
+
+
+def _make_dimwise(torch_fn, fname: str, doc: str):
+    def dimwise(x, dim=-1, *, axis=None, **kwargs):
+        dim = _resolve_dim(dim, axis, fname)
+        return _unwrap(dispatch(torch_fn, (_prepare(x, fname), dim), kwargs))
+    dimwise.__name__ = dimwise.__qualname__ = fname
+    dimwise.__doc__ = doc
+    return dimwise
+
+
+_DOC = """{what} over ``dim`` (ints, axis names, or a tuple mixing both; ``axis=`` alias).
+
+Like ``torch.{name}`` with an int dim; a reduced named axis leaves ``named_shape``.
+
+>>> import torch, named_axes as nx
+>>> x = nx.named(torch.arange(6.).reshape(2, 3), {{0: 'b'}})
+>>> nx.{name}(x, 'b').shape
+torch.Size([3])
+"""
+
+sum = _make_reduction(torch.sum, "sum", _DOC.format(what="Sum", name="sum"))
+mean = _make_reduction(torch.mean, "mean", _DOC.format(what="Mean", name="mean"))
+prod = _make_reduction(torch.prod, "prod", _DOC.format(what="Product", name="prod"))
+amax = _make_reduction(torch.amax, "amax", _DOC.format(what="Maximum", name="amax"))
+amin = _make_reduction(torch.amin, "amin", _DOC.format(what="Minimum", name="amin"))
+argmax = _make_reduction(torch.argmax, "argmax", _DOC.format(what="Index of the maximum", name="argmax"))
+argmin = _make_reduction(torch.argmin, "argmin", _DOC.format(what="Index of the minimum", name="argmin"))
+logsumexp = _make_reduction(torch.logsumexp, "logsumexp", _DOC.format(what="log(sum(exp))", name="logsumexp"))
+var = _make_reduction(torch.var, "var", _DOC.format(what="Variance", name="var"))
+std = _make_reduction(torch.std, "std", _DOC.format(what="Standard deviation", name="std"))
+all = _make_reduction(torch.all, "all", _DOC.format(what="Logical and", name="all").replace("arange(6.)", "arange(6)"))
+any = _make_reduction(torch.any, "any", _DOC.format(what="Logical or", name="any").replace("arange(6.)", "arange(6)"))
+
+_MAXDOC = """{what} over one ``dim`` (an int or an axis name); with a dim, returns
+``(values, indices)`` like ``torch.{name}(x, 0)``; with none, the {what2} of all positional entries.
+
+>>> import torch, named_axes as nx
+>>> x = nx.named(torch.arange(6.).reshape(2, 3), {{0: 'b'}})
+>>> nx.{name}(x, 'b').values.shape
+torch.Size([3])
+"""
+max = _make_reduction(torch.max, "max", _MAXDOC.format(what="Maximum", what2="maximum", name="max"))
+min = _make_reduction(torch.min, "min", _MAXDOC.format(what="Minimum", what2="minimum", name="min"))
+
+
+def norm(x, p="fro", dim=None, keepdim: bool = False, *, axis=None, ord=None, **kwargs):
+    """The ``p``-norm over ``dim`` (ints, names or a mix; ``axis=`` alias; ``ord=`` alias of p).
+
+    >>> import torch, named_axes as nx
+    >>> x = nx.named(torch.ones(2, 4), {0: 'b'})
+    >>> nx.norm(x, dim=('b', 0))
+    tensor(2.8284)
+    """
+    dim = _resolve_dim(dim, axis, "norm")
+    if ord is not None:
+        p = ord
+    kw = dict(kwargs)
+    if dim is not None:
+        kw["dim"] = dim
+    if keepdim:
+        kw["keepdim"] = True
+    return _unwrap(dispatch(torch.norm, (_prepare(x, "norm"), p), kw))
+
+
+softmax = _make_dimwise(torch.softmax, "softmax", """Softmax along ``dim`` (an int or an axis name; default -1).
+
+>>> import torch, named_axes as nx
+>>> x = nx.named(torch.zeros(2, 4), {0: 'classes'})
+>>> nx.softmax(x, 'classes').named_shape
+{'classes': 2}
+""")
+log_softmax = _make_dimwise(torch.log_softmax, "log_softmax", """Log-softmax along ``dim`` (an int or an axis name; default -1).
+
+>>> import torch, named_axes as nx
+>>> x = nx.named(torch.zeros(2, 4), {0: 'classes'})
+>>> nx.log_softmax(x, 'classes').shape
+torch.Size([4])
+""")

@@ -1,0 +1,247 @@
+"""Moving dims between the positional and the named parts of a physical tensor.
+
+The physical layout of a NamedTensor is ``[named dims..., positional dims...]``.
+``align`` brings an operand into a common layout ``[U..., P positional]`` (size-1
+dims where it lacks a name or positional rank) so that one torch call serves all;
+its plans are cached per (names, rank) signature, so the per-op cost is one
+``permute`` and one ``reshape`` at most.
+
+>>> import torch, named_axes as nx
+>>> t = torch.arange(6.).reshape(2, 3)
+>>> nx.positional(nx.named(t, {1: 'c'}), {0: 'c'}).shape
+torch.Size([3, 2])
+"""
+from __future__ import annotations
+
+from typing import Any, Hashable, Mapping
+
+import torch
+
+from ._env import axis_size, bound_axes
+from ._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape
+from ._parsing import AxisMapping, parse_mapping
+from ._tensor import NamedTensor
+
+__all__ = ["align", "align_to", "named", "positional", "to_named", "insert_named", "union_names"]
+
+_ALIGN_PLANS: dict = {}
+_IDENTITY = object()
+
+
+def _make_plan(names: tuple, p: int, U: tuple, P: int):
+    order = [u for u in U if u in names]
+    perm = None
+    if tuple(order) != names:
+        src = {n: i for i, n in enumerate(names)}
+        perm = [src[n] for n in order] + list(range(len(names), len(names) + p))
+    pos_of = {n: i for i, n in enumerate(order)}
+    template = [pos_of.get(u, -1) for u in U] + [-1] * (P - p) + list(
+        range(len(order), len(order) + p)
+    )
+    if len(template) == len(names) + p and perm is None:
+        return _IDENTITY
+    if all(t >= 0 for t in template) and template == sorted(template):
+        template = None
+    return perm, template
+
+
+def align(data: torch.Tensor, names: tuple, p: int, U: tuple, P: int) -> torch.Tensor:
+    """Lay ``data`` (named ``names``, ``p`` positional dims) out as ``[U..., P positional]``.
+
+    Names of U missing from ``names`` and missing leading positional dims get size 1.
+    """
+    key = (names, p, U, P)
+    plan = _ALIGN_PLANS.get(key)
+    if plan is None:
+        plan = _ALIGN_PLANS[key] = _make_plan(names, p, U, P)
+    if plan is _IDENTITY:
+        return data
+    perm, template = plan
+    if perm is not None:
+        data = data.permute(perm)
+    if template is not None:
+        shape = data.shape
+        data = data.reshape([shape[i] if i >= 0 else 1 for i in template])
+    return data
+
+
+def union_names(operands, *, op) -> tuple:
+    """The union of the operands' names in order of appearance, checking sizes by name.
+
+    ``operands`` is a list of ``(label, NamedTensor)``; ``op`` the op's spelling or the
+    function itself.
+    """
+    sizes: dict = {}
+    where: dict = {}
+    U: list = []
+    for label, x in operands:
+        shape = x._data.shape
+        for i, n in enumerate(x._names):
+            s = shape[i]
+            if n in sizes:
+                if sizes[n] != s:
+                    if not isinstance(op, str):  # spelled only when needed (dynamo-friendly)
+                        from ._dispatch import op_name
+
+                        op = op_name(op)
+                    raise AxisSizeError(
+                        f"{op}: inconsistent sizes for axis {n!r}: {sizes[n]} ({where[n]}) vs "
+                        f"{s} ({label}); axes with one name must have one size"
+                    )
+            else:
+                sizes[n] = s
+                where[n] = label
+                U.append(n)
+    return tuple(U)
+
+
+def align_to(value: Any, names: tuple, p: int, *, what: str) -> torch.Tensor:
+    """The physical tensor of ``value`` laid out for a value named ``names`` with rank ``p``.
+
+    Used where ``value`` must not add named axes (gradients, in-place updates).
+    """
+    if isinstance(value, NamedTensor):
+        extra = [n for n in value._names if n not in names]
+        if extra:
+            raise AxisSizeError(
+                f"{what}: the value has named axis {extra[0]!r} "
+                f"(named_shape {fmt_named_shape(value.named_shape)}) that the target lacks "
+                f"(named axes: {', '.join(map(repr, names)) or 'none'}); this would broadcast "
+                f"it silently — reduce it first"
+            )
+        vp = value.ndim
+        return align(value._data, value._names, vp, names, max(vp, p))
+    return value
+
+
+def to_named(data: torch.Tensor, positions: tuple, names_before: tuple = ()) -> tuple:
+    """Move the positional dims ``positions`` (sorted ``(pos, name)`` pairs, relative to the
+    positional part) to the named part.  Returns ``(physical, names)``."""
+    k = len(names_before)
+    if not positions:
+        return data, names_before
+    moved = [k + p for p, _ in positions]
+    rest = [d for d in range(k, data.dim()) if d not in moved]
+    perm = list(range(k)) + moved + rest
+    if perm != list(range(data.dim())):
+        data = data.permute(perm)
+    return data, names_before + tuple(n for _, n in positions)
+
+
+def insert_named(x: NamedTensor, mapping: AxisMapping, *, sizes: Mapping, what: str,
+                 strict_names=None):
+    """Place the named axes that ``mapping`` lists into positional dims.
+
+    Axes the mapping places but ``x`` lacks are broadcast (sizes from ``sizes``).
+    Names of ``x`` that the mapping does not place stay named; if they are in
+    ``strict_names`` that is an error (an output axis left unplaced).
+    Returns a Tensor, or a NamedTensor when named axes remain.
+    """
+    placed = mapping.names
+    if strict_names is not None:
+        left = [n for n in x._names if n in strict_names and n not in placed]
+        if left:
+            raise AxisSpecError(
+                f"{what}: the output has named axis {left[0]!r} (named_shape "
+                f"{fmt_named_shape(x.named_shape)}) that out_axes {mapping.spelling} does not "
+                f"place; add it to out_axes, or reduce it (e.g. nx.lax.psum) before returning"
+            )
+    keep = tuple(n for n in x._names if n not in placed)
+    p = x.ndim
+    data = x._data
+    missing = [n for n in placed if n not in x._names]
+    if missing:
+        shape = list(data.shape)
+        for n in missing:
+            if n not in sizes:
+                raise AxisSpecError(f"{what}: out_axes places axis {n!r}, which has no size here")
+        data = data.reshape([1] * len(missing) + shape).expand(
+            [sizes[n] for n in missing] + shape)
+        names = tuple(missing) + x._names
+    else:
+        names = x._names
+    # physical order: [kept..., placed (in mapping order)..., positional]
+    data = align(data, names, p, keep + placed, p)
+    final_ndim = p + len(placed)
+    resolved = mapping.resolve(final_ndim, what=what)
+    k = len(keep)
+    target = {name: pos for pos, name in resolved}
+    perm = list(range(k))
+    placed_iter = {name: k + i for i, name in enumerate(placed)}
+    pos_iter = iter(range(k + len(placed), k + final_ndim))
+    by_pos = {pos: name for name, pos in target.items()}
+    for pos in range(final_ndim):
+        perm.append(placed_iter[by_pos[pos]] if pos in by_pos else next(pos_iter))
+    if perm != list(range(len(perm))):
+        data = data.permute(perm)
+    return NamedTensor._wrap(data, keep) if keep else data
+
+
+def named(t: Any, axes: Any) -> NamedTensor:
+    """Make a NamedTensor from a tensor (outside xmap).
+
+    Args:
+        t: a ``torch.Tensor`` (or numpy array, or NamedTensor to name more axes of).
+        axes: an axis mapping: ``{0: 'batch'}``, ``['batch', ...]`` or ``'batch ...'``.
+
+    >>> import torch, named_axes as nx
+    >>> nx.named(torch.zeros(2, 3, 4), 'a b ...').named_shape
+    {'a': 2, 'b': 3}
+    """
+    mapping = parse_mapping(axes)
+    if isinstance(t, NamedTensor):
+        base, before, p = t._data, t._names, t.ndim
+    else:
+        base = _as_tensor(t, what="named()")
+        before, p = (), base.dim()
+    clash = [n for n in mapping.names if n in before]
+    if clash:
+        raise AxisSpecError(f"named(): the value already has a named axis {clash[0]!r}")
+    resolved = mapping.resolve(p, what="named()")
+    data, names = to_named(base, resolved, before)
+    return NamedTensor._wrap(data, names)
+
+
+def positional(nt: Any, axes: Any = ...) -> torch.Tensor:
+    """Turn a NamedTensor back into a ``torch.Tensor``, placing its named axes per ``axes``.
+
+    ``axes`` defaults to the value's names in their stored order, leading.
+
+    >>> import torch, named_axes as nx
+    >>> x = nx.named(torch.zeros(2, 3), {1: 'c'})
+    >>> nx.positional(x, {-1: 'c'}).shape
+    torch.Size([2, 3])
+    """
+    if not isinstance(nt, NamedTensor):
+        if isinstance(nt, torch.Tensor):
+            nt = NamedTensor._wrap(nt, ())
+        else:
+            raise AxisTypeError(f"positional() needs a NamedTensor, got {type(nt).__name__}")
+    if axes is ...:
+        axes = list(nt._names) + [...]
+    mapping = parse_mapping(axes)
+    sizes = dict(bound_axes())
+    sizes.update(nt.named_shape)
+    out = insert_named(nt, mapping, sizes=sizes, what="positional()",
+                       strict_names=set(nt._names))
+    return out
+
+
+def _as_tensor(t: Any, *, what: str) -> torch.Tensor:
+    if isinstance(t, torch.Tensor):
+        return t
+    try:
+        import numpy as np
+
+        if isinstance(t, np.ndarray):
+            return torch.from_numpy(np.ascontiguousarray(t))
+    except ImportError:  # pragma: no cover
+        pass
+    raise AxisTypeError(f"{what}: expected a tensor or numpy array, got {type(t).__name__}")
+
+
+def expand_to(x: NamedTensor, name: Hashable, *, op: str) -> NamedTensor:
+    """``x`` broadcast along a bound axis it lacks (a value replicated along ``name``)."""
+    n = axis_size(name, op=op)
+    data = x._data.unsqueeze(0).expand((n,) + tuple(x._data.shape))
+    return NamedTensor._wrap(data, (name,) + x._names)

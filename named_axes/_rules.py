@@ -1,0 +1,396 @@
+"""Rule tables: which torch functions take which fast path.
+
+Each table lists functions; :func:`install` registers a rule for every entry
+(torch function, Tensor method and ``torch.nn.functional`` spelling alike).  Adding
+an op is adding a name to a table; tests are parametrized from these tables.
+Functions not listed run under the vmap fallback (:mod:`named_axes._dispatch`).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Hashable
+
+import torch
+import torch.nn.functional as F
+
+from ._dispatch import RULES, ShapeError, op_name, pointwise, register, result, wrap
+from ._env import bound_axes
+from ._errors import AxisSpecError, AxisTypeError, UnboundAxisError, fmt_names
+from ._layout import expand_to
+from ._tensor import NamedTensor
+
+_NT = NamedTensor
+_T = torch.Tensor
+
+
+def _get(owner, name):
+    return getattr(owner, name, None)
+
+
+def _spellings(name: str) -> list:
+    """torch.name, Tensor.name, F.name and torch.special/linalg spellings, where they exist."""
+    return [_get(torch, name), _get(_T, name), _get(F, name), _get(torch.special, name)]
+
+
+# ---------------------------------------------------------------------------
+# elementwise
+# ---------------------------------------------------------------------------
+
+UNARY_POINTWISE = """
+abs absolute acos arccos acosh arccosh angle asin arcsin asinh arcsinh atan arctan atanh
+arctanh bitwise_not ceil clamp clip conj conj_physical cos cosh deg2rad digamma erf erfc
+erfinv exp exp2 expm1 fix floor frac lgamma log log10 log1p log2 logit i0 isnan isinf
+isfinite isposinf isneginf isreal nan_to_num neg negative positive rad2deg reciprocal
+round rsqrt sigmoid sign sgn signbit sin sinc sinh sqrt square tan tanh trunc
+relu relu6 gelu silu mish elu selu celu leaky_relu hardtanh hardsigmoid hardswish
+hardshrink softshrink tanhshrink softplus softsign logsigmoid threshold rrelu
+expit erfcx log_ndtr ndtr ndtri xlogy xlog1py entr i0e i1 i1e polygamma multigammaln
+dropout alpha_dropout bernoulli
+zeros_like ones_like empty_like full_like rand_like randn_like randint_like
+clone detach contiguous float double half bfloat16 int long short bool byte char cpu cuda to
+type type_as requires_grad_ detach_ zero_ fill_ normal_ uniform_ bernoulli_ exponential_
+geometric_ log_normal_ cauchy_ random_ clamp_ clamp_min clamp_max nan_to_num_ sign_ abs_
+neg_ exp_ log_ sqrt_ relu_ sigmoid_ tanh_ round_ floor_ ceil_ trunc_ frac_ reciprocal_
+pin_memory cfloat cdouble resolve_conj resolve_neg
+""".split()
+
+BINARY_POINTWISE = """
+add sub subtract mul multiply div divide true_divide floor_divide remainder fmod pow
+float_power atan2 arctan2 hypot maximum minimum fmax fmin copysign nextafter ldexp
+logaddexp logaddexp2 bitwise_and bitwise_or bitwise_xor bitwise_left_shift
+bitwise_right_shift logical_and logical_or logical_xor logical_not eq ne lt le gt ge
+greater greater_equal less less_equal not_equal heaviside isclose lerp addcmul addcdiv
+where masked_fill xlogy rsub gcd lcm
+add_ sub_ mul_ div_ pow_ lerp_ addcmul_ addcdiv_ masked_fill_ copy_ clamp_min_ clamp_max_
+remainder_ fmod_ maximum minimum atan2_ hypot_ logical_and_ logical_or_ eq_ ne_
+""".split()
+
+DUNDERS = """
+__add__ __radd__ __sub__ __rsub__ __mul__ __rmul__ __truediv__ __rtruediv__ __floordiv__
+__rfloordiv__ __mod__ __rmod__ __pow__ __rpow__ __and__ __rand__ __or__ __ror__ __xor__
+__rxor__ __lshift__ __rlshift__ __rshift__ __rrshift__ __eq__ __ne__ __lt__ __le__ __gt__
+__ge__ __neg__ __pos__ __abs__ __invert__ __div__ __rdiv__
+__iadd__ __isub__ __imul__ __itruediv__ __ifloordiv__ __imod__ __ipow__ __iand__ __ior__
+__ixor__ __ilshift__ __irshift__ __idiv__
+""".split()
+
+
+def _inplace_name(name: str) -> bool:
+    return (name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
+
+
+def _pointwise_rule(inplace: bool):
+    # a plain closure, not functools.partial: dynamo traces closures reliably
+    if inplace:
+        def rule(func, args, kwargs):
+            return pointwise(func, args, kwargs, True)
+    else:
+        def rule(func, args, kwargs):
+            return pointwise(func, args, kwargs)
+    return rule
+
+
+def install_pointwise() -> None:
+    for name in UNARY_POINTWISE + BINARY_POINTWISE:
+        register(_spellings(name), _pointwise_rule(_inplace_name(name)))
+    for name in DUNDERS:
+        f = getattr(_T, name, None)
+        if f is not None:
+            register([f], _pointwise_rule(name.startswith("__i")))
+
+
+def _bind_operators() -> None:
+    """Point NamedTensor's operators straight at their rules: no table lookup per call
+    (faster, and dynamo then needs no guard on the rule table)."""
+    from ._dispatch import dispatch
+
+    for name in DUNDERS + ["__matmul__", "__rmatmul__"]:
+        method = getattr(_T, name, None)
+        if method is None or not hasattr(NamedTensor, name):
+            continue
+        rule = RULES.get(method)
+        setattr(NamedTensor, name, _operator(name, method, rule, dispatch))
+
+
+def _operator(name, method, rule, dispatch):
+    if rule is None:
+        def op(self, *args):
+            return dispatch(method, (self, *args), {})
+    else:
+        def op(self, *args):
+            try:
+                out = rule(method, (self, *args), {})
+            except Exception:
+                return dispatch(method, (self, *args), {})  # same error, with context
+            return out if out is not NotImplemented else dispatch(method, (self, *args), {})
+    op.__name__ = op.__qualname__ = name
+    return op
+
+
+# ---------------------------------------------------------------------------
+# dims: translating an int or a name into a physical dim
+# ---------------------------------------------------------------------------
+
+def _norm_pos(d: int, p: int, op: str) -> int:
+    if not -max(p, 1) <= d < max(p, 1):
+        raise _AxisIndexError(
+            f"{op}: dimension {d} is out of range for a value with {p} positional "
+            f"dimension(s) (expected one in [{-max(p, 1)}, {max(p, 1) - 1}], or an axis name)"
+        )
+    return d + p if d < 0 else d
+
+
+class _AxisIndexError(AxisSpecError, IndexError):
+    """A positional dim out of range (a ValueError subclass, and an IndexError like torch's)."""
+
+
+def _is_name(d: Any) -> bool:
+    return not isinstance(d, (int, type(None))) and not isinstance(d, (tuple, list))
+
+
+def _with_names(x: _NT, wanted, op: str) -> _NT:
+    """``x`` broadcast along every wanted name it lacks but the environment binds."""
+    for n in wanted:
+        if n not in x._names:
+            try:
+                hash(n)
+            except TypeError:
+                raise AxisTypeError(f"{op}: {n!r} is neither a dimension nor an axis name") from None
+            if n not in bound_axes():
+                raise UnboundAxisError(
+                    f"{op}: axis {n!r} is not bound here and the value does not carry it "
+                    f"(value's named axes: {fmt_names(x._names)}; bound: {fmt_names(bound_axes())})"
+                )
+            x = expand_to(x, n, op=op)
+    return x
+
+
+def translate_dims(x: _NT, dims, op: str):
+    """Map a dim spec (int, name, or tuple mixing both) to physical dims.
+
+    Returns ``(x', physical dims list, named dims list)`` where ``x'`` may be ``x``
+    broadcast along bound names it lacked.
+    """
+    items = list(dims) if isinstance(dims, (tuple, list)) else [dims]
+    names = [d for d in items if not isinstance(d, int)]
+    if names:
+        x = _with_names(x, names, op)
+    k = len(x._names)
+    p = x._data.dim() - k
+    phys, named = [], []
+    for d in items:
+        if isinstance(d, int) and not isinstance(d, bool):
+            phys.append(k + _norm_pos(d, p, op))
+        else:
+            i = x._names.index(d)
+            phys.append(i)
+            named.append(i)
+    if len(set(phys)) != len(phys):
+        raise AxisSpecError(f"{op}: dimension spec {dims!r} names one dimension twice")
+    return x, phys, named
+
+
+# ---------------------------------------------------------------------------
+# reductions
+# ---------------------------------------------------------------------------
+
+# name -> (index of the dim argument, whether it accepts several dims)
+REDUCTIONS = {
+    "sum": (1, True), "nansum": (1, True), "mean": (1, True), "nanmean": (1, True),
+    "amax": (1, True), "amin": (1, True), "logsumexp": (1, True), "var": (1, True),
+    "std": (1, True), "var_mean": (1, True), "std_mean": (1, True), "all": (1, True),
+    "any": (1, True), "count_nonzero": (1, True), "prod": (1, False),
+    "argmax": (1, False), "argmin": (1, False), "max": (1, False), "min": (1, False),
+    "median": (1, False), "nanmedian": (1, False), "mode": (1, False), "norm": (2, True),
+}
+# where positional `keepdim` sits, relative to the dim argument
+_KEEPDIM_AFTER = {"var": 2, "std": 2, "var_mean": 2, "std_mean": 2}
+# reductions whose dim defaults to -1 rather than "everything"
+_DEFAULT_DIM = {"mode": -1}
+# with no dim, these return values only (torch.max(x) vs torch.max(x, 0))
+_VALUES_ONLY = {"max", "min", "median", "nanmedian"}
+
+
+def _reduction(name: str, dim_index: int, multi: bool):
+    pos = dim_index - 1
+    keep_pos = pos + _KEEPDIM_AFTER.get(name, 1)
+
+    def rule(func, args, kwargs):
+        x = args[0]
+        if type(x) is not _NT:
+            return NotImplemented
+        rest = list(args[1:])
+        kw = dict(kwargs)
+        if "axis" in kw:
+            if "dim" in kw:
+                raise AxisTypeError(f"{op_name(func)}: give dim= or axis=, not both")
+            kw["dim"] = kw.pop("axis")
+        if any(isinstance(a, (_NT, _T)) for a in rest) or any(
+                isinstance(v, (_NT, _T)) for v in kw.values()):
+            if name in ("max", "min") and rest and isinstance(rest[0], (_NT, _T)):
+                return pointwise(torch.maximum if name == "max" else torch.minimum,
+                                 (x, rest[0]), {})
+            return NotImplemented
+        if len(rest) > pos:
+            dims = rest.pop(pos)
+        else:
+            dims = kw.pop("dim", _DEFAULT_DIM.get(name))
+        if len(rest) > keep_pos - 1 and keep_pos - 1 >= pos:
+            keepdim = bool(rest.pop(keep_pos - 1))
+        else:
+            keepdim = bool(kw.pop("keepdim", False))
+        op = op_name(func)
+        k = len(x._names)
+        if dims is None:
+            p = x._data.dim() - k
+            if p == 0:
+                return NotImplemented
+            # reduce every positional dim: flatten them into one
+            flat = x._data.reshape(tuple(x._data.shape[:k]) + (-1,))
+            out = _call_at(func, flat, k, rest, kw, pos, False)
+            if name in _VALUES_ONLY:
+                out = out[0]
+            if keepdim:
+                out = _reshape_out(out, tuple(x._data.shape[:k]) + (1,) * p)
+            return result(out, x._names, func)
+        x, phys, named = translate_dims(x, dims, op)
+        if not multi and len(phys) > 1:
+            if name != "prod":
+                raise AxisSpecError(f"{op}: takes a single dimension, got {dims!r}")
+            # prod of several dims: one at a time, highest first
+            names = x._names
+            data = x._data
+            for d in sorted(phys, reverse=True):
+                data = _call_at(func, data, d, rest, kw, pos, keepdim or d < k)
+            data = data.squeeze(tuple(named)) if named else data
+            return result(data, tuple(n for i, n in enumerate(names) if i not in named), func)
+        dim_arg = tuple(phys) if multi else phys[0]
+        out = _call_at(func, x._data, dim_arg, rest, kw, pos, keepdim or bool(named))
+        if named:
+            if keepdim:
+                out = _squeeze_out(out, named)
+            else:
+                out = _squeeze_out(out, named, also_positional=[d for d in phys if d >= k])
+        names = tuple(n for i, n in enumerate(x._names) if i not in named)
+        return result(out, names, func)
+    return rule
+
+
+def _call_at(func, data, dim_arg, rest, kw, pos, keepdim):
+    args = list(rest)
+    args.insert(pos, dim_arg)
+    if getattr(func, "__name__", "") == "count_nonzero":  # has no keepdim argument
+        out = func(data, *args, **kw)
+        if keepdim:
+            dims = dim_arg if isinstance(dim_arg, tuple) else (dim_arg,)
+            for d in sorted(dims):
+                out = out.unsqueeze(d)
+        return out
+    return func(data, *args, keepdim=keepdim, **kw)
+
+
+def _squeeze_out(out, dims, also_positional=()):
+    """Remove the reduced named dims (and, when keepdim was forced, the positional ones)."""
+    drop = tuple(sorted(set(dims) | set(also_positional)))
+    if isinstance(out, _T):
+        return out.squeeze(drop) if out.dim() else out
+    return type(out)([_squeeze_out(o, dims, also_positional) for o in out])
+
+
+def _reshape_out(out, shape):
+    if isinstance(out, _T):
+        return out.reshape(shape)
+    return type(out)([_reshape_out(o, shape) for o in out])
+
+
+def install_reductions() -> None:
+    for name, (idx, multi) in REDUCTIONS.items():
+        if idx is None:
+            continue
+        rule = _reduction(name, idx, multi)
+        register([_get(torch, name), _get(_T, name)], rule)
+    register([torch.linalg.vector_norm], _reduction("vector_norm", 2, True))
+    register([torch.special.logsumexp], _reduction("logsumexp", 1, True))
+
+
+# ---------------------------------------------------------------------------
+# dim-wise ops: one dim argument, the rest of the value keeps its shape
+# ---------------------------------------------------------------------------
+
+# name -> (index of the dim argument, whether an axis name may be given)
+DIMWISE = {
+    "softmax": (1, True), "log_softmax": (1, True), "softmin": (1, True),
+    "cumsum": (1, True), "cumprod": (1, True), "logcumsumexp": (1, True),
+    "cummax": (1, True), "cummin": (1, True), "sort": (1, True), "argsort": (1, True),
+    "normalize": (2, True), "glu": (1, False),
+    "narrow": (1, False), "select": (1, False), "unbind": (1, False), "split": (2, False),
+    "chunk": (2, False), "tensor_split": (2, False), "topk": (2, False), "kthvalue": (2, False),
+    "diff": (2, False), "index_select": (1, False), "repeat_interleave": (2, False),
+    "unflatten": (1, False), "renorm": (2, False), "msort": (None, False),
+}
+
+
+def _dimwise(name: str, dim_index: int, names_ok: bool):
+    defaults = {"unbind": 0, "sort": -1, "argsort": -1, "topk": -1, "kthvalue": -1,
+                "diff": -1, "split": 0, "chunk": 0, "tensor_split": 0, "normalize": 1,
+                "glu": -1}
+
+    def rule(func, args, kwargs):
+        x = args[0]
+        if type(x) is not _NT:
+            return NotImplemented
+        rest = list(args[1:])
+        kwargs = dict(kwargs)
+        if "axis" in kwargs and "dim" not in kwargs:
+            kwargs["dim"] = kwargs.pop("axis")
+        if any(isinstance(a, _NT) for a in rest) or any(isinstance(v, _NT) for v in kwargs.values()):
+            return NotImplemented
+        key = "dim"
+        pos = dim_index - 1
+        if len(rest) > pos:
+            d = rest[pos]
+            where = ("arg", pos)
+        elif key in kwargs:
+            d = kwargs[key]
+            where = ("kw", key)
+        elif name in defaults and defaults[name] is not None:
+            d = defaults[name]
+            where = ("kw", key)
+        else:
+            return NotImplemented  # legacy implicit dim: let vmap handle it
+        if d is None:
+            return NotImplemented
+        op = op_name(func)
+        if isinstance(d, (tuple, list)):
+            return NotImplemented
+        if not names_ok and any(not isinstance(e, int) for e in (d if isinstance(d, (list, tuple)) else [d])):
+            raise AxisSpecError(
+                f"{op}: named axis {d!r} can't be used here: this op changes the size of that "
+                f"dimension, and a named axis has one size; use a positional dimension"
+            )
+        x, phys, _ = translate_dims(x, d, op)
+        newd = phys[0]
+        if where[0] == "arg":
+            rest[where[1]] = newd
+        else:
+            kwargs[where[1]] = newd
+        out = func(x._data, *rest, **kwargs)
+        return result(out, x._names, func)
+    return rule
+
+
+def install_dimwise() -> None:
+    for name, (idx, names_ok) in DIMWISE.items():
+        if idx is None:
+            continue
+        register(_spellings(name), _dimwise(name, idx, names_ok))
+
+
+def install() -> None:
+    install_pointwise()
+    install_reductions()
+    install_dimwise()
+    from . import _rules_shape
+
+    _rules_shape.install()
+    _bind_operators()

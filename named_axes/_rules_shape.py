@@ -1,0 +1,678 @@
+"""Rules for shape ops, indexing, concatenation, the matmul family and nn ops.
+
+Each rule rewrites the call for the physical layout ``[named..., positional...]``:
+positional dims shift by the number of named dims, shapes gain the named sizes in
+front, and batch-like ops fold the named dims into their batch dim.  A rule returns
+``NotImplemented`` to hand the call to the vmap fallback.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ._dispatch import RULES, ShapeError, _pointwise_general, op_name, pointwise, register, result, wrap
+from ._errors import AxisSizeError, AxisSpecError, AxisTypeError
+from ._layout import align, union_names
+from ._rules import _norm_pos, _spellings, translate_dims
+from ._tensor import NamedTensor
+
+_NT = NamedTensor
+_T = torch.Tensor
+
+
+def _first_only(args, kwargs) -> bool:
+    """Only args[0] is named (lists of tensors included)."""
+    for a in args[1:]:
+        if type(a) is _NT or (isinstance(a, (list, tuple)) and any(type(e) is _NT for e in a)):
+            return False
+    return not any(type(v) is _NT for v in kwargs.values())
+
+
+def _int_dims(dims, op):
+    for d in dims:
+        if not isinstance(d, int):
+            raise AxisSpecError(
+                f"{op}: {d!r} is not a positional dimension; shape ops rearrange positional "
+                f"axes only (named axes have no order)")
+
+
+def _shape_args(rest, kwargs, key="size"):
+    if len(rest) == 1 and isinstance(rest[0], (tuple, list, torch.Size)):
+        return tuple(rest[0])
+    if rest:
+        return tuple(rest)
+    return tuple(kwargs.get(key, kwargs.get("shape", ())))
+
+
+def _named_sizes(x):
+    return tuple(x._data.shape[:len(x._names)])
+
+
+# -- shape ops --------------------------------------------------------------------
+
+def _view(func, args, kwargs):
+    x = args[0]
+    if type(x) is not _NT or not _first_only(args, kwargs):
+        return NotImplemented
+    rest = args[1:]
+    if len(rest) == 1 and isinstance(rest[0], torch.dtype) or "dtype" in kwargs:
+        return wrap(func(x._data, *rest, **kwargs), x._names)
+    shape = _shape_args(rest, kwargs)
+    return result(func(x._data, _named_sizes(x) + shape), x._names, func)
+
+
+def _view_as(func, args, kwargs):
+    x, other = args[0], args[1]
+    if type(x) is not _NT or type(other) is _NT:
+        return NotImplemented
+    target = torch.Tensor.view if func in (torch.Tensor.view_as,) else torch.Tensor.reshape
+    return _view(target, (x, tuple(other.shape)), {})
+
+
+def _expand(func, args, kwargs):
+    x = args[0]
+    if type(x) is not _NT or not _first_only(args, kwargs):
+        return NotImplemented
+    if func is torch.Tensor.expand_as:
+        sizes = tuple(args[1].shape)
+    else:
+        sizes = _shape_args(args[1:], kwargs)
+    k, p = len(x._names), x.ndim
+    if len(sizes) < p:
+        raise ShapeError(f"{op_name(func)}: {len(sizes)} sizes given for a value with "
+                         f"{p} positional dims (shape {tuple(x.shape)})")
+    data = x._data
+    new = len(sizes) - p
+    if new:
+        data = data.reshape(_named_sizes(x) + (1,) * new + tuple(x.shape))
+    return result(data.expand((-1,) * k + sizes), x._names, func)
+
+
+def _permute(func, args, kwargs):
+    x = args[0]
+    if type(x) is not _NT:
+        return NotImplemented
+    dims = _shape_args(args[1:], kwargs, key="dims")
+    op = op_name(func)
+    _int_dims(dims, op)
+    k, p = len(x._names), x.ndim
+    if len(dims) != p:
+        raise ShapeError(f"{op}: {len(dims)} dims {dims} for a value with {p} positional dims")
+    perm = list(range(k)) + [k + _norm_pos(d, p, op) for d in dims]
+    return result(x._data.permute(perm), x._names, func)
+
+
+def _transpose(func, args, kwargs):
+    x = args[0]
+    if type(x) is not _NT:
+        return NotImplemented
+    d0 = args[1] if len(args) > 1 else kwargs.get("dim0")
+    d1 = args[2] if len(args) > 2 else kwargs.get("dim1")
+    op = op_name(func)
+    _int_dims((d0, d1), op)
+    k, p = len(x._names), x.ndim
+    return result(func(x._data, k + _norm_pos(d0, p, op), k + _norm_pos(d1, p, op)), x._names, func)
+
+
+def _t(func, args, kwargs):
+    x = args[0]
+    if type(x) is not _NT:
+        return NotImplemented
+    k, p = len(x._names), x.ndim
+    if p > 2:
+        raise ShapeError(f"{op_name(func)} expects a value with <= 2 positional dims, got {p}")
+    return result(x._data.transpose(k, k + 1) if p == 2 else x._data, x._names, func)
+
+
+def _flatten(func, args, kwargs):
+    x = args[0]
+    if type(x) is not _NT or not _first_only(args, kwargs):
+        return NotImplemented
+    start = args[1] if len(args) > 1 else kwargs.get("start_dim", 0)
+    end = args[2] if len(args) > 2 else kwargs.get("end_dim", -1)
+    op = op_name(func)
+    _int_dims((start, end), op)
+    k, p = len(x._names), x.ndim
+    if p == 0:
+        return result(x._data.reshape(_named_sizes(x) + (1,)), x._names, func)
+    return result(x._data.flatten(k + _norm_pos(start, p, op), k + _norm_pos(end, p, op)),
+                  x._names, func)
+
+
+def _squeeze(func, args, kwargs):
+    x = args[0]
+    if type(x) is not _NT:
+        return NotImplemented
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    k, p = len(x._names), x.ndim
+    op = op_name(func)
+    if dim is None:
+        dims = tuple(k + i for i, s in enumerate(x.shape) if s == 1)
+    else:
+        ds = tuple(dim) if isinstance(dim, (tuple, list)) else (dim,)
+        _int_dims(ds, op)
+        dims = tuple(k + _norm_pos(d, p, op) for d in ds)
+    out = x._data.squeeze(dims) if dims else x._data
+    if func is torch.Tensor.squeeze_:
+        x._data = out
+        return x
+    return result(out, x._names, func)
+
+
+def _unsqueeze(func, args, kwargs):
+    x = args[0]
+    if type(x) is not _NT:
+        return NotImplemented
+    d = args[1] if len(args) > 1 else kwargs.get("dim")
+    op = op_name(func)
+    _int_dims((d,), op)
+    k, p = len(x._names), x.ndim
+    d = _norm_pos(d, p + 1, op)
+    out = x._data.unsqueeze(k + d)
+    if func is torch.Tensor.unsqueeze_:
+        x._data = out
+        return x
+    return result(out, x._names, func)
+
+
+def _movedim(func, args, kwargs):
+    x = args[0]
+    if type(x) is not _NT:
+        return NotImplemented
+    src = args[1] if len(args) > 1 else kwargs.get("source")
+    dst = args[2] if len(args) > 2 else kwargs.get("destination")
+    op = op_name(func)
+    k, p = len(x._names), x.ndim
+    conv = (lambda ds: [k + _norm_pos(d, p, op) for d in ds] if isinstance(ds, (list, tuple))
+            else k + _norm_pos(ds, p, op))
+    for ds in (src, dst):
+        _int_dims(ds if isinstance(ds, (list, tuple)) else (ds,), op)
+    return result(torch.movedim(x._data, conv(src), conv(dst)), x._names, func)
+
+
+def _flip(func, args, kwargs):
+    x = args[0]
+    if type(x) is not _NT:
+        return NotImplemented
+    dims = _shape_args(args[1:], kwargs, key="dims")
+    op = op_name(func)
+    _int_dims(dims, op)
+    k, p = len(x._names), x.ndim
+    return result(torch.flip(x._data, [k + _norm_pos(d, p, op) for d in dims]), x._names, func)
+
+
+def _roll(func, args, kwargs):
+    x = args[0]
+    if type(x) is not _NT:
+        return NotImplemented
+    shifts = args[1] if len(args) > 1 else kwargs.get("shifts")
+    dims = args[2] if len(args) > 2 else kwargs.get("dims")
+    if dims is None:
+        return NotImplemented
+    op = op_name(func)
+    k, p = len(x._names), x.ndim
+    if isinstance(dims, (list, tuple)):
+        _int_dims(dims, op)
+        pd = [k + _norm_pos(d, p, op) for d in dims]
+    else:
+        _int_dims((dims,), op)
+        pd = k + _norm_pos(dims, p, op)
+    return result(torch.roll(x._data, shifts, pd), x._names, func)
+
+
+def _repeat(func, args, kwargs):
+    x = args[0]
+    if type(x) is not _NT:
+        return NotImplemented
+    reps = _shape_args(args[1:], kwargs, key="repeats" if func is torch.Tensor.repeat else "dims")
+    k, p = len(x._names), x.ndim
+    if func in (torch.tile, torch.Tensor.tile) and len(reps) < p:
+        reps = (1,) * (p - len(reps)) + tuple(reps)
+    if len(reps) < p:
+        raise ShapeError(f"{op_name(func)}: {len(reps)} repeats for a value with {p} positional dims")
+    data = x._data
+    if len(reps) > p:
+        data = data.reshape(_named_sizes(x) + (1,) * (len(reps) - p) + tuple(x.shape))
+    return result(data.repeat((1,) * k + tuple(reps)), x._names, func)
+
+
+def _trailing(r: int):
+    """Ops on the last ``r`` positional dims that batch over any leading dims."""
+    def rule(func, args, kwargs):
+        x = args[0]
+        if type(x) is not _NT or not _first_only(args, kwargs) or x.ndim < r:
+            return NotImplemented
+        return result(func(x._data, *args[1:], **kwargs), x._names, func)
+    return rule
+
+
+def _diagonal(func, args, kwargs):
+    x = args[0]
+    if type(x) is not _NT or not _first_only(args, kwargs):
+        return NotImplemented
+    offset = args[1] if len(args) > 1 else kwargs.get("offset", 0)
+    d1 = args[2] if len(args) > 2 else kwargs.get("dim1", 0)
+    d2 = args[3] if len(args) > 3 else kwargs.get("dim2", 1)
+    op = op_name(func)
+    k, p = len(x._names), x.ndim
+    _int_dims((d1, d2), op)
+    return result(torch.diagonal(x._data, offset, k + _norm_pos(d1, p, op), k + _norm_pos(d2, p, op)),
+                  x._names, func)
+
+
+# -- concatenation ------------------------------------------------------------------
+
+def _full_layout(tensors, op):
+    """Every tensor laid out as ``[U..., own positional]`` and expanded to the full named sizes."""
+    operands = [(f"tensors[{i}]", t) for i, t in enumerate(tensors) if type(t) is _NT]
+    U = union_names(operands, op=op)
+    sizes = {}
+    for _, t in operands:
+        sizes.update(zip(t._names, t._data.shape))
+    full = tuple(sizes[n] for n in U)
+    out = []
+    for t in tensors:
+        if type(t) is _NT:
+            d = align(t._data, t._names, t.ndim, U, t.ndim)
+        else:
+            d = t.reshape((1,) * len(U) + tuple(t.shape))
+        out.append(d.expand(full + tuple(d.shape[len(U):])))
+    return U, out
+
+
+def _cat(new_dim: bool):
+    def rule(func, args, kwargs):
+        tensors = args[0] if args else kwargs.get("tensors")
+        if "out" in kwargs or not isinstance(tensors, (list, tuple)) or not tensors:
+            return NotImplemented
+        dim = args[1] if len(args) > 1 else kwargs.get("dim", kwargs.get("axis", 0))
+        op = op_name(func)
+        _int_dims((dim,), op)
+        ranks = {t.ndim if type(t) is _NT else t.dim() for t in tensors}
+        if len(ranks) != 1:
+            shapes = [tuple(t.shape) for t in tensors]
+            raise ShapeError(f"{op}: tensors must have the same number of positional dims, "
+                             f"got positional shapes {shapes}")
+        p = ranks.pop()
+        U, phys = _full_layout(tensors, op)
+        d = _norm_pos(dim, p + 1 if new_dim else p, op)
+        return result(func(phys, len(U) + d), U, func)
+    return rule
+
+
+# -- indexing -----------------------------------------------------------------------
+
+def _is_adv(e) -> bool:
+    return isinstance(e, (_T, list)) or (hasattr(e, "__array__") and not isinstance(e, (int, float)))
+
+
+def _phys_index(x, index, op):
+    items = index if isinstance(index, tuple) else (index,)
+    for e in items:
+        if type(e) is _NT:
+            return None
+    adv = [i for i, e in enumerate(items) if _is_adv(e)]
+    if len(adv) > 1 and adv != list(range(adv[0], adv[0] + len(adv))):
+        return None  # numpy moves split advanced indices to the front: let vmap place them
+    return (slice(None),) * len(x._names) + items
+
+
+def _getitem(func, args, kwargs):
+    x, index = args
+    if type(x) is not _NT:
+        return NotImplemented
+    idx = _phys_index(x, index, "indexing")
+    if idx is None:
+        return NotImplemented
+    return result(x._data[idx], x._names, func)
+
+
+def _setitem(func, args, kwargs):
+    x, index, value = args
+    if type(x) is not _NT:
+        raise AxisTypeError("assigning a NamedTensor into a plain tensor would drop its named "
+                            "axes; make the target named too (e.g. nx.named or xmap)")
+    idx = _phys_index(x, index, "index assignment")
+    if idx is None:
+        raise AxisTypeError(
+            "index assignment with a named index tensor (or split advanced indices) is not "
+            "supported; use torch.where or Tensor.scatter instead")
+    if type(value) is _NT:
+        extra = [n for n in value._names if n not in x._names]
+        if extra:
+            raise AxisSizeError(
+                f"index assignment: the value has named axis {extra[0]!r} (size "
+                f"{value.named_shape[extra[0]]}) that the target (named shape "
+                f"{x.named_shape}) lacks; this would broadcast that axis into it")
+        union_names([("target", x), ("value", value)], op="index assignment")
+        tp = x._data[idx].dim() - len(x._names)
+        vp = value.ndim
+        value = align(value._data, value._names, vp, x._names, max(tp, vp))
+    x._data[idx] = value
+    return None
+
+
+# -- matmul family ------------------------------------------------------------------
+
+_MATMUL_RANKS = {"mm": (2, 2), "bmm": (3, 3), "mv": (2, 1), "dot": (1, 1), "vdot": (1, 1)}
+
+
+def _matmul(func, args, kwargs):
+    if kwargs and set(kwargs) - {"other", "input", "vec", "mat2", "tensor"}:
+        return NotImplemented
+    a, b = (list(args) + list(kwargs.values()))[:2]
+    name = getattr(func, "__name__", "matmul")
+    if name == "__rmatmul__":
+        a, b = b, a
+    if name == "vdot":
+        a = a.conj()
+    pa = a.ndim if type(a) is _NT else a.dim()
+    pb = b.ndim if type(b) is _NT else b.dim()
+    op = op_name(func)
+    want = _MATMUL_RANKS.get(name)
+    if want and (pa, pb) != want or pa == 0 or pb == 0:
+        raise ShapeError(f"{op}: positional ranks {pa} and {pb} do not fit "
+                         f"({'expected ' + str(want) if want else 'matmul needs at least 1-D operands'}); "
+                         f"shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    if type(b) is not _NT:
+        if b.dim() <= 2 or b.dim() <= pa:
+            return result(torch.matmul(a._data, b), a._names, func)
+    elif type(a) is not _NT:
+        if pb >= 2 and a.dim() <= pb:
+            return result(torch.matmul(a, b._data), b._names, func)
+    operands = [(n, v) for n, v in (("args[0]", a), ("args[1]", b)) if type(v) is _NT]
+    U = union_names(operands, op=op)
+    ba, bb = max(pa, 2) - 2, max(pb, 2) - 2
+    B = max(ba, bb)
+
+    def lay(v, p, vec_dim, batch):
+        d = align(v._data, v._names, p, U, p) if type(v) is _NT else v.reshape(
+            (1,) * len(U) + tuple(v.shape))
+        if p == 1:
+            d = d.unsqueeze(vec_dim)
+        if batch < B:
+            s = d.shape
+            d = d.reshape(tuple(s[:len(U)]) + (1,) * (B - batch) + tuple(s[len(U):]))
+        return d
+
+    out = torch.matmul(lay(a, pa, -2, ba), lay(b, pb, -1, bb))
+    if pb == 1:
+        out = out.squeeze(-1)
+    if pa == 1:
+        out = out.squeeze(-1 if pb == 1 else -2)
+    return result(out, U, func)
+
+
+def _linear(func, args, kwargs):
+    x = args[0]
+    w = args[1] if len(args) > 1 else kwargs.get("weight")
+    bias = args[2] if len(args) > 2 else kwargs.get("bias")
+    if type(x) is _NT and type(w) is not _NT and type(bias) is not _NT:
+        if x.ndim == 0:
+            raise ShapeError(f"F.linear: the input has no positional dims (named shape "
+                             f"{x.named_shape}); linear contracts the last positional dim")
+        return result(F.linear(x._data, w, bias), x._names, func)
+    out = torch.matmul(x, w.mT if w.ndim >= 2 else w)
+    return out if bias is None else out + bias
+
+
+def _outer(func, args, kwargs):
+    a, b = args[0], args[1]
+    return pointwise(torch.mul, (a.unsqueeze(-1), b.unsqueeze(-2)), {}) if type(a) is _NT else \
+        pointwise(torch.Tensor.__rmul__, (b.unsqueeze(-2), a.unsqueeze(-1)), {})
+
+
+# -- nn ops -------------------------------------------------------------------------
+
+def _layer_norm(func, args, kwargs):
+    x = args[0]
+    shape = args[1] if len(args) > 1 else kwargs.get("normalized_shape")
+    if type(x) is not _NT or not _first_only(args, kwargs) or len(tuple(shape)) > x.ndim:
+        return NotImplemented
+    return result(func(x._data, *args[1:], **kwargs), x._names, func)
+
+
+def _first_named_only(func, args, kwargs):
+    x = args[0]
+    if type(x) is not _NT or not _first_only(args, kwargs):
+        return NotImplemented
+    return result(func(x._data, *args[1:], **kwargs), x._names, func)
+
+
+def _fold_batch(spatial: int, unbatched_ok: bool = True):
+    """Conv/pool-like ops: fold the named dims into the batch dim, call once, unfold."""
+    batched = spatial + 2
+
+    def rule(func, args, kwargs):
+        x = args[0]
+        if type(x) is not _NT or not _first_only(args, kwargs):
+            return NotImplemented
+        p = x.ndim
+        lead = _named_sizes(x)
+        if p == batched:
+            data = x._data.reshape((-1,) + tuple(x._data.shape[len(lead) + 1:]))
+            keep = lead + (x._data.shape[len(lead)],)
+        elif p == batched - 1 and unbatched_ok:
+            data = x._data.reshape((-1,) + tuple(x.shape))
+            keep = lead
+        else:
+            return NotImplemented
+        out = func(data, *args[1:], **kwargs)
+
+        def unfold(o):
+            return o.reshape(keep + tuple(o.shape[1:])) if isinstance(o, _T) else type(o)(map(unfold, o))
+        return result(unfold(out), x._names, func)
+    return rule
+
+
+def _sdpa(func, args, kwargs):
+    names = ("query", "key", "value", "attn_mask")
+    vals = list(args[:4]) + [kwargs.get(n) for n in names[len(args[:4]):]]
+    rest = {k: v for k, v in kwargs.items() if k not in names}
+    present = [(n, v) for n, v in zip(names, vals) if type(v) is _NT]
+    if any(v is not None and v.ndim < 2 for _, v in present if _ != "attn_mask"):
+        return NotImplemented
+    U = union_names(present, op="F.scaled_dot_product_attention")
+    _, phys = _full_layout([v for v in vals if v is not None], "F.scaled_dot_product_attention")
+    it = iter(phys)
+    laid = [next(it) if v is not None else None for v in vals]
+    return result(func(*laid[:3], attn_mask=laid[3], **rest), U, func)
+
+
+def _losses(func, args, kwargs):
+    """Losses with ``reduction=``: elementwise with reduction='none', then reduce per named index."""
+    if any(k in kwargs for k in ("size_average", "reduce")) or len(args) > 2:
+        return NotImplemented
+    red = kwargs.get("reduction", "mean")
+    out = _pointwise_general(func, args, {**kwargs, "reduction": "none"}, False)
+    if out is NotImplemented or red == "none":
+        return out
+    k = len(out._names)
+    dims = tuple(range(k, out._data.dim()))
+    if red == "sum":
+        data = out._data.sum(dims) if dims else out._data
+    elif red == "mean":
+        data = out._data.mean(dims) if dims else out._data
+    elif red == "batchmean":
+        data = out._data.sum(dims) / (out._data.shape[k] if dims else 1)
+    else:
+        raise AxisSpecError(f"{op_name(func)}: unknown reduction {red!r}")
+    return result(data, out._names, func)
+
+
+def _class_loss(func, args, kwargs):
+    """cross_entropy / nll_loss: fold named dims into the batch dim, reduce per named index."""
+    x = args[0]
+    t = args[1] if len(args) > 1 else kwargs.get("target")
+    if len(args) > 2 or any(k in kwargs for k in ("size_average", "reduce")):
+        return NotImplemented
+    if type(kwargs.get("weight")) is _NT:
+        return NotImplemented
+    op = op_name(func)
+    red = kwargs.get("reduction", "mean")
+    px = x.ndim if type(x) is _NT else x.dim()
+    pt = t.ndim if type(t) is _NT else t.dim()
+    U, (xd, td) = _full_layout([x, t], op)
+    k = len(U)
+    lead = tuple(xd.shape[:k])
+    if px == 1:   # unbatched (C,)
+        xf = xd.reshape((-1,) + tuple(xd.shape[k:]))
+        tf = td.reshape((-1,) + tuple(td.shape[k:]))
+        pos_shape = ()
+    else:
+        xf = xd.reshape((-1,) + tuple(xd.shape[k + 1:]))
+        tf = td.reshape((-1,) + tuple(td.shape[k + 1:]))
+        pos_shape = (xd.shape[k],)
+    kw = {key: v for key, v in kwargs.items() if key not in ("target", "reduction")}
+    loss = func(xf, tf, reduction="none", **kw)
+    loss = loss.reshape(lead + pos_shape + tuple(loss.shape[1:]))
+    if red == "none":
+        return result(loss, U, func)
+    dims = tuple(range(k, loss.dim()))
+    total = loss.sum(dims) if dims else loss
+    if red == "sum":
+        return result(total, U, func)
+    if red != "mean":
+        raise AxisSpecError(f"{op}: unknown reduction {red!r}")
+    if td.is_floating_point():   # class probabilities: mean over the batch elements
+        n = 1
+        for s in loss.shape[k:]:
+            n *= s
+        return result(total / n, U, func)
+    ignore = kwargs.get("ignore_index", -100)
+    valid = td != ignore
+    w = kwargs.get("weight")
+    denom = valid.to(loss.dtype) if w is None else w[td.clamp(min=0)] * valid
+    tdims = tuple(range(k, denom.dim()))
+    denom = denom.sum(tdims) if tdims else denom
+    return result(total / denom, U, func)
+
+
+def _query(func, args, kwargs):
+    x = args[0]
+    if type(x) is not _NT:
+        return NotImplemented
+    return func(x._data, *args[1:], **kwargs)
+
+
+def _stride(func, args, kwargs):
+    x = args[0]
+    k = len(x._names)
+    if len(args) > 1:
+        return x._data.stride(k + _norm_pos(args[1], x.ndim, "Tensor.stride"))
+    return x._data.stride()[k:]
+
+
+def _numel(func, args, kwargs):
+    return args[0].shape.numel()
+
+
+def _new_plain(func, args, kwargs):
+    x = args[0]
+    return func(x._data, *args[1:], **kwargs)
+
+
+def _backward(func, args, kwargs):
+    x = args[0]
+    grad = args[1] if len(args) > 1 else kwargs.pop("gradient", None)
+    rest = args[2:]
+    if grad is None and x.ndim == 0:
+        grad = torch.ones_like(x._data)   # a named scalar: the loop of backward() calls, summed
+    elif grad is not None:
+        from ._layout import align_to
+
+        grad = align_to(grad, x._names, x.ndim, what="Tensor.backward gradient")
+        grad = grad.expand_as(x._data)
+    return x._data.backward(grad, *rest, **kwargs)
+
+
+def _register_hook(func, args, kwargs):
+    x, hook = args[0], args[1]
+    names = x._names
+
+    def physical_hook(g):
+        out = hook(NamedTensor._wrap(g, names))
+        return out._data if type(out) is _NT else out
+    return x._data.register_hook(physical_hook)
+
+
+def _autograd_grad(func, args, kwargs):
+    outputs = args[0] if args else kwargs.pop("outputs")
+    inputs = args[1] if len(args) > 1 else kwargs.pop("inputs")
+    grad_outputs = args[2] if len(args) > 2 else kwargs.pop("grad_outputs", None)
+    single_out = not isinstance(outputs, (list, tuple))
+    outs = [outputs] if single_out else list(outputs)
+    single_in = not isinstance(inputs, (list, tuple))
+    ins = [inputs] if single_in else list(inputs)
+    if grad_outputs is None:
+        gos = [torch.ones_like(o._data) if type(o) is _NT and o.ndim == 0 else None for o in outs]
+    else:
+        gos = [grad_outputs] if not isinstance(grad_outputs, (list, tuple)) else list(grad_outputs)
+        gos = [g._data if type(g) is _NT else g for g in gos]
+    grads = torch.autograd.grad([o._data if type(o) is _NT else o for o in outs],
+                                [i._data if type(i) is _NT else i for i in ins], gos, **kwargs)
+    out = [NamedTensor._wrap(g, i._names) if type(i) is _NT and g is not None else g
+           for g, i in zip(grads, ins)]
+    return tuple(out)
+
+
+def install() -> None:
+    T = torch.Tensor
+    register([T.view, T.reshape, torch.reshape], _view)
+    register([T.view_as, T.reshape_as], _view_as)
+    register([T.expand, T.expand_as, torch.broadcast_to, T.broadcast_to], _expand)
+    register([T.permute, torch.permute], _permute)
+    register([T.transpose, torch.transpose, T.swapaxes, torch.swapaxes, T.swapdims,
+              torch.swapdims, T.transpose_], _transpose)
+    register([T.t, torch.t], _t)
+    register([T.flatten, torch.flatten], _flatten)
+    register([T.squeeze, torch.squeeze, T.squeeze_], _squeeze)
+    register([T.unsqueeze, torch.unsqueeze, T.unsqueeze_], _unsqueeze)
+    register([T.movedim, torch.movedim, T.moveaxis, torch.moveaxis], _movedim)
+    register([T.flip, torch.flip], _flip)
+    register([T.roll, torch.roll], _roll)
+    register([T.repeat, T.tile, torch.tile], _repeat)
+    register([T.diagonal, torch.diagonal], _diagonal)
+    register([T.tril, torch.tril, T.triu, torch.triu, torch.linalg.det, torch.det, T.det,
+              torch.linalg.inv, torch.inverse, T.inverse, torch.linalg.slogdet,
+              torch.logdet, torch.linalg.matrix_exp, torch.matrix_exp, torch.linalg.cholesky,
+              torch.linalg.eigh, torch.linalg.eigvalsh, torch.linalg.svd, torch.linalg.svdvals,
+              torch.linalg.qr, torch.linalg.pinv, torch.linalg.matrix_norm,
+              torch.linalg.matrix_power, T.tril_, T.triu_], _trailing(2))
+    register([torch.cat, torch.concat, torch.concatenate], _cat(False))
+    register([torch.stack], _cat(True))
+    register([T.__getitem__], _getitem)
+    register([T.__setitem__], _setitem)
+    register([torch.matmul, T.matmul, T.__matmul__, T.__rmatmul__, torch.mm, T.mm,
+              torch.bmm, T.bmm, torch.mv, T.mv, torch.dot, T.dot, torch.vdot, T.vdot,
+              torch.inner, T.inner], _matmul)
+    register([F.linear], _linear)
+    register([torch.outer, T.outer, torch.ger, T.ger], _outer)
+    register([F.layer_norm, F.rms_norm], _layer_norm)
+    register([F.embedding, F.one_hot, F.dropout, F.alpha_dropout, torch.dropout,
+              torch.bucketize, F.pad, torch.nn.functional.pixel_shuffle,
+              torch.nn.functional.pixel_unshuffle], _first_named_only)
+    for n in (1, 2, 3):
+        register([getattr(F, f"conv{n}d"), getattr(F, f"conv_transpose{n}d"),
+                  getattr(F, f"max_pool{n}d"), getattr(F, f"avg_pool{n}d"),
+                  getattr(F, f"adaptive_avg_pool{n}d"), getattr(F, f"adaptive_max_pool{n}d"),
+                  getattr(F, f"max_pool{n}d_with_indices", None),
+                  getattr(F, f"adaptive_max_pool{n}d_with_indices", None),
+                  getattr(F, f"lp_pool{n}d", None)], _fold_batch(n))
+    register([F.group_norm, F.instance_norm, F.local_response_norm], _fold_batch(1, False))
+    register([F.interpolate, F.upsample], _fold_batch(2, False))
+    register([F.scaled_dot_product_attention], _sdpa)
+    register([F.mse_loss, F.l1_loss, F.smooth_l1_loss, F.huber_loss, F.binary_cross_entropy,
+              F.binary_cross_entropy_with_logits, F.kl_div, F.soft_margin_loss,
+              F.poisson_nll_loss, F.gaussian_nll_loss], _losses)
+    register([F.cross_entropy, F.nll_loss], _class_loss)
+    register([T.is_floating_point, torch.is_floating_point, T.is_complex, torch.is_complex,
+              T.is_contiguous, T.element_size, T.get_device, T.data_ptr, T.storage_offset,
+              T.is_signed, T.untyped_storage, T.is_pinned, T.is_shared, T.is_set_to,
+              torch.is_nonzero, T.retain_grad, torch.is_tensor, T.__format__], _query)
+    register([T.stride], _stride)
+    register([T.numel, torch.numel, T.nelement], _numel)
+    register([T.new_zeros, T.new_ones, T.new_empty, T.new_full, T.new_tensor], _new_plain)
+    register([T.backward], _backward)
+    register([T.register_hook], _register_hook)
+    register([torch.autograd.grad], _autograd_grad)

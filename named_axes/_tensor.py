@@ -1,0 +1,301 @@
+"""NamedTensor: one physical tensor plus the names of its leading dims.
+
+A value inside a named program has a positional ``shape`` and an order-free
+``named_shape``.  Physically it is stored as ``[named dims..., positional dims...]``
+in ``_data``; ``_names`` names the leading dims.  The physical tensor may be
+anything torch runs (plain, functorch-batched, fake, proxy, DTensor, XLA), which is
+what lets torch.func, make_fx, DTensor and torch-xla compose underneath.
+
+Every torch function, Tensor method and operator applied to a NamedTensor goes
+through :func:`named_axes._dispatch.dispatch`.
+
+>>> import torch, named_axes as nx
+>>> x = nx.named(torch.ones(3, 4), {0: 'batch'})
+>>> x.shape, x.named_shape
+(torch.Size([4]), {'batch': 3})
+>>> (x * 2).sum('batch').shape
+torch.Size([4])
+"""
+from __future__ import annotations
+
+import html
+from typing import Any, Hashable
+
+import torch
+
+from ._errors import AxisTypeError, fmt_named_shape
+
+__all__ = ["NamedTensor"]
+
+_Tensor = torch.Tensor
+
+
+class NamedTensor:
+    """A tensor with positional axes and named axes (see the module docstring).
+
+    Build one with :func:`named_axes.named` or inside :func:`named_axes.xmap`.
+    """
+
+    __slots__ = ("_data", "_names", "__weakref__")
+    __array_priority__ = 1000  # numpy defers binary ops to us
+
+    def __init__(self, data: torch.Tensor, names: tuple = ()) -> None:
+        if not isinstance(data, _Tensor):
+            raise AxisTypeError(f"NamedTensor needs a torch.Tensor, got {type(data).__name__}")
+        names = tuple(names)
+        if len(names) > data.dim():
+            raise AxisTypeError(
+                f"NamedTensor: {len(names)} names {names} for a tensor with {data.dim()} dims"
+            )
+        if len(set(names)) != len(names):
+            raise AxisTypeError(f"NamedTensor: repeated axis name in {names}")
+        self._data = data
+        self._names = names
+
+    @classmethod
+    def _wrap(cls, data: torch.Tensor, names: tuple) -> "NamedTensor":
+        """Build without checks (the hot path)."""
+        self = object.__new__(cls)
+        self._data = data
+        self._names = names
+        return self
+
+    # -- shapes ---------------------------------------------------------------
+    @property
+    def shape(self) -> torch.Size:
+        """The positional shape."""
+        return self._data.shape[len(self._names):]
+
+    @property
+    def named_shape(self) -> dict:
+        """The named shape: a dict name -> size (its order carries no meaning)."""
+        return dict(zip(self._names, self._data.shape))
+
+    @property
+    def names(self) -> tuple:
+        """The named axes in physical order (an implementation detail; prefer named_shape)."""
+        return self._names
+
+    @property
+    def ndim(self) -> int:
+        return self._data.dim() - len(self._names)
+
+    def dim(self) -> int:
+        return self._data.dim() - len(self._names)
+
+    ndimension = dim
+
+    def size(self, dim: Any = None):
+        if dim is None:
+            return self.shape
+        if isinstance(dim, int):
+            return self.shape[dim]
+        return self.named_shape[dim]
+
+    def numel(self) -> int:
+        return self.shape.numel()
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a NamedTensor with no positional dimensions")
+        return self._data.shape[len(self._names)]
+
+    # -- plain attributes of the physical tensor --------------------------------
+    dtype = property(lambda self: self._data.dtype)
+    device = property(lambda self: self._data.device)
+    layout = property(lambda self: self._data.layout)
+    is_cuda = property(lambda self: self._data.is_cuda)
+    is_leaf = property(lambda self: self._data.is_leaf)
+    grad_fn = property(lambda self: self._data.grad_fn)
+
+    @property
+    def requires_grad(self) -> bool:
+        return self._data.requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        self._data.requires_grad = value
+
+    @property
+    def grad(self):
+        g = self._data.grad
+        return None if g is None else NamedTensor._wrap(g, self._names)
+
+    @grad.setter
+    def grad(self, value) -> None:
+        if value is None:
+            self._data.grad = None
+        else:
+            from ._layout import align_to
+
+            self._data.grad = align_to(value, self._names, self.ndim, what="NamedTensor.grad")
+
+    @property
+    def data(self) -> "NamedTensor":
+        return NamedTensor._wrap(self._data.data, self._names)
+
+    @property
+    def T(self):
+        return self.permute(*reversed(range(self.ndim)))
+
+    @property
+    def mT(self):
+        return self.transpose(-2, -1)
+
+    @property
+    def H(self):
+        return self.T.conj()
+
+    @property
+    def mH(self):
+        return self.mT.conj()
+
+    @property
+    def real(self):
+        return NamedTensor._wrap(self._data.real, self._names)
+
+    @property
+    def imag(self):
+        return NamedTensor._wrap(self._data.imag, self._names)
+
+    # -- conversions that need a single value ------------------------------------
+    def _scalar(self, what: str):
+        if self._names:
+            raise AxisTypeError(
+                f"{what} of a NamedTensor with named axes {fmt_named_shape(self.named_shape)} "
+                f"is ambiguous: reduce or place the named axes first (e.g. with xmap out_axes)"
+            )
+        return self._data
+
+    def __bool__(self) -> bool:
+        return bool(self._scalar("bool()"))
+
+    def __float__(self) -> float:
+        return float(self._scalar("float()"))
+
+    def __int__(self) -> int:
+        return int(self._scalar("int()"))
+
+    def __index__(self) -> int:
+        return self._scalar("index").__index__()
+
+    def item(self):
+        return self._scalar(".item()").item()
+
+    def tolist(self):
+        return self._scalar(".tolist()").tolist()
+
+    def numpy(self, *args, **kwargs):
+        return self._scalar(".numpy()").numpy(*args, **kwargs)
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self._scalar("numpy conversion").detach().cpu().numpy()
+        return arr if dtype is None else arr.astype(dtype)
+
+    __hash__ = object.__hash__
+
+    # -- dispatch ----------------------------------------------------------------
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return _dispatch(func, args, kwargs or {})
+
+    def __getattr__(self, name: str):
+        # Tensor methods not spelled out here go through the dispatcher.
+        method = getattr(_Tensor, name, None)
+        if method is None or name.startswith("__"):
+            raise AttributeError(f"'NamedTensor' object has no attribute {name!r}")
+        if not callable(method):
+            return _dispatch(method.__get__, (self,), {}) if hasattr(method, "__get__") else method
+        return lambda *args, **kwargs: _dispatch(method, (self, *args), kwargs)
+
+    def __getitem__(self, index):
+        return _dispatch(_Tensor.__getitem__, (self, index), {})
+
+    def __setitem__(self, index, value) -> None:
+        _dispatch(_Tensor.__setitem__, (self, index, value), {})
+
+    def __iter__(self):
+        return iter(self.unbind(0))
+
+    def __reversed__(self):
+        return reversed(self.unbind(0))
+
+    def __contains__(self, item) -> bool:
+        return bool((self == item).any())
+
+    # -- display -------------------------------------------------------------------
+    def __repr__(self) -> str:
+        extras = []
+        if self._data.dtype != torch.get_default_dtype():
+            extras.append(f"dtype={self._data.dtype}")
+        if self._data.device.type != "cpu":
+            extras.append(f"device={self._data.device}")
+        if self._data.requires_grad:
+            extras.append("requires_grad=True")
+        head = (f"NamedTensor(shape={tuple(self.shape)}, "
+                f"named_shape={fmt_named_shape(self.named_shape)}"
+                + "".join(", " + e for e in extras) + ")")
+        try:
+            values = _preview(self._data.detach(), self._names)
+        except Exception:  # fake/meta/proxy tensors have no values to show
+            return head
+        return head + "\n" + values
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>named</td><td><b>{html.escape(repr(n))}</b></td><td>{s}</td></tr>"
+            for n, s in self.named_shape.items()
+        ) + "".join(
+            f"<tr><td>positional</td><td>{i}</td><td>{s}</td></tr>"
+            for i, s in enumerate(self.shape)
+        )
+        try:
+            preview = html.escape(_preview(self._data.detach(), self._names, edgeitems=2))
+        except Exception:
+            preview = "(no values: symbolic tensor)"
+        return (
+            "<div class='named-axes-tensor'><b>NamedTensor</b> "
+            f"<code>{html.escape(str(self._data.dtype))}</code> on "
+            f"<code>{html.escape(str(self._data.device))}</code>"
+            "<table><tr><th>kind</th><th>axis</th><th>size</th></tr>"
+            f"{rows}</table><pre>{preview}</pre></div>"
+        )
+
+
+def _preview(data: torch.Tensor, names: tuple, edgeitems: int = 3) -> str:
+    if data.is_meta or type(data) is not torch.Tensor:
+        raise TypeError("no values")
+    order = " × ".join([repr(n) for n in names] + [str(s) for s in data.shape[len(names):]])
+    with torch._tensor_str.printoptions(edgeitems=edgeitems, threshold=60, linewidth=88):
+        body = torch._tensor_str._tensor_str(data, 0)
+    return f"values laid out as [{order}]:\n{body}"
+
+
+def _dispatch(func, args, kwargs):
+    # bound late: _dispatch imports this module
+    from ._dispatch import dispatch
+
+    global _dispatch
+    _dispatch = dispatch
+    return dispatch(func, args, kwargs)
+
+
+def _make_operator(name: str):
+    method = getattr(_Tensor, name)
+
+    def op(self, *args):
+        return _dispatch(method, (self, *args), {})
+    op.__name__ = op.__qualname__ = name
+    return op
+
+
+# Python looks operators up on the class, never through __getattr__.
+for _name in """__add__ __radd__ __sub__ __rsub__ __mul__ __rmul__ __truediv__ __rtruediv__
+__floordiv__ __rfloordiv__ __mod__ __rmod__ __pow__ __rpow__ __matmul__ __rmatmul__ __and__
+__rand__ __or__ __ror__ __xor__ __rxor__ __lshift__ __rlshift__ __rshift__ __rrshift__ __eq__
+__ne__ __lt__ __le__ __gt__ __ge__ __neg__ __pos__ __abs__ __invert__ __iadd__ __isub__
+__imul__ __itruediv__ __ifloordiv__ __imod__ __ipow__ __iand__ __ior__ __ixor__ __ilshift__
+__irshift__ __imatmul__""".split():
+    if hasattr(_Tensor, _name):
+        setattr(NamedTensor, _name, _make_operator(_name))
+del _name

@@ -1,0 +1,311 @@
+"""xmap: give a positional signature to a program that uses named axes.
+
+>>> import torch, named_axes as nx
+>>> x = torch.arange(10.).reshape(2, 5)
+>>> nx.xmap(torch.vdot, in_axes=({0: 'left'}, {1: 'right'}),
+...         out_axes=['left', 'right', ...])(x, x.T)
+tensor([[ 30.,  80.],
+        [ 80., 255.]])
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Hashable, Mapping
+
+import torch
+
+from . import _env
+from ._errors import (AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError,
+                      UnboundAxisError, fmt_names)
+from ._layout import insert_named, to_named
+from ._parsing import check_name, match_prefix, parse_mapping, path_str
+from ._tensor import NamedTensor
+
+__all__ = ["xmap"]
+
+
+def _is_leaf(x: Any) -> bool:
+    return not isinstance(x, (tuple, list, dict)) or _is_namedtuple_leaf(x)
+
+
+def _is_namedtuple_leaf(x: Any) -> bool:
+    return False
+
+
+def _is_array(x: Any) -> bool:
+    if isinstance(x, (torch.Tensor, NamedTensor)):
+        return True
+    return type(x).__module__ == "numpy" and hasattr(x, "shape") and hasattr(x, "dtype")
+
+
+def _as_torch(x: Any) -> Any:
+    if isinstance(x, (torch.Tensor, NamedTensor)):
+        return x
+    import numpy as np
+
+    if isinstance(x, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(x))
+    return torch.as_tensor(x)   # numpy scalars
+
+
+def _unflatten(tree: Any, leaves: list, it=None) -> Any:
+    """Rebuild ``tree`` (tuples/lists/dicts) with ``leaves`` in flattening order."""
+    if it is None:
+        it = iter(leaves)
+    if _is_leaf(tree):
+        return next(it)
+    if isinstance(tree, dict):
+        return {k: _unflatten(v, leaves, it) for k, v in tree.items()}
+    items = [_unflatten(v, leaves, it) for v in tree]
+    if hasattr(tree, "_fields"):
+        return type(tree)(*items)
+    return type(tree)(items)
+
+
+def _flatten(tree: Any) -> list:
+    if _is_leaf(tree):
+        return [tree]
+    vals = tree.values() if isinstance(tree, dict) else tree
+    out = []
+    for v in vals:
+        out += _flatten(v)
+    return out
+
+
+def _resource_conflicts(axis_resources: Mapping) -> frozenset:
+    """Pairs of axis names that share a mesh resource (they may never meet in one value)."""
+    owners: dict = {}
+    for name, res in axis_resources.items():
+        for r in (res if isinstance(res, tuple) else (res,)):
+            if isinstance(r, Hashable) and not hasattr(r, "chunks"):
+                owners.setdefault(r, []).append(name)
+    pairs = set()
+    for names in owners.values():
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                pairs.add(frozenset((a, b)))
+    return frozenset(pairs)
+
+
+class _Xmapped:
+    """The function xmap returns (a class so that repr and torch.compile see a plain callable)."""
+
+    def __init__(self, fun, in_axes, out_axes, axis_sizes, axis_resources, donate_argnums, backend):
+        self.fun = fun
+        self.in_axes = in_axes
+        self.out_axes = out_axes
+        self.axis_sizes = dict(axis_sizes or {})
+        self.axis_resources = dict(axis_resources or {})
+        self.donate_argnums = donate_argnums
+        self.backend = backend
+        self.conflicts = _resource_conflicts(self.axis_resources)
+        functools.update_wrapper(self, fun, updated=())
+        self._spelling = (f"xmap({getattr(fun, '__name__', 'fun')}, in_axes={in_axes!r}, "
+                          f"out_axes={out_axes!r}"
+                          + (f", axis_sizes={axis_sizes!r}" if axis_sizes else "")
+                          + (f", axis_resources={axis_resources!r}" if axis_resources else "")
+                          + ")")
+
+    def __repr__(self) -> str:
+        return f"<{self._spelling}>"
+
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else functools.partial(self, obj)
+
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            raise AxisTypeError(f"{self._spelling}: keyword arguments are not supported; pass "
+                                f"them positionally (in_axes describes positional arguments)")
+        what = f"{self._spelling}(<inputs>)"
+        for i in self.donate_argnums:
+            if not -len(args) <= i < len(args):
+                raise AxisSpecError(f"{what}: donate_argnums={self.donate_argnums!r} names "
+                                    f"argument {i}, but the call has {len(args)} arguments")
+        in_axes = self.in_axes
+        if isinstance(in_axes, list) and not _is_mapping_safe(in_axes):
+            in_axes = tuple(in_axes)
+        pairs = match_prefix(in_axes, args, _is_leaf, what=what)
+        sizes: dict = {}
+        where: dict = {}
+        leaves = []
+        device = _backend_device(self.backend)
+        outer = _env.bound_axes()
+        for path, leaf, mapping in pairs:
+            label = path_str(path)
+            if not _is_array(leaf):
+                if mapping.entries:
+                    raise AxisTypeError(
+                        f"{what}: {label} is a {type(leaf).__name__}, which has no axes, but "
+                        f"in_axes names {fmt_names(mapping.names)} for it")
+                leaves.append(leaf)
+                continue
+            x = _as_torch(leaf)
+            if device is not None:
+                x = x.to(device)
+            if isinstance(x, NamedTensor):
+                base, before, p = x._data, x._names, x.ndim
+            else:
+                base, before, p = x, (), x.dim()
+            resolved = mapping.resolve(p, what=f"{what}: {label}")
+            for pos, name in resolved:
+                if name in before or name in outer:
+                    raise AxisSpecError(f"{what}: axis {name!r} is already bound by an "
+                                        f"enclosing xmap/vmap; use a new name")
+                s = base.shape[len(before) + pos]
+                if name in sizes and sizes[name] != s:
+                    raise AxisSizeError(
+                        f"{what}: inconsistent sizes for axis {name!r}: {sizes[name]} "
+                        f"({where[name]}) vs {s} ({label}, dim {pos})")
+                sizes.setdefault(name, s)
+                where.setdefault(name, f"{label}, dim {pos}")
+            data, names = to_named(base, resolved, before)
+            leaves.append(NamedTensor._wrap(data, names))
+        for name, s in self.axis_sizes.items():
+            check_name(name, where=f"{what}: axis_sizes")
+            if not isinstance(s, int) or s < 0:
+                raise AxisSizeError(f"{what}: axis_sizes gives axis {name!r} size {s!r}; "
+                                    f"sizes are non-negative ints")
+            if name in sizes and sizes[name] != s:
+                raise AxisSizeError(
+                    f"{what}: inconsistent sizes for axis {name!r}: {s} (axis_sizes) vs "
+                    f"{sizes[name]} ({where[name]})")
+            sizes.setdefault(name, s)
+        for name in self.axis_resources:
+            if name not in sizes:
+                raise AxisResourceError(f"{what}: axis_resources assigns axis {name!r}, which "
+                                        f"no input and no axis_sizes entry defines "
+                                        f"(defined: {fmt_names(sizes)})")
+
+        out_tree: list = []
+
+        def body(named_leaves, engine=None):
+            call_args = _unflatten(args, list(named_leaves))
+            with _env.bind(sizes, resources=self.axis_resources, engine=engine,
+                           conflicts=self.conflicts):
+                out = self.fun(*call_args)
+            out_tree[:] = [out]
+            return _flatten(out)
+
+        if self.axis_resources:
+            from .parallel import run_partitioned
+
+            out_leaves = run_partitioned(
+                body, leaves, axis_sizes=sizes, axis_resources=self.axis_resources,
+                backend=self.backend, donate_argnums=self.donate_argnums)
+        else:
+            out_leaves = body(leaves)
+        out = out_tree[0]
+        out_pairs = match_prefix(self.out_axes, _unflatten(out, out_leaves), _is_leaf,
+                                 what=f"{what}: out_axes")
+        results = []
+        for path, leaf, mapping in out_pairs:
+            label = "the output" if not path else "output" + path_str(path)[len("argument"):]
+            for n in mapping.names:
+                if n not in sizes:
+                    raise AxisSpecError(
+                        f"{what}: out_axes places axis {n!r}, which this xmap does not define "
+                        f"(defined: {fmt_names(sizes)}); name it in in_axes or axis_sizes")
+            if isinstance(leaf, (torch.Tensor, NamedTensor)) or (
+                    mapping.entries and isinstance(leaf, (int, float, bool, complex))):
+                if not isinstance(leaf, (torch.Tensor, NamedTensor)):
+                    leaf = torch.as_tensor(leaf)
+                if isinstance(leaf, torch.Tensor):
+                    leaf = NamedTensor._wrap(leaf, ())
+                leaf = insert_named(leaf, mapping, sizes=sizes, what=f"{what}: {label}",
+                                    strict_names=sizes)
+            elif mapping.entries:
+                raise AxisTypeError(f"{what}: {label} is a {type(leaf).__name__}, but out_axes "
+                                    f"places axes {fmt_names(mapping.names)} on it")
+            results.append(leaf)
+        return _unflatten(out, results)
+
+
+def _is_mapping_safe(spec) -> bool:
+    from ._parsing import is_mapping
+
+    return is_mapping(spec)
+
+
+def _backend_device(backend):
+    if backend is None:
+        return None
+    b = str(backend).lower()
+    if b == "cpu":
+        return torch.device("cpu")
+    if b in ("cuda", "gpu"):
+        return torch.device("cuda")
+    if b in ("xla", "tpu"):
+        from .parallel import backend_device
+
+        return backend_device(b)
+    raise AxisSpecError(f"backend={backend!r}: expected 'cpu', 'cuda'/'gpu' or 'xla'/'tpu'")
+
+
+def xmap(fun: Callable, in_axes: Any, out_axes: Any, *, axis_sizes: Mapping | None = None,
+         axis_resources: Mapping | None = None, donate_argnums=(), backend: str | None = None):
+    """Assign a positional signature to a program that uses named axes.
+
+    Each argument's axes listed in ``in_axes`` become named axes inside ``fun``; each
+    result's named axes are placed back as positional axes per ``out_axes``.  With no
+    ``axis_resources`` the program runs vectorized on one device (like vmap); with
+    them, named axes are split over the mesh axes of the enclosing :class:`Mesh` (or
+    computed in chunks for :class:`SerialLoop`).  Results never depend on resources.
+
+    Args:
+        fun: the named program; arguments and results are tensors or pytrees of them.
+        in_axes: a pytree prefix of the arguments whose leaves are axis mappings
+            (``{pos: name}``, ``['a', 'b', ...]`` or ``'a b ...'``).
+        out_axes: the same for the results.
+        axis_sizes: sizes of axes that no input carries.
+        axis_resources: named axis -> mesh axis (or tuple of them, or ``SerialLoop(n)``).
+        donate_argnums: arguments whose buffers the computation may reuse.
+        backend: ``'cpu'``, ``'cuda'`` or ``'xla'``.
+
+    Returns:
+        The positional function.
+
+    Raises:
+        AxisSizeError: one axis name with two sizes.
+        AxisSpecError: a malformed spec, or an output axis that out_axes leaves unplaced.
+        UnboundAxisError: a name used inside ``fun`` that no enclosing map binds.
+
+    >>> import torch, named_axes as nx
+    >>> f = nx.xmap(lambda x: x, in_axes={0: 'batch'}, out_axes={1: 'batch'})
+    >>> f(torch.zeros(20, 5)).shape
+    torch.Size([5, 20])
+    """
+    if not callable(fun):
+        raise AxisTypeError(f"xmap: fun must be callable, got {type(fun).__name__}")
+    if isinstance(donate_argnums, int):
+        donate_argnums = (donate_argnums,)
+    donate_argnums = tuple(donate_argnums)
+    for i in donate_argnums:
+        if not isinstance(i, int):
+            raise AxisTypeError(f"xmap: donate_argnums must be ints, got {i!r}")
+    for name in dict(axis_resources or {}):
+        check_name(name, where="xmap axis_resources")
+    if axis_sizes is not None and not isinstance(axis_sizes, Mapping):
+        raise AxisTypeError(f"xmap: axis_sizes must be a dict name -> size, got {axis_sizes!r}")
+    if axis_resources is not None and not isinstance(axis_resources, Mapping):
+        raise AxisTypeError(f"xmap: axis_resources must be a dict name -> resource, "
+                            f"got {axis_resources!r}")
+    _validate_spec_tree(in_axes, "in_axes")
+    _validate_spec_tree(out_axes, "out_axes")
+    return _Xmapped(fun, in_axes, out_axes, axis_sizes, axis_resources, donate_argnums, backend)
+
+
+def _validate_spec_tree(spec, what):
+    """Parse every mapping in a spec tree now, so bad specs fail at xmap(), not at call."""
+    from ._parsing import is_mapping
+
+    if is_mapping(spec):
+        parse_mapping(spec)
+    elif isinstance(spec, (list, tuple)):
+        for s in spec:
+            _validate_spec_tree(s, what)
+    elif isinstance(spec, dict):
+        for s in spec.values():
+            _validate_spec_tree(s, what)
+    else:
+        raise AxisSpecError(f"xmap {what}: {spec!r} is neither an axis mapping nor a container "
+                            f"of them")

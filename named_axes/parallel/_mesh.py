@@ -1,0 +1,159 @@
+"""Meshes of devices with named axes, and serial loops: the resources of ``axis_resources``.
+
+A :class:`Mesh` is an n-d numpy array of devices plus one name per array axis.  Inside
+``with Mesh(...)`` its axis names are resources that ``xmap(axis_resources=...)`` can map
+named axes to.  A :class:`SerialLoop` is the other resource: time.  An axis mapped to
+``SerialLoop(k)`` is computed in ``k`` chunks one after the other.
+
+>>> import numpy as np, named_axes as nx
+>>> m = nx.Mesh(np.array(nx.local_devices()), ('x',))
+>>> m.shape
+{'x': 1}
+>>> with m:
+...     nx.parallel.current_mesh() is m
+True
+>>> nx.parallel.current_mesh() is None
+True
+>>> nx.SerialLoop(4)
+SerialLoop(chunks=4)
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Hashable, Iterator, Sequence
+
+from .._errors import AxisResourceError, AxisTypeError
+from ._devices import Device, as_device
+
+__all__ = ["Mesh", "mesh", "SerialLoop", "current_mesh", "mesh_stack"]
+
+
+@dataclass(frozen=True)
+class SerialLoop:
+    """The resource "time": an axis mapped to ``SerialLoop(k)`` runs in ``k`` chunks in turn.
+
+    Peak memory of the mapped part of the program falls to about ``1/k``; results do not
+    change.  The axis size must be divisible by ``k``.
+
+    >>> SerialLoop(2).chunks
+    2
+    """
+
+    chunks: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.chunks, int) or isinstance(self.chunks, bool) or self.chunks < 1:
+            raise AxisResourceError(f"SerialLoop({self.chunks!r}): the number of chunks must be "
+                                    f"a positive int")
+
+
+class _Stack(threading.local):
+    def __init__(self) -> None:
+        self.meshes: list[Mesh] = []
+
+
+_stack = _Stack()
+
+
+def mesh_stack() -> list:
+    """The meshes entered in this thread, outermost first."""
+    return _stack.meshes
+
+
+def current_mesh() -> "Mesh | None":
+    """The innermost mesh in scope in this thread, or None."""
+    return _stack.meshes[-1] if _stack.meshes else None
+
+
+class Mesh:
+    """An n-d array of devices whose axes have names (the resources of ``axis_resources``).
+
+    Args:
+        devices: a numpy array (or nested sequence) of devices: :class:`Device` objects
+            from :func:`named_axes.devices`, ``torch.device`` objects, or int ranks.
+        axis_names: one name per array axis, e.g. ``('x', 'y')``.
+
+    Raises:
+        AxisResourceError: when ``len(axis_names)`` differs from the array's rank, a name
+            repeats, or a device appears twice.
+
+    >>> import numpy as np, named_axes as nx
+    >>> m = nx.Mesh(np.array(nx.local_devices()).reshape(1, 1), ('x', 'y'))
+    >>> m.shape, m.size, m.axis_names
+    ({'x': 1, 'y': 1}, 1, ('x', 'y'))
+    """
+
+    def __init__(self, devices: Any, axis_names: Sequence[Hashable] | Hashable) -> None:
+        import numpy as np
+
+        if isinstance(axis_names, str) or not isinstance(axis_names, (tuple, list)):
+            axis_names = (axis_names,)
+        axis_names = tuple(axis_names)
+        arr = np.asarray(devices, dtype=object) if not isinstance(devices, np.ndarray) else devices
+        if arr.dtype != object:
+            arr = arr.astype(object)
+        if arr.ndim != len(axis_names):
+            raise AxisResourceError(
+                f"Mesh(devices, axis_names={axis_names!r}): devices has {arr.ndim} dims "
+                f"(shape {tuple(arr.shape)}) but {len(axis_names)} axis names were given; "
+                f"reshape the device array to one dim per name")
+        if len(set(axis_names)) != len(axis_names):
+            raise AxisResourceError(f"Mesh: repeated mesh axis name in {axis_names!r}")
+        if arr.size == 0:
+            raise AxisResourceError(f"Mesh(axis_names={axis_names!r}): the device array is empty")
+        flat = [as_device(d) for d in arr.reshape(-1)]
+        if len(set(flat)) != len(flat):
+            raise AxisResourceError(f"Mesh(axis_names={axis_names!r}): a device appears twice in "
+                                    f"{[str(d) for d in flat]}")
+        platforms = {d.platform for d in flat}
+        if len(platforms) > 1:
+            raise AxisTypeError(f"Mesh(axis_names={axis_names!r}): devices of several platforms "
+                                f"{sorted(platforms)}; a mesh holds devices of one kind")
+        out = np.empty(arr.shape, dtype=object)
+        for i, d in enumerate(flat):
+            out.reshape(-1)[i] = d
+        self.devices = out
+        self.axis_names: tuple = axis_names
+        self.platform: str = flat[0].platform
+        self._cache: dict = {}  # engine objects (DeviceMesh, xs.Mesh), built lazily
+
+    @property
+    def shape(self) -> dict:
+        """Mesh axis name -> size."""
+        return dict(zip(self.axis_names, self.devices.shape))
+
+    @property
+    def size(self) -> int:
+        return int(self.devices.size)
+
+    @property
+    def device_ids(self):
+        """The devices' ids as an int numpy array of the mesh's shape."""
+        import numpy as np
+
+        return np.vectorize(lambda d: d.id, otypes=[int])(self.devices)
+
+    @property
+    def flat_devices(self) -> list:
+        return list(self.devices.reshape(-1))
+
+    def __enter__(self) -> "Mesh":
+        _stack.meshes.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _stack.meshes.pop()
+
+    def __repr__(self) -> str:
+        shape = ", ".join(f"{k!r}: {v}" for k, v in self.shape.items())
+        return f"Mesh({{{shape}}}, platform={self.platform!r})"
+
+
+def mesh(devices: Any, axis_names: Sequence[Hashable]) -> Mesh:
+    """Alias of :class:`Mesh` (the name the JAX tutorial uses): ``with nx.mesh(devs, ('x',)):``."""
+    return Mesh(devices, axis_names)
+
+
+def _iter_devices(m: Mesh) -> Iterator[Device]:
+    yield from m.flat_devices
