@@ -39,6 +39,9 @@ class Variant:
     rtol: float = 1e-4
     atol: float = 1e-5
     convert: Callable[[Any], Any] | None = None   # applied to the output before checking
+    # a known limitation of a peer (e.g. JAX 0.4.30 xmap cannot differentiate logsumexp
+    # over a named axis): a failure is reported as n/a with this prefix, not as an error
+    known_limit: str = ""
 
 
 @dataclass
@@ -123,6 +126,9 @@ def measure(variants: list[Variant], *, rounds: int, block_s: float, warmup: int
             r.status, r.note = "n/a", str(e) or "not available"
             continue
         except Exception as e:  # a crash in a variant must not stop the suite
+            if v.known_limit:
+                r.status, r.note = "n/a", f"{v.known_limit}: {_short(e)}"
+                continue
             r.status, r.note = "error", _short(e)
             if verbose:
                 traceback.print_exc()
@@ -131,7 +137,8 @@ def measure(variants: list[Variant], *, rounds: int, block_s: float, warmup: int
             ref_out = out
         else:
             if ref_out is None:
-                raise RuntimeError(f"reference variant {reference!r} must come first and work")
+                r.status, r.note = "error", f"reference variant {reference!r} failed; not checked"
+                continue
             try:
                 r.max_err = check(ref_out, out, v.rtol, v.atol)
             except AssertionError as e:

@@ -1,0 +1,56 @@
+"""Smoke test for the benchmark suite (benchmarks/run.py --quick).
+
+Runs the harness end to end on two small programs, without torch.compile (slow to
+compile on CI): every variant must build and pass its numerical check or be reported
+n/a. No assertion on speed, ever — the numbers are judged from benchmarks/RESULTS.md.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN = os.path.join(ROOT, "benchmarks", "run.py")
+
+
+@pytest.mark.timeout(600)
+def test_quick_benchmark_runs(tmp_path):
+    out = tmp_path / "RESULTS.md"
+    variants = "eager,vmap,fdim,nx.xmap,nx.vg,nx.jit,jax.jit"
+    proc = subprocess.run(
+        [sys.executable, RUN, "--quick", "--programs", "p1_small,p3_chain",
+         "--variants", variants, "--no-p4", "--no-parallel", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=580,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    text = out.read_text()
+    assert "| p1_small |" in text and "| p3_chain |" in text
+    assert "torch eager" in text and "torch " in text and "command:" in text
+    # every variant is checked against plain torch before timing: none may be wrong
+    assert "| WRONG |" not in text and "| wrong |" not in text, text
+
+
+def test_harness_reports_missing_pieces_as_na():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import harness
+    finally:
+        sys.path.pop(0)
+    import torch
+
+    def missing():
+        raise harness.NotAvailable("nx.frobnicate not available")
+
+    x = torch.ones(3)
+    res = harness.measure(
+        [harness.Variant("eager", lambda: (lambda: x * 2)),
+         harness.Variant("same", lambda: (lambda: x + x)),
+         harness.Variant("bad", lambda: (lambda: x * 3)),
+         harness.Variant("absent", missing)],
+        rounds=2, block_s=0.001, warmup=1, verbose=False)
+    assert res["same"].status == "ok" and res["same"].rounds == 2
+    assert res["bad"].status == "wrong"
+    assert res["absent"].status == "n/a" and "frobnicate" in res["absent"].note
