@@ -200,13 +200,11 @@ class NamedTensor:
         return _dispatch(func, args, kwargs or {})
 
     def __getattr__(self, name: str):
-        # Tensor methods not spelled out here go through the dispatcher.
-        method = getattr(_Tensor, name, None)
-        if method is None or name.startswith("__"):
-            raise AttributeError(f"'NamedTensor' object has no attribute {name!r}")
-        if not callable(method):
-            return _dispatch(method.__get__, (self,), {}) if hasattr(method, "__get__") else method
-        return lambda *args, **kwargs: _dispatch(method, (self, *args), kwargs)
+        # Tensor attributes not spelled out here: plain metadata comes from the physical
+        # tensor; methods are bound once at import (see _bind_tensor_methods).
+        if not name.startswith("__") and hasattr(_Tensor, name):
+            return getattr(self._data, name)
+        raise AttributeError(f"'NamedTensor' object has no attribute {name!r}")
 
     def __getitem__(self, index):
         return _dispatch(_Tensor.__getitem__, (self, index), {})
@@ -299,3 +297,26 @@ __irshift__ __imatmul__""".split():
     if hasattr(_Tensor, _name):
         setattr(NamedTensor, _name, _make_operator(_name))
 del _name
+
+
+def _make_method(name: str, method):
+    def bound(self, *args, **kwargs):
+        return _dispatch(method, (self, *args), kwargs)
+    bound.__name__ = bound.__qualname__ = name
+    bound.__doc__ = f"``Tensor.{name}`` on the positional axes (names allowed where a dim goes)."
+    return bound
+
+
+def _bind_tensor_methods() -> None:
+    """Every public Tensor method becomes a NamedTensor method that goes through the
+    dispatcher: one class attribute each, so calls need no __getattr__ round trip and
+    torch.compile sees ordinary methods."""
+    for name in dir(_Tensor):
+        if name.startswith("_") or name in NamedTensor.__dict__:
+            continue
+        method = getattr(_Tensor, name, None)
+        if callable(method) and not isinstance(method, type):
+            setattr(NamedTensor, name, _make_method(name, method))
+
+
+_bind_tensor_methods()
