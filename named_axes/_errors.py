@@ -19,6 +19,9 @@ __all__ = [
     "fmt_name",
     "fmt_names",
     "fmt_named_shape",
+    "unbound_message",
+    "size_clash_message",
+    "rank_failure_message",
 ]
 
 
@@ -71,3 +74,42 @@ def describe(value: Any) -> str:
     if shape is not None:
         return f"{type(value).__name__}(shape={tuple(shape)})"
     return type(value).__name__
+
+
+def unbound_message(name: Hashable, bound: Iterable[Hashable], *, op: str | None = None,
+                    carried: Iterable[Hashable] | None = None) -> str:
+    """The one spelling of "this name is not bound" (SPEC §6), for every raiser to share.
+
+    >>> unbound_message('foo', {'batch': 2, 'hidden': 3})
+    "axis 'foo' is not bound here (bound: 'batch', 'hidden')"
+    >>> unbound_message('foo', {}, op='Tensor.sum', carried=('a',))
+    "Tensor.sum: axis 'foo' is not bound here (bound: none); the value's named axes are 'a'"
+    """
+    msg = f"axis {name!r} is not bound here (bound: {fmt_names(bound)})"
+    if op:
+        msg = f"{op}: {msg}"
+    if carried is not None:
+        msg += f"; the value's named axes are {fmt_names(carried)}"
+    return msg
+
+
+def size_clash_message(name: Hashable, size_a: int, where_a: str, size_b: int,
+                       where_b: str) -> str:
+    """The one spelling of "one name, two sizes" (SPEC §6).
+
+    >>> size_clash_message('i', 5, 'argument 0, dim 0', 7, 'argument 1, dim 0')
+    "inconsistent sizes for axis 'i': 5 (argument 0, dim 0) vs 7 (argument 1, dim 0)"
+    """
+    return f"inconsistent sizes for axis {name!r}: {size_a} ({where_a}) vs {size_b} ({where_b})"
+
+
+def rank_failure_message(rank: int, world_size: int, what: str, detail: str = "") -> str:
+    """How a multi-process run reports the rank that ended it (raised, died, or hung).
+
+    >>> rank_failure_message(2, 4, 'exited with code -9')
+    'rank 2 of 4 exited with code -9'
+    >>> rank_failure_message(1, 2, 'raised', 'ValueError: boom')
+    'rank 1 of 2 raised: ValueError: boom'
+    """
+    msg = f"rank {rank} of {world_size} {what}"
+    return f"{msg}: {detail}" if detail else msg
