@@ -193,12 +193,14 @@ def make_p1(batch, n_in, n_hidden, n_classes, *, rtol=1e-4, atol=1e-5) -> list[V
         return _grad_step(loss, params, images, labels)
 
     def fdim():
+        # first-class dims for batch and classes; matmuls stay positional (functorch.dim's
+        # lazy `(a * b).sum(d)` dot materializes the product in torch 2.13: 10x slower)
         dims = fdim_dims()
 
         def loss(w1, w2, images, labels):
-            b, i, h, c = dims(4)
-            hidden = (images[b, i] * w1[i, h]).sum(i).relu()
-            logits = (hidden * w2[h, c]).sum(h)
+            b, c = dims(2)
+            hidden = torch.relu(images[b] @ w1)
+            logits = (hidden @ w2)[c]
             predictions = logits - logits.logsumexp(c)
             targets = (labels[b] == c).to(predictions.dtype)
             return -(targets * predictions).sum(c).mean(b)
@@ -350,6 +352,7 @@ def p2_named_loss(nx):
     """The block per (batch, seq[, kv], heads): positional axes are model / head_dim only."""
     lax = getattr(nx, "lax", None)
     has_lax = lax is not None and hasattr(lax, "pmean") and hasattr(lax, "psum")
+    has_einsum = hasattr(nx, "einsum")
 
     def block(x, xkv, g1, b1, wq, wk, wv, wo, g2, b2, w1, c1, w2, c2):
         D = x.shape[-1]
@@ -361,7 +364,10 @@ def p2_named_loss(nx):
         v = hkv @ wv
         s = torch.einsum("k,k->", q, k) / math.sqrt(K)  # {batch, seq, kv, heads} ()
         a = s.softmax("kv")
-        o = torch.einsum("{kv},{kv}k->k", a, v)       # {batch, seq, heads} (K,)
+        if has_einsum:
+            o = torch.einsum("{kv},{kv}k->k", a, v)   # {batch, seq, heads} (K,)
+        else:  # slow: materializes {batch, seq, kv, heads} (K,)
+            o = (a.unsqueeze(-1) * v).sum("kv")
         if has_lax:
             y = lax.psum(o @ wo, "heads")              # {batch, seq} (D,)
         else:
@@ -398,29 +404,24 @@ def make_p2(*, rtol=2e-4, atol=2e-5, **sizes) -> list[Variant]:
         return _grad_step(loss, params)
 
     def fdim():
+        # batch, seq (kv for keys) and heads as first-class dims; positional model/head dims
         dims = fdim_dims()
 
-        def ln(t, d, g, b):
-            mu = t.mean(d)
-            c = t - mu
-            var = (c * c).mean(d)
-            return c * torch.rsqrt(var + 1e-5) * g[d] + b[d]
-
         def loss(g1, b1, wq, wk, wv, wo, g2, b2, w1, c1, w2, c2):
-            b, s, kv, hd, k, d, f = dims(7)
+            b, s, kv, hd = dims(4)
             K = wq.shape[-1]
-            h = ln(x[b, s, d], d, g1, b1)
-            hkv = ln(x[b, kv, d], d, g1, b1)
-            q = (h * wq[d, hd, k]).sum(d)
-            kk = (hkv * wk[d, hd, k]).sum(d)
-            vv = (hkv * wv[d, hd, k]).sum(d)
-            a = ((q * kk).sum(k) / math.sqrt(K)).softmax(kv)
-            o = (a * vv).sum(kv)
-            xs = x[b, s, d] + (o * wo[hd, k, d]).sum((hd, k))
-            h2 = ln(xs, d, g2, b2)
-            m = F.gelu((h2 * w1[d, f]).sum(d) + c1[f])
-            xs = xs + (m * w2[f, d]).sum(f) + c2[d]
-            return (xs * xs).mean((b, s, d))
+            xs = x[b, s]
+            h = F.layer_norm(xs, (D,), g1, b1)
+            hkv = F.layer_norm(x[b, kv], (D,), g1, b1)
+            q = h @ wq[:, hd]
+            k = hkv @ wk[:, hd]
+            v = hkv @ wv[:, hd]
+            a = ((q * k).sum(-1) / math.sqrt(K)).softmax(kv)
+            o = a.order(kv) @ v.order(kv)
+            xs = xs + (o @ wo[hd]).sum(hd)
+            h2 = F.layer_norm(xs, (D,), g2, b2)
+            xs = xs + F.gelu(h2 @ w1 + c1) @ w2 + c2
+            return (xs * xs).mean(-1).mean((b, s))
         return _grad_step(loss, params)
 
     def _nx_f(nx):

@@ -242,7 +242,7 @@ def p4_cases():
         jax, jnp = programs.jax_modules()
         v = [x for x in programs.make_p1(8, 16, 16, 4) if x.key == "jax.jit"][0]
         jax.clear_caches()
-        return v.build
+        return lambda: v.build()()
 
     return [("P1 small loss+grads", "torch.compile", p1_compile),
             ("P1 small loss+grads", "nx.jit", p1_nxjit),
@@ -416,11 +416,15 @@ def main(argv=None) -> int:
                          + ", ".join(k for k, _ in COLUMNS))
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--block-ms", type=float, default=None)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch.set_num_threads (default: torch's own choice)")
     ap.add_argument("--no-p4", action="store_true", help="skip trace+compile timing")
     ap.add_argument("--no-overhead", action="store_true", help="skip per-op overhead table")
     ap.add_argument("--no-parallel", action="store_true", help="skip bench_parallel.main()")
     args = ap.parse_args(argv[1:])
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     rounds = args.rounds or (3 if args.quick else 25)
     block_s = (args.block_ms or (5.0 if args.quick else 60.0)) / 1000
     warmup = 1 if args.quick else 3
