@@ -73,6 +73,8 @@ class Mesh:
         devices: a numpy array (or nested sequence) of devices: :class:`Device` objects
             from :func:`named_axes.devices`, ``torch.device`` objects, or int ranks.
         axis_names: one name per array axis, e.g. ``('x', 'y')``.
+        outputs: under torch.distributed, ``'full'`` (default) gives xmap's callers full
+            tensors on every rank; ``'dtensor'`` gives the DTensors as computed.
 
     Raises:
         AxisResourceError: when ``len(axis_names)`` differs from the array's rank, a name
@@ -84,8 +86,14 @@ class Mesh:
     ({'x': 1, 'y': 1}, 1, ('x', 'y'))
     """
 
-    def __init__(self, devices: Any, axis_names: Sequence[Hashable] | Hashable) -> None:
+    def __init__(self, devices: Any, axis_names: Sequence[Hashable] | Hashable, *,
+                 outputs: str = "full") -> None:
         import numpy as np
+
+        if outputs not in ("full", "dtensor"):
+            raise AxisResourceError(f"Mesh(outputs={outputs!r}): expected 'full' (full tensors "
+                                    f"on every rank) or 'dtensor' (DTensors as computed)")
+        self.outputs = outputs
 
         if isinstance(axis_names, str) or not isinstance(axis_names, (tuple, list)):
             axis_names = (axis_names,)
@@ -150,9 +158,9 @@ class Mesh:
         return f"Mesh({{{shape}}}, platform={self.platform!r})"
 
 
-def mesh(devices: Any, axis_names: Sequence[Hashable]) -> Mesh:
+def mesh(devices: Any, axis_names: Sequence[Hashable], **kwargs: Any) -> Mesh:
     """Alias of :class:`Mesh` (the name the JAX tutorial uses): ``with nx.mesh(devs, ('x',)):``."""
-    return Mesh(devices, axis_names)
+    return Mesh(devices, axis_names, **kwargs)
 
 
 def _iter_devices(m: Mesh) -> Iterator[Device]:

@@ -1,0 +1,95 @@
+"""Parallelism: run a named program over a mesh of devices, or in serial chunks.
+
+``xmap(..., axis_resources={'batch': 'x'})`` inside ``with nx.Mesh(devices, ('x',))``
+splits every value that carries ``batch`` over mesh axis ``x``.  A plan (pure Python,
+:mod:`._plan`) decides where each named axis lives; engines execute it:
+
+- local: the mesh axes used have size 1 — the program runs vectorized, as without resources;
+- :mod:`._serial`: axes mapped to ``SerialLoop(k)`` run in ``k`` chunks;
+- :mod:`._dtensor`: torch.distributed, one process per device (``torchrun``), DTensors;
+- :mod:`._xla`: torch-xla SPMD, ``mark_sharding`` over an XLA mesh.
+
+Results never depend on the resources, only where and how they are computed.
+See ``docs/parallelism.md``.
+
+>>> import numpy as np, torch, named_axes as nx
+>>> f = nx.xmap(lambda x: nx.lax.psum(x, 'b'), in_axes=['b', ...], out_axes=[...],
+...             axis_resources={'b': 'x'})
+>>> with nx.Mesh(np.array(nx.local_devices()), ('x',)):
+...     f(torch.ones(4, 2))
+tensor([4., 4.])
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from ._devices import (Device, backend_device, device_count, device_get, device_put,
+                       device_put_replicated, device_put_sharded, devices, local_device_count,
+                       local_devices, process_count, process_index)
+from ._mesh import Mesh, SerialLoop, current_mesh, mesh
+from ._plan import Plan, make_plan, resource_conflicts
+
+__all__ = [
+    "Mesh", "mesh", "SerialLoop", "pmap", "devices", "local_devices", "device_count",
+    "local_device_count", "process_index", "process_count", "device_put",
+    "device_put_replicated", "device_put_sharded", "device_get", "Device", "Plan",
+    "make_plan", "resource_conflicts", "run_partitioned", "current_mesh", "backend_device",
+    "plan_for",
+]
+
+
+def plan_for(axis_resources: Mapping, axis_sizes: Mapping, *, what: str = "xmap") -> Plan:
+    """The plan ``axis_resources`` gives under the mesh now in scope (checks SPEC §5)."""
+    m = current_mesh()
+    return make_plan(axis_resources, mesh_shape=m.shape if m is not None else None,
+                     axis_sizes=axis_sizes, what=what)
+
+
+def _mesh_engine(plan: Plan, m: Mesh | None, backend: str | None):
+    b = (backend or "").lower()
+    if m is None or not plan.mesh_axes:
+        return None
+    if m.platform == "xla" or b in ("xla", "tpu"):
+        from ._xla import XlaEngine
+
+        return XlaEngine(plan, m)
+    if not plan.uses_mesh:
+        return None  # every mesh axis used has size 1: plain vectorized execution is exact
+    from ._dtensor import DTensorEngine
+
+    return DTensorEngine(plan, m, outputs=m.outputs)
+
+
+def run_partitioned(body: Callable, named_args: list, *, axis_sizes: Mapping,
+                    axis_resources: Mapping, backend: str | None = None,
+                    donate_argnums: Sequence[int] = ()) -> list:
+    """Run ``body(named_leaves, engine=...)`` with named axes placed per ``axis_resources``.
+
+    The entry point xmap uses (see docs/CONTRACT.md).  ``named_args`` are the flat
+    argument leaves (NamedTensors holding full logical values, or other leaves);
+    returns the flat output leaves as full values (or DTensors with
+    ``Mesh(..., outputs='dtensor')``).  ``donate_argnums`` is accepted; no engine here
+    reuses input buffers yet, so inputs are left intact.
+
+    Raises:
+        AxisResourceError: the SPEC §5 checks (no mesh, unknown mesh axis, sizes not
+            divisible, conflicting axes in one value).
+    """
+    m = current_mesh()
+    plan = plan_for(axis_resources, axis_sizes)
+    inner = _mesh_engine(plan, m, backend)
+    if plan.loops:
+        from ._serial import SerialEngine
+
+        return SerialEngine(plan.loops, axis_sizes, inner).run(body, list(named_args))
+    if inner is None:
+        return body(list(named_args))
+    return inner.run(body, list(named_args))
+
+
+def __getattr__(name: str) -> Any:  # pmap imports xmap: bind it late
+    if name == "pmap":
+        from ._pmap import pmap
+
+        return pmap
+    raise AttributeError(f"module 'named_axes.parallel' has no attribute {name!r}")

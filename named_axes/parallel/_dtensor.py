@@ -1,0 +1,140 @@
+"""The torch.distributed engine: named axes split over a ``DeviceMesh`` as DTensors.
+
+One process per device, launched by ``torchrun`` (gloo on CPU, nccl on GPU).  Every
+rank passes the full, global inputs.  Each input becomes a DTensor whose placements
+follow the plan (``Shard(d)`` on the mesh axes its named axes are mapped to,
+``Replicate()`` elsewhere; made from the rank's own slice, so nothing moves), and the
+program then runs on DTensors: DTensor's sharding propagation and collectives do the
+rest — a sum over a sharded named axis becomes a ``Partial`` placement that DTensor
+all-reduces when needed.  Outputs come back as full tensors on every rank (a
+collective: every rank must call), or as DTensors with ``Mesh(..., outputs='dtensor')``.
+
+Gradients flow: the input conversion is an autograd function whose backward gathers
+the gradient to a full tensor, so ``x.grad`` on every rank is the full gradient.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from .._errors import AxisResourceError
+from .._tensor import NamedTensor
+
+__all__ = ["DTensorEngine", "device_mesh"]
+
+
+def device_mesh(m) -> Any:
+    """The ``DeviceMesh`` of a :class:`Mesh` (built once, on first use, on every rank)."""
+    dm = m._cache.get("device_mesh")
+    if dm is None:
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import DeviceMesh
+
+        if not (dist.is_available() and dist.is_initialized()):
+            raise AxisResourceError(
+                f"{m!r} spans {m.size} devices, but torch.distributed is not initialized; "
+                f"launch with `torchrun --nproc-per-node={m.size} ...` and call "
+                f"torch.distributed.init_process_group() (or use backend='xla')")
+        world = dist.get_world_size()
+        ids = torch.as_tensor(m.device_ids.astype("int64"))
+        if int(ids.max()) >= world:
+            raise AxisResourceError(f"{m!r} names rank {int(ids.max())}, but the process group "
+                                    f"has {world} ranks")
+        device_type = "cuda" if m.platform == "cuda" else "cpu"
+        dm = DeviceMesh(device_type, ids, mesh_dim_names=tuple(str(a) for a in m.axis_names))
+        m._cache["device_mesh"] = dm
+    return dm
+
+
+def _placements(plan, names: tuple, ndim: int):
+    from torch.distributed.tensor import Replicate, Shard
+
+    return [Replicate() if d is None else Shard(d) for _, d in plan.placements(names, ndim)]
+
+
+class _Distribute(torch.autograd.Function):
+    """Full tensor -> DTensor (this rank's slice); backward: gradient -> full tensor."""
+
+    @staticmethod
+    def forward(x, dm, placements):
+        from torch.distributed.tensor import distribute_tensor
+
+        return distribute_tensor(x.detach(), dm, placements, src_data_rank=None)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, g):
+        if type(g).__name__ == "DTensor":
+            g = g.full_tensor()
+        return g, None, None
+
+
+def distribute(x: torch.Tensor, dm, placements) -> torch.Tensor:
+    """Split a full tensor over ``dm`` per ``placements`` (differentiable)."""
+    if x.requires_grad and torch.is_grad_enabled():
+        return _Distribute.apply(x, dm, placements)
+    from torch.distributed.tensor import distribute_tensor
+
+    return distribute_tensor(x, dm, placements, src_data_rank=None)
+
+
+def to_full(x: Any) -> Any:
+    """DTensor -> full tensor (all-gather / all-reduce as the placements need)."""
+    if type(x).__name__ == "DTensor":
+        return x.full_tensor()
+    return x
+
+
+class DTensorEngine:
+    """Runs a named program on DTensors over the :class:`Mesh`'s ``DeviceMesh``."""
+
+    def __init__(self, plan, mesh, *, outputs: str = "full") -> None:
+        self.plan = plan
+        self.mesh = mesh
+        self.outputs = outputs
+        self.device_mesh = device_mesh(mesh)
+        self.device = torch.device(self.device_mesh.device_type, torch.cuda.current_device()) \
+            if self.device_mesh.device_type == "cuda" else torch.device("cpu")
+
+    def to_dtensor(self, leaf: Any, what: str = "an input") -> Any:
+        """One input leaf -> a NamedTensor over a DTensor placed per the plan."""
+        if isinstance(leaf, NamedTensor):
+            data, names = leaf._data, leaf._names
+        elif isinstance(leaf, torch.Tensor):
+            data, names = leaf, ()
+        else:
+            return leaf
+        if type(data).__name__ == "DTensor":
+            return leaf
+        self.plan.check_value(names, what)
+        for n in names:
+            if not self.plan.in_mesh_order(n):
+                axes = self.plan.mesh_axes[n]
+                raise AxisResourceError(
+                    f"axis_resources maps axis {n!r} to mesh axes {axes!r}, against the mesh's "
+                    f"axis order {self.plan.mesh_axis_names!r}; the DTensor engine splits a dim "
+                    f"over several mesh axes in mesh order only: list them in that order")
+        if data.device != self.device:
+            data = data.to(self.device)
+        dt = distribute(data, self.device_mesh,
+                        _placements(self.plan, names, data.dim() - len(names)))
+        return NamedTensor._wrap(dt, names) if isinstance(leaf, NamedTensor) else dt
+
+    def from_dtensor(self, leaf: Any) -> Any:
+        if self.outputs == "dtensor":
+            return leaf
+        if isinstance(leaf, NamedTensor):
+            return NamedTensor._wrap(to_full(leaf._data), leaf._names)
+        return to_full(leaf)
+
+    def run(self, body: Callable, leaves: list, engine: Any = None) -> list:
+        from torch.distributed.tensor.experimental import implicit_replication
+
+        dleaves = [self.to_dtensor(x, f"argument leaf {i}") for i, x in enumerate(leaves)]
+        with implicit_replication():
+            outs = body(dleaves, engine=engine if engine is not None else self)
+            return [self.from_dtensor(o) for o in outs]

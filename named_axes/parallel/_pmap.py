@@ -1,0 +1,111 @@
+"""``pmap``: map a function over a leading axis split across devices (JAX's pmap).
+
+Built on xmap: the mapped axis gets a name (``axis_name`` or a private one), and that
+name is mapped to a one-dimensional mesh over ``devices`` (default: every device of
+the job).  The axis size must be divisible by the number of devices; with one device
+(the CPU) pmap runs vectorized.  Collectives over ``axis_name`` work inside, and
+results that lack the axis are replicated along it in the output, as in JAX.
+
+>>> import torch, named_axes as nx
+>>> f = nx.pmap(lambda x: x - nx.lax.pmean(x, 'i'), axis_name='i')
+>>> f(torch.tensor([1., 2., 3.]))
+tensor([-1.,  0.,  1.])
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Hashable, Sequence
+
+import torch
+
+from .._errors import AxisSpecError
+
+__all__ = ["pmap"]
+
+_counter = itertools.count()
+
+
+class _PmapAxis:
+    """A private axis name for ``pmap(fun)`` with no ``axis_name``."""
+
+    def __init__(self) -> None:
+        self.n = next(_counter)
+
+    def __repr__(self) -> str:
+        return f"<pmap axis {self.n}>"
+
+
+class _PmapMeshAxis(_PmapAxis):
+    def __repr__(self) -> str:
+        return f"<pmap mesh axis {self.n}>"
+
+
+def _spec(ax: Any, name: Hashable, what: str) -> Any:
+    if ax is None:
+        return {}
+    if isinstance(ax, int) and not isinstance(ax, bool):
+        return {ax: name}
+    if isinstance(ax, (tuple, list)):
+        return type(ax)(_spec(a, name, what) for a in ax)
+    if isinstance(ax, dict):
+        return {k: _spec(v, name, what) for k, v in ax.items()}
+    raise AxisSpecError(f"pmap: {what}={ax!r}: expected an int, None, or a tuple/list/dict of them")
+
+
+def _mapped_size(args: tuple, in_axes: Any) -> int | None:
+    per_arg = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
+    for a, ax in zip(args, per_arg):
+        if isinstance(ax, int) and isinstance(a, torch.Tensor):
+            return a.shape[ax]
+        if isinstance(ax, (tuple, list)) and isinstance(a, (tuple, list)):
+            s = _mapped_size(tuple(a), ax)
+            if s is not None:
+                return s
+    return None
+
+
+def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
+         out_axes: Any = 0, devices: Sequence[Any] | None = None, axis_size: int | None = None,
+         backend: str | None = None, donate_argnums: Sequence[int] = ()) -> Callable:
+    """Map ``fun`` over axis ``in_axes`` of its arguments, split across ``devices``.
+
+    Args:
+        fun: the per-example function; collectives over ``axis_name`` work inside.
+        axis_name: the name collectives use for the mapped axis.
+        in_axes: per argument, the mapped dim (int) or None (not mapped); one int for all.
+        out_axes: where the mapped axis goes in each output (None: the output must not
+            carry it; it is replicated).
+        devices: the devices to split over (default: all of :func:`named_axes.devices`).
+        axis_size: the size when no argument is mapped.
+        backend: ``'cpu'``, ``'cuda'`` or ``'xla'``.
+
+    Raises:
+        AxisResourceError: the axis size is not divisible by the number of devices.
+    """
+    import numpy as np
+
+    from .. import xmap
+    from ._devices import devices as all_devices
+    from ._mesh import Mesh
+
+    name = axis_name if axis_name is not None else _PmapAxis()
+    mesh_axis = _PmapMeshAxis()
+    xin = _spec(in_axes, name, "in_axes")
+    xout = _spec(out_axes, name, "out_axes")
+
+    def mapped(*args):
+        size = _mapped_size(args, in_axes)
+        if size is None and axis_size is None:
+            raise AxisSpecError(f"pmap({getattr(fun, '__name__', 'fun')}, in_axes={in_axes!r}): "
+                                f"no argument is mapped; give axis_size=")
+        n = size if size is not None else axis_size
+        devs = list(devices) if devices is not None else all_devices(backend)
+        f = xmap(fun, in_axes=xin if isinstance(in_axes, (tuple, list)) or args else xin,
+                 out_axes=xout, axis_sizes={name: n}, axis_resources={name: mesh_axis},
+                 backend=backend, donate_argnums=donate_argnums)
+        with Mesh(np.array(devs, dtype=object), (mesh_axis,)):
+            return f(*args)
+
+    mapped.__name__ = f"pmap({getattr(fun, '__name__', 'fun')})"
+    mapped.__wrapped__ = fun
+    return mapped

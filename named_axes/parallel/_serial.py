@@ -1,0 +1,278 @@
+"""The serial-loop engine: axes mapped to ``SerialLoop(k)`` are computed in ``k`` chunks.
+
+Each chunk runs the whole program on a ``1/k`` slice of every input along the loop
+axis (a view: nothing is copied), so the peak memory of the mapped part falls to
+about ``1/k``.  Outputs that carry the loop axis are concatenated; outputs that lack
+it are replicated along it and taken from the first chunk.
+
+Collectives over a loop axis need every chunk.  ``psum``, ``pmean``, ``pmax``,
+``pmin`` and ``pdot`` are computed exactly by *replay*: the first pass runs each chunk
+up to the first such collective, records its chunk-local partial result and stops
+there; the partials are combined (sum / max / min); the next pass runs every chunk
+again, now answering that collective with the combined value, up to the next one; and
+so on.  A program with ``c`` collectives over loop axes costs at most ``c + 1``
+partial passes and stays exact and differentiable.  ``axis_index`` gives each chunk
+its global indices.  Collectives whose result is not a reduction (``all_gather``,
+``ppermute``, ``pshuffle``, ``all_to_all``, ``psum_scatter``) over a loop axis raise
+:class:`SerialLoopError`.
+
+Random ops draw from a generator seeded per chunk (the same in every pass), so results
+are reproducible for a given seed but differ from the vectorized run's draws.
+
+>>> import torch, named_axes as nx
+>>> f = nx.xmap(lambda x: x * 2, in_axes=['i', ...], out_axes=['i', ...],
+...             axis_resources={'i': nx.SerialLoop(2)})
+>>> f(torch.arange(4.))
+tensor([0., 2., 4., 6.])
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+from functools import reduce
+from typing import Any, Callable, Hashable
+
+import torch
+
+from .._errors import AxisResourceError
+from .._tensor import NamedTensor
+
+__all__ = ["SerialEngine", "SerialLoopError"]
+
+
+class SerialLoopError(AxisResourceError):
+    """A collective over a ``SerialLoop`` axis that cannot be computed chunk by chunk."""
+
+
+class _Pause(BaseException):
+    """Stops a chunk at the first collective whose cross-chunk value is not known yet."""
+
+
+_REDUCING = {"psum": "sum", "pmean": "sum", "pdot": "sum", "pmax": "max", "pmin": "min"}
+_UNSUPPORTED = ("all_gather", "ppermute", "pshuffle", "all_to_all", "psum_scatter")
+
+
+def _as_tuple(axis_name: Any) -> tuple:
+    return tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+
+
+def _carries(x: Any, name: Hashable) -> bool:
+    return isinstance(x, NamedTensor) and name in x._names
+
+
+class SerialEngine:
+    """Runs ``body`` chunk by chunk over the loop axes of a plan (see the module docstring).
+
+    Args:
+        loops: named axis -> number of chunks.
+        axis_sizes: named axis -> full size.
+        inner: the engine that runs each chunk (``None``: plain local execution).
+    """
+
+    def __init__(self, loops: dict, axis_sizes: dict, inner: Any = None) -> None:
+        self.loops = dict(loops)
+        self.names = tuple(self.loops)
+        self.sizes = dict(axis_sizes)
+        self.inner = inner
+        self._known: list = []       # per collective index: {key: combined value}
+        self._sigs: list = []        # per collective index: (op, names) for a sanity check
+        self._pending: dict = {}
+        self._chunk: tuple = ()
+        self._call = 0
+        self._bypass = 0
+        self.passes = 0              # how many passes the last run needed
+
+    # -- running -------------------------------------------------------------------------
+    def chunk_size(self, name: Hashable) -> int:
+        return self.sizes[name] // self.loops[name]
+
+    def _slice(self, leaf: Any, chunk: tuple) -> Any:
+        if not isinstance(leaf, NamedTensor):
+            return leaf
+        data = leaf._data
+        for name, c in zip(self.names, chunk):
+            if name in leaf._names:
+                s = self.chunk_size(name)
+                data = data.narrow(leaf._names.index(name), c * s, s)
+        return NamedTensor._wrap(data, leaf._names)
+
+    def run(self, body: Callable, leaves: list) -> list:
+        """Run ``body`` over every chunk (replaying for loop collectives); the full outputs."""
+        grid = list(itertools.product(*(range(self.loops[n]) for n in self.names)))
+        seed = int(torch.randint(0, 2**62, ()).item())
+        self._known, self._sigs, self.passes = [], [], 0
+        while True:
+            self.passes += 1
+            self._pending, paused = {}, False
+            outs = []
+            for lin, chunk in enumerate(grid):
+                self._chunk, self._call = chunk, 0
+                sliced = [self._slice(x, chunk) for x in leaves]
+                try:
+                    with torch.random.fork_rng(devices=[]):
+                        torch.manual_seed(seed + lin)
+                        outs.append(self._run_chunk(body, sliced))
+                except _Pause:
+                    paused = True
+            if not paused:
+                return self._assemble(outs, grid)
+            op, _ = self._sigs[len(self._known)]
+            how = _REDUCING[op]
+            fn = {"sum": torch.add, "max": torch.maximum, "min": torch.minimum}[how]
+            self._known.append({k: reduce(fn, v) for k, v in self._pending.items()})
+
+    def _run_chunk(self, body: Callable, sliced: list) -> list:
+        if self.inner is not None:
+            return self.inner.run(body, sliced, engine=self)
+        return body(sliced, engine=self)
+
+    def _assemble(self, outs: list, grid: list) -> list:
+        if not outs:
+            return []
+        index = {c: i for i, c in enumerate(grid)}
+        result = []
+        for j, first in enumerate(outs[0]):
+            if not isinstance(first, NamedTensor) or not any(n in first._names for n in self.names):
+                result.append(first)
+                continue
+
+            def build(prefix: tuple, depth: int):
+                if depth == len(self.names):
+                    return outs[index[prefix]][j]._data
+                name = self.names[depth]
+                if name not in first._names:
+                    return build(prefix + (0,), depth + 1)
+                parts = [build(prefix + (c,), depth + 1) for c in range(self.loops[name])]
+                return torch.cat(parts, dim=first._names.index(name))
+
+            result.append(NamedTensor._wrap(build((), 0), first._names))
+        return result
+
+    # -- collectives (looked up by nx.lax on the frame's engine) --------------------------
+    @contextlib.contextmanager
+    def _bypassed(self):
+        self._bypass += 1
+        try:
+            yield
+        finally:
+            self._bypass -= 1
+
+    def __getattr__(self, op: str):
+        if op.startswith("_"):
+            raise AttributeError(op)
+        if self._bypass:  # let nx.lax compute the default, chunk-local result
+            raise AttributeError(op)
+        if op in _REDUCING:
+            return lambda *a, **k: self._reducing(op, *a, **k)
+        if op in _UNSUPPORTED:
+            return lambda *a, **k: self._unsupported(op, *a, **k)
+        if op == "axis_index":
+            return self._axis_index
+        inner = self.__dict__.get("inner")
+        if inner is not None:
+            return getattr(inner, op)
+        raise AttributeError(op)
+
+    def _default(self, op: str, *args, **kwargs):
+        """The collective as if no loop existed (on this chunk), computed by nx.lax."""
+        with self._bypassed():
+            try:
+                from .. import lax
+            except ImportError:
+                lax = None
+            fn = getattr(lax, op, None) if lax is not None else None
+            if fn is not None:
+                return fn(*args, **kwargs)
+            return _fallback(op, *args, **kwargs)
+
+    def _reducing(self, op: str, *args, **kwargs):
+        if op == "pdot":
+            x, y, axis_name = args[0], args[1], args[2] if len(args) > 2 else kwargs["axis_name"]
+            operands = (x, y)
+        else:
+            x, axis_name = args[0], args[1] if len(args) > 1 else kwargs["axis_name"]
+            operands = (x,)
+        names = _as_tuple(axis_name)
+        carried = [n for n in self.names if n in names and any(_carries(v, n) for v in operands)]
+        if op == "pmean" and carried:
+            total = self._reducing("psum", *args, **kwargs)
+            return total / _prod(self.sizes.get(n) or _env_size(n) for n in names)
+        local = self._default(op, *args, **kwargs)
+        if not carried:
+            return local
+        j = self._call
+        self._call += 1
+        key = tuple(c for n, c in zip(self.names, self._chunk) if n not in carried)
+        if j < len(self._known):
+            if self._sigs[j] != (op, names):
+                raise SerialLoopError(
+                    f"{op}(axis_name={axis_name!r}) under SerialLoop: the program called "
+                    f"collectives in a different order in another chunk ({self._sigs[j]}); "
+                    f"SerialLoop needs the same sequence of collectives in every chunk")
+            return self._known[j][key]
+        if j == len(self._sigs):
+            self._sigs.append((op, names))
+        self._pending.setdefault(key, []).append(local)
+        raise _Pause()
+
+    def _unsupported(self, op: str, *args, **kwargs):
+        axis_name = args[1] if len(args) > 1 else kwargs.get("axis_name")
+        names = _as_tuple(axis_name)
+        loops = [n for n in names if n in self.loops]
+        if loops:
+            n = loops[0]
+            raise SerialLoopError(
+                f"{op}(x, axis_name={axis_name!r}): axis {n!r} (size {self.sizes[n]}) is mapped "
+                f"to SerialLoop({self.loops[n]}), and {op} needs values from several chunks at "
+                f"once, which a serial loop never holds; map {n!r} to a mesh axis or drop it "
+                f"from axis_resources")
+        return self._default(op, *args, **kwargs)
+
+    def _axis_index(self, axis_name: Hashable):
+        if axis_name not in self.loops:
+            return self._default("axis_index", axis_name)
+        s = self.chunk_size(axis_name)
+        c = self._chunk[self.names.index(axis_name)]
+        return NamedTensor._wrap(torch.arange(c * s, (c + 1) * s), (axis_name,))
+
+    def check_named_op(self, op: str, names: tuple) -> None:
+        """Raise for an op (not a collective) that mixes values along a loop axis."""
+        for n in names:
+            if n in self.loops:
+                raise SerialLoopError(
+                    f"{op} over axis {n!r}: {n!r} is mapped to SerialLoop({self.loops[n]}), so "
+                    f"each chunk holds {self.chunk_size(n)} of its {self.sizes[n]} entries; "
+                    f"reduce it with nx.lax.psum/pmean/pmax/pmin (which combine the chunks) "
+                    f"or map it to a mesh axis")
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def _env_size(name: Hashable) -> int:
+    from .._env import axis_size
+
+    return axis_size(name)
+
+
+def _fallback(op: str, *args, **kwargs):
+    """Chunk-local psum/pmax/pmin/pdot/axis_index when nx.lax is not there (bootstrap only)."""
+    if op == "axis_index":
+        n = args[0]
+        return NamedTensor._wrap(torch.arange(_env_size(n)), (n,))
+    if op == "pdot":
+        x, y, names = args[0], args[1], _as_tuple(args[2] if len(args) > 2 else kwargs["axis_name"])
+        yd = y.ndim if isinstance(y, (NamedTensor, torch.Tensor)) else 0
+        xr = x.reshape(tuple(x.shape) + (1,) * yd) if isinstance(x, NamedTensor) else x
+        return _fallback("psum", xr * y, names)
+    x, names = args[0], _as_tuple(args[1] if len(args) > 1 else kwargs["axis_name"])
+    for n in names:
+        if _carries(x, n):
+            x = {"psum": x.sum, "pmax": x.amax, "pmin": x.amin}[op](n)
+        elif op == "psum":
+            x = x * _env_size(n)
+    return x

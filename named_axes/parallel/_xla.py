@@ -1,0 +1,131 @@
+"""The torch-xla SPMD engine: one controller, XLA's partitioner does the splitting.
+
+Inputs are moved to the XLA device and annotated with ``xs.mark_sharding`` over an
+``xs.Mesh`` built from the :class:`Mesh`, with a partition spec from the plan (each
+named dim split over its mesh axes, in the order listed); XLA's SPMD partitioner
+propagates shardings and inserts the collectives (an all-reduce for a contraction
+over a split axis).  Outputs come back to the inputs' device, as full tensors.
+
+torch-xla must be in SPMD mode before any XLA tensor exists (afterwards a training
+step can crash), so every path into XLA here goes through :func:`ensure_spmd` first.
+Install with ``pip install named_axes[xla]`` (``torch==2.9.1``, ``torch-xla==2.9.0``);
+on CPU, ``PJRT_DEVICE=CPU CPU_NUM_DEVICES=4`` gives four devices.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from .._errors import AxisResourceError
+from .._tensor import NamedTensor
+
+__all__ = ["ensure_spmd", "xla_device", "xla_devices", "XlaEngine", "xla_mesh"]
+
+_spmd = False
+
+
+def ensure_spmd() -> None:
+    """Switch torch-xla to SPMD mode once, before any XLA tensor is made."""
+    global _spmd
+    if _spmd:
+        return
+    try:
+        import torch_xla  # noqa: F401
+        import torch_xla.runtime as xr
+    except ImportError as e:
+        raise ImportError("backend='xla' needs torch-xla: pip install 'named_axes[xla]' "
+                          "(torch==2.9.1 with torch-xla==2.9.0)") from e
+    if not xr.is_spmd():
+        xr.use_spmd()
+    _spmd = True
+
+
+def xla_device() -> torch.device:
+    """The XLA (SPMD virtual) device, with SPMD mode on."""
+    ensure_spmd()
+    import torch_xla
+
+    return torch_xla.device()
+
+
+def xla_devices() -> list:
+    """One :class:`Device` per XLA device the SPMD program spans."""
+    ensure_spmd()
+    import torch_xla.runtime as xr
+
+    from ._devices import Device
+
+    return [Device(i, "xla", 0) for i in range(xr.global_runtime_device_count())]
+
+
+def xla_mesh(m) -> Any:
+    """The ``torch_xla.distributed.spmd.Mesh`` of a :class:`Mesh` (built once)."""
+    xm = m._cache.get("xla_mesh")
+    if xm is None:
+        ensure_spmd()
+        import torch_xla.distributed.spmd as xs
+
+        xm = xs.Mesh(m.device_ids.reshape(-1), tuple(m.devices.shape), tuple(m.axis_names))
+        m._cache["xla_mesh"] = xm
+    return xm
+
+
+def partition_spec(plan, names: tuple, ndim: int) -> tuple:
+    """Per physical dim: None, a mesh axis name, or a tuple of them (major to minor)."""
+    out = []
+    for axes in plan.spec(names, ndim):
+        out.append(None if not axes else axes[0] if len(axes) == 1 else tuple(axes))
+    return tuple(out)
+
+
+class XlaEngine:
+    """Runs a named program on XLA tensors annotated with the plan's shardings."""
+
+    def __init__(self, plan, mesh) -> None:
+        if mesh.platform != "xla":
+            raise AxisResourceError(f"the torch-xla engine needs a mesh of XLA devices "
+                                    f"(nx.devices('xla')), got {mesh!r}")
+        self.plan = plan
+        self.mesh = mesh
+        self.xmesh = xla_mesh(mesh)
+        self.device = xla_device()
+        self.home: torch.device | None = None
+
+    def to_xla(self, leaf: Any, what: str) -> Any:
+        import torch_xla.distributed.spmd as xs
+
+        if isinstance(leaf, NamedTensor):
+            data, names = leaf._data, leaf._names
+        elif isinstance(leaf, torch.Tensor):
+            data, names = leaf, ()
+        else:
+            return leaf
+        self.plan.check_value(names, what)
+        if self.home is None:
+            self.home = data.device
+        if data.device.type != "xla":
+            data = data.to(self.device)
+        spec = partition_spec(self.plan, names, data.dim() - len(names))
+        if any(s is not None for s in spec):
+            if data.requires_grad and hasattr(xs, "mark_sharding_with_gradients"):
+                data = xs.mark_sharding_with_gradients(data, self.xmesh, spec)
+            else:
+                xs.mark_sharding(data, self.xmesh, spec)
+        return NamedTensor._wrap(data, names) if isinstance(leaf, NamedTensor) else data
+
+    def back(self, leaf: Any) -> Any:
+        home = self.home
+        if home is None or home.type == "xla":
+            return leaf
+        if isinstance(leaf, NamedTensor) and leaf._data.device.type == "xla":
+            return NamedTensor._wrap(leaf._data.to(home), leaf._names)
+        if isinstance(leaf, torch.Tensor) and leaf.device.type == "xla":
+            return leaf.to(home)
+        return leaf
+
+    def run(self, body: Callable, leaves: list, engine: Any = None) -> list:
+        self.home = None
+        xleaves = [self.to_xla(x, f"argument leaf {i}") for i, x in enumerate(leaves)]
+        outs = body(xleaves, engine=engine if engine is not None else self)
+        return [self.back(o) for o in outs]
