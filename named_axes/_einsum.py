@@ -1,0 +1,267 @@
+"""``nx.einsum`` / ``torch.einsum`` with named axes in braces.
+
+One letter per positional axis, named axes in braces: ``'n{b,k},{k,m}->n{b,m}'``.
+Named axes listed in inputs but not in the output are contracted; an operand may
+list a name it lacks (it is replicated along it: broadcast).  A spec without braces
+treats every named axis as a batch axis (kept in the output).  The whole call is
+translated once into a positional ``torch.einsum`` on the physical tensors, each
+named axis getting a fresh letter, so it is as fast (and as traceable) as plain einsum.
+
+>>> import torch, named_axes as nx
+>>> x = nx.named(torch.ones(2, 3, 4), 'b k ...')      # positional (4,) = 'n'
+>>> w = nx.named(torch.ones(3, 5), 'k m ...')
+>>> y = nx.einsum('n{b,k},{k,m}->n{b,m}', x, w)
+>>> y.shape, y.named_shape
+(torch.Size([4]), {'b': 2, 'm': 5})
+"""
+from __future__ import annotations
+
+import functools
+import string
+from typing import Any, Hashable
+
+import torch
+
+from ._dispatch import register, result
+from ._env import bound_axes
+from ._errors import (AxisSizeError, AxisSpecError, AxisTypeError, UnboundAxisError,
+                      fmt_named_shape, fmt_names)
+from ._tensor import NamedTensor
+
+__all__ = ["einsum", "parse_spec"]
+
+_NT = NamedTensor
+_LETTERS = string.ascii_letters
+
+
+@functools.lru_cache(maxsize=512)
+def parse_spec(spec: str) -> tuple:
+    """Split ``spec`` into ``(inputs, output, braced)``.
+
+    Each term is ``(positional letters, named tuple | None)``; ``output`` is None in
+    implicit mode (no ``->``).  ``braced`` says whether any term uses braces.
+    """
+    s = spec.replace(" ", "")
+    if s.count("->") > 1:
+        raise AxisSpecError(f"einsum {spec!r}: more than one '->'")
+    lhs, arrow, rhs = s.partition("->")
+    inputs = tuple(_parse_term(t, spec) for t in _split_terms(lhs))
+    output = _parse_term(rhs, spec) if arrow else None
+    braced = "{" in s
+    return inputs, output, braced
+
+
+def _split_terms(lhs: str) -> list:
+    """Split at the commas that separate operands (not those inside braces)."""
+    terms, depth, start = [], 0, 0
+    for i, ch in enumerate(lhs):
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            terms.append(lhs[start:i])
+            start = i + 1
+    terms.append(lhs[start:])
+    return terms
+
+
+def _parse_term(term: str, spec: str) -> tuple:
+    letters, names, rest = [], None, term
+    while rest:
+        if rest[0] == "{":
+            end = rest.find("}")
+            if end < 0:
+                raise AxisSpecError(f"einsum {spec!r}: unclosed '{{' in term {term!r}")
+            if names is not None:
+                raise AxisSpecError(f"einsum {spec!r}: term {term!r} has two brace groups; "
+                                    f"list all its named axes in one")
+            names = tuple(n for n in rest[1:end].split(",") if n)
+            if len(set(names)) != len(names):
+                raise AxisSpecError(f"einsum {spec!r}: term {term!r} repeats a named axis")
+            rest = rest[end + 1:]
+        elif rest.startswith("..."):
+            letters.append("...")
+            rest = rest[3:]
+        elif rest[0] in _LETTERS:
+            letters.append(rest[0])
+            rest = rest[1:]
+        else:
+            raise AxisSpecError(f"einsum {spec!r}: unexpected character {rest[0]!r} in term "
+                                f"{term!r} (letters for positional axes, names in braces)")
+    return tuple(letters), names
+
+
+def einsum(spec: str, *operands: Any) -> Any:
+    """Einstein summation over positional letters and braced axis names.
+
+    Args:
+        spec: e.g. ``'n{b,k},{k,m}->n{b,m}'``; without braces named axes are batch axes.
+        *operands: tensors or NamedTensors (or one list of them).
+
+    Returns:
+        A NamedTensor whose named axes are the output's braced names (or, without
+        braces, the union of the operands' names); a plain tensor if it has none.
+
+    Raises:
+        AxisSpecError: a malformed spec, an output letter no input has, a named axis an
+            operand carries but its term skips.
+        AxisSizeError: one letter or name with two sizes.
+
+    >>> import torch, named_axes as nx
+    >>> a = nx.named(torch.arange(6.).reshape(2, 3), 'i ...')
+    >>> nx.einsum('j{i}->', a)
+    tensor(15.)
+    """
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    if not any(type(o) is _NT for o in operands):
+        return torch.einsum(spec, *operands)
+    out = _named_einsum(spec, operands)
+    if type(out) is _NT and not out._names:
+        return out._data
+    return out
+
+
+def _einsum_rule(func, args, kwargs):
+    if kwargs or not args or not isinstance(args[0], str):
+        return NotImplemented
+    ops = args[1:]
+    if len(ops) == 1 and isinstance(ops[0], (list, tuple)):
+        ops = tuple(ops[0])
+    return _named_einsum(args[0], ops)
+
+
+def _named_einsum(spec: str, operands: tuple) -> Any:
+    what = f"einsum({spec!r})"
+    inputs, output, braced = parse_spec(spec)
+    if len(inputs) != len(operands):
+        raise AxisSpecError(f"{what}: the spec has {len(inputs)} operand terms but "
+                            f"{len(operands)} operands were given")
+    used = {c for letters, _ in inputs for c in letters if c != "..."}
+    if output is not None:
+        used |= {c for c in output[0] if c != "..."}
+    fresh = iter(c for c in _LETTERS if c not in used)
+    letter_of: dict = {}      # axis name -> fresh letter
+    name_size: dict = {}      # axis name -> (size, where)
+    pos_size: dict = {}       # positional letter -> (size, where)
+    terms, datas, in_names = [], [], []
+    for i, ((letters, listed), x) in enumerate(zip(inputs, operands)):
+        if type(x) is _NT:
+            data, carried, p = x._data, x._names, x.ndim
+        elif isinstance(x, torch.Tensor):
+            data, carried, p = x, (), x.dim()
+        else:
+            raise AxisTypeError(f"{what}: operand {i} is a {type(x).__name__}, not a tensor")
+        if braced:
+            listed = listed or ()
+            skipped = [n for n in carried if n not in listed]
+            if skipped:
+                raise AxisSpecError(
+                    f"{what}: operand {i} carries named axis {skipped[0]!r} (named_shape "
+                    f"{fmt_named_shape(x.named_shape)}) but its term lists only "
+                    f"{{{','.join(map(str, listed))}}}; list every named axis it carries")
+            names = listed
+        else:
+            names = carried
+        in_names.append(names)
+        _check_positional(letters, p, i, data.shape[len(carried):], pos_size, what)
+        phys = ""
+        for j, n in enumerate(carried):
+            s = data.shape[j]
+            if n in name_size and name_size[n][0] != s:
+                raise AxisSizeError(
+                    f"{what}: inconsistent sizes for axis {n!r}: {name_size[n][0]} "
+                    f"({name_size[n][1]}) vs {s} (operand {i})")
+            name_size.setdefault(n, (s, f"operand {i}"))
+            if n not in letter_of:
+                letter_of[n] = next(fresh)
+            phys += letter_of[n]
+        terms.append(phys + "".join(letters))
+        datas.append(data)
+    # the output's named axes
+    if braced:
+        if output is not None:
+            out_names = output[1] or ()
+        else:  # implicit mode: names that appear in exactly one term
+            counts: dict = {}
+            for names in in_names:
+                for n in names:
+                    counts[n] = counts.get(n, 0) + 1
+            out_names = tuple(n for n in counts if counts[n] == 1)
+    else:
+        out_names = tuple(letter_of)
+    listed_anywhere = {n for names in in_names for n in names}
+    for n in out_names:
+        if n not in listed_anywhere and n not in bound_axes():
+            raise AxisSpecError(f"{what}: the output lists named axis {n!r}, which no input "
+                                f"lists and no enclosing map binds")
+    # names listed but carried by no operand: a replicated axis (broadcast / scaled sum)
+    scale, expand = 1, []
+    for n in listed_anywhere | set(out_names):
+        if n in name_size:
+            continue
+        size = _bound_size(n, what)
+        name_size[n] = (size, "the axis environment")
+        if n in out_names:
+            expand.append(n)
+        else:
+            scale *= size
+    if output is not None:
+        pos_out = "".join(output[0])
+        for c in output[0]:
+            if c != "..." and c not in pos_size:
+                raise AxisSpecError(f"{what}: output letter {c!r} appears in no input term")
+    else:
+        once = sorted(c for c in pos_size if sum(t[0].count(c) for t in inputs) == 1)
+        has_ellipsis = any("..." in t[0] for t in inputs)
+        pos_out = ("..." if has_ellipsis else "") + "".join(once)
+    kept = tuple(n for n in out_names if n in letter_of)
+    eq = ",".join(terms) + "->" + "".join(letter_of[n] for n in kept) + pos_out
+    out = torch.einsum(eq, *datas)
+    if scale != 1:
+        out = out * scale
+    names = kept
+    if expand:
+        out = out.reshape((1,) * len(expand) + tuple(out.shape)).expand(
+            tuple(name_size[n][0] for n in expand) + tuple(out.shape))
+        names = tuple(expand) + kept
+    order = tuple(n for n in out_names)
+    if names != order:  # present the output names in the order the spec lists them
+        out = out.permute([names.index(n) for n in order]
+                          + list(range(len(names), out.dim())))
+        names = order
+    return result(out, names, torch.einsum)
+
+
+def _check_positional(letters, p, i, shape, pos_size, what) -> None:
+    n_ell = letters.count("...")
+    fixed = len(letters) - n_ell
+    if (n_ell == 0 and fixed != p) or fixed > p:
+        raise AxisSpecError(f"{what}: operand {i} has {p} positional dims (shape "
+                            f"{tuple(shape)}) but its term has {fixed} letters")
+    ell_len = p - fixed
+    d = 0
+    for c in letters:
+        if c == "...":
+            d += ell_len
+            continue
+        s = shape[d]
+        if c in pos_size and pos_size[c][0] != s and 1 not in (s, pos_size[c][0]):
+            raise AxisSizeError(f"{what}: inconsistent sizes for letter {c!r}: "
+                                f"{pos_size[c][0]} ({pos_size[c][1]}) vs {s} (operand {i}, "
+                                f"dim {d})")
+        if c not in pos_size or pos_size[c][0] == 1:
+            pos_size[c] = (s, f"operand {i}, dim {d}")
+        d += 1
+
+
+def _bound_size(name: Hashable, what: str) -> int:
+    sizes = bound_axes()
+    if name not in sizes:
+        raise UnboundAxisError(f"{what}: axis {name!r} is listed but no operand carries it "
+                               f"and it is not bound here (bound: {fmt_names(sizes)})")
+    return sizes[name]
+
+
+register([torch.einsum, getattr(torch.functional, "einsum", None)], _einsum_rule)

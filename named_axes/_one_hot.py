@@ -1,0 +1,88 @@
+"""``nx.one_hot``: one-hot encoding whose classes axis may be a named axis.
+
+Built from a comparison with ``arange`` rather than ``F.one_hot`` (which reads the
+label values to check them, breaking make_fx / torch.compile tracing).
+
+>>> import torch, named_axes as nx
+>>> y = nx.one_hot(torch.tensor([0, 2]), 3, dim='classes')
+>>> y.shape, y.named_shape
+(torch.Size([2]), {'classes': 3})
+"""
+from __future__ import annotations
+
+from typing import Any, Hashable
+
+import torch
+
+from ._dispatch import result
+from ._env import bound_axes
+from ._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape
+from ._tensor import NamedTensor
+
+__all__ = ["one_hot"]
+
+
+def one_hot(labels: Any, num_classes: int, dim: Any = -1, *, axis: Any = None,
+            dtype: torch.dtype | None = None) -> Any:
+    """One-hot encode integer ``labels`` into ``num_classes`` classes along ``dim``.
+
+    Args:
+        labels: an integer tensor or NamedTensor.
+        num_classes: the number of classes (an int; ``nx.lax.psum(1, 'classes')`` works).
+        dim: where the classes axis goes: a positional index in the result (default -1,
+            last) or an axis name, making the classes axis a named axis. ``axis=`` alias.
+        dtype: the result dtype (default ``torch.int64``, like ``F.one_hot``).
+
+    Returns:
+        ``labels`` with one more (positional or named) axis of size ``num_classes``.
+
+    Raises:
+        AxisSizeError: ``num_classes`` differs from the size of a bound axis named ``dim``.
+        AxisSpecError: ``labels`` already carries the named axis ``dim``, or ``dim`` is
+            out of range.
+
+    >>> import torch, named_axes as nx
+    >>> nx.one_hot(torch.tensor([1, 0]), 2)
+    tensor([[0, 1],
+            [1, 0]])
+    """
+    if axis is not None:
+        dim = axis
+    if isinstance(num_classes, torch.Tensor):
+        num_classes = int(num_classes)
+    if not isinstance(num_classes, int) or num_classes < 0:
+        raise AxisTypeError(f"one_hot: num_classes must be a non-negative int, got {num_classes!r}")
+    dtype = torch.int64 if dtype is None else dtype
+    if isinstance(labels, NamedTensor):
+        data, names, p = labels._data, labels._names, labels.ndim
+    elif isinstance(labels, torch.Tensor):
+        data, names, p = labels, (), labels.dim()
+    else:
+        raise AxisTypeError(f"one_hot: labels must be a tensor, got {type(labels).__name__}")
+    k = len(names)
+    if isinstance(dim, int) and not isinstance(dim, bool):
+        if not -(p + 1) <= dim <= p:
+            raise AxisSpecError(f"one_hot: dim={dim} is out of range for a result with "
+                                f"{p + 1} positional dims")
+        d = k + (dim + p + 1 if dim < 0 else dim)
+        classes = torch.arange(num_classes, device=data.device)
+        shape = [1] * (data.dim() + 1)
+        shape[d] = num_classes
+        out = (data.unsqueeze(d) == classes.reshape(shape)).to(dtype)
+        return result(out, names, one_hot) if names else out
+    name: Hashable = dim
+    try:
+        hash(name)
+    except TypeError:
+        raise AxisTypeError(f"one_hot: dim must be an int or an axis name, got {dim!r}") from None
+    if name in names:
+        raise AxisSpecError(f"one_hot(dim={name!r}): the labels already carry named axis "
+                            f"{name!r} (named_shape {fmt_named_shape(labels.named_shape)})")
+    bound = bound_axes()
+    if name in bound and bound[name] != num_classes:
+        raise AxisSizeError(f"one_hot(dim={name!r}): num_classes={num_classes} but axis "
+                            f"{name!r} is bound with size {bound[name]}")
+    classes = torch.arange(num_classes, device=data.device).reshape(
+        (num_classes,) + (1,) * data.dim())
+    out = (data.unsqueeze(0) == classes).to(dtype)
+    return result(out, (name,) + names, one_hot)

@@ -1,0 +1,18 @@
+"""``nx.lax``: collectives over named axes, with the signatures of ``jax.lax``.
+
+Every named axis is viewed as a ``pmap``'d axis; a value that lacks a name is
+replicated along it.  Each collective is a registered op (``named_axes::psum`` …) so
+it is differentiable, shows up by name in traced graphs, and can be lowered by a
+partitioning engine.
+
+>>> import torch, named_axes as nx
+>>> nx.lax.psum(nx.named(torch.ones(3, 2), 'i ...'), 'i')
+tensor([3., 3.])
+"""
+from __future__ import annotations
+
+from ._collectives import (all_gather, all_to_all, axis_index, pdot, pmax, pmean, pmin,
+                           ppermute, pshuffle, psum, psum_scatter)
+
+__all__ = ["psum", "pmean", "pmax", "pmin", "pdot", "pshuffle", "ppermute", "all_gather",
+           "all_to_all", "psum_scatter", "axis_index"]

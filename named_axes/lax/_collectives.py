@@ -1,0 +1,427 @@
+"""``nx.lax`` collectives with the signatures of ``jax.lax`` (SPEC §3).
+
+View every named axis as a ``pmap``'d axis: index ``j`` of axis ``'i'`` is "device"
+``j``, and a value that lacks ``'i'`` is replicated along it.  ``axis_name`` is one
+name or a tuple of names (a tuple acts as one axis, its index linearized row-major).
+
+Each collective first asks the engine of the frame that binds the axis
+(``_env.current_frame(name).engine``): if it has a method of the collective's name,
+that method computes the result (``engine.psum(x, axis_names, **options)``).
+Otherwise the collective runs locally as a registered op (:mod:`._ops`).
+
+>>> import torch, named_axes as nx
+>>> f = nx.xmap(lambda x: x - nx.lax.pmean(x, 'i'), in_axes=['i', ...], out_axes=['i', ...])
+>>> f(torch.tensor([1., 3.]))
+tensor([-1.,  1.])
+"""
+from __future__ import annotations
+
+import math
+import string
+from typing import Any, Hashable, Sequence
+
+import torch
+from torch.utils._pytree import tree_map
+
+from . import _ops
+from .._dispatch import result
+from .._env import axis_size, current_frame, bound_axes
+from .._errors import (AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape,
+                       fmt_names)
+from .._layout import align, expand_to, union_names
+from .._tensor import NamedTensor
+
+__all__ = ["psum", "pmean", "pmax", "pmin", "pdot", "pshuffle", "ppermute", "all_gather",
+           "all_to_all", "psum_scatter", "axis_index"]
+
+_NT = NamedTensor
+
+
+# -- helpers -------------------------------------------------------------------------
+
+def _axis_names(axis_name: Any, op: str) -> tuple:
+    names = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+    if not names:
+        raise AxisSpecError(f"{op}: axis_name is empty; give a name or a tuple of names")
+    if len(set(names)) != len(names):
+        raise AxisSpecError(f"{op}: axis_name {axis_name!r} repeats a name")
+    return names
+
+
+def _no_groups(groups: Any, op: str) -> None:
+    if groups is not None:
+        raise AxisSpecError(f"{op}: axis_index_groups={groups!r} is not supported; "
+                            f"split the axis into two named axes instead")
+
+
+def _engine_method(op: str, names: tuple):
+    """The engine's implementation of ``op`` for these axes, if the binding frame has one."""
+    for n in names:
+        frame = current_frame(n)
+        if frame is not None and frame.engine is not None:
+            method = getattr(frame.engine, op, None)
+            if method is not None:
+                return method
+    return None
+
+
+def _as_named(x: Any, op: str) -> NamedTensor:
+    if type(x) is _NT:
+        return x
+    if isinstance(x, torch.Tensor):
+        return NamedTensor._wrap(x, ())
+    if isinstance(x, (bool, int, float, complex)):
+        return NamedTensor._wrap(torch.as_tensor(x), ())
+    raise AxisTypeError(f"{op}: expected a tensor, NamedTensor or number, got {type(x).__name__}")
+
+
+def _out(data: torch.Tensor, names: tuple, op) -> Any:
+    """A NamedTensor, or a plain tensor when no named axis is left."""
+    return result(data, names, op) if names else data
+
+
+def _merged(x: NamedTensor, names: tuple, op: str):
+    """``x`` carrying every name (replicated where it lacked one), laid out as
+    ``[names merged into one dim, other names..., positional...]``."""
+    for n in names:
+        if n not in x._names:
+            x = expand_to(x, n, op=op)
+        else:
+            _check_bound_size(x, n, op)
+    rest = tuple(n for n in x._names if n not in names)
+    p = x.ndim
+    data = align(x._data, x._names, p, names + rest, p)
+    sizes = tuple(data.shape[:len(names)])
+    if len(names) != 1:
+        data = data.reshape((math.prod(sizes),) + tuple(data.shape[len(names):]))
+    return data, sizes, rest, p
+
+
+def _unmerged(data: torch.Tensor, names: tuple, sizes: tuple, rest: tuple, op) -> Any:
+    if len(names) != 1:
+        data = data.reshape(sizes + tuple(data.shape[1:]))
+    return result(data, names + rest, op)
+
+
+def _check_bound_size(x: NamedTensor, name: Hashable, op: str) -> None:
+    bound = bound_axes()
+    if name in bound and bound[name] != x.named_shape[name]:
+        raise AxisSizeError(f"{op}: axis {name!r} has size {x.named_shape[name]} in the value "
+                            f"but {bound[name]} where it is bound")
+
+
+def _norm(d: int, n: int, op: str, arg: str) -> int:
+    if not isinstance(d, int) or not -n <= d < n:
+        raise AxisSpecError(f"{op}: {arg}={d!r} is out of range for {n} positional dims")
+    return d + n if d < 0 else d
+
+
+# -- reductions ----------------------------------------------------------------------
+
+def _reduce(x: Any, axis_name: Any, op: str, kind: str) -> Any:
+    names = _axis_names(axis_name, op)
+    if type(x) is _NT:
+        method = _engine_method(kind, names)
+        if method is not None:
+            return method(x, names)
+    carried = [n for n in names if type(x) is _NT and n in x._names]
+    missing = [n for n in names if n not in carried]
+    factor = 1
+    for n in missing:
+        factor *= axis_size(n, op=op)   # also checks that the name is bound
+    if type(x) is not _NT:
+        if isinstance(x, torch.Tensor) or isinstance(x, (bool, int, float, complex)):
+            return x * factor if kind == "psum" and factor != 1 else x
+        raise AxisTypeError(f"{op}: expected a tensor, NamedTensor or number, got "
+                            f"{type(x).__name__}")
+    for n in carried:
+        _check_bound_size(x, n, op)
+    data = x._data
+    if carried:
+        dims = [x._names.index(n) for n in carried]
+        data = getattr(_ops, kind)(data, dims)
+    if kind == "psum" and factor != 1:
+        data = data * factor
+    return _out(data, tuple(n for n in x._names if n not in carried), _OPS[kind])
+
+
+def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+    """Sum ``x`` (a pytree) over the named axes ``axis_name``, which leave its named shape.
+
+    A value that lacks a name is replicated along it, so ``psum(1, 'i')`` is the size of ``i``.
+
+    Raises:
+        UnboundAxisError: a name ``x`` lacks that no enclosing map binds.
+
+    >>> import torch, named_axes as nx
+    >>> nx.lax.psum(nx.named(torch.arange(4.), 'i ...'), 'i')
+    tensor(6.)
+    """
+    _no_groups(axis_index_groups, "psum")
+    return tree_map(lambda v: _reduce(v, axis_name, "psum", "psum"), x)
+
+
+def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+    """Mean of ``x`` (a pytree) over the named axes ``axis_name``.
+
+    >>> import torch, named_axes as nx
+    >>> nx.lax.pmean(nx.named(torch.arange(4.), 'i ...'), 'i')
+    tensor(1.5000)
+    """
+    _no_groups(axis_index_groups, "pmean")
+    return tree_map(lambda v: _reduce(v, axis_name, "pmean", "pmean"), x)
+
+
+def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+    """Maximum of ``x`` (a pytree) over the named axes ``axis_name``.
+
+    >>> import torch, named_axes as nx
+    >>> nx.lax.pmax(nx.named(torch.tensor([1., 5., 2.]), 'i ...'), 'i')
+    tensor(5.)
+    """
+    _no_groups(axis_index_groups, "pmax")
+    return tree_map(lambda v: _reduce(v, axis_name, "pmax", "pmax"), x)
+
+
+def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+    """Minimum of ``x`` (a pytree) over the named axes ``axis_name``.
+
+    >>> import torch, named_axes as nx
+    >>> nx.lax.pmin(nx.named(torch.tensor([1., 5., 2.]), 'i ...'), 'i')
+    tensor(1.)
+    """
+    _no_groups(axis_index_groups, "pmin")
+    return tree_map(lambda v: _reduce(v, axis_name, "pmin", "pmin"), x)
+
+
+# -- data movement ----------------------------------------------------------------------
+
+def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0,
+               tiled: bool = False) -> Any:
+    """Gather ``x`` from every index of ``axis_name`` into a new positional axis ``axis``.
+
+    The result no longer carries ``axis_name`` (every "device" holds the whole).
+    ``tiled=True`` concatenates along the existing positional axis ``axis`` instead.
+
+    >>> import torch, named_axes as nx
+    >>> nx.lax.all_gather(nx.named(torch.arange(3.), 'i ...'), 'i')
+    tensor([0., 1., 2.])
+    """
+    op = "all_gather"
+    _no_groups(axis_index_groups, op)
+    names = _axis_names(axis_name, op)
+    x = _as_named(x, op)
+    method = _engine_method(op, names)
+    if method is not None:
+        return method(x, names, axis=axis, tiled=tiled)
+    data, sizes, rest, p = _merged(x, names, op)
+    if tiled and p == 0:
+        raise AxisSpecError(f"all_gather(tiled=True): the value has no positional axis to "
+                            f"concatenate along (named_shape {fmt_named_shape(x.named_shape)})")
+    a = _norm(axis, p if tiled else p + 1, op, "axis")
+    return _out(_ops.all_gather(data, 0, len(rest) + a, bool(tiled)), rest, all_gather)
+
+
+def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
+                 axis_index_groups: Any = None, tiled: bool = False) -> Any:
+    """``psum`` over ``axis_name``, then split positional axis ``scatter_dimension``
+    among its indices: the result carries ``axis_name`` again.
+
+    Without ``tiled`` that axis must have the size of ``axis_name`` and disappears;
+    with ``tiled`` it must be a multiple of it and shrinks.
+
+    >>> import torch, named_axes as nx
+    >>> y = nx.lax.psum_scatter(nx.named(torch.ones(2, 2), 'i ...'), 'i')
+    >>> y.named_shape, nx.positional(y, 'i')
+    ({'i': 2}, tensor([2., 2.]))
+    """
+    op = "psum_scatter"
+    _no_groups(axis_index_groups, op)
+    names = _axis_names(axis_name, op)
+    x = _as_named(x, op)
+    method = _engine_method(op, names)
+    if method is not None:
+        return method(x, names, scatter_dimension=scatter_dimension, tiled=tiled)
+    data, sizes, rest, p = _merged(x, names, op)
+    d = _norm(scatter_dimension, p, op, "scatter_dimension")
+    n, s = math.prod(sizes), x.shape[d]
+    if (s != n) if not tiled else (s % n):
+        need = f"a multiple of {n}" if tiled else f"{n}"
+        raise AxisSizeError(f"psum_scatter(x, {axis_name!r}, scatter_dimension={scatter_dimension}"
+                            f"{', tiled=True' if tiled else ''}): positional dim {d} has size "
+                            f"{s}, but must be {need} (the size of {fmt_names(names)})")
+    out = _ops.psum_scatter(data, 0, 1 + len(rest) + d, bool(tiled))
+    return _unmerged(out, names, sizes, rest, psum_scatter)
+
+
+def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
+               axis_index_groups: Any = None, tiled: bool = False) -> Any:
+    """Split positional axis ``split_axis`` among the indices of ``axis_name`` and stack
+    (``tiled``: concatenate) what each index receives along ``concat_axis``.
+
+    ``out[i=d]`` along ``concat_axis`` holds, in order of ``j``, block ``d`` of
+    ``x[i=j]`` along ``split_axis``.
+
+    >>> import torch, named_axes as nx
+    >>> x = nx.named(torch.arange(4.).reshape(2, 2), 'i ...')
+    >>> nx.positional(nx.lax.all_to_all(x, 'i', 0, 0), 'i')
+    tensor([[0., 2.],
+            [1., 3.]])
+    """
+    op = "all_to_all"
+    _no_groups(axis_index_groups, op)
+    names = _axis_names(axis_name, op)
+    x = _as_named(x, op)
+    method = _engine_method(op, names)
+    if method is not None:
+        return method(x, names, split_axis=split_axis, concat_axis=concat_axis, tiled=tiled)
+    data, sizes, rest, p = _merged(x, names, op)
+    s = _norm(split_axis, p, op, "split_axis")
+    c = _norm(concat_axis, p, op, "concat_axis")
+    n, size = math.prod(sizes), x.shape[s]
+    if (size != n) if not tiled else (size % n):
+        need = f"a multiple of {n}" if tiled else f"{n}"
+        raise AxisSizeError(f"all_to_all(x, {axis_name!r}, split_axis={split_axis}, "
+                            f"concat_axis={concat_axis}): positional dim {s} has size {size}, "
+                            f"but must be {need} (the size of {fmt_names(names)})")
+    k = 1 + len(rest)
+    out = _ops.all_to_all(data, 0, k + s, k + c, bool(tiled))
+    return _unmerged(out, names, sizes, rest, all_to_all)
+
+
+def ppermute(x: Any, axis_name: Any, perm: Sequence) -> Any:
+    """Send ``x`` at index ``src`` of ``axis_name`` to index ``dst`` for each ``(src, dst)``
+    in ``perm``; indices that receive nothing get zeros.  The result keeps ``axis_name``.
+
+    >>> import torch, named_axes as nx
+    >>> x = nx.named(torch.tensor([1., 2., 3.]), 'i ...')
+    >>> nx.positional(nx.lax.ppermute(x, 'i', [(0, 1), (1, 2)]), 'i')
+    tensor([0., 1., 2.])
+    """
+    op = "ppermute"
+    names = _axis_names(axis_name, op)
+    x = _as_named(x, op)
+    method = _engine_method(op, names)
+    if method is not None:
+        return method(x, names, perm=perm)
+    data, sizes, rest, p = _merged(x, names, op)
+    n = math.prod(sizes)
+    pairs = [tuple(pair) for pair in perm]
+    for pair in pairs:
+        if len(pair) != 2 or not all(isinstance(i, int) and 0 <= i < n for i in pair):
+            raise AxisSpecError(f"ppermute(x, {axis_name!r}, perm={perm!r}): {pair!r} is not a "
+                                f"(source, destination) pair of indices in [0, {n})")
+    src, dst = [a for a, _ in pairs], [b for _, b in pairs]
+    if len(set(src)) != len(src) or len(set(dst)) != len(dst):
+        raise AxisSpecError(f"ppermute(x, {axis_name!r}, perm={perm!r}): every index may "
+                            f"send at most once and receive at most once")
+    out = _ops.ppermute(data, 0, src, dst)
+    return _unmerged(out, names, sizes, rest, ppermute)
+
+
+def pshuffle(x: Any, axis_name: Any, perm: Sequence[int]) -> Any:
+    """Index ``j`` of ``axis_name`` receives ``x`` from index ``perm[j]`` (a permutation).
+
+    >>> import torch, named_axes as nx
+    >>> x = nx.named(torch.tensor([1., 2., 3.]), 'i ...')
+    >>> nx.positional(nx.lax.pshuffle(x, 'i', [2, 1, 0]), 'i')
+    tensor([3., 2., 1.])
+    """
+    names = _axis_names(axis_name, "pshuffle")
+    n = math.prod(x.named_shape[a] if type(x) is _NT and a in x._names
+                  else axis_size(a, op="pshuffle") for a in names)
+    perm = list(perm)
+    if sorted(perm) != list(range(n)):
+        raise AxisSpecError(f"pshuffle(x, {axis_name!r}, perm={perm!r}): perm must be a "
+                            f"permutation of range({n}) (the size of {fmt_names(names)})")
+    return ppermute(x, axis_name, [(src, dst) for dst, src in enumerate(perm)])
+
+
+def axis_index(axis_name: Any) -> NamedTensor:
+    """The index along ``axis_name``: a value with named shape ``{axis_name: size}``.
+
+    For a tuple of names the index is linearized row-major.
+
+    >>> import torch, named_axes as nx
+    >>> nx.xmap(lambda x: x * nx.lax.axis_index('i'), in_axes=['i', ...],
+    ...         out_axes=['i', ...])(torch.ones(3))
+    tensor([0., 1., 2.])
+    """
+    names = _axis_names(axis_name, "axis_index")
+    method = _engine_method("axis_index", names)
+    if method is not None:
+        return method(names)
+    sizes = tuple(axis_size(n, op="axis_index") for n in names)
+    data = _ops.axis_index(math.prod(sizes), torch.get_default_device())
+    if len(names) != 1:
+        data = data.reshape(sizes)
+    return result(data, names, axis_index)
+
+
+def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=((), ()),
+         precision: Any = None) -> Any:
+    """``psum(dot_general(x, y, (pos_contract, pos_batch)), axis_name)`` in one op.
+
+    Contracts the named axes ``axis_name`` and the positional pairs ``pos_contract``;
+    ``pos_batch`` pairs are batch axes.  Other named axes broadcast by name.  Output
+    positional axes: batch, then ``x``'s free axes, then ``y``'s.
+
+    >>> import torch, named_axes as nx
+    >>> x = nx.named(torch.ones(2, 3), 'b k ...')
+    >>> w = nx.named(torch.ones(3, 4), 'k h ...')
+    >>> nx.lax.pdot(x, w, 'k').named_shape
+    {'b': 2, 'h': 4}
+    """
+    op = "pdot"
+    names = _axis_names(axis_name, op)
+    x, y = _as_named(x, op), _as_named(y, op)
+    method = _engine_method(op, names)
+    if method is not None:
+        return method(x, y, names, pos_contract=pos_contract, pos_batch=pos_batch)
+    union_names([("x", x), ("y", y)], op=op)
+    (cx, cy), (bx, by) = [tuple(map(tuple, pair)) for pair in (pos_contract, pos_batch)]
+    if len(cx) != len(cy) or len(bx) != len(by):
+        raise AxisSpecError(f"pdot: pos_contract={pos_contract!r} / pos_batch={pos_batch!r} "
+                            f"must pair equally many axes of x and y")
+    cx = [_norm(d, x.ndim, op, "pos_contract (x)") for d in cx]
+    bx = [_norm(d, x.ndim, op, "pos_batch (x)") for d in bx]
+    cy = [_norm(d, y.ndim, op, "pos_contract (y)") for d in cy]
+    by = [_norm(d, y.ndim, op, "pos_batch (y)") for d in by]
+    letters = iter(string.ascii_letters)
+    named_letter = {}
+    for n in x._names + y._names:
+        if n not in named_letter:
+            named_letter[n] = next(letters)
+    tx = [named_letter[n] for n in x._names] + [None] * x.ndim
+    ty = [named_letter[n] for n in y._names] + [None] * y.ndim
+    kx, ky = len(x._names), len(y._names)
+    for a, b in list(zip(cx, cy)) + list(zip(bx, by)):
+        if x.shape[a] != y.shape[b]:
+            raise AxisSizeError(f"pdot: x positional dim {a} (size {x.shape[a]}) is paired "
+                                f"with y positional dim {b} (size {y.shape[b]})")
+        tx[kx + a] = ty[ky + b] = next(letters)
+    batch = "".join(tx[kx + a] for a in bx)
+    for t, k in ((tx, kx), (ty, ky)):
+        for i in range(k, len(t)):
+            if t[i] is None:
+                t[i] = next(letters)
+    free_x = "".join(tx[kx + a] for a in range(x.ndim) if a not in cx and a not in bx)
+    free_y = "".join(ty[ky + b] for b in range(y.ndim) if b not in cy and b not in by)
+    out_names = tuple(n for n in named_letter if n not in names)
+    factor = 1
+    for n in names:
+        if n not in named_letter:
+            factor *= axis_size(n, op=op)
+        else:
+            for v in (x, y):
+                if n in v._names:
+                    _check_bound_size(v, n, op)
+    eq = (f"{''.join(tx)},{''.join(ty)}->"
+          f"{''.join(named_letter[n] for n in out_names)}{batch}{free_x}{free_y}")
+    data = _ops.pdot(x._data, y._data, eq)
+    if factor != 1:
+        data = data * factor
+    return _out(data, out_names, pdot)
+
+
+_OPS = {"psum": psum, "pmean": pmean, "pmax": pmax, "pmin": pmin}

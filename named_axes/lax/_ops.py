@@ -1,0 +1,412 @@
+"""The collectives as registered ops on *physical* tensors (namespace ``named_axes``).
+
+Each collective is a ``torch.library`` custom op (``named_axes::psum`` …) acting on
+physical dims, with a fake kernel (shapes only, for make_fx / torch.compile) and a
+vmap rule (for torch.func.vmap), wrapped in an ``autograd.Function`` whose backward
+is the collective's transpose.  The wrapper, not ``register_autograd``, carries the
+gradient because torch.func.grad accepts only autograd.Functions with
+``setup_context`` (torch 2.13).  So every collective is differentiable, appears by
+name in traced graphs (``named_axes.psum.default``), and a partitioning engine can
+replace it.
+
+>>> import torch
+>>> from named_axes.lax._ops import psum
+>>> psum(torch.ones(2, 3), [0])
+tensor([2., 2., 2.])
+"""
+from __future__ import annotations
+
+import string
+
+import torch
+from torch.library import custom_op
+
+__all__ = ["psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "all_to_all",
+           "ppermute", "pdot", "axis_index"]
+
+_Fn = torch.autograd.Function
+
+
+def _shift(dims, by=1):
+    return [d + by for d in dims]
+
+
+def _batched_vmap(op, n_dim_args):
+    """A vmap rule for ``op(x, *dim_args, *rest)``: move the batch dim to 0, shift dims."""
+    def rule(info, in_dims, x, *args):
+        bd = in_dims[0]
+        if bd is None:
+            return op(x, *args), None
+        x = x.movedim(bd, 0)
+        args = list(args)
+        for i in range(n_dim_args):
+            a = args[i]
+            args[i] = _shift(a) if isinstance(a, (list, tuple)) else a + 1
+        return op(x, *args), 0
+    return rule
+
+
+# -- reductions over named dims -------------------------------------------------------
+
+@custom_op("named_axes::psum", mutates_args=())
+def _psum(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    return x.sum(dims) if dims else x.clone()
+
+
+@custom_op("named_axes::pmean", mutates_args=())
+def _pmean(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    return x.mean(dims) if dims else x.clone()
+
+
+@custom_op("named_axes::pmax", mutates_args=())
+def _pmax(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    return x.amax(dims) if dims else x.clone()
+
+
+@custom_op("named_axes::pmin", mutates_args=())
+def _pmin(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    return x.amin(dims) if dims else x.clone()
+
+
+for _op, _impl in ((_psum, torch.sum), (_pmean, torch.mean), (_pmax, torch.amax),
+                   (_pmin, torch.amin)):
+    _op.register_fake(lambda x, dims, _impl=_impl: _impl(x, dims) if dims else x.clone())
+    _op.register_vmap(_batched_vmap(_op, 1))
+
+
+def _unreduce(g, dims, shape):
+    for d in sorted(dims):
+        g = g.unsqueeze(d)
+    return g.expand(shape)
+
+
+class _PSum(_Fn):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, dims, mean):
+        return (_pmean if mean else _psum)(x, dims)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, dims, mean = inputs
+        ctx.dims, ctx.shape, ctx.mean = dims, x.shape, mean
+
+    @staticmethod
+    def backward(ctx, g):
+        g = _unreduce(g, ctx.dims, ctx.shape)
+        if ctx.mean:
+            n = 1
+            for d in ctx.dims:
+                n *= ctx.shape[d]
+            g = g / n
+        return g, None, None
+
+
+class _PExtreme(_Fn):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, dims, is_max):
+        return (_pmax if is_max else _pmin)(x, dims)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, dims, _ = inputs
+        ctx.dims = dims
+        ctx.save_for_backward(x, output)
+
+    @staticmethod
+    def backward(ctx, g):
+        # like amax's gradient: shared evenly among the entries that attain the extreme
+        x, out = ctx.saved_tensors
+        hit = (x == _unreduce(out, ctx.dims, x.shape)).to(g.dtype)
+        count = hit.sum(ctx.dims, keepdim=True)
+        return _unreduce(g, ctx.dims, x.shape) * hit / count, None, None
+
+
+def psum(x: torch.Tensor, dims: list) -> torch.Tensor:
+    """Sum over the physical dims ``dims`` (the named axes being reduced)."""
+    return _PSum.apply(x, list(dims), False)
+
+
+def pmean(x: torch.Tensor, dims: list) -> torch.Tensor:
+    """Mean over the physical dims ``dims``."""
+    return _PSum.apply(x, list(dims), True)
+
+
+def pmax(x: torch.Tensor, dims: list) -> torch.Tensor:
+    """Maximum over the physical dims ``dims``."""
+    return _PExtreme.apply(x, list(dims), True)
+
+
+def pmin(x: torch.Tensor, dims: list) -> torch.Tensor:
+    """Minimum over the physical dims ``dims``."""
+    return _PExtreme.apply(x, list(dims), False)
+
+
+# -- all_gather: a named dim becomes a positional one ------------------------------------
+
+def _gather_impl(x, dim, axis, tiled):
+    y = x.movedim(dim, axis)
+    return y.flatten(axis, axis + 1) if tiled else y
+
+
+@custom_op("named_axes::all_gather", mutates_args=())
+def _all_gather(x: torch.Tensor, dim: int, axis: int, tiled: bool) -> torch.Tensor:
+    return _gather_impl(x, dim, axis, tiled).clone()
+
+
+@_all_gather.register_fake
+def _(x, dim, axis, tiled):
+    return _gather_impl(x, dim, axis, tiled).clone()
+
+
+_all_gather.register_vmap(_batched_vmap(_all_gather, 2))
+
+
+class _AllGather(_Fn):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, dim, axis, tiled):
+        return _all_gather(x, dim, axis, tiled)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, ctx.dim, ctx.axis, ctx.tiled = inputs
+        ctx.n = x.shape[ctx.dim]
+
+    @staticmethod
+    def backward(ctx, g):
+        if ctx.tiled:
+            g = g.unflatten(ctx.axis, (ctx.n, -1))
+        return g.movedim(ctx.axis, ctx.dim), None, None, None
+
+
+def all_gather(x: torch.Tensor, dim: int, axis: int, tiled: bool) -> torch.Tensor:
+    """Move physical dim ``dim`` to ``axis`` of the result (``tiled``: merged into it)."""
+    return _AllGather.apply(x, dim, axis, tiled)
+
+
+# -- psum_scatter: sum a named dim, then split a positional dim into it -------------------
+
+def _scatter_impl(x, dim, scatter, tiled):
+    n = x.shape[dim]
+    y = x.sum(dim)
+    s = scatter - 1 if scatter > dim else scatter
+    if tiled:
+        y = y.unflatten(s, (n, -1))
+    return y.movedim(s, 0)
+
+
+@custom_op("named_axes::psum_scatter", mutates_args=())
+def _psum_scatter(x: torch.Tensor, dim: int, scatter: int, tiled: bool) -> torch.Tensor:
+    return _scatter_impl(x, dim, scatter, tiled).contiguous().clone()
+
+
+@_psum_scatter.register_fake
+def _(x, dim, scatter, tiled):
+    return _scatter_impl(x, dim, scatter, tiled).contiguous().clone()
+
+
+_psum_scatter.register_vmap(_batched_vmap(_psum_scatter, 2))
+
+
+class _PSumScatter(_Fn):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, dim, scatter, tiled):
+        return _psum_scatter(x, dim, scatter, tiled)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, ctx.dim, ctx.scatter, ctx.tiled = inputs
+        ctx.shape = x.shape
+
+    @staticmethod
+    def backward(ctx, g):
+        s = ctx.scatter - 1 if ctx.scatter > ctx.dim else ctx.scatter
+        g = g.movedim(0, s)
+        if ctx.tiled:
+            g = g.flatten(s, s + 1)
+        return g.unsqueeze(ctx.dim).expand(ctx.shape), None, None, None
+
+
+def psum_scatter(x: torch.Tensor, dim: int, scatter: int, tiled: bool) -> torch.Tensor:
+    """Sum physical dim ``dim``; split physical dim ``scatter`` into a new leading dim."""
+    return _PSumScatter.apply(x, dim, scatter, tiled)
+
+
+# -- all_to_all: swap a named dim with (blocks of) a positional dim ------------------------
+
+def _a2a_impl(x, dim, split, concat, tiled):
+    if not tiled:
+        return x.transpose(dim, split).movedim(split, concat)
+    n = x.shape[dim]
+    y = x.unflatten(split, (n, -1)).transpose(dim, split)
+    return y.movedim(split, concat).flatten(concat, concat + 1)
+
+
+@custom_op("named_axes::all_to_all", mutates_args=())
+def _all_to_all(x: torch.Tensor, dim: int, split: int, concat: int, tiled: bool) -> torch.Tensor:
+    return _a2a_impl(x, dim, split, concat, tiled).clone()
+
+
+@_all_to_all.register_fake
+def _(x, dim, split, concat, tiled):
+    return _a2a_impl(x, dim, split, concat, tiled).clone()
+
+
+_all_to_all.register_vmap(_batched_vmap(_all_to_all, 3))
+
+
+class _AllToAll(_Fn):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, dim, split, concat, tiled):
+        return _all_to_all(x, dim, split, concat, tiled)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, ctx.dim, ctx.split, ctx.concat, ctx.tiled = inputs
+
+    @staticmethod
+    def backward(ctx, g):
+        # the transpose of an all_to_all is the all_to_all with split and concat swapped
+        return _AllToAll.apply(g, ctx.dim, ctx.concat, ctx.split, ctx.tiled), None, None, None, None
+
+
+def all_to_all(x: torch.Tensor, dim: int, split: int, concat: int, tiled: bool) -> torch.Tensor:
+    """Named dim ``dim`` takes the (blocks of) positional dim ``split``; the old named
+    index becomes positional dim ``concat`` (``tiled``: concatenated into it)."""
+    return _AllToAll.apply(x, dim, split, concat, tiled)
+
+
+# -- ppermute: move slices of a named dim --------------------------------------------------
+
+def _permute_impl(x, dim, src, dst):
+    out = torch.zeros_like(x)
+    if not src:
+        return out
+    s = torch.tensor(src, device=x.device)
+    d = torch.tensor(dst, device=x.device)
+    return out.index_copy(dim, d, x.index_select(dim, s))
+
+
+@custom_op("named_axes::ppermute", mutates_args=())
+def _ppermute(x: torch.Tensor, dim: int, src: list[int], dst: list[int]) -> torch.Tensor:
+    return _permute_impl(x, dim, src, dst)
+
+
+@_ppermute.register_fake
+def _(x, dim, src, dst):
+    return torch.empty_like(x)
+
+
+_ppermute.register_vmap(_batched_vmap(_ppermute, 1))
+
+
+class _PPermute(_Fn):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, dim, src, dst):
+        return _ppermute(x, dim, src, dst)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _, ctx.dim, ctx.src, ctx.dst = inputs
+
+    @staticmethod
+    def backward(ctx, g):
+        return _PPermute.apply(g, ctx.dim, ctx.dst, ctx.src), None, None, None
+
+
+def ppermute(x: torch.Tensor, dim: int, src: list, dst: list) -> torch.Tensor:
+    """``out[dst[j]] = x[src[j]]`` along physical dim ``dim``; other slices are zero."""
+    return _PPermute.apply(x, dim, list(src), list(dst))
+
+
+# -- pdot: a two-operand einsum that contracts named dims ---------------------------------
+
+@custom_op("named_axes::pdot", mutates_args=())
+def _pdot(x: torch.Tensor, y: torch.Tensor, equation: str) -> torch.Tensor:
+    return torch.einsum(equation, x, y)
+
+
+@_pdot.register_fake
+def _(x, y, equation):
+    return torch.einsum(equation, x, y)
+
+
+def _pdot_vmap(info, in_dims, x, y, equation):
+    bx, by = in_dims
+    if bx is None and by is None:
+        return _pdot(x, y, equation), None
+    lhs, out = equation.split("->")
+    tx, ty = lhs.split(",")
+    b = next(c for c in string.ascii_letters if c not in equation)
+    if bx is not None:
+        x, tx = x.movedim(bx, 0), b + tx
+    if by is not None:
+        y, ty = y.movedim(by, 0), b + ty
+    return _pdot(x, y, f"{tx},{ty}->{b}{out}"), 0
+
+
+_pdot.register_vmap(_pdot_vmap)
+
+
+def _einsum_grad(g, go, other, to, mine, shape):
+    """d(einsum(mine, to -> go))/d(mine) applied to g; letters only in ``mine`` broadcast."""
+    avail = set(go) | set(to)
+    keep = "".join(c for c in mine if c in avail)
+    grad = torch.einsum(f"{go},{to}->{keep}", g, other)
+    view = [shape[i] if c in avail else 1 for i, c in enumerate(mine)]
+    return grad.reshape(view).expand(shape)
+
+
+class _PDot(_Fn):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, y, equation):
+        return _pdot(x, y, equation)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, y, ctx.equation = inputs
+        ctx.save_for_backward(x, y)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        lhs, out = ctx.equation.split("->")
+        tx, ty = lhs.split(",")
+        gx = _einsum_grad(g, out, y, ty, tx, x.shape) if ctx.needs_input_grad[0] else None
+        gy = _einsum_grad(g, out, x, tx, ty, y.shape) if ctx.needs_input_grad[1] else None
+        return gx, gy, None
+
+
+def pdot(x: torch.Tensor, y: torch.Tensor, equation: str) -> torch.Tensor:
+    """``torch.einsum(equation, x, y)`` as the named op ``named_axes::pdot``."""
+    return _PDot.apply(x, y, equation)
+
+
+# -- axis_index -----------------------------------------------------------------------------
+
+@custom_op("named_axes::axis_index", mutates_args=())
+def _axis_index(n: int, device: torch.device) -> torch.Tensor:
+    return torch.arange(n, device=device)
+
+
+@_axis_index.register_fake
+def _(n, device):
+    return torch.empty(n, dtype=torch.int64, device=device)
+
+
+def axis_index(n: int, device=None) -> torch.Tensor:
+    """``arange(n)`` as the named op ``named_axes::axis_index``."""
+    return _axis_index(n, torch.device("cpu") if device is None else torch.device(device))

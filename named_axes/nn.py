@@ -1,0 +1,155 @@
+"""``nx.nn``: the ``jax.nn`` conveniences, over positional dims or axis names.
+
+Thin names over the dispatcher: activations act elementwise; ``softmax``,
+``log_softmax``, ``logsumexp``, ``standardize`` and ``one_hot`` take ``axis`` as an
+int, an axis name, or a tuple mixing both.  Defaults follow ``jax.nn``
+(``gelu(approximate=True)``, ``axis=-1``).
+
+>>> import torch, named_axes as nx
+>>> x = nx.named(torch.zeros(4, 2), {0: 'classes'})
+>>> nx.positional(nx.nn.softmax(x, axis='classes'), {0: 'classes'})[:, 0]
+tensor([0.2500, 0.2500, 0.2500, 0.2500])
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from . import _functions as _f
+from ._one_hot import one_hot as _one_hot
+
+__all__ = ["relu", "relu6", "gelu", "silu", "swish", "sigmoid", "softplus", "log_sigmoid",
+           "elu", "leaky_relu", "tanh", "softmax", "log_softmax", "logsumexp",
+           "standardize", "normalize", "one_hot"]
+
+
+def relu(x: Any) -> Any:
+    """max(x, 0), elementwise.
+
+    >>> import torch, named_axes as nx
+    >>> nx.nn.relu(torch.tensor([-1., 2.]))
+    tensor([0., 2.])
+    """
+    return torch.relu(x)
+
+
+def relu6(x: Any) -> Any:
+    """min(max(x, 0), 6), elementwise."""
+    return F.relu6(x)
+
+
+def gelu(x: Any, approximate: bool = True) -> Any:
+    """GELU; ``approximate=True`` (jax's default) is the tanh form."""
+    return F.gelu(x, approximate="tanh" if approximate else "none")
+
+
+def silu(x: Any) -> Any:
+    """x * sigmoid(x)."""
+    return F.silu(x)
+
+
+swish = silu
+
+
+def sigmoid(x: Any) -> Any:
+    """1 / (1 + exp(-x))."""
+    return torch.sigmoid(x)
+
+
+def softplus(x: Any) -> Any:
+    """log(1 + exp(x))."""
+    return F.softplus(x)
+
+
+def log_sigmoid(x: Any) -> Any:
+    """log(sigmoid(x))."""
+    return F.logsigmoid(x)
+
+
+def elu(x: Any, alpha: float = 1.0) -> Any:
+    """ELU with scale ``alpha``."""
+    return F.elu(x, alpha)
+
+
+def leaky_relu(x: Any, negative_slope: float = 0.01) -> Any:
+    """x if x >= 0 else negative_slope * x."""
+    return F.leaky_relu(x, negative_slope)
+
+
+def tanh(x: Any) -> Any:
+    """Hyperbolic tangent."""
+    return torch.tanh(x)
+
+
+def _several(axis: Any) -> bool:
+    return isinstance(axis, (tuple, list)) and len(axis) != 1
+
+
+def _one(axis: Any) -> Any:
+    return axis[0] if isinstance(axis, (tuple, list)) else axis
+
+
+def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    """log(sum(exp(x))) over ``axis`` (ints, names or a mix; None: every positional axis).
+
+    >>> import torch, named_axes as nx
+    >>> nx.nn.logsumexp(nx.named(torch.zeros(2, 3), 'c ...'), ('c', 0)).exp()
+    tensor(6.)
+    """
+    return _f.logsumexp(x, axis, keepdims)
+
+
+def log_softmax(x: Any, axis: Any = -1) -> Any:
+    """x - logsumexp(x, axis): log-probabilities over ``axis``.
+
+    >>> import torch, named_axes as nx
+    >>> nx.nn.log_softmax(torch.zeros(2)).exp()
+    tensor([0.5000, 0.5000])
+    """
+    if not _several(axis):
+        return _f.log_softmax(x, _one(axis))
+    return x - _f.logsumexp(x, tuple(axis), True)
+
+
+def softmax(x: Any, axis: Any = -1) -> Any:
+    """exp(x) / sum(exp(x), axis): probabilities over ``axis``.
+
+    >>> import torch, named_axes as nx
+    >>> nx.nn.softmax(torch.zeros(2))
+    tensor([0.5000, 0.5000])
+    """
+    if not _several(axis):
+        return _f.softmax(x, _one(axis))
+    return torch.exp(log_softmax(x, axis))
+
+
+def standardize(x: Any, axis: Any = -1, mean: Any = None, variance: Any = None,
+                epsilon: float = 1e-5) -> Any:
+    """(x - mean) / sqrt(variance + epsilon), the statistics taken over ``axis``.
+
+    >>> import torch, named_axes as nx
+    >>> nx.nn.standardize(torch.tensor([1., 3.]))
+    tensor([-1.0000,  1.0000])
+    """
+    axis = tuple(axis) if isinstance(axis, (tuple, list)) else axis
+    if mean is None:
+        mean = _f.mean(x, axis, True)
+    if variance is None:
+        variance = _f.mean(x * x, axis, True) - mean * mean
+    return (x - mean) * torch.rsqrt(variance + epsilon)
+
+
+normalize = standardize
+
+
+def one_hot(x: Any, num_classes: int, *, dtype: torch.dtype | None = None,
+            axis: Any = -1) -> Any:
+    """One-hot encoding (jax.nn spelling; ``axis`` may be a name). See :func:`nx.one_hot`.
+
+    >>> import torch, named_axes as nx
+    >>> nx.nn.one_hot(torch.tensor([1]), 3, dtype=torch.float32)
+    tensor([[0., 1., 0.]])
+    """
+    return _one_hot(x, num_classes, dim=axis, dtype=dtype)
