@@ -39,6 +39,13 @@ __all__ = [
 ]
 
 # -- named ops & collectives (einsum, one_hot, nx.lax, nx.nn) ---------------------------
+from ._einsum import einsum  # also registers the torch.einsum rule
+from ._one_hot import one_hot
+from . import lax, nn
+from . import _einops as _einops_module
+
+_einops_module.install()
+__all__ += ["einsum", "one_hot", "lax", "nn"]
 
 # -- transformations (vmap, grad family, jit, make_graph, ...) --------------------------
 
