@@ -98,7 +98,8 @@ def environment(argv: list[str]) -> list[str]:
     return [
         f"- date: {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}",
         f"- machine: {_cpu_model()}, {os.cpu_count()} logical CPUs, "
-        f"torch threads {torch.get_num_threads()}, {platform.platform()}",
+        f"torch threads {torch.get_num_threads()}, load average at start "
+        f"{', '.join(f'{v:.1f}' for v in os.getloadavg())}, {platform.platform()}",
         f"- versions: python {platform.python_version()}, torch {torch.__version__}, "
         f"numpy {_version('numpy')}, jax {_version('jax')}, jaxlib {_version('jaxlib')}, "
         f"named_axes {_version('named_axes')} @ {_git_commit()}",
@@ -355,8 +356,26 @@ def run_overhead(rounds, block_s, log) -> list[str]:
                      f"{fmt_time(over)} | {n.ratio:.1f} |")
         log(f"   {label:40s} plain {fmt_time(p.median_s):>9s}  named {fmt_time(n.median_s):>9s}"
             f"  ratio {n.ratio:.1f}")
+    # xmap entry + exit alone: an identity program on the P3 inputs
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(8, 16, generator=g), torch.randn(8, 16, generator=g)
+    if hasattr(nx, "xmap"):
+        ident = nx.xmap(lambda x, y: x, in_axes=["a", "b", ...], out_axes=["a", "b", ...])
+        res = measure([Variant("eager", lambda: (lambda: (lambda x, y: x)(x, y))),
+                       Variant("named", lambda: (lambda: ident(x, y)))],
+                      rounds=rounds, block_s=block_s, warmup=3, verbose=False)
+        n = res["named"]
+        if n.status == "ok":
+            _XMAP_CALL[0] = n.median_s - res["eager"].median_s
+            lines.append(f"| `xmap(lambda x, y: x)` entry + exit, 2 inputs (8, 16) | "
+                         f"{fmt_time(res['eager'].median_s)} | {fmt_time(n.median_s)} | "
+                         f"{fmt_time(_XMAP_CALL[0])} | – |")
+            log(f"   {'xmap identity call':40s} {fmt_time(n.median_s)}")
     lines.append("")
     return lines
+
+
+_XMAP_CALL = [None]  # measured xmap entry+exit cost, used by the P3 per-op summary
 
 
 def p3_per_op(all_results) -> list[str]:
@@ -370,7 +389,12 @@ def p3_per_op(all_results) -> list[str]:
         if e and r and e.status == r.status == "ok":
             lines.append(f"- P3 {k}: {(r.median_s - e.median_s) / programs.N_OPS * 1e6:.1f} µs "
                          f"extra per op over plain torch ({fmt_time(e.median_s / programs.N_OPS)}"
-                         " per op), xmap entry/exit included")
+                         " per op), entry/exit of the transform included")
+    r = res.get("nx.xmap")
+    if e and r and e.status == r.status == "ok" and _XMAP_CALL[0] is not None:
+        per = (r.median_s - e.median_s - _XMAP_CALL[0]) / programs.N_OPS
+        lines.append(f"- P3 nx.xmap without its entry/exit ({fmt_time(_XMAP_CALL[0])}, "
+                     f"measured below): {per * 1e6:.1f} µs extra per op")
     return lines + ([""] if lines else [])
 
 
@@ -446,13 +470,14 @@ def main(argv=None) -> int:
     all_results = run_programs(names, keys, rounds, block_s, warmup, log)
     report += ["## P1–P3: ratio to plain torch eager (lower is faster)", ""]
     report += program_tables(all_results)
-    report += p3_per_op(all_results)
-
+    overhead = []
     if not args.no_overhead:
-        report += ["## Dispatcher per-op overhead", "",
-                   "One op on (8, 16) float32 values, plain tensors vs `nx.named` values "
-                   "(outside xmap), interleaved, medians.", ""]
-        report += run_overhead(max(3, rounds // 2), block_s / 2, log)
+        overhead = ["## Dispatcher per-op overhead", "",
+                    "One op on (8, 16) float32 values, plain tensors vs `nx.named` values "
+                    "(outside xmap), interleaved, medians.", ""]
+        overhead += run_overhead(max(3, rounds // 2), block_s / 2, log)
+    report += p3_per_op(all_results)
+    report += overhead
 
     if not args.no_p4 and (keys is None or {"compile", "nx.jit"} & keys):
         report += ["## P4: trace + compile time", ""]
