@@ -1,0 +1,137 @@
+"""The lowered positional program of a named program, as a ``torch.fx.GraphModule``.
+
+``make_graph`` is the analogue of ``jax.make_jaxpr`` / ``xla_computation``: it traces
+the named program with :func:`torch.fx.experimental.proxy_tensor.make_fx` over the
+dispatcher, so the graph holds plain aten ops (names cost nothing at run time) and the
+collectives of :mod:`named_axes.lax` as named nodes.  ``named_call`` marks a
+sub-program: it shows in the graph and in profiler traces under its name.
+
+>>> import torch, named_axes as nx
+>>> g = nx.make_graph(lambda x: x.sin().sum('b'), axis_env=[('b', 2)])(nx.named(torch.ones(2, 3), 'b ...'))
+>>> 'aten.sin' in g.code and 'aten.sum' in g.code
+True
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import html
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from .. import _env
+from .._errors import AxisSpecError, AxisTypeError
+from ._tree import rebox, unbox
+
+__all__ = ["make_graph", "named_call", "NamedGraphModule", "trace_flat"]
+
+
+class NamedGraphModule(torch.fx.GraphModule):
+    """A GraphModule that prints its code (``str``) and renders it in notebooks.
+
+    ``in_names`` / ``out_names`` give the named axes (leading physical dims) of each
+    flat input / output; ``None`` for a plain leaf.
+    """
+
+    in_names: list
+    out_names: list
+
+    def __str__(self) -> str:
+        head = (f"# inputs' named axes:  {self.in_names}\n"
+                f"# outputs' named axes: {self.out_names}")
+        return head + self.code
+
+    def _repr_html_(self) -> str:
+        return f"<pre>{html.escape(str(self))}</pre>"
+
+
+def trace_flat(fun: Callable, args: tuple, *, axis_env: Sequence = (), mode: str = "real"):
+    """Trace ``fun(*args)`` into an aten graph over the flat physical leaves.
+
+    Returns ``(graph_module, leaves, (spec, names), out_info)`` where ``out_info`` is
+    ``[out_spec, out_names, out_consts]``: how to rebuild the result from the graph's
+    flat tensor outputs (non-tensor output leaves are constants kept in ``out_consts``).
+    """
+    leaves, spec, names = unbox(tuple(args))
+    tensor_pos = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
+    out_info: list = []
+
+    def flat_fun(*tensors):
+        call = list(leaves)
+        for i, t in zip(tensor_pos, tensors):
+            call[i] = t
+        out = fun(*rebox(call, spec, names))
+        o_leaves, o_spec, o_names = unbox(out)
+        consts = [None if isinstance(o, torch.Tensor) else o for o in o_leaves]
+        out_info[:] = [o_spec, o_names, consts]
+        return [o for o in o_leaves if isinstance(o, torch.Tensor)]
+
+    env = dict(axis_env)
+    with _env.bind(env, kind="make_graph") if env else contextlib.nullcontext():
+        gm = make_fx(flat_fun, tracing_mode=mode)(*[leaves[i] for i in tensor_pos])
+    return gm, leaves, (spec, names, tensor_pos), out_info
+
+
+def rebuild_output(flat_out: Sequence, out_info: list) -> Any:
+    """The result of a traced program from its graph's flat outputs."""
+    o_spec, o_names, consts = out_info
+    it = iter(flat_out)
+    leaves = [next(it) if c is None else c for c in consts]
+    return rebox(leaves, o_spec, o_names)
+
+
+def make_graph(fun: Callable, *, axis_env: Sequence | None = None) -> Callable:
+    """A function of ``fun``'s arguments returning the lowered program as a GraphModule.
+
+    Args:
+        fun: a named or positional program (xmap'd or not).
+        axis_env: ``[(name, size), ...]`` axes to bind while tracing, for programs that
+            use collectives over names no enclosing xmap binds (like ``make_jaxpr``).
+
+    Returns:
+        ``(*args) -> NamedGraphModule``; call the module with the flat physical tensors.
+
+    >>> import torch, named_axes as nx
+    >>> f = nx.xmap(lambda x: x * 2, in_axes=['b', ...], out_axes=['b', ...])
+    >>> print(nx.make_graph(f)(torch.ones(2, 3)).code.strip().splitlines()[-1])
+    return [permute_1]
+    """
+    env = list((axis_env.items() if isinstance(axis_env, dict) else axis_env) or ())
+    for entry in env:
+        if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[1], int)):
+            raise AxisSpecError(f"make_graph: axis_env entries are (name, size) pairs, "
+                                f"got {entry!r}")
+
+    @functools.wraps(fun)
+    def build(*args):
+        gm, leaves, (_, names, tensor_pos), out_info = trace_flat(fun, args, axis_env=env)
+        out = NamedGraphModule(gm, gm.graph, class_name=f"named_graph_"
+                               f"{getattr(fun, '__name__', 'fun').strip('<>')}")
+        out.in_names = [names[i] for i in tensor_pos]
+        out.out_names = [n for n, c in zip(out_info[1], out_info[2]) if c is None]
+        return out
+
+    return build
+
+
+def named_call(fun: Callable, *, name: str | None = None) -> Callable:
+    """``fun`` with its calls marked ``name`` in graphs and profiler traces.
+
+    >>> import torch, named_axes as nx
+    >>> f = nx.named_call(torch.sin, name='my_block')
+    >>> "'my_block'" in nx.make_graph(f)(torch.ones(2)).code
+    True
+    """
+    if not callable(fun):
+        raise AxisTypeError(f"named_call: fun must be callable, got {type(fun).__name__}")
+    label = name or getattr(fun, "__name__", "named_call")
+
+    @functools.wraps(fun)
+    def call(*args, **kwargs):
+        with torch.profiler.record_function(label):
+            return fun(*args, **kwargs)
+
+    return call

@@ -1,0 +1,83 @@
+"""Crossing the torch.func boundary with named values.
+
+torch.func only sees plain tensors, so a NamedTensor crosses it as its physical
+tensor; its names travel beside it (they are static) and are put back on the far side.
+
+>>> import torch, named_axes as nx
+>>> from named_axes.transforms._tree import unbox, rebox
+>>> leaves, spec, names = unbox({'w': nx.named(torch.ones(2, 3), {0: 'b'})})
+>>> leaves[0].shape, names
+(torch.Size([2, 3]), [('b',)])
+>>> rebox(leaves, spec, names)['w'].named_shape
+{'b': 2}
+"""
+from __future__ import annotations
+
+from typing import Any, Hashable, Iterable
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from .._tensor import NamedTensor
+
+__all__ = ["unbox", "rebox", "box_leaf", "named_axes_of", "expand_over", "is_named"]
+
+_NT = NamedTensor
+
+
+def is_named(tree: Any) -> bool:
+    """Whether any leaf of ``tree`` is a NamedTensor."""
+    return any(type(leaf) is _NT for leaf in tree_flatten(tree)[0])
+
+
+def unbox(tree: Any) -> tuple[list, Any, list]:
+    """Flatten ``tree``; NamedTensor leaves become physical tensors.
+
+    Returns ``(leaves, spec, names)`` where ``names[i]`` is the names tuple of leaf i,
+    or None for a leaf that was not a NamedTensor.
+    """
+    leaves, spec = tree_flatten(tree)
+    names = [leaf._names if type(leaf) is _NT else None for leaf in leaves]
+    return [leaf._data if type(leaf) is _NT else leaf for leaf in leaves], spec, names
+
+
+def box_leaf(leaf: Any, names: tuple | None) -> Any:
+    """One leaf back: a NamedTensor when it had names (even an empty tuple)."""
+    if names is None or not isinstance(leaf, torch.Tensor):
+        return leaf
+    return NamedTensor._wrap(leaf, names)
+
+
+def rebox(leaves: Iterable, spec: Any, names: list) -> Any:
+    """Inverse of :func:`unbox`."""
+    return tree_unflatten([box_leaf(x, n) for x, n in zip(leaves, names)], spec)
+
+
+def named_axes_of(tree: Any) -> dict:
+    """Union of the named shapes of the NamedTensor leaves of ``tree`` (first seen order)."""
+    sizes: dict = {}
+    for leaf in tree_flatten(tree)[0]:
+        if type(leaf) is _NT:
+            for n, s in zip(leaf._names, leaf._data.shape):
+                sizes.setdefault(n, s)
+    return sizes
+
+
+def expand_over(leaf: Any, sizes: dict, skip: Iterable[Hashable] = ()) -> Any:
+    """``leaf`` broadcast along the axes of ``sizes`` it lacks (except ``skip``).
+
+    This is how a value replicated along a named axis gets a per-example gradient: the
+    copy made here is what torch.func differentiates, one slice per named index.
+    """
+    skip = set(skip)
+    if type(leaf) is _NT:
+        data, names = leaf._data, leaf._names
+    elif isinstance(leaf, torch.Tensor) and (leaf.is_floating_point() or leaf.is_complex()):
+        data, names = leaf, ()
+    else:
+        return leaf
+    extra = tuple(n for n in sizes if n not in names and n not in skip)
+    if not extra:
+        return leaf
+    data = data.expand(tuple(sizes[n] for n in extra) + tuple(data.shape))
+    return NamedTensor._wrap(data, extra + names)

@@ -1,0 +1,200 @@
+"""``vmap`` with torch.func's signature, plus JAX's ``axis_name``/``axis_size``.
+
+Plain tensors with no axis name go straight to :func:`torch.func.vmap`.  Otherwise the
+mapped dims become a named axis (bound in the axis environment, like xmap does), so
+the collectives of :mod:`named_axes.lax` work inside and NamedTensors (from an
+enclosing xmap) pass through; the axis is placed back per ``out_dims``, and a result
+that lacks it (e.g. after ``psum``) is broadcast along it, as in JAX.
+
+>>> import torch, named_axes as nx
+>>> nx.vmap(lambda x: x / x.sum(), axis_name='i')(torch.ones(3, 2)).shape
+torch.Size([3, 2])
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+from typing import Any, Callable, Hashable
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from .. import _env
+from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
+from .._layout import insert_named
+from .._parsing import parse_mapping
+from .._tensor import NamedTensor
+from ._tree import is_named
+
+__all__ = ["vmap"]
+
+_counter = itertools.count()
+
+
+class _Anon:
+    """The hidden name of an unnamed vmap axis (unique per call)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __repr__(self) -> str:
+        return f"<vmap axis {self.n}>"
+
+
+def _spread(dims: Any, tree: Any, what: str) -> list:
+    """The per-leaf dims of ``tree`` given a pytree prefix ``dims`` (int/None leaves)."""
+    if dims is None or isinstance(dims, int):
+        return [dims] * len(tree_flatten(tree)[0])
+    if isinstance(dims, (tuple, list)) and isinstance(tree, (tuple, list)):
+        if len(dims) != len(tree):
+            raise AxisSpecError(f"{what}: {len(dims)} entries for {len(tree)} values")
+        return [d for sub, t in zip(dims, tree) for d in _spread(sub, t, what)]
+    if isinstance(dims, dict) and isinstance(tree, dict):
+        missing = set(tree) - set(dims)
+        if missing:
+            raise AxisSpecError(f"{what}: no entry for keys {sorted(map(repr, missing))}")
+        return [d for k in tree for d in _spread(dims[k], tree[k], what)]
+    raise AxisSpecError(f"{what}: {dims!r} does not match the structure of the values "
+                        f"({type(tree).__name__}); use an int, None, or a matching container")
+
+
+def _to_named(leaf: Any, dim: int | None, name: Hashable, what: str) -> tuple[Any, int | None]:
+    """``leaf`` with positional dim ``dim`` turned into named axis ``name``; its size."""
+    if dim is None:
+        return leaf, None
+    if not isinstance(leaf, (torch.Tensor, NamedTensor)):
+        raise AxisTypeError(f"{what}: in_dims={dim} for a {type(leaf).__name__}, which has no "
+                            f"dims; use None for it")
+    if isinstance(leaf, NamedTensor):
+        data, names, p = leaf._data, leaf._names, leaf.ndim
+    else:
+        data, names, p = leaf, (), leaf.dim()
+    if not -p <= dim < p:
+        raise AxisSpecError(f"{what}: in_dim={dim} for an input with {p} positional dims "
+                            f"(shape {tuple(data.shape[len(names):])})")
+    d = len(names) + dim % p
+    data = data.movedim(d, 0)
+    return NamedTensor._wrap(data, (name,) + names), data.shape[0]
+
+
+def _place(leaf: Any, dim: int | None, name: Hashable, size: int, what: str) -> Any:
+    if not isinstance(leaf, (torch.Tensor, NamedTensor)):
+        if dim is None:
+            return leaf
+        leaf = torch.as_tensor(leaf)
+    nt = leaf if isinstance(leaf, NamedTensor) else NamedTensor._wrap(leaf, ())
+    if dim is None:
+        if name in nt._names:
+            raise AxisSpecError(f"{what}: out_dims=None for an output that varies along the "
+                                f"mapped axis; give it an out_dim")
+        return leaf
+    out = insert_named(nt, parse_mapping({dim: name}), sizes={name: size}, what=what)
+    if isinstance(out, NamedTensor) and not out._names:
+        return out._data
+    return out
+
+
+def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hashable = None,
+         axis_size: int | None = None, randomness: str = "error",
+         chunk_size: int | None = None) -> Callable:
+    """Vectorize ``fun`` over dims ``in_dims`` of its inputs (torch.func.vmap + axis names).
+
+    Args:
+        fun: the function to map; inputs and outputs are pytrees of tensors.
+        in_dims: int, None, or a pytree prefix of the arguments with those leaves.
+        out_dims: the same for the outputs.
+        axis_name: a name for the mapped axis, usable by ``nx.lax`` collectives inside.
+        axis_size: the mapped size when no input is mapped.
+        randomness, chunk_size: as in :func:`torch.func.vmap` (plain path).
+
+    Returns:
+        The vectorized function.
+
+    Raises:
+        AxisSizeError: mapped inputs disagree on the size.
+        AxisSpecError: an in_dim outside an input's rank, or mismatched in_dims structure.
+
+    >>> import torch, named_axes as nx
+    >>> x = torch.arange(6.).reshape(2, 3)
+    >>> nx.vmap(lambda r: nx.lax.psum(r, 'i'), axis_name='i')(x)
+    tensor([[3., 5., 7.],
+            [3., 5., 7.]])
+    """
+    if not callable(fun):
+        raise AxisTypeError(f"vmap: fun must be callable, got {type(fun).__name__}")
+    spelling = (f"vmap({getattr(fun, '__name__', 'fun')}, in_dims={in_dims!r}, "
+                f"out_dims={out_dims!r}" + (f", axis_name={axis_name!r}" if axis_name is not None
+                                            else "") + ")")
+    plain = torch.func.vmap(fun, in_dims, out_dims, randomness=randomness,
+                            chunk_size=chunk_size)
+
+    @functools.wraps(fun)
+    def mapped(*args):
+        if axis_name is None and axis_size is None and not is_named(args):
+            return plain(*args)
+        what = f"{spelling}(<inputs>)"
+        name = _Anon(next(_counter)) if axis_name is None else axis_name
+        if name in _env.bound_axes():
+            raise AxisSpecError(f"{what}: axis {name!r} is already bound by an enclosing "
+                                f"xmap/vmap; use a new name")
+        leaves, spec = tree_flatten(tuple(args))
+        dims = _spread(in_dims if isinstance(in_dims, tuple) or in_dims is None
+                       or isinstance(in_dims, int) else tuple(in_dims), tuple(args), what)
+        size, where = axis_size, "axis_size"
+        new = []
+        for i, (leaf, d) in enumerate(zip(leaves, dims)):
+            leaf, s = _to_named(leaf, d, name, f"{what}: input {i}")
+            if s is not None:
+                if size is not None and s != size:
+                    raise AxisSizeError(f"{what}: inconsistent sizes for axis {name!r}: {size} "
+                                        f"({where}) vs {s} (input {i}, in_dim {d})")
+                size, where = s, f"input {i}, in_dim {d}"
+            new.append(leaf)
+        if size is None:
+            raise AxisSpecError(f"{what}: no input is mapped (all in_dims are None); pass "
+                                f"axis_size to say how many times to run fun")
+        call_args = tree_unflatten(new, spec)
+        if chunk_size is not None and size > chunk_size and axis_name is None:
+            return _chunked(fun, call_args, name, size, chunk_size, out_dims, what)
+        with _env.bind({name: size}, kind="vmap"):
+            out = fun(*call_args)
+        return _finish(out, out_dims, name, size, what)
+
+    return mapped
+
+
+def _finish(out, out_dims, name, size, what):
+    flat, spec = tree_flatten(out)
+    dims = _spread(out_dims, out, f"{what}: out_dims")
+    return tree_unflatten([_place(o, d, name, size, f"{what}: output {i}")
+                           for i, (o, d) in enumerate(zip(flat, dims))], spec)
+
+
+def _chunked(fun, call_args, name, size, chunk_size, out_dims, what):
+    """Run in serial chunks of the (anonymous, so collective-free) mapped axis."""
+    outs = []
+    for start in range(0, size, chunk_size):
+        n = min(chunk_size, size - start)
+        sliced = tree_unflatten([
+            NamedTensor._wrap(x._data.narrow(0, start, n), x._names)
+            if isinstance(x, NamedTensor) and x._names[:1] == (name,) else x
+            for x in tree_flatten(call_args)[0]], tree_flatten(call_args)[1])
+        with _env.bind({name: n}, kind="vmap"):
+            outs.append(_finish(fun(*sliced), out_dims, name, n, what))
+    flats = [tree_flatten(o)[0] for o in outs]
+    spec = tree_flatten(outs[0])[1]
+    dims = _spread(out_dims, outs[0], f"{what}: out_dims")
+    joined = []
+    for i, d in enumerate(dims):
+        parts = [f[i] for f in flats]
+        if d is None:
+            joined.append(parts[0])
+        elif isinstance(parts[0], NamedTensor):
+            joined.append(NamedTensor._wrap(
+                torch.cat([p._data for p in parts], len(parts[0]._names) + d % parts[0].ndim),
+                parts[0]._names))
+        else:
+            joined.append(torch.cat(parts, d))
+    return tree_unflatten(joined, spec)
