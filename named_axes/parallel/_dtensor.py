@@ -47,6 +47,39 @@ def device_mesh(m) -> Any:
     return dm
 
 
+_registered = False
+
+
+def register_collectives() -> None:
+    """Let DTensor run nx.lax's registered collective ops by their plain-torch definitions.
+
+    Each collective is a ``torch.library`` custom op on physical tensors (so graphs show it
+    by name); DTensor has no sharding rule for it.  On DTensors we run the op's own
+    Python definition (``x.sum(dims)``, an einsum, ...), which DTensor shards and turns into
+    the right collectives (a sum over a sharded dim -> ``Partial`` -> all-reduce).  Uses
+    DTensor's per-op handler table (``_custom_op_handlers``, private but stable since 2.3).
+    """
+    global _registered
+    if _registered:
+        return
+    try:
+        from ..lax import _ops
+    except ImportError:
+        return
+    from torch._library.custom_ops import CustomOpDef
+    from torch.distributed.tensor import DTensor
+
+    handlers = getattr(getattr(DTensor, "_op_dispatcher", None), "_custom_op_handlers", None)
+    if handlers is None:  # pragma: no cover - a torch without the table
+        return
+    for value in vars(_ops).values():
+        if isinstance(value, CustomOpDef):
+            impl = value._init_fn
+            handlers[value._opoverload] = (
+                lambda op_call, args, kwargs, impl=impl: impl(*args, **kwargs))
+    _registered = True
+
+
 def _placements(plan, names: tuple, ndim: int):
     from torch.distributed.tensor import Replicate, Shard
 
@@ -97,6 +130,7 @@ class DTensorEngine:
         self.mesh = mesh
         self.outputs = outputs
         self.device_mesh = device_mesh(mesh)
+        register_collectives()
         self.device = torch.device(self.device_mesh.device_type, torch.cuda.current_device()) \
             if self.device_mesh.device_type == "cuda" else torch.device("cpu")
 

@@ -174,8 +174,16 @@ class SerialEngine:
         raise AttributeError(op)
 
     def _default(self, op: str, *args, **kwargs):
-        """The collective as if no loop existed (on this chunk), computed by nx.lax."""
-        with self._bypassed():
+        """The collective as if no loop existed (on this chunk), computed by nx.lax.
+
+        Loop axes carried by the operands are bound at their chunk size meanwhile, so
+        nx.lax sees consistent sizes; loop axes they lack keep their full size (a psum
+        over one multiplies by the full size)."""
+        from .._env import bind
+
+        local = {n: self.chunk_size(n) for n in self.names
+                 if any(_carries(a, n) for a in args[:2])}
+        with self._bypassed(), bind(local, kind="serial-chunk"):
             try:
                 from .. import lax
             except ImportError:
@@ -187,7 +195,8 @@ class SerialEngine:
 
     def _reducing(self, op: str, *args, **kwargs):
         if op == "pdot":
-            x, y, axis_name = args[0], args[1], args[2] if len(args) > 2 else kwargs["axis_name"]
+            x, y = args[0], args[1]
+            axis_name = args[2] if len(args) > 2 else kwargs["axis_name"]
             operands = (x, y)
         else:
             x, axis_name = args[0], args[1] if len(args) > 1 else kwargs["axis_name"]
@@ -228,12 +237,18 @@ class SerialEngine:
                 f"from axis_resources")
         return self._default(op, *args, **kwargs)
 
-    def _axis_index(self, axis_name: Hashable):
-        if axis_name not in self.loops:
+    def _axis_index(self, axis_name: Any):
+        names = _as_tuple(axis_name)
+        if not any(n in self.loops for n in names):
             return self._default("axis_index", axis_name)
-        s = self.chunk_size(axis_name)
-        c = self._chunk[self.names.index(axis_name)]
-        return NamedTensor._wrap(torch.arange(c * s, (c + 1) * s), (axis_name,))
+        if len(names) != 1:
+            raise SerialLoopError(
+                f"axis_index({axis_name!r}): a tuple of axes including a SerialLoop axis is not "
+                f"supported; take axis_index of each axis separately")
+        n = names[0]
+        s = self.chunk_size(n)
+        c = self._chunk[self.names.index(n)]
+        return NamedTensor._wrap(torch.arange(c * s, (c + 1) * s), (n,))
 
     def check_named_op(self, op: str, names: tuple) -> None:
         """Raise for an op (not a collective) that mixes values along a loop axis."""
