@@ -79,7 +79,7 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
         return vmap_fallback(func, args, kwargs)
     except NamedAxisError:
         raise
-    except (RuntimeError, IndexError) as e:
+    except (RuntimeError, IndexError, ValueError) as e:
         # A positional problem: say which op and which shapes, named and positional.
         if "vmap" in str(e) and "randomness" not in str(e):
             msg = str(e)
@@ -249,21 +249,63 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
         phys.append(align(x._data, x._names, x.ndim, order, x.ndim))
         member.append(set(order))
 
+    # vmap returns tensors only: the op's other outputs (None, ints) ride outside it
+    out_spec: list = []
+
     def call(*tensors):
         leaves = list(flat)
         for j, t in zip(idx, tensors):
             leaves[j] = t
         a, kw = tree_unflatten(leaves, spec)
-        return func(*a, **kw)
+        out_leaves, s = tree_flatten(func(*a, **kw))
+        out_spec[:] = [s, [_SLOT if isinstance(o, _Tensor) else o for o in out_leaves]]
+        return tuple(o for o in out_leaves if isinstance(o, _Tensor))
 
     f = call
     for name in reversed(U):
         in_dims = tuple(0 if name in m else None for m in member)
         f = torch.func.vmap(f, in_dims=in_dims, randomness="different")
-    out = f(*phys)
+    try:
+        tensors = f(*phys)
+    except RuntimeError as e:
+        if not _unbatchable(e):
+            raise
+        # functorch has no batching rule (or the op branches on values): loop instead
+        tensors = _loop(call, phys, member, U)
+    s, others = out_spec
+    it = iter(tensors)
+    out = tree_unflatten([next(it) if o is _SLOT else o for o in others], s)
     if inplace and isinstance(args[0], _NT):
         return args[0]
     return result(out, U, func)
+
+
+_SLOT = object()  # marks where a tensor output goes back
+_UNBATCHABLE = ("Batching rule not implemented", "data-dependent control flow",
+                "We could not generate a fallback", "is not possible because there exists")
+
+
+def _unbatchable(e: RuntimeError) -> bool:
+    msg = str(e)
+    return any(m in msg for m in _UNBATCHABLE)
+
+
+def _loop(call, phys, member, U):
+    """``call`` once per index of the named dims ``U`` (leading, in order), stacked."""
+    import itertools
+
+    sizes = {}
+    for t, m in zip(phys, member):
+        order = [n for n in U if n in m]
+        sizes.update(zip(order, t.shape[:len(order)]))
+    outs = []
+    for index in itertools.product(*[range(sizes[n]) for n in U]):
+        at = dict(zip(U, index))
+        sliced = [t[tuple(at[n] for n in U if n in m)] for t, m in zip(phys, member)]
+        outs.append(call(*sliced))
+    lead = tuple(sizes[n] for n in U)
+    return tuple(torch.stack([o[j] for o in outs]).reshape(lead + tuple(outs[0][j].shape))
+                 for j in range(len(outs[0])))
 
 
 def _leaf_label(spec, i: int) -> str:

@@ -76,7 +76,8 @@ __ixor__ __ilshift__ __irshift__ __idiv__
 
 
 def _inplace_name(name: str) -> bool:
-    return (name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
+    return (name.endswith("_") and not name.endswith("__")) or (
+        name.startswith("__i") and name != "__invert__")
 
 
 def _pointwise_rule(inplace: bool):
@@ -96,7 +97,7 @@ def install_pointwise() -> None:
     for name in DUNDERS:
         f = getattr(_T, name, None)
         if f is not None:
-            register([f], _pointwise_rule(name.startswith("__i")))
+            register([f], _pointwise_rule(_inplace_name(name)))
 
 
 def _bind_operators() -> None:
@@ -106,7 +107,7 @@ def _bind_operators() -> None:
 
     for name in DUNDERS + ["__matmul__", "__rmatmul__"]:
         method = getattr(_T, name, None)
-        if method is None or not hasattr(NamedTensor, name):
+        if method is None:
             continue
         rule = RULES.get(method)
         setattr(NamedTensor, name, _operator(name, method, rule, dispatch))
@@ -278,7 +279,10 @@ def _reduction(name: str, dim_index: int, multi: bool):
 
 def _call_at(func, data, dim_arg, rest, kw, pos, keepdim):
     args = list(rest)
-    args.insert(pos, dim_arg)
+    if len(args) >= pos:
+        args.insert(pos, dim_arg)
+    else:  # the arguments before dim came as keywords (torch.norm(x, p=2, dim=1))
+        kw = {**kw, "dim": dim_arg}
     if getattr(func, "__name__", "") == "count_nonzero":  # has no keepdim argument
         out = func(data, *args, **kw)
         if keepdim:
@@ -326,7 +330,7 @@ DIMWISE = {
     "narrow": (1, False), "select": (1, False), "unbind": (1, False), "split": (2, False),
     "chunk": (2, False), "tensor_split": (2, False), "topk": (2, False), "kthvalue": (2, False),
     "diff": (2, False), "index_select": (1, False), "repeat_interleave": (2, False),
-    "unflatten": (1, False), "renorm": (2, False), "msort": (None, False),
+    "unflatten": (1, False), "msort": (None, False),
 }
 
 

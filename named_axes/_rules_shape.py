@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ._dispatch import RULES, ShapeError, _pointwise_general, op_name, pointwise, register, result, wrap
+from ._dispatch import ShapeError, op_name, pointwise, register, result, wrap
 from ._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from ._layout import align, union_names
 from ._rules import _norm_pos, _spellings, translate_dims
@@ -262,20 +262,22 @@ def _diagonal(func, args, kwargs):
 
 # -- concatenation ------------------------------------------------------------------
 
-def _full_layout(tensors, op):
-    """Every tensor laid out as ``[U..., own positional]`` and expanded to the full named sizes."""
+def _full_layout(tensors, op, pad: bool = False):
+    """Every tensor laid out as ``[U..., own positional]`` and expanded to the full named sizes
+    (with ``pad``, positional ranks are padded to the largest with leading size-1 dims)."""
     operands = [(f"tensors[{i}]", t) for i, t in enumerate(tensors) if type(t) is _NT]
     U = union_names(operands, op=op)
     sizes = {}
     for _, t in operands:
         sizes.update(zip(t._names, t._data.shape))
     full = tuple(sizes[n] for n in U)
+    P = max(t.ndim if type(t) is _NT else t.dim() for t in tensors) if pad else 0
     out = []
     for t in tensors:
         if type(t) is _NT:
-            d = align(t._data, t._names, t.ndim, U, t.ndim)
+            d = align(t._data, t._names, t.ndim, U, max(t.ndim, P))
         else:
-            d = t.reshape((1,) * len(U) + tuple(t.shape))
+            d = t.reshape((1,) * (len(U) + max(P - t.dim(), 0)) + tuple(t.shape))
         out.append(d.expand(full + tuple(d.shape[len(U):])))
     return U, out
 
@@ -439,6 +441,25 @@ def _first_named_only(func, args, kwargs):
     return result(func(x._data, *args[1:], **kwargs), x._names, func)
 
 
+def _pad(func, args, kwargs):
+    """F.pad pads the last positional dims; modes other than constant want the batch folded."""
+    x = args[0]
+    pad = args[1] if len(args) > 1 else kwargs.get("pad")
+    if type(x) is not _NT or not _first_only(args, kwargs) or pad is None:
+        return NotImplemented
+    mode = args[2] if len(args) > 2 else kwargs.get("mode", "constant")
+    n, p = len(pad) // 2, x.ndim
+    if n > p:
+        raise ShapeError(f"F.pad: padding {tuple(pad)} pads {n} dims of a value with {p} "
+                         f"positional dims (shape {tuple(x.shape)}, named shape {x.named_shape})")
+    if mode == "constant":
+        return result(func(x._data, *args[1:], **kwargs), x._names, func)
+    lead = _named_sizes(x) + tuple(x.shape[:p - n - 1])
+    data = x._data.reshape((-1,) + tuple(x.shape[p - n - 1:]))
+    out = func(data, *args[1:], **kwargs)
+    return result(out.reshape(lead + tuple(out.shape[1:])), x._names, func)
+
+
 def _fold_batch(spatial: int, unbatched_ok: bool = True):
     """Conv/pool-like ops: fold the named dims into the batch dim, call once, unfold."""
     batched = spatial + 2
@@ -479,13 +500,26 @@ def _sdpa(func, args, kwargs):
     return result(func(*laid[:3], attn_mask=laid[3], **rest), U, func)
 
 
+def _legacy_reduction(kwargs) -> bool:
+    """size_average= / reduce= given (F.* pass them as None when the caller did not)."""
+    return kwargs.get("size_average") is not None or kwargs.get("reduce") is not None
+
+
 def _losses(func, args, kwargs):
     """Losses with ``reduction=``: elementwise with reduction='none', then reduce per named index."""
-    if any(k in kwargs for k in ("size_average", "reduce")) or len(args) > 2:
+    if _legacy_reduction(kwargs) or len(args) > (3 if func is F.gaussian_nll_loss else 2):
         return NotImplemented
     red = kwargs.get("reduction", "mean")
-    out = _pointwise_general(func, args, {**kwargs, "reduction": "none"}, False)
-    if out is NotImplemented or red == "none":
+    kw = {k: v for k, v in kwargs.items() if k not in ("size_average", "reduce")}
+    if any(type(v) is _NT for v in kw.values()):
+        return NotImplemented
+    # every operand expanded to the full named sizes: losses check input/target shapes
+    tensors = [a for a in args if isinstance(a, (_NT, _T))]
+    U, phys = _full_layout(tensors, op_name(func), pad=True)
+    it = iter(phys)
+    laid = [next(it) if isinstance(a, (_NT, _T)) else a for a in args]
+    out = result(func(*laid, **{**kw, "reduction": "none"}), U, func)
+    if red == "none":
         return out
     k = len(out._names)
     dims = tuple(range(k, out._data.dim()))
@@ -504,7 +538,7 @@ def _class_loss(func, args, kwargs):
     """cross_entropy / nll_loss: fold named dims into the batch dim, reduce per named index."""
     x = args[0]
     t = args[1] if len(args) > 1 else kwargs.get("target")
-    if len(args) > 2 or any(k in kwargs for k in ("size_average", "reduce")):
+    if len(args) > 2 or _legacy_reduction(kwargs):
         return NotImplemented
     if type(kwargs.get("weight")) is _NT:
         return NotImplemented
@@ -523,7 +557,8 @@ def _class_loss(func, args, kwargs):
         xf = xd.reshape((-1,) + tuple(xd.shape[k + 1:]))
         tf = td.reshape((-1,) + tuple(td.shape[k + 1:]))
         pos_shape = (xd.shape[k],)
-    kw = {key: v for key, v in kwargs.items() if key not in ("target", "reduction")}
+    kw = {key: v for key, v in kwargs.items()
+          if key not in ("target", "reduction", "size_average", "reduce")}
     loss = func(xf, tf, reduction="none", **kw)
     loss = loss.reshape(lead + pos_shape + tuple(loss.shape[1:]))
     if red == "none":
@@ -542,7 +577,7 @@ def _class_loss(func, args, kwargs):
     ignore = kwargs.get("ignore_index", -100)
     valid = td != ignore
     w = kwargs.get("weight")
-    denom = valid.to(loss.dtype) if w is None else w[td.clamp(min=0)] * valid
+    denom = valid.to(loss.dtype) if w is None else w[torch.where(valid, td, 0)] * valid
     tdims = tuple(range(k, denom.dim()))
     denom = denom.sum(tdims) if tdims else denom
     return result(total / denom, U, func)
@@ -644,13 +679,13 @@ def install() -> None:
     register([T.__getitem__], _getitem)
     register([T.__setitem__], _setitem)
     register([torch.matmul, T.matmul, T.__matmul__, T.__rmatmul__, torch.mm, T.mm,
-              torch.bmm, T.bmm, torch.mv, T.mv, torch.dot, T.dot, torch.vdot, T.vdot,
-              torch.inner, T.inner], _matmul)
+              torch.bmm, T.bmm, torch.mv, T.mv, torch.dot, T.dot, torch.vdot, T.vdot], _matmul)
     register([F.linear], _linear)
     register([torch.outer, T.outer, torch.ger, T.ger], _outer)
     register([F.layer_norm, F.rms_norm], _layer_norm)
+    register([F.pad], _pad)
     register([F.embedding, F.one_hot, F.dropout, F.alpha_dropout, torch.dropout,
-              torch.bucketize, F.pad, torch.nn.functional.pixel_shuffle,
+              torch.bucketize, torch.nn.functional.pixel_shuffle,
               torch.nn.functional.pixel_unshuffle], _first_named_only)
     for n in (1, 2, 3):
         register([getattr(F, f"conv{n}d"), getattr(F, f"conv_transpose{n}d"),
