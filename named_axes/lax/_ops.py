@@ -343,7 +343,7 @@ def _(x, y, equation):
 
 
 def _pdot_vmap(info, in_dims, x, y, equation):
-    bx, by = in_dims
+    bx, by = in_dims[0], in_dims[1]
     if bx is None and by is None:
         return _pdot(x, y, equation), None
     lhs, out = equation.split("->")
