@@ -48,5 +48,14 @@ _einops_module.install()
 __all__ += ["einsum", "one_hot", "lax", "nn"]
 
 # -- transformations (vmap, grad family, jit, make_graph, ...) --------------------------
+from .transforms import (NamedGraphModule, ShapeDtypeStruct, checkpoint, closure_convert,
+                         custom_jvp, custom_vjp, disable_jit, eval_shape, grad, hessian,
+                         jacfwd, jacrev, jit, jvp, linear_transpose, linearize, make_graph,
+                         named_call, remat, value_and_grad, vectorize, vjp, vmap)
+
+__all__ += ["vmap", "grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfwd", "jacrev",
+            "hessian", "linear_transpose", "custom_vjp", "custom_jvp", "closure_convert",
+            "checkpoint", "remat", "eval_shape", "ShapeDtypeStruct", "make_graph",
+            "NamedGraphModule", "named_call", "jit", "disable_jit", "vectorize"]
 
 # -- parallelism (Mesh, SerialLoop, pmap, devices) --------------------------------------

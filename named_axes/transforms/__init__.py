@@ -11,7 +11,13 @@ from ._grad import (grad, hessian, jacfwd, jacrev, jvp, linear_transpose, linear
                     value_and_grad, vjp)
 from ._graph import NamedGraphModule, make_graph, named_call
 from ._jit import disable_jit, jit
+from ._custom import closure_convert, custom_jvp, custom_vjp
+from ._remat import checkpoint, remat
+from ._shapes import ShapeDtypeStruct, eval_shape
+from ._vectorize import vectorize
+from . import _backend  # noqa: F401  (registers the "named_axes" torch.compile backend)
 
 __all__ = ["vmap", "grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfwd", "jacrev",
            "hessian", "linear_transpose", "make_graph", "named_call", "NamedGraphModule",
-           "jit", "disable_jit"]
+           "jit", "disable_jit", "custom_vjp", "custom_jvp", "closure_convert",
+           "checkpoint", "remat", "ShapeDtypeStruct", "eval_shape", "vectorize"]

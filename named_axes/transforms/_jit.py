@@ -91,9 +91,9 @@ def disable_jit():
 
 def _compile(gm: torch.fx.GraphModule, example: list, backend: str) -> Callable:
     if backend == "inductor":
-        from torch._inductor.compile_fx import compile_fx
+        from ._backend import compile_named
 
-        return compile_fx(gm, example)
+        return compile_named(gm, example)
     if backend == "eager":
         return gm
     return torch.compile(gm, backend=backend, fullgraph=True, dynamic=False)
@@ -131,7 +131,7 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
     under another trace run the program inline, so ``grad(jit(f))`` differentiates ``f``.
 
     >>> import torch, named_axes as nx
-    >>> loss = lambda w, x: (x @ w).tanh().sum()
+    >>> loss = lambda w, x: (x @ w).tanh().sum('b')
     >>> step = nx.jit(nx.value_and_grad(nx.xmap(loss, in_axes=({}, ['b', ...]), out_axes=[...])),
     ...               backend='eager')
     >>> v, g = step(torch.zeros(3), torch.ones(4, 3))

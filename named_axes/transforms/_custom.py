@@ -1,0 +1,266 @@
+"""Custom derivative rules, JAX style, on ``torch.autograd.Function``.
+
+``custom_vjp`` / ``custom_jvp`` wrap a function whose derivative the user supplies; both
+are ``autograd.Function``s with ``setup_context`` and ``generate_vmap_rule``, so they
+compose with torch.func (grad, vmap, jvp) and with the named dispatcher.  A custom
+JVP rule is reverse-differentiated by transposing it with ``torch.func.vjp`` (it is
+linear in the tangents), as JAX does — never re-derived by hand.
+
+>>> import torch, named_axes as nx
+>>> @nx.custom_vjp
+... def clip_grad(x):
+...     return x
+>>> clip_grad.defvjp(lambda x: (x, None), lambda res, g: (g.clamp(-1, 1),))
+>>> nx.grad(lambda x: (3 * clip_grad(x)).sum())(torch.ones(2))
+tensor([1., 1.])
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+from .._errors import AxisSpecError, AxisTypeError
+from .._layout import align
+from .._tensor import NamedTensor
+from ._tree import box_leaf, rebox, unbox
+
+__all__ = ["custom_vjp", "custom_jvp", "closure_convert"]
+
+_NT = NamedTensor
+
+
+def _split(args: tuple, nondiff: tuple):
+    """Physical tensors of the differentiable arguments, and how to rebuild all."""
+    diff_pos = [i for i in range(len(args)) if i not in nondiff]
+    leaves, spec, names = unbox(tuple(args[i] for i in diff_pos))
+    return diff_pos, leaves, spec, names
+
+
+def _like(g: Any, like: torch.Tensor, names: tuple | None, what: str):
+    """A gradient laid out as the physical tensor ``like`` (named ``names``)."""
+    if g is None:
+        return None
+    names = names or ()
+    if isinstance(g, _NT):
+        extra = [n for n in g._names if n not in names]
+        if extra:
+            raise AxisSpecError(f"{what}: the gradient has named axis {extra[0]!r} that the "
+                                f"input (named axes {names}) lacks")
+        g = align(g._data, g._names, g.ndim, names, like.dim() - len(names))
+    g = torch.as_tensor(g, dtype=like.dtype, device=like.device)
+    return g.expand(like.shape) if g.shape != like.shape else g
+
+
+class custom_vjp:
+    """A function with a user-supplied VJP: ``f.defvjp(fwd, bwd)``.
+
+    ``fwd(*args) -> (out, residuals)``; ``bwd(*nondiff_args, residuals, g) -> tuple``
+    with one cotangent per differentiable argument (``None`` for no gradient).
+    Arguments may be NamedTensors; the output is a tensor or NamedTensor.
+    """
+
+    def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()) -> None:
+        if not callable(fun):
+            raise AxisTypeError(f"custom_vjp: fun must be callable, got {type(fun).__name__}")
+        self.fun = fun
+        self.nondiff_argnums = tuple(nondiff_argnums)
+        self.fwd = self.bwd = None
+        functools.update_wrapper(self, fun)
+
+    def defvjp(self, fwd: Callable, bwd: Callable) -> None:
+        """Set the forward (returning residuals) and backward rules."""
+        self.fwd, self.bwd = fwd, bwd
+
+    def __call__(self, *args):
+        if self.fwd is None:
+            raise AxisTypeError(f"custom_vjp({self.__name__}): call defvjp(fwd, bwd) first")
+        nd = tuple(i % len(args) for i in self.nondiff_argnums)
+        diff_pos, leaves, spec, names = _split(args, nd)
+        me = self
+        box: dict = {}
+
+        def rebuild(phys):
+            call = list(args)
+            for i, a in zip(diff_pos, rebox(phys, spec, names)):
+                call[i] = a
+            return call
+
+        class Fn(torch.autograd.Function):
+            generate_vmap_rule = True
+
+            @staticmethod
+            def forward(*phys):
+                out, res = me.fwd(*rebuild(phys))
+                o_leaves, o_spec, o_names = unbox(out)
+                box["out"] = (o_spec, o_names)
+                box["res"] = res
+                return tuple(o_leaves)
+
+            @staticmethod
+            def setup_context(ctx, inputs, output):
+                ctx.res = box["res"]
+
+            @staticmethod
+            def backward(ctx, *gs):
+                o_spec, o_names = box["out"]
+                g = rebox(list(gs), o_spec, o_names)
+                nondiff = [args[i] for i in nd]
+                grads = me.bwd(*nondiff, ctx.res, g)
+                if not isinstance(grads, (tuple, list)):
+                    raise AxisTypeError(f"custom_vjp({me.__name__}): bwd must return a tuple "
+                                        f"with one entry per differentiable argument")
+                flat = tree_flatten(list(grads), is_leaf=lambda x: x is None)[0]
+                if len(flat) != len(leaves):
+                    raise AxisSpecError(f"custom_vjp({me.__name__}): bwd returned "
+                                        f"{len(flat)} cotangents for {len(leaves)} "
+                                        f"differentiable inputs")
+                return tuple(_like(gi, li, ni, f"custom_vjp({me.__name__}) bwd")
+                             if isinstance(li, torch.Tensor) else None
+                             for gi, li, ni in zip(flat, leaves, names))
+
+        out = Fn.apply(*leaves)
+        o_spec, o_names = box["out"]
+        return rebox(list(out), o_spec, o_names)
+
+
+class custom_jvp:
+    """A function with a user-supplied JVP: ``f.defjvp(rule)`` or ``f.defjvps(*fns)``.
+
+    ``rule(primals, tangents) -> (out, tangent_out)``; ``defjvps`` gives one function
+    ``(tangent_i, out, *primals) -> contribution`` per argument (None: no dependence).
+    Reverse mode transposes the rule (it is linear in the tangents).
+    """
+
+    def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()) -> None:
+        if not callable(fun):
+            raise AxisTypeError(f"custom_jvp: fun must be callable, got {type(fun).__name__}")
+        self.fun = fun
+        self.nondiff_argnums = tuple(nondiff_argnums)
+        self.rule = None
+        functools.update_wrapper(self, fun)
+
+    def defjvp(self, rule: Callable) -> Callable:
+        """Set the JVP rule ``rule(primals, tangents) -> (out, tangent_out)``."""
+        self.rule = rule
+        return rule
+
+    def defjvps(self, *fns: Callable | None) -> None:
+        """Set the JVP from one function per argument, summed (JAX's ``defjvps``)."""
+        fun = self.fun
+
+        def rule(primals, tangents):
+            out = fun(*primals)
+            total = None
+            for f, t in zip(fns, tangents):
+                if f is None:
+                    continue
+                part = f(t, out, *primals)
+                total = part if total is None else total + part
+            return out, total if total is not None else out * 0
+        self.rule = rule
+
+    def __call__(self, *args):
+        if self.rule is None:
+            raise AxisTypeError(f"custom_jvp({self.__name__}): call defjvp(rule) first")
+        nd = tuple(i % len(args) for i in self.nondiff_argnums)
+        diff_pos, leaves, spec, names = _split(args, nd)
+        me = self
+        box: dict = {}
+
+        def rebuild(phys):
+            call = list(args)
+            for i, a in zip(diff_pos, rebox(phys, spec, names)):
+                call[i] = a
+            return call
+
+        def tangent_phys(prim_phys, tan_phys):
+            """The rule's output tangent, physical, as a function of the tangents."""
+            prim = rebuild(prim_phys)
+            tan = [None] * len(args)
+            for i, a in zip(diff_pos, rebox(tan_phys, spec, names)):
+                tan[i] = a
+            _, t_out = me.rule(tuple(prim), tuple(tan))
+            o_spec, o_names = box["out"]
+            t_leaves = tree_flatten(t_out)[0]
+            data = unbox(box["out_value"])[0]
+            return tuple(_like(t, d, n, f"custom_jvp({me.__name__}) rule")
+                         for t, d, n in zip(t_leaves, data, o_names))
+
+        class Fn(torch.autograd.Function):
+            generate_vmap_rule = True
+
+            @staticmethod
+            def forward(*phys):
+                out = me.fun(*rebuild(phys))
+                o_leaves, o_spec, o_names = unbox(out)
+                box["out"] = (o_spec, o_names)
+                box["out_value"] = out
+                return tuple(o_leaves)
+
+            @staticmethod
+            def setup_context(ctx, inputs, output):
+                ctx.save_for_backward(*[x for x in inputs if isinstance(x, torch.Tensor)])
+                ctx.inputs = inputs
+
+            @staticmethod
+            def jvp(ctx, *tangents):
+                return tangent_phys(list(ctx.inputs), list(tangents))
+
+            @staticmethod
+            def backward(ctx, *gs):
+                prim = list(ctx.inputs)
+                zeros = [torch.zeros_like(p) if isinstance(p, torch.Tensor) else p
+                         for p in prim]
+                _, pull = torch.func.vjp(lambda *t: tangent_phys(prim, list(t)), *zeros)
+                return pull(tuple(gs))
+
+        out = Fn.apply(*leaves)
+        o_spec, o_names = box["out"]
+        return rebox(list(out), o_spec, o_names)
+
+
+def closure_convert(fun: Callable, *example_args: Any):
+    """Hoist the tensors ``fun`` closes over into explicit arguments.
+
+    Returns ``(converted, consts)`` with ``converted(*args, *consts) == fun(*args)``; the
+    constants are found by tracing ``fun`` on ``example_args`` (``make_fx``), so gradients
+    with respect to them can flow (e.g. through a :class:`custom_vjp`).
+
+    >>> import torch, named_axes as nx
+    >>> w = torch.tensor([2., 3.])
+    >>> f, consts = nx.closure_convert(lambda x: x * w, torch.ones(2))
+    >>> f(torch.ones(2), *consts)
+    tensor([2., 3.])
+    """
+    from ._graph import rebuild_output, trace_flat
+
+    gm, leaves, (_, _, tensor_pos), out_info = trace_flat(fun, example_args)
+    consts = []
+    graph = gm.graph
+    first = next((n for n in graph.nodes if n.op != "placeholder"), None)
+    for node in list(graph.nodes):
+        if node.op == "get_attr":
+            value = getattr(gm, node.target)
+            if isinstance(value, torch.Tensor):
+                with graph.inserting_before(first):
+                    ph = graph.placeholder(f"const_{len(consts)}")
+                node.replace_all_uses_with(ph)
+                graph.erase_node(node)
+                consts.append(value)
+    graph.lint()
+    gm.recompile()
+    n_args = len(example_args)
+
+    def converted(*args):
+        if len(args) != n_args + len(consts):
+            raise AxisSpecError(f"closure_convert: expected {n_args} arguments and "
+                                f"{len(consts)} constants, got {len(args)} values")
+        a_leaves = unbox(tuple(args[:n_args]))[0]
+        phys = [a_leaves[i] for i in tensor_pos]
+        cs = [c._data if isinstance(c, _NT) else c for c in args[n_args:]]
+        return rebuild_output(gm(*phys, *cs), out_info)
+
+    return converted, consts

@@ -1,0 +1,64 @@
+"""``checkpoint`` (alias ``remat``): recompute a function's activations in the backward pass.
+
+Built on :func:`torch.utils.checkpoint.checkpoint` (non-reentrant), which works on the
+physical tensors under NamedTensors and composes with ``torch.autograd``; under
+torch.func transforms, ``torch.utils.checkpoint`` is traced through as a plain call.
+
+>>> import torch, named_axes as nx
+>>> f = nx.checkpoint(lambda x: x.sin().sin())
+>>> x = torch.ones(2, requires_grad=True)
+>>> f(x).sum().backward(); x.grad.shape
+torch.Size([2])
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+import torch.utils.checkpoint as _ckpt
+
+from .._errors import AxisTypeError
+
+__all__ = ["checkpoint", "remat"]
+
+
+def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Any = None,
+               static_argnums: tuple = ()) -> Callable:
+    """``fun`` whose intermediate values are recomputed, not stored, for the backward pass.
+
+    Args:
+        fun: the function (named or positional values).
+        prevent_cse: accepted for JAX compatibility (torch does not CSE across it).
+        policy: a ``torch.utils.checkpoint`` policy function (``ctx, op, ...) ->
+            CheckpointPolicy``) choosing which ops to save; None saves nothing.
+        static_argnums: accepted for JAX compatibility (arguments are passed as they are).
+
+    >>> import torch, named_axes as nx
+    >>> nx.grad(nx.remat(lambda x: (x ** 2).sum()))(torch.tensor([1., 2.]))
+    tensor([2., 4.])
+    """
+    if not callable(fun):
+        raise AxisTypeError(f"checkpoint: fun must be callable, got {type(fun).__name__}")
+
+    @functools.wraps(fun)
+    def run(*args, **kwargs):
+        # Outside autograd recording there is nothing to save, hence nothing to recompute;
+        # torch.func transforms record with their own machinery (functorch), where
+        # torch.utils.checkpoint is not supported, so the function runs directly there.
+        if not torch.is_grad_enabled() or _under_functorch():
+            return fun(*args, **kwargs)
+        extra = {}
+        if policy is not None:
+            extra["context_fn"] = functools.partial(
+                _ckpt.create_selective_checkpoint_contexts, policy)
+        return _ckpt.checkpoint(fun, *args, use_reentrant=False, **extra, **kwargs)
+
+    return run
+
+
+def _under_functorch() -> bool:
+    return torch._C._functorch.peek_interpreter_stack() is not None
+
+
+remat = checkpoint

@@ -1,0 +1,89 @@
+"""``eval_shape``: the shapes, dtypes and named shapes of a program's results, no FLOPs.
+
+The program runs on fake tensors (``FakeTensorMode``): every op computes metadata
+only.  Arguments may be tensors, NamedTensors or :class:`ShapeDtypeStruct`.
+
+>>> import torch, named_axes as nx
+>>> nx.eval_shape(lambda x: x.sum(0), nx.ShapeDtypeStruct((5, 3), torch.float32, {'b': 2}))
+ShapeDtypeStruct(shape=(3,), dtype=torch.float32, named_shape={'b': 2})
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._pytree import tree_map
+
+from .._errors import AxisTypeError, fmt_named_shape
+from .._tensor import NamedTensor
+
+__all__ = ["ShapeDtypeStruct", "eval_shape", "materialize"]
+
+
+@dataclass(frozen=True)
+class ShapeDtypeStruct:
+    """The shape, dtype and named shape of a value (JAX's ``ShapeDtypeStruct``)."""
+
+    shape: tuple
+    dtype: torch.dtype
+    named_shape: Mapping = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(self.shape))
+        object.__setattr__(self, "named_shape", dict(self.named_shape))
+
+    def __repr__(self) -> str:
+        return (f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype}, "
+                f"named_shape={fmt_named_shape(self.named_shape)})")
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.dtype, tuple(self.named_shape.items())))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+def materialize(s: ShapeDtypeStruct, factory=torch.empty, device=None) -> Any:
+    """A tensor (NamedTensor when ``named_shape``) with the layout ``s`` describes."""
+    named = dict(getattr(s, "named_shape", {}) or {})
+    data = factory(tuple(named.values()) + tuple(s.shape), dtype=s.dtype, device=device)
+    return NamedTensor._wrap(data, tuple(named)) if named else data
+
+
+def _describe(x: Any) -> Any:
+    if isinstance(x, NamedTensor):
+        return ShapeDtypeStruct(tuple(x.shape), x.dtype, x.named_shape)
+    if isinstance(x, torch.Tensor):
+        return ShapeDtypeStruct(tuple(x.shape), x.dtype, {})
+    return x
+
+
+def eval_shape(fun: Callable, *args: Any, **kwargs: Any) -> Any:
+    """The :class:`ShapeDtypeStruct` of every tensor ``fun(*args)`` would return.
+
+    Raises:
+        AxisTypeError: ``fun`` is not callable.
+
+    >>> import torch, named_axes as nx
+    >>> f = nx.xmap(lambda x: x @ x.T, in_axes=['b', ...], out_axes=['b', ...])
+    >>> nx.eval_shape(f, torch.ones(1000, 300, 300)).shape     # no 1000 matmuls are run
+    (1000, 300, 300)
+    """
+    if not callable(fun):
+        raise AxisTypeError(f"eval_shape: fun must be callable, got {type(fun).__name__}")
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        def fake(x):
+            if isinstance(x, ShapeDtypeStruct):
+                return materialize(x)
+            if isinstance(x, NamedTensor):
+                return NamedTensor._wrap(mode.from_tensor(x._data), x._names)
+            if isinstance(x, torch.Tensor):
+                return mode.from_tensor(x)
+            return x
+        fargs = tree_map(fake, args, is_leaf=lambda x: isinstance(x, ShapeDtypeStruct))
+        fkw = tree_map(fake, kwargs, is_leaf=lambda x: isinstance(x, ShapeDtypeStruct))
+        out = fun(*fargs, **fkw)
+    return tree_map(_describe, out, is_leaf=lambda x: isinstance(x, NamedTensor))
