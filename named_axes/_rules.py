@@ -255,6 +255,12 @@ def _reduction(name: str, dim_index: int, multi: bool):
                 out = _reshape_out(out, tuple(x._data.shape[:k]) + (1,) * p)
             return result(out, x._names, func)
         x, phys, named = translate_dims(x, dims, op)
+        if name == "norm" and len(phys) > 2:
+            # Frobenius over any set of dims is the vector 2-norm (torch.norm takes <= 2)
+            if rest and rest[0] == "fro":
+                rest[0] = 2
+            elif kw.get("p", "fro") == "fro" and not rest:
+                kw["p"] = 2
         if not multi and len(phys) > 1:
             if name != "prod":
                 raise AxisSpecError(f"{op}: takes a single dimension, got {dims!r}")
