@@ -1,0 +1,24 @@
+"""Environment for the torch-xla tests, set before torch-xla can start its runtime.
+
+torch-xla reads ``PJRT_DEVICE``/``CPU_NUM_DEVICES`` (4 virtual CPU devices) and
+``XLA_FLAGS`` once, when its runtime starts; the partitioned HLO (with its
+collectives) is only visible in the files ``--xla_dump_to`` writes.  So both are set
+here, at collection time, before any test touches an XLA device.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+os.environ.setdefault("PJRT_DEVICE", "CPU")
+os.environ.setdefault("CPU_NUM_DEVICES", "4")
+if "xla_dump_to" not in os.environ.get("XLA_FLAGS", ""):
+    _dump = tempfile.mkdtemp(prefix="nx-xla-dump-")
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={_dump}").strip()
+
+
+def xla_dump_dir() -> str:
+    for flag in os.environ.get("XLA_FLAGS", "").split():
+        if flag.startswith("--xla_dump_to="):
+            return flag.split("=", 1)[1]
+    raise RuntimeError("XLA_FLAGS has no --xla_dump_to")
