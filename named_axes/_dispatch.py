@@ -61,7 +61,7 @@ def _spell(func: Any) -> str:
     mod = getattr(func, "__module__", None) or ""
     if qual.startswith("TensorBase.") or qual.startswith("Tensor.") or mod == "torch._tensor":
         return f"Tensor.{name}"
-    if mod.startswith("torch.nn.functional"):
+    if mod.startswith("torch.nn.functional") or mod == "torch._C._nn":
         return f"F.{name}"
     if mod.startswith("torch") and mod != "torch._C._VariableFunctions":
         return f"{mod}.{name}"
