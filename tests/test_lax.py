@@ -338,3 +338,41 @@ def test_engine_hook_is_used():
     with _env.bind({'i': 3}, engine=Engine()):
         out = nx.lax.psum(x, 'i')
     assert calls == [('i',)] and float(out) == 3.0
+
+
+# -- JAX as an extra oracle (test-only; skipped where jax is not installed) ---------------
+
+JAX_CASES = {
+    "psum": (lambda lax, x: lax.psum(x, 'i'), lambda x: nx.lax.psum(x, 'i'), False),
+    "pmax": (lambda lax, x: lax.pmax(x, 'i'), lambda x: nx.lax.pmax(x, 'i'), False),
+    "all_gather": (lambda lax, x: lax.all_gather(x, 'i', axis=1),
+                   lambda x: nx.lax.all_gather(x, 'i', axis=1), False),
+    "all_gather_tiled": (lambda lax, x: lax.all_gather(x, 'i', axis=0, tiled=True),
+                         lambda x: nx.lax.all_gather(x, 'i', axis=0, tiled=True), False),
+    "psum_scatter": (lambda lax, x: lax.psum_scatter(x, 'i', scatter_dimension=0, tiled=True),
+                     lambda x: nx.lax.psum_scatter(x, 'i', scatter_dimension=0, tiled=True), True),
+    "all_to_all": (lambda lax, x: lax.all_to_all(x, 'i', 0, 1, tiled=True),
+                   lambda x: nx.lax.all_to_all(x, 'i', 0, 1, tiled=True), True),
+    "all_to_all_untiled": (lambda lax, x: lax.all_to_all(x, 'i', 0, 1),
+                           lambda x: nx.lax.all_to_all(x, 'i', 0, 1), True),
+    "ppermute": (lambda lax, x: lax.ppermute(x, 'i', [(0, 1), (1, 2), (2, 0)]),
+                 lambda x: nx.lax.ppermute(x, 'i', [(0, 1), (1, 2), (2, 0)]), True),
+    "pshuffle": (lambda lax, x: lax.pshuffle(x, 'i', [2, 0, 1]),
+                 lambda x: nx.lax.pshuffle(x, 'i', [2, 0, 1]), True),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(JAX_CASES))
+def test_agrees_with_jax_vmap(kind):
+    jax = pytest.importorskip("jax")
+    import numpy as np
+
+    jax_fn, nx_fn, keeps_axis = JAX_CASES[kind]
+    x = np.random.default_rng(0).standard_normal((3, 3, 6))
+    want = np.asarray(jax.vmap(lambda v: jax_fn(jax.lax, v), axis_name='i')(x))
+    f = nx.xmap(nx_fn, in_axes=['i', ...], out_axes=['i', ...])
+    got = f(torch.from_numpy(x)).numpy()
+    # JAX keeps the mapped axis on every output; ours drops it where the value is
+    # replicated, so broadcast ours back (xmap's out_axes does exactly that).
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert keeps_axis or np.allclose(want, want[:1])
