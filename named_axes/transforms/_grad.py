@@ -55,7 +55,9 @@ def _call(fun, args, nums, prepared, phys):
     """``fun`` on args where argument ``nums[k]`` is rebuilt from ``phys[k]``."""
     call = list(args)
     for i, (_, spec, names), leaves in zip(nums, prepared, phys):
-        call[i] = rebox(leaves, spec, names)
+        # a leaf with no named axes goes in as a plain tensor (torch APIs such as
+        # torch.func.functional_call accept nothing else)
+        call[i] = rebox(leaves, spec, [n or None for n in names])
     return fun(*call)
 
 

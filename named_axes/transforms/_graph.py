@@ -96,7 +96,7 @@ def make_graph(fun: Callable, *, axis_env: Sequence | None = None) -> Callable:
 
     >>> import torch, named_axes as nx
     >>> f = nx.xmap(lambda x: x * 2, in_axes=['b', ...], out_axes=['b', ...])
-    >>> print(nx.make_graph(f)(torch.ones(2, 3)).code.strip().splitlines()[-1])
+    >>> print(nx.make_graph(f)(torch.ones(2, 3)).code.strip().splitlines()[-1].strip())
     return [mul]
     """
     env = list((axis_env.items() if isinstance(axis_env, dict) else axis_env) or ())
