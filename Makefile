@@ -38,7 +38,7 @@ test-xla: $(XSTAMP)
 
 bench: $(STAMP)
 	$(BIN)/pip install -q --disable-pip-version-check -r benchmarks/requirements.txt
-	$(BIN)/python benchmarks/run.py --out benchmarks/RESULTS.md
+	$(BIN)/python benchmarks/run.py --out benchmarks/RESULTS.md $(BENCH_FLAGS)
 
 fuzz: $(STAMP)
 	NX_HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest $(PYTEST_FLAGS) -m "not distributed" tests/test_properties.py

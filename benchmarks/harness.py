@@ -12,6 +12,7 @@ Measurement (``measure``):
    (≈ ``block_s`` seconds);
 3. for ``rounds`` rounds, every variant runs one block, in a fresh random order each
    round, so machine noise (another process, turbo, GC) hits all variants alike;
+   (a variant slower than ``slow_s`` per call runs in the first ``slow_rounds`` only);
 4. per round, the ratio ``t_variant / t_reference`` is taken; the reported ratio is the
    median of those paired ratios, the reported time the median per-call time.
 """
@@ -111,7 +112,8 @@ def _block(step: Callable, n: int) -> float:
 
 
 def measure(variants: list[Variant], *, rounds: int, block_s: float, warmup: int = 3,
-            reference: str = "eager", verbose: bool = True, seed: int = 0) -> dict[str, Result]:
+            reference: str = "eager", verbose: bool = True, seed: int = 0,
+            slow_s: float = 2.0, slow_rounds: int = 5) -> dict[str, Result]:
     """Build, check and time ``variants`` interleaved; see the module docstring."""
     results: dict[str, Result] = {}
     steps: dict[str, Callable] = {}
@@ -163,6 +165,8 @@ def measure(variants: list[Variant], *, rounds: int, block_s: float, warmup: int
             results[key].status, results[key].note = "error", _short(e)
             del steps[key]
 
+    slow = {k for k in steps if k != reference and results[k].n_per_block == 1
+            and _block(steps[k], 1) > slow_s}
     rng = random.Random(seed)
     keys = list(steps)
     per_round: list[dict[str, float]] = []
@@ -174,6 +178,8 @@ def measure(variants: list[Variant], *, rounds: int, block_s: float, warmup: int
             gc.disable()
             row = {}
             for key in keys:
+                if key in slow and len(per_round) >= slow_rounds:
+                    continue  # a very slow variant is timed in the first few rounds only
                 row[key] = _block(steps[key], results[key].n_per_block)
             gc.enable()
             per_round.append(row)
@@ -183,8 +189,8 @@ def measure(variants: list[Variant], *, rounds: int, block_s: float, warmup: int
 
     for key in steps:
         r = results[key]
-        ts = [row[key] for row in per_round]
-        ratios = sorted(row[key] / row[reference] for row in per_round)
+        ts = [row[key] for row in per_round if key in row]
+        ratios = sorted(row[key] / row[reference] for row in per_round if key in row)
         r.times = ts
         r.rounds = len(ts)
         r.median_s = statistics.median(ts)

@@ -365,7 +365,8 @@ def p2_named_loss(nx):
         s = torch.einsum("k,k->", q, k) / math.sqrt(K)  # {batch, seq, kv, heads} ()
         a = s.softmax("kv")
         if has_einsum:
-            o = torch.einsum("{kv},{kv}k->k", a, v)   # {batch, seq, heads} (K,)
+            o = torch.einsum("{batch,seq,heads,kv},{batch,kv,heads}k->{batch,seq,heads}k",
+                             a, v)                # {batch, seq, heads} (K,)
         else:  # slow: materializes {batch, seq, kv, heads} (K,)
             o = (a.unsqueeze(-1) * v).sum("kv")
         if has_lax:
