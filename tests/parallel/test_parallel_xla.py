@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 import torch
 
+from _xla_env import xla_dump_dir  # noqa: E402  (sets PJRT/XLA_FLAGS before torch-xla starts)
+
 pytestmark = pytest.mark.xla
 torch_xla = pytest.importorskip("torch_xla")
 
@@ -20,7 +22,6 @@ import named_axes as nx  # noqa: E402
 from named_axes import parallel as P  # noqa: E402
 
 import _tutorial_program as T  # noqa: E402
-from conftest import xla_dump_dir  # noqa: E402
 
 SPECS = {  # strategy -> expected sharding of (w1, images)
     "batch": ("", "{devices=[4,1]0,1,2,3}"),

@@ -1,5 +1,8 @@
 """Environment for the torch-xla tests, set before torch-xla can start its runtime.
 
+Imported first by test_parallel_xla.py (not a conftest.py: the suite imports its
+top-level ``conftest`` by name, which a second conftest module would shadow).
+
 torch-xla reads ``PJRT_DEVICE``/``CPU_NUM_DEVICES`` (4 virtual CPU devices) and
 ``XLA_FLAGS`` once, when its runtime starts; the partitioned HLO (with its
 collectives) is only visible in the files ``--xla_dump_to`` writes.  So both are set
