@@ -102,3 +102,40 @@ def test_gradients_and_make_fx():
     assert torch.autograd.gradcheck(f, (x, w))
     code = make_fx(f)(x.detach(), w.detach()).code
     assert "bmm" in code and "vmap" not in code    # one contraction, no per-op fallback
+
+
+# -- one_hot and nx.nn (named ops beside einsum) -----------------------------------------
+
+def test_one_hot_positional_and_named():
+    labels = torch.tensor([[0, 2], [1, 1]])
+    torch.testing.assert_close(nx.one_hot(labels, 3), torch.nn.functional.one_hot(labels, 3))
+    torch.testing.assert_close(nx.one_hot(labels, 3, dim=0),
+                               torch.nn.functional.one_hot(labels, 3).movedim(-1, 0))
+    named = nx.one_hot(nx.named(labels, 'b ...'), 3, dim='classes', dtype=torch.float32)
+    assert named.named_shape == {'classes': 3, 'b': 2} and named.shape == (2,)
+    ref = torch.nn.functional.one_hot(labels, 3).float()          # [b, n, classes]
+    torch.testing.assert_close(nx.positional(named, 'b classes ...'), ref.permute(0, 2, 1))
+
+
+def test_one_hot_errors_and_tracing():
+    from torch.fx.experimental.proxy_tensor import make_fx
+    with pytest.raises(nx.AxisSizeError, match=r"num_classes=4 but axis 'classes' is bound with size 3"):
+        nx.xmap(lambda y, z: nx.one_hot(y, 4, dim='classes') * z, in_axes=({}, ['classes', ...]),
+                out_axes=['classes', ...])(torch.tensor([0]), torch.zeros(3))
+    with pytest.raises(nx.AxisSpecError, match="already carry named axis 'b'"):
+        nx.one_hot(nx.named(torch.tensor([0, 1]), 'b ...'), 2, dim='b')
+    gm = make_fx(lambda y: nx.one_hot(y, 5))(torch.tensor([1, 4]))
+    torch.testing.assert_close(gm(torch.tensor([3, 0])),
+                               torch.nn.functional.one_hot(torch.tensor([3, 0]), 5))
+
+
+def test_nn_softmax_over_names_and_positions():
+    full = _r(3, 4, 5)
+    x = nx.named(full, 'c ...')
+    got = nx.positional(nx.nn.softmax(x, axis=('c', 1)), 'c ...')
+    ref = torch.softmax(full.permute(1, 0, 2).reshape(4, 15), -1).reshape(4, 3, 5).permute(1, 0, 2)
+    torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(nx.positional(nx.nn.log_softmax(x, 'c'), 'c ...'),
+                               torch.log_softmax(full, 0))
+    st = nx.positional(nx.nn.standardize(x, axis='c'), 'c ...')
+    torch.testing.assert_close(st, (full - full.mean(0)) / torch.sqrt(full.var(0, unbiased=False) + 1e-5))
