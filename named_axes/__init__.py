@@ -59,3 +59,10 @@ __all__ += ["vmap", "grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfwd
             "NamedGraphModule", "named_call", "jit", "disable_jit", "vectorize"]
 
 # -- parallelism (Mesh, SerialLoop, pmap, devices) --------------------------------------
+from .parallel import (Mesh, SerialLoop, device_count, device_get, device_put,
+                       device_put_replicated, device_put_sharded, devices, local_device_count,
+                       local_devices, mesh, pmap, process_count, process_index)
+
+__all__ += ["Mesh", "mesh", "SerialLoop", "pmap", "devices", "local_devices", "device_count",
+            "local_device_count", "process_index", "process_count", "device_put",
+            "device_put_replicated", "device_put_sharded", "device_get"]
