@@ -7,7 +7,8 @@ Then one rank misbehaves:
 - ``raise``: rank 1 raises before the collective;
 - ``die``: rank 1 is killed (``os._exit``) before the collective;
 - ``mismatch``: rank 1 runs a different program (another input shape), so the ranks'
-  collectives do not match.
+  collectives do not match.  Today the DTensor engine silently combines the ranks'
+  different inputs (a wrong answer, no error): that test is an xfail with the request.
 
 Both launchers are covered: ``torchrun`` (the launcher the library documents, SPEC §5)
 and ``torch.multiprocessing.start_processes``.  Every launch runs in a subprocess
@@ -62,8 +63,9 @@ WORKER = textwrap.dedent('''
             os._exit(13)
         with P.Mesh(np.array(P.devices()), ("x",)):
             out = f(torch.ones(n, 3))
-        assert torch.equal(out, torch.full((3,), 2.0 * n)), out
-        print(f"rank {{rank}} ok", flush=True)
+        if scenario != "mismatch":   # there the library itself must object
+            assert torch.equal(out, torch.full((3,), 2.0 * n)), out
+        print(f"rank {{rank}} ok: {{out.tolist()}}", flush=True)
 
 
     def main(rank, world, scenario, init):
@@ -151,10 +153,15 @@ def test_a_rank_that_dies_ends_the_job_naming_it(tmp_path, launcher):
     assert took < HARD_LIMIT_S
 
 
+@pytest.mark.xfail(strict=False, reason=(
+    "lead request (parallel/_dtensor.py DTensorEngine.run): ranks given different inputs "
+    "silently combine them (8 vs 6 rows -> psum 14 on both ranks); check a fingerprint of "
+    "the call (xmap spelling, leaf shapes/dtypes) across ranks and raise naming the rank"))
 @pytest.mark.parametrize("launcher", ["torchrun", "mp"])
 def test_mismatched_programs_end_the_job_naming_a_rank(tmp_path, launcher):
     proc, took, out = _launch(tmp_path, launcher, "mismatch")
     assert proc.returncode != 0, out[-3000:]
     # Which rank notices first depends on timing; the report must name one of them.
     assert re.search(_NAMES_RANK[launcher].format(r="[01]"), out), out[-3000:]
+    assert "AssertionError" not in out   # the library objected, not a check of ours
     assert took < HARD_LIMIT_S
