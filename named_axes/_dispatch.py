@@ -70,7 +70,7 @@ def _spell(func: Any) -> str:
 
 def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
     """Run ``func(*args, **kwargs)`` where some arguments are NamedTensors."""
-    rule = RULES.get(func)
+    rule = _rule_while_compiling(func) if torch.compiler.is_compiling() else RULES.get(func)
     try:
         if rule is not None:
             out = rule(func, args, kwargs)
@@ -91,6 +91,26 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
             f"{op_name(func)} on named values ({'; '.join(operands)}) failed on the "
             f"positional axes: {msg}"
         ) from e
+
+
+def _rule_while_compiling(func: Callable):
+    # When dynamo swaps `named - tensor` into `Tensor.__rsub__(tensor, named)` it passes a
+    # sourceless function, and its guard on `func in RULES` then fails on the very frame
+    # that made it (torch 2.13).  Identity tests on the reverse operators avoid that dict
+    # lookup; everything else is looked up as usual.
+    for f, rule in _REVERSE_RULES:
+        if func is f:
+            return rule
+    return RULES.get(func)
+
+
+_REVERSE_RULES: list = []
+
+
+def finalize_rules() -> None:
+    """Called once the tables are installed: cache the reverse-operator rules."""
+    _REVERSE_RULES[:] = [(f, r) for f, r in RULES.items()
+                         if getattr(f, "__name__", "").startswith("__r")]
 
 
 def wrap(out: Any, names: tuple) -> Any:

@@ -404,3 +404,6 @@ def install() -> None:
 
     _rules_shape.install()
     _bind_operators()
+    from ._dispatch import finalize_rules
+
+    finalize_rules()
