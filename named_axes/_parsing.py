@@ -4,7 +4,8 @@ Pure Python (no torch import).  A mapping names some positional axes of one arra
 
 - a dict ``{pos: name}`` whose keys are all ints (or that is empty), negative positions allowed;
 - a list or tuple of names ending with ``...``: names the leading axes;
-- a string ``'batch seq ...'``: the same, space separated (a trailing ``...`` is optional).
+- a string ``'batch seq ...'``: the same, space separated (a trailing ``...`` is optional);
+- ``None``: names nothing (like ``{}``).
 
 Any other list/tuple/dict is a *container* of specs (a pytree prefix).
 
@@ -76,7 +77,7 @@ class AxisMapping:
 
 def is_mapping(spec: Any) -> bool:
     """Whether ``spec`` is one axis mapping (as opposed to a container of specs)."""
-    if isinstance(spec, str):
+    if spec is None or isinstance(spec, str):
         return True
     if isinstance(spec, (list, tuple)):
         return len(spec) > 0 and spec[-1] is Ellipsis
@@ -118,6 +119,8 @@ def parse_mapping(spec: Any) -> AxisMapping:
     """Parse one axis mapping (see the module docstring for the forms)."""
     if isinstance(spec, AxisMapping):
         return spec
+    if spec is None:  # JAX users write None for an argument with nothing to name
+        return _parse_hashable("list", (), "None")
     spelling = repr(spec)
     try:
         if isinstance(spec, str):
