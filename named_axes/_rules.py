@@ -400,9 +400,10 @@ def install() -> None:
     install_pointwise()
     install_reductions()
     install_dimwise()
-    from . import _rules_shape
+    from . import _rules_nn, _rules_shape
 
     _rules_shape.install()
+    _rules_nn.install()
     _bind_operators()
     from ._dispatch import finalize_rules
 
