@@ -25,3 +25,19 @@ def xla_dump_dir() -> str:
         if flag.startswith("--xla_dump_to="):
             return flag.split("=", 1)[1]
     raise RuntimeError("XLA_FLAGS has no --xla_dump_to")
+
+
+# torch's autograd engine sizes its per-device queues at the first backward; if torch-xla
+# (SPMD mode, then its runtime) is not started by then, a later backward on XLA tensors hits an internal
+# assert.  So where torch-xla is installed, set it up now, at collection, before any test
+# of the suite runs a backward.
+try:
+    import torch_xla  # noqa: F401
+except ImportError:
+    pass
+else:
+    import torch
+
+    from named_axes.parallel._xla import xla_device
+
+    torch.zeros(1, device=xla_device()).cpu()   # SPMD mode first, then the runtime starts
