@@ -375,10 +375,9 @@ def _matmul(func, args, kwargs):
         a = a.conj()
     pa = a.ndim if type(a) is _NT else a.dim()
     pb = b.ndim if type(b) is _NT else b.dim()
-    op = op_name(func)
     want = _MATMUL_RANKS.get(name)
     if want and (pa, pb) != want or pa == 0 or pb == 0:
-        raise ShapeError(f"{op}: positional ranks {pa} and {pb} do not fit "
+        raise ShapeError(f"{op_name(func)}: positional ranks {pa} and {pb} do not fit "
                          f"({'expected ' + str(want) if want else 'matmul needs at least 1-D operands'}); "
                          f"shapes {tuple(a.shape)} and {tuple(b.shape)}")
     if type(b) is not _NT:
@@ -388,7 +387,7 @@ def _matmul(func, args, kwargs):
         if pb >= 2 and a.dim() <= pb:
             return result(torch.matmul(a, b._data), b._names, func)
     operands = [(n, v) for n, v in (("args[0]", a), ("args[1]", b)) if type(v) is _NT]
-    U = union_names(operands, op=op)
+    U = union_names(operands, op=func)  # spelled only on error: dynamo can't trace _spell
     ba, bb = max(pa, 2) - 2, max(pb, 2) - 2
     B = max(ba, bb)
 
