@@ -19,6 +19,7 @@ import torch
 import torch.utils.checkpoint as _ckpt
 
 from .._errors import AxisTypeError
+from ._tree import rebox, unbox
 
 __all__ = ["checkpoint", "remat"]
 
@@ -52,7 +53,22 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Any = None,
         if policy is not None:
             extra["context_fn"] = functools.partial(
                 _ckpt.create_selective_checkpoint_contexts, policy)
-        return _ckpt.checkpoint(fun, *args, use_reentrant=False, **extra, **kwargs)
+        # checkpoint sees the physical tensors (it detaches and re-attaches its tensor
+        # inputs; a NamedTensor would be an opaque constant to it)
+        leaves, spec, names = unbox((args, kwargs))
+        out_box: list = []
+
+        def phys_fun(*phys):
+            a, kw = rebox(phys, spec, names)
+            o_leaves, o_spec, o_names = unbox(fun(*a, **kw))
+            out_box[:] = [o_spec, o_names]
+            return tuple(o_leaves)
+
+        # early stop ends recomputation by raising inside an op; the dispatcher's fallbacks
+        # may catch that, so recompute the whole function instead
+        with _ckpt.set_checkpoint_early_stop(False):
+            out = _ckpt.checkpoint(phys_fun, *leaves, use_reentrant=False, **extra)
+        return rebox(list(out), *out_box)
 
     return run
 
