@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Iterator, Mapping
 
-from ._errors import UnboundAxisError, fmt_names
+from ._errors import UnboundAxisError, unbound_message
 
 __all__ = ["Frame", "bind", "bound_axes", "axis_size", "current_frame", "frames", "conflicts"]
 
@@ -63,10 +63,7 @@ def axis_size(name: Hashable, *, op: str | None = None) -> int:
     try:
         return _state.bound[name]
     except (KeyError, TypeError):
-        where = f" in {op}" if op else ""
-        raise UnboundAxisError(
-            f"axis {name!r} is not bound here{where} (bound: {fmt_names(_state.bound)})"
-        ) from None
+        raise UnboundAxisError(unbound_message(name, _state.bound, op=op)) from None
 
 
 def current_frame(name: Hashable) -> Frame | None:

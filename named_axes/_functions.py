@@ -74,8 +74,10 @@ def _make_reduction(torch_fn, fname: str, doc: str):
 
 
 def _make_dimwise(torch_fn, fname: str, doc: str):
-    def dimwise(x, dim=-1, *, axis=None, **kwargs):
+    def dimwise(x, dim=_NO_DIM, *, axis=None, **kwargs):
         dim = _resolve_dim(dim, axis, fname)
+        if dim is _NO_DIM:
+            dim = -1
         return _unwrap(dispatch(torch_fn, (_prepare(x, fname), dim), kwargs))
     dimwise.__name__ = dimwise.__qualname__ = fname
     dimwise.__doc__ = doc

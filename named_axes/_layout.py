@@ -142,7 +142,7 @@ def insert_named(x: NamedTensor, mapping: AxisMapping, *, sizes: Mapping, what: 
         left = [n for n in x._names if n in strict_names and n not in placed]
         if left:
             raise AxisSpecError(
-                f"{what}: the output has named axis {left[0]!r} (named_shape "
+                f"{what} has named axis {left[0]!r} (named_shape "
                 f"{fmt_named_shape(x.named_shape)}) that out_axes {mapping.spelling} does not "
                 f"place; add it to out_axes, or reduce it (e.g. nx.lax.psum) before returning"
             )

@@ -82,7 +82,10 @@ def is_mapping(spec: Any) -> bool:
     if isinstance(spec, (list, tuple)):
         return len(spec) > 0 and spec[-1] is Ellipsis
     if isinstance(spec, dict):
-        return all(isinstance(k, int) and not isinstance(k, bool) for k in spec)
+        if any(isinstance(k, bool) for k in spec):
+            raise AxisTypeError(f"axis mapping {spec!r}: {next(k for k in spec if isinstance(k, bool))!r} "
+                                f"is not a position (positions are ints)")
+        return all(isinstance(k, int) for k in spec)
     return False
 
 
@@ -178,6 +181,10 @@ def match_prefix(
                 f"{what}: the spec at {path_str(path)} is a {type(spec).__name__} of "
                 f"{len(spec)} specs, but the value there is {_kind(tree)}"
             )
+        if len(spec) != len(tree) and not path:
+            raise AxisSpecError(
+                f"{what}: the spec has {len(spec)} entries but the call has {len(tree)} "
+                f"arguments; give one axis mapping per argument, or a single mapping for all")
         if len(spec) != len(tree):
             raise AxisSpecError(
                 f"{what}: the spec at {path_str(path)} has {len(spec)} entries but the value "

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from ._dispatch import RULES, ShapeError, op_name, pointwise, register, result, wrap
 from ._env import bound_axes
-from ._errors import AxisSpecError, AxisTypeError, UnboundAxisError, fmt_names
+from ._errors import AxisSpecError, AxisTypeError, UnboundAxisError, fmt_names, unbound_message
 from ._layout import expand_to
 from ._tensor import NamedTensor
 
@@ -158,10 +158,7 @@ def _with_names(x: _NT, wanted, op: str) -> _NT:
             except TypeError:
                 raise AxisTypeError(f"{op}: {n!r} is neither a dimension nor an axis name") from None
             if n not in bound_axes():
-                raise UnboundAxisError(
-                    f"{op}: axis {n!r} is not bound here and the value does not carry it "
-                    f"(value's named axes: {fmt_names(x._names)}; bound: {fmt_names(bound_axes())})"
-                )
+                raise UnboundAxisError(unbound_message(n, bound_axes(), op=op, carried=x._names))
             x = expand_to(x, n, op=op)
     return x
 

@@ -135,7 +135,7 @@ class _Xmapped:
             if not _is_array(leaf):
                 if mapping.entries:
                     raise AxisTypeError(
-                        f"{what}: {label} is a {type(leaf).__name__}, which has no axes, but "
+                        f"{what}: {label} is {_article(type(leaf).__name__)}, which has no axes, but "
                         f"in_axes names {fmt_names(mapping.names)} for it")
                 leaves.append(leaf)
                 continue
@@ -214,10 +214,14 @@ class _Xmapped:
                 leaf = insert_named(leaf, mapping, sizes=sizes, what=f"{what}: {label}",
                                     strict_names=sizes)
             elif mapping.entries:
-                raise AxisTypeError(f"{what}: {label} is a {type(leaf).__name__}, but out_axes "
+                raise AxisTypeError(f"{what}: {label} is {_article(type(leaf).__name__)}, but out_axes "
                                     f"places axes {fmt_names(mapping.names)} on it")
             results.append(leaf)
         return _unflatten(out, results)
+
+
+def _article(word: str) -> str:
+    return ("an " if word[:1].lower() in "aeiou" else "a ") + word
 
 
 def _is_mapping_safe(spec) -> bool:
@@ -282,13 +286,13 @@ def xmap(fun: Callable, in_axes: Any, out_axes: Any, *, axis_sizes: Mapping | No
     for i in donate_argnums:
         if not isinstance(i, int):
             raise AxisTypeError(f"xmap: donate_argnums must be ints, got {i!r}")
-    for name in dict(axis_resources or {}):
-        check_name(name, where="xmap axis_resources")
     if axis_sizes is not None and not isinstance(axis_sizes, Mapping):
         raise AxisTypeError(f"xmap: axis_sizes must be a dict name -> size, got {axis_sizes!r}")
     if axis_resources is not None and not isinstance(axis_resources, Mapping):
         raise AxisTypeError(f"xmap: axis_resources must be a dict name -> resource, "
                             f"got {axis_resources!r}")
+    for name in dict(axis_resources or {}):
+        check_name(name, where="xmap axis_resources")
     _validate_spec_tree(in_axes, "in_axes")
     _validate_spec_tree(out_axes, "out_axes")
     return _Xmapped(fun, in_axes, out_axes, axis_sizes, axis_resources, donate_argnums, backend)

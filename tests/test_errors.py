@@ -287,7 +287,7 @@ def test_out_axes_leaves_a_named_axis_unplaced():
 
 def test_out_axes_leaves_an_axis_unplaced_in_one_output_of_several():
     f = nx.xmap(lambda a: (a, a.sum()), in_axes=['i', ...], out_axes=(['i', ...], [...]))
-    with _raises(ValueError, r"output 1: the output has named axis 'i'.*does not place"):
+    with _raises(ValueError, r"output 1 has named axis 'i'.*does not place"):
         f(X5)
 
 
@@ -299,7 +299,7 @@ def test_out_axes_places_an_undefined_axis():
 
 
 def test_positional_leaves_an_axis_unplaced():
-    with _raises(ValueError, r"positional\(\): .*named axis 'a'.*does not place"):
+    with _raises(ValueError, r"positional\(\) has named axis 'a'.*does not place"):
         nx.positional(nx.named(X5, 'a b'), [...])
 
 
@@ -307,7 +307,7 @@ def test_positional_leaves_an_axis_unplaced():
 
 def test_prefix_with_too_many_entries():
     f = nx.xmap(lambda a, b: a, in_axes=(['i', ...],) * 3, out_axes=['i', ...])
-    with _raises(ValueError, r"has 3 entries but the value there has 2") as e:
+    with _raises(ValueError, r"has 3 entries but the call has 2 arguments") as e:
         f(X5, X5)
     assert isinstance(e.value, nx.AxisSpecError)
 
@@ -340,7 +340,7 @@ def test_out_axes_prefix_deeper_than_the_output():
 
 def test_in_axes_names_an_axis_of_a_non_tensor():
     f = nx.xmap(lambda a, b: a, in_axes=(['i', ...], ['i', ...]), out_axes=['i', ...])
-    with _raises(TypeError, r"argument 1 is a int, which has no axes, but in_axes names 'i'"):
+    with _raises(TypeError, r"argument 1 is an int, which has no axes, but in_axes names 'i'"):
         f(X5, 3)
 
 

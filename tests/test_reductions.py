@@ -97,15 +97,9 @@ def test_nx_functions_take_dim_or_axis(name, ref, kw):
     close(f(X, **{kw: ("batch", "classes", -1)}), ref(T, (0, 1, 2)))
 
 
-_AXIS_BUG = pytest.mark.xfail(strict=True, reason="named_axes/_functions.py: _make_dimwise's "
-                              "default dim=-1 makes axis= clash with it (fix requested)")
-
-
 @pytest.mark.parametrize("name", ["prod", "max", "min", "argmax", "argmin", "softmax", "log_softmax"])
 @pytest.mark.parametrize("kw", ["dim", "axis"])
-def test_nx_single_dim_functions(name, kw, request):
-    if kw == "axis" and name in ("softmax", "log_softmax"):
-        request.applymarker(_AXIS_BUG)
+def test_nx_single_dim_functions(name, kw):
     out = getattr(nx, name)(X, **{kw: "classes"})
     ref = getattr(T, name)(1)
     if name in ("softmax", "log_softmax"):

@@ -232,7 +232,7 @@ def test_kwargs_and_bad_types():
 
 def test_bad_prefix_and_positions():
     f = nx.xmap(lambda a, b: a, in_axes=(['i', ...], ['i', ...], ['i', ...]), out_axes=['i', ...])
-    with pytest.raises(ValueError, match="has 3 entries but the value there has 2"):
+    with pytest.raises(ValueError, match="has 3 entries but the call has 2 arguments"):
         f(torch.zeros(2), torch.zeros(2))
     g = nx.xmap(lambda a: a, in_axes={3: 'i'}, out_axes=['i', ...])
     with pytest.raises(ValueError, match="position 3.*only 2 positional"):
