@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from ._dispatch import RULES, ShapeError, op_name, pointwise, register, result, wrap
 from ._env import bound_axes
-from ._errors import AxisSpecError, AxisTypeError, UnboundAxisError, fmt_names, unbound_message
+from ._errors import AxisSpecError, AxisTypeError, NamedAxisError, UnboundAxisError, fmt_names, unbound_message
 from ._layout import expand_to
 from ._tensor import NamedTensor
 
@@ -121,8 +121,12 @@ def _operator(name, method, rule, dispatch):
         def op(self, *args):
             try:
                 out = rule(method, (self, *args), {})
-            except Exception:
-                return dispatch(method, (self, *args), {})  # same error, with context
+            except NamedAxisError:
+                raise
+            except (RuntimeError, IndexError, ValueError):
+                # re-run through dispatch to get its error with the op and shapes named;
+                # anything else (e.g. checkpoint's stop-recomputation signal) passes through
+                return dispatch(method, (self, *args), {})
             return out if out is not NotImplemented else dispatch(method, (self, *args), {})
     op.__name__ = op.__qualname__ = name
     return op
