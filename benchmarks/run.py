@@ -419,6 +419,13 @@ def run_parallel(log) -> list[str]:
         log(f"   bench_parallel failed: {harness._short(e)}")
         return ["## Parallelism (benchmarks/bench_parallel.py)", "",
                 f"failed: {harness._short(e)}", ""]
+    if isinstance(out, (list, tuple)) and out and hasattr(mod, "table"):
+        out = mod.table(out)
+    elif isinstance(out, (list, tuple)) and out and isinstance(out[0], dict):
+        keys = list(out[0])
+        out = "\n".join(["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+                        + ["| " + " | ".join(str(r.get(k, "")) for k in keys) + " |"
+                           for r in out])
     if isinstance(out, str) and out.strip():
         return ["## Parallelism (benchmarks/bench_parallel.py)", "", out.strip(), ""]
     return []
@@ -449,6 +456,9 @@ def main(argv=None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+        if args.threads == 1:  # single-threaded XLA too (JAX is imported later, lazily)
+            flags = os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
+            os.environ["XLA_FLAGS"] = flags.strip()
     rounds = args.rounds or (3 if args.quick else 25)
     block_s = (args.block_ms or (5.0 if args.quick else 60.0)) / 1000
     warmup = 1 if args.quick else 3
@@ -496,7 +506,10 @@ def main(argv=None) -> int:
         "to torch eager is taken; tables show the median of those paired ratios and the "
         "median per-call time. torch.compile compiles the loss (forward) and gets its "
         "backward from AOT autograd; `nx.jit` traces value_and_grad of the named program "
-        "into one graph. JAX runs on CPU in the same process (`block_until_ready`).",
+        "into one graph. JAX runs on CPU in the same process (`block_until_ready`); "
+        "with `--threads 1` XLA's Eigen pool is single-threaded too. On a shared, "
+        "loaded machine use `--threads 1`: with 2 threads torch's OpenMP barriers stall "
+        "for milliseconds whenever another process holds a core.",
         "",
         f"Total wall time: {time.perf_counter() - t_start:.0f} s.",
         "",
