@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from ._dispatch import RULES, ShapeError, op_name, pointwise, register, result, wrap
-from ._env import bound_axes
+from ._env import bound_axes, current_frame
 from ._errors import AxisSpecError, AxisTypeError, NamedAxisError, UnboundAxisError, fmt_names, unbound_message
 from ._layout import expand_to
 from ._tensor import NamedTensor
@@ -167,6 +167,15 @@ def _with_names(x: _NT, wanted, op: str) -> _NT:
     return x
 
 
+def _check_engines(names, op) -> None:
+    """An engine that splits an axis (e.g. SerialLoop chunks) vets ops that mix values along it."""
+    for n in names:
+        frame = current_frame(n)
+        check = getattr(frame.engine, "check_named_op", None) if frame is not None else None
+        if check is not None:
+            check(op if isinstance(op, str) else op_name(op), tuple(names))
+
+
 def translate_dims(x: _NT, dims, op: str):
     """Map a dim spec (int, name, or tuple mixing both) to physical dims.
 
@@ -177,6 +186,7 @@ def translate_dims(x: _NT, dims, op: str):
     names = [d for d in items if not isinstance(d, int)]
     if names:
         x = _with_names(x, names, op)
+        _check_engines(names, op)
     k = len(x._names)
     p = x._data.dim() - k
     phys, named = [], []

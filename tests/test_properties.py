@@ -313,14 +313,12 @@ def test_psum_of_one_is_the_axis_size(n):
 
 # -- 4. resources never change results, and never alias the caller's inputs ------------
 
-@pytest.mark.xfail(strict=False, reason=(
-    "lead request (parallel/_serial.py + the named-reduction rules): under SerialLoop(k) "
-    "nx.sum(v, 'i') / v.sum('i') over the looped axis sums each chunk only "
-    "(arange(6) -> [3,3,3,12,12,12]; lax.psum gives 15) - a silent wrong answer"))
 @PROFILE
 @given(st.sampled_from([1, 2, 3, 6]), st.booleans())
-@example(2, False)   # shrunk: the first failing case
-def test_serial_loop_equals_unmapped_and_leaves_inputs_alone(chunks, donate):
+@example(2, False)   # shrunk: once a silent per-chunk sum, now a clear error
+def test_serial_loop_plain_reduction_is_exact_or_refused(chunks, donate):
+    """A plain named reduction over a loop axis can't see other chunks: it must be right
+    (one chunk) or refused with a clear error pointing at lax.psum - never a per-chunk sum."""
     if not hasattr(nx, "SerialLoop"):
         pytest.skip("nx.SerialLoop not built yet")
     xd = torch.randn(6, 4, dtype=torch.float64)
@@ -332,10 +330,16 @@ def test_serial_loop_equals_unmapped_and_leaves_inputs_alone(chunks, donate):
     plain = nx.xmap(body, in_axes=['i', ...], out_axes=['i', ...])(xd)
     looped = nx.xmap(body, in_axes=['i', ...], out_axes=['i', ...],
                      axis_resources={'i': nx.SerialLoop(chunks)},
-                     donate_argnums=(0,) if donate else ())(xd)
-    torch.testing.assert_close(looped, plain)
+                     donate_argnums=(0,) if donate else ())
+    if chunks > 1:
+        with pytest.raises(ValueError, match=r"axis 'i'.*SerialLoop.*psum"):
+            looped(xd)
+        assert torch.equal(xd, keep), "the caller's input changed"
+        return
+    out = looped(xd)
+    torch.testing.assert_close(out, plain)
     assert torch.equal(xd, keep), "the caller's input changed"
-    looped.add_(1.0)   # writing the result must not write through to the input
+    out.add_(1.0)   # writing the result must not write through to the input
     assert torch.equal(xd, keep), "the result aliases the caller's input"
 
 

@@ -253,7 +253,7 @@ class SerialEngine:
     def check_named_op(self, op: str, names: tuple) -> None:
         """Raise for an op (not a collective) that mixes values along a loop axis."""
         for n in names:
-            if n in self.loops:
+            if n in self.loops and self.loops[n] > 1:   # one chunk sees every entry
                 raise SerialLoopError(
                     f"{op} over axis {n!r}: {n!r} is mapped to SerialLoop({self.loops[n]}), so "
                     f"each chunk holds {self.chunk_size(n)} of its {self.sizes[n]} entries; "
