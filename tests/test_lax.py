@@ -107,7 +107,7 @@ def test_psum_of_python_number_is_an_int_and_pytrees_work():
 
 
 def test_unbound_axis_is_an_error():
-    with pytest.raises(nx.UnboundAxisError, match=r"axis 'foo' is not bound here in psum \(bound: 'i'\)"):
+    with pytest.raises(nx.UnboundAxisError, match=r"psum: axis 'foo' is not bound here \(bound: 'i'\)"):
         nx.xmap(lambda x: nx.lax.psum(x, 'foo'), in_axes=['i', ...], out_axes=['i', ...])(
             torch.ones(2))
     with pytest.raises(NameError, match="axis_index"):
