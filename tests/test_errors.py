@@ -646,8 +646,6 @@ def test_resource_that_is_not_a_mesh_axis_name():
             f(torch.zeros(4, 3))
 
 
-@pytest.mark.xfail(raises=ValueError, strict=False,
-                   reason="lead request: _xmap.xmap calls dict(axis_resources) before its type check")
 def test_axis_resources_not_a_dict():
     with _raises(TypeError, r"axis_resources must be a dict name -> resource"):
         nx.xmap(ident, in_axes=['i', ...], out_axes=['i', ...], axis_resources=['x'])
