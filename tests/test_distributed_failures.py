@@ -7,8 +7,8 @@ Then one rank misbehaves:
 - ``raise``: rank 1 raises before the collective;
 - ``die``: rank 1 is killed (``os._exit``) before the collective;
 - ``mismatch``: rank 1 runs a different program (another input shape), so the ranks'
-  collectives do not match.  Today the DTensor engine silently combines the ranks'
-  different inputs (a wrong answer, no error): that test is an xfail with the request.
+  collectives do not match.  The DTensor engine compares a digest of every rank's
+  inputs (dtypes, shapes, names) before it runs and raises on every rank, naming them.
 
 Both launchers are covered: ``torchrun`` (the launcher the library documents, SPEC §5)
 and ``torch.multiprocessing.start_processes``.  Every launch runs in a subprocess
@@ -153,10 +153,6 @@ def test_a_rank_that_dies_ends_the_job_naming_it(tmp_path, launcher):
     assert took < HARD_LIMIT_S
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "lead request (parallel/_dtensor.py DTensorEngine.run): ranks given different inputs "
-    "silently combine them (8 vs 6 rows -> psum 14 on both ranks); check a fingerprint of "
-    "the call (xmap spelling, leaf shapes/dtypes) across ranks and raise naming the rank"))
 @pytest.mark.parametrize("launcher", ["torchrun", "mp"])
 def test_mismatched_programs_end_the_job_naming_a_rank(tmp_path, launcher):
     proc, took, out = _launch(tmp_path, launcher, "mismatch")
@@ -164,4 +160,6 @@ def test_mismatched_programs_end_the_job_naming_a_rank(tmp_path, launcher):
     # Which rank notices first depends on timing; the report must name one of them.
     assert re.search(_NAMES_RANK[launcher].format(r="[01]"), out), out[-3000:]
     assert "AssertionError" not in out   # the library objected, not a check of ours
+    assert "the ranks were given different inputs" in out, out[-3000:]
+    assert re.search(r"rank 1: leaf 0: torch.float32 physical \(6, 3\)", out), out[-3000:]
     assert took < HARD_LIMIT_S

@@ -44,7 +44,66 @@ def device_mesh(m) -> Any:
         device_type = "cuda" if m.platform == "cuda" else "cpu"
         dm = DeviceMesh(device_type, ids, mesh_dim_names=tuple(str(a) for a in m.axis_names))
         m._cache["device_mesh"] = dm
+        # The group that checks the ranks agree on each call (collective: all ranks build it).
+        ranks = sorted(int(r) for r in ids.flatten())
+        m._cache["check_group"] = (None if ranks == list(range(world))
+                                   else dist.new_group(ranks))
     return dm
+
+
+def fingerprint(leaves: list) -> list:
+    """What every rank must agree on: each input leaf's kind, dtype, shape and names."""
+    out = []
+    for i, x in enumerate(leaves):
+        if isinstance(x, NamedTensor):
+            out.append(f"leaf {i}: {x._data.dtype} physical {tuple(x._data.shape)} "
+                       f"named {x._names!r}")
+        elif isinstance(x, torch.Tensor):
+            out.append(f"leaf {i}: {x.dtype} {tuple(x.shape)}")
+        elif x is None or isinstance(x, (bool, int, float, complex, str)):
+            out.append(f"leaf {i}: {x!r}")
+        else:
+            out.append(f"leaf {i}: {type(x).__name__}")
+    return out
+
+
+def check_ranks_agree(leaves: list, group, what: str = "xmap") -> None:
+    """Raise on every rank, naming the ranks, when ranks pass differently shaped inputs.
+
+    Under the DTensor engine every rank must run the same program on the same full inputs;
+    ranks that disagree would pair up unrelated collectives (a silent wrong answer or a
+    hang).  One all-gather of an 8-byte digest per call; the descriptions are exchanged
+    only when the digests differ (all ranks see the same digests, so all take that path).
+    """
+    import hashlib
+
+    import torch.distributed as dist
+
+    desc = fingerprint(leaves)
+    digest = hashlib.blake2b("\n".join(desc).encode(), digest_size=7).digest()
+    mine = torch.tensor([int.from_bytes(digest, "little")], dtype=torch.int64)
+    world = dist.get_world_size(group)
+    seen = [torch.zeros_like(mine) for _ in range(world)]
+    dist.all_gather(seen, mine, group=group)
+    if all(int(t) == int(mine) for t in seen):
+        return
+    descs: list = [None] * world
+    dist.all_gather_object(descs, desc, group=group)
+    ranks = dist.get_process_group_ranks(group) if group is not None else list(range(world))
+    me = dist.get_rank()
+    ref = descs[0]
+    lines = []
+    for r, d in zip(ranks, descs):
+        diff = [f"{a}  (rank {ranks[0]}: {b})" for a, b in zip(d, ref) if a != b]
+        if len(d) != len(ref):
+            diff.append(f"{len(d)} input leaves (rank {ranks[0]}: {len(ref)})")
+        if diff:
+            lines.append(f"  rank {r}: " + "; ".join(diff))
+    raise AxisResourceError(
+        f"{what} on the DTensor engine (rank {me} of {world}): the ranks were given "
+        f"different inputs:\n" + "\n".join(lines) + "\nUnder torch.distributed every rank "
+        f"passes the same full (global) inputs and the engine splits them; give every rank "
+        f"the same arguments.")
 
 
 _registered = False
@@ -130,6 +189,9 @@ class DTensorEngine:
         self.mesh = mesh
         self.outputs = outputs
         self.device_mesh = device_mesh(mesh)
+        # Cross-rank input check on every run (SerialLoop chunks included: each rank runs
+        # the same chunks, so the checks pair up).
+        self.check_inputs = True
         register_collectives()
         self.device = torch.device(self.device_mesh.device_type, torch.cuda.current_device()) \
             if self.device_mesh.device_type == "cuda" else torch.device("cpu")
@@ -168,6 +230,8 @@ class DTensorEngine:
     def run(self, body: Callable, leaves: list, engine: Any = None) -> list:
         from torch.distributed.tensor.experimental import implicit_replication
 
+        if self.check_inputs:
+            check_ranks_agree(leaves, self.mesh._cache.get("check_group"))
         dleaves = [self.to_dtensor(x, f"argument leaf {i}") for i, x in enumerate(leaves)]
         with implicit_replication():
             outs = body(dleaves, engine=engine if engine is not None else self)
