@@ -386,27 +386,81 @@ def _matmul(func, args, kwargs):
     elif type(a) is not _NT:
         if pb >= 2 and a.dim() <= pb:
             return result(torch.matmul(a, b._data), b._names, func)
-    operands = [(n, v) for n, v in (("args[0]", a), ("args[1]", b)) if type(v) is _NT]
-    U = union_names(operands, op=func)  # spelled only on error: dynamo can't trace _spell
-    ba, bb = max(pa, 2) - 2, max(pb, 2) - 2
+    return _matmul_folded(func, a, b, pa, pb)
+
+
+def _matmul_folded(func, a, b, pa: int, pb: int):
+    """Names on both sides: one ``matmul`` that never broadcasts over a named dim.
+
+    Names shared by ``a`` and ``b`` become leading batch dims; names only on ``a`` are
+    folded into its row dim M, names only on ``b`` into its column dim N.  So the weight
+    of ``h @ w`` is never expanded to the other operand's names (torch's broadcasting
+    matmul would materialize that copy, forward and backward)."""
+    na = a._names if type(a) is _NT else ()
+    nb = b._names if type(b) is _NT else ()
+    da = a._data if type(a) is _NT else a
+    db = b._data if type(b) is _NT else b
+    key = (na, nb, pa, pb)
+    plan = None if torch.compiler.is_compiling() else _MATMUL_PLANS.get(key)
+    if plan is None:
+        plan = _matmul_plan(na, nb, pa, pb)
+        if not torch.compiler.is_compiling():
+            _MATMUL_PLANS[key] = plan
+    U, shared, perm_a, perm_b, only_a, only_b, B, out_perm = plan
+    sa, sb = da.shape, db.shape
+    for i, j in shared:
+        if sa[i] != sb[j]:
+            operands = [(n, v) for n, v in (("args[0]", a), ("args[1]", b)) if type(v) is _NT]
+            union_names(operands, op=func)  # raises the usual size error
+    ka, kb, S = len(na), len(nb), len(shared)
+    ba, bb = max(pa - 2, 0), max(pb - 2, 0)
+    a_pos, b_pos = sa[ka:], sb[kb:]
+    fa = 1
+    for i in only_a:
+        fa *= sa[i]
+    fb = 1
+    for j in only_b:
+        fb *= sb[j]
+    m = a_pos[-2] if pa >= 2 else 1
+    n = b_pos[-1] if pb >= 2 else 1
+    lead = tuple(sa[i] for i, _ in shared)
+    a2 = da.permute(perm_a).reshape(lead + (1,) * (B - ba) + tuple(a_pos[:ba]) + (fa * m, a_pos[-1]))
+    b2 = db.permute(perm_b).reshape(lead + (1,) * (B - bb) + tuple(b_pos[:bb])
+                                    + (b_pos[-2] if pb >= 2 else b_pos[-1], fb * n))
+    out = torch.matmul(a2, b2)
+    unfold = (tuple(out.shape[:S + B]) + tuple(sa[i] for i in only_a) + ((m,) if pa >= 2 else ())
+              + tuple(sb[j] for j in only_b) + ((n,) if pb >= 2 else ()))
+    return result(out.reshape(unfold).permute(out_perm), U, func)
+
+
+_MATMUL_PLANS: dict = {}
+
+
+def _matmul_plan(na: tuple, nb: tuple, pa: int, pb: int) -> tuple:
+    """Permutations for :func:`_matmul_folded`, per ``(names of a, names of b, pa, pb)``.
+
+    a is laid out ``[shared, batch, only_a, M, K]`` and b ``[shared, batch, K, only_b, N]``
+    (M / N absent for 1-D operands); the product ``[shared, batch, only_a, M, only_b, N]``
+    is permuted to ``[U, batch, M, N]``."""
+    ka, kb = len(na), len(nb)
+    ba, bb = max(pa - 2, 0), max(pb - 2, 0)
     B = max(ba, bb)
-
-    def lay(v, p, vec_dim, batch):
-        d = align(v._data, v._names, p, U, p) if type(v) is _NT else v.reshape(
-            (1,) * len(U) + tuple(v.shape))
-        if p == 1:
-            d = d.unsqueeze(vec_dim)
-        if batch < B:
-            s = d.shape
-            d = d.reshape(tuple(s[:len(U)]) + (1,) * (B - batch) + tuple(s[len(U):]))
-        return d
-
-    out = torch.matmul(lay(a, pa, -2, ba), lay(b, pb, -1, bb))
-    if pb == 1:
-        out = out.squeeze(-1)
-    if pa == 1:
-        out = out.squeeze(-1 if pb == 1 else -2)
-    return result(out, U, func)
+    shared = tuple((i, nb.index(x)) for i, x in enumerate(na) if x in nb)
+    only_a = tuple(i for i, x in enumerate(na) if x not in nb)
+    only_b = tuple(j for j, x in enumerate(nb) if x not in na)
+    perm_a = ([i for i, _ in shared] + list(range(ka, ka + ba)) + list(only_a)
+              + list(range(ka + ba, ka + pa)))
+    perm_b = ([j for _, j in shared] + list(range(kb, kb + bb)) + [kb + bb]
+              + list(only_b) + list(range(kb + bb + 1, kb + pb)))
+    # where each dim of U / batch / M / N sits in the unfolded product
+    S, A, m = len(shared), len(only_a), int(pa >= 2)
+    at_a = {na[i]: t for t, (i, _) in enumerate(shared)}
+    at_a.update((na[i], S + B + t) for t, i in enumerate(only_a))
+    U = tuple(na) + tuple(nb[j] for j in only_b)
+    out_perm = ([at_a[x] for x in na] + [S + B + A + m + t for t in range(len(only_b))]
+                + list(range(S, S + B)) + [S + B + A] * m
+                + [S + B + A + m + len(only_b)] * int(pb >= 2))
+    return U, shared, perm_a, perm_b, only_a, only_b, B, out_perm
 
 
 def _linear(func, args, kwargs):
