@@ -71,12 +71,23 @@ def _spell(func: Any) -> str:
 def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
     """Run ``func(*args, **kwargs)`` where some arguments are NamedTensors."""
     rule = _rule_while_compiling(func) if torch.compiler.is_compiling() else RULES.get(func)
+    a, kw = args, kwargs
+    for v in args:
+        if type(v) is _NT and not v._names:
+            a, kw = _unwrap_unnamed(func, args, kwargs)
+            break
+    else:
+        if kwargs:
+            for v in kwargs.values():
+                if type(v) is _NT and not v._names:
+                    a, kw = _unwrap_unnamed(func, args, kwargs)
+                    break
     try:
         if rule is not None:
-            out = rule(func, args, kwargs)
+            out = rule(func, a, kw)
             if out is not NotImplemented:
                 return out
-        return vmap_fallback(func, args, kwargs)
+        return vmap_fallback(func, a, kw)
     except NamedAxisError:
         raise
     except (RuntimeError, IndexError, ValueError) as e:
@@ -91,6 +102,46 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
             f"{op_name(func)} on named values ({'; '.join(operands)}) failed on the "
             f"positional axes: {msg}"
         ) from e
+
+
+def _unwrap_unnamed(func: Callable, args: tuple, kwargs: dict) -> tuple:
+    """``args`` / ``kwargs`` with NamedTensors that carry no names (xmap's ``in_axes={}``
+    inputs) replaced by their plain data, so rules see weights as plain tensors and take
+    their fast paths.  Only done next to a value that does carry names (an op on unnamed
+    values alone keeps its NamedTensor result), and never to an in-place op's target."""
+    named = False
+    for v in args:
+        if type(v) is _NT and v._names or type(v) in (list, tuple) and any(
+                type(e) is _NT and e._names for e in v):
+            named = True
+            break
+    if not named:
+        for v in kwargs.values():
+            if type(v) is _NT and v._names:
+                named = True
+                break
+    if not named:
+        return args, kwargs
+    keep = _keeps_target(func)
+    a = tuple(v._data if type(v) is _NT and not v._names and (i or not keep) else v
+              for i, v in enumerate(args))
+    kw = {k: v._data if type(v) is _NT and not v._names else v for k, v in kwargs.items()}
+    return a, kw
+
+
+_KEEPS_TARGET: dict = {}
+
+
+def _keeps_target(func: Callable) -> bool:
+    """Does ``func`` write into (or hook onto) its first argument?  (Under dynamo: assume
+    so — a lookup keyed by the function can fail its guards, see _rule_while_compiling.)"""
+    if torch.compiler.is_compiling():
+        return True
+    r = _KEEPS_TARGET.get(func)
+    if r is None:
+        r = _KEEPS_TARGET[func] = _is_inplace(func) or func in (
+            _Tensor.__setitem__, _Tensor.backward, _Tensor.register_hook)
+    return r
 
 
 def _rule_while_compiling(func: Callable):
