@@ -145,6 +145,13 @@ def _reduce(x: Any, axis_name: Any, op: str, kind: str) -> Any:
     return _out(data, tuple(n for n in x._names if n not in carried), _OPS[kind])
 
 
+def _reduce_tree(x: Any, axis_name: Any, op: str) -> Any:
+    """``_reduce`` on every leaf of ``x``; a single tensor skips the pytree machinery."""
+    if type(x) is _NT or isinstance(x, torch.Tensor):
+        return _reduce(x, axis_name, op, op)
+    return tree_map(lambda v: _reduce(v, axis_name, op, op), x)
+
+
 def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     """Sum ``x`` (a pytree) over the named axes ``axis_name``, which leave its named shape.
 
@@ -158,7 +165,7 @@ def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     tensor(6.)
     """
     _no_groups(axis_index_groups, "psum")
-    return tree_map(lambda v: _reduce(v, axis_name, "psum", "psum"), x)
+    return _reduce_tree(x, axis_name, "psum")
 
 
 def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
@@ -169,7 +176,7 @@ def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     tensor(1.5000)
     """
     _no_groups(axis_index_groups, "pmean")
-    return tree_map(lambda v: _reduce(v, axis_name, "pmean", "pmean"), x)
+    return _reduce_tree(x, axis_name, "pmean")
 
 
 def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
@@ -180,7 +187,7 @@ def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     tensor(5.)
     """
     _no_groups(axis_index_groups, "pmax")
-    return tree_map(lambda v: _reduce(v, axis_name, "pmax", "pmax"), x)
+    return _reduce_tree(x, axis_name, "pmax")
 
 
 def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
@@ -191,7 +198,7 @@ def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     tensor(1.)
     """
     _no_groups(axis_index_groups, "pmin")
-    return tree_map(lambda v: _reduce(v, axis_name, "pmin", "pmin"), x)
+    return _reduce_tree(x, axis_name, "pmin")
 
 
 # -- data movement ----------------------------------------------------------------------
@@ -378,6 +385,48 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
     method = _engine_method(op, names)
     if method is not None:
         return method(x, y, names, pos_contract=pos_contract, pos_batch=pos_batch)
+    try:
+        key = (names, x._names, y._names, x.ndim, y.ndim, pos_contract, pos_batch)
+        plan = _PDOT_PLANS.get(key)
+    except TypeError:  # unhashable (lists): no caching
+        key, plan = None, None
+    if plan is None or not _pdot_plan_holds(plan, x, y):
+        plan = _pdot_plan(x, y, names, pos_contract, pos_batch)   # raises on bad input
+        if key is not None and len(_PDOT_PLANS) < 1024:
+            _PDOT_PLANS[key] = plan
+    eq, out_names, _, _, missing = plan
+    data = _ops.pdot(x._data, y._data, eq)
+    factor = 1
+    for n in missing:
+        factor *= axis_size(n, op=op)
+    if factor != 1:
+        data = data * factor
+    return _out(data, out_names, pdot)
+
+
+# (names, x names, y names, x ndim, y ndim, pos_contract, pos_batch) -> _pdot_plan(...)
+_PDOT_PLANS: dict = {}
+
+
+def _pdot_plan_holds(plan: tuple, x: NamedTensor, y: NamedTensor) -> bool:
+    """Whether the sizes checked when ``plan`` was built still agree (else rebuild: the
+    rebuild raises the error)."""
+    shapes = (x._data.shape, y._data.shape)
+    for i, a, j, b in plan[2]:
+        if shapes[i][a] != shapes[j][b]:
+            return False
+    bound = bound_axes()
+    for i, a, n in plan[3]:
+        if n in bound and bound[n] != shapes[i][a]:
+            return False
+    return True
+
+
+def _pdot_plan(x: NamedTensor, y: NamedTensor, names: tuple, pos_contract, pos_batch) -> tuple:
+    """Check ``pdot``'s arguments and build ``(equation, out names, equal-size pairs of
+    (operand, dim), bound-size checks (operand, dim, name), contracted names no operand
+    carries)``; operand 0 is ``x``, 1 is ``y``, dims are physical."""
+    op = "pdot"
     union_names([("x", x), ("y", y)], op=op)
     (cx, cy), (bx, by) = [tuple(map(tuple, pair)) for pair in (pos_contract, pos_batch)]
     if len(cx) != len(cy) or len(bx) != len(by):
@@ -395,11 +444,13 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
     tx = [named_letter[n] for n in x._names] + [None] * x.ndim
     ty = [named_letter[n] for n in y._names] + [None] * y.ndim
     kx, ky = len(x._names), len(y._names)
+    same = [(0, i, 1, y._names.index(n)) for i, n in enumerate(x._names) if n in y._names]
     for a, b in list(zip(cx, cy)) + list(zip(bx, by)):
         if x.shape[a] != y.shape[b]:
             raise AxisSizeError(f"pdot: x positional dim {a} (size {x.shape[a]}) is paired "
                                 f"with y positional dim {b} (size {y.shape[b]})")
         tx[kx + a] = ty[ky + b] = next(letters)
+        same.append((0, kx + a, 1, ky + b))
     batch = "".join(tx[kx + a] for a in bx)
     for t, k in ((tx, kx), (ty, ky)):
         for i in range(k, len(t)):
@@ -408,20 +459,19 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
     free_x = "".join(tx[kx + a] for a in range(x.ndim) if a not in cx and a not in bx)
     free_y = "".join(ty[ky + b] for b in range(y.ndim) if b not in cy and b not in by)
     out_names = tuple(n for n in named_letter if n not in names)
-    factor = 1
+    missing, bound_checks = [], []
     for n in names:
         if n not in named_letter:
-            factor *= axis_size(n, op=op)
+            axis_size(n, op=op)   # checks that the name is bound
+            missing.append(n)
         else:
-            for v in (x, y):
+            for i, v in enumerate((x, y)):
                 if n in v._names:
                     _check_bound_size(v, n, op)
+                    bound_checks.append((i, v._names.index(n), n))
     eq = (f"{''.join(tx)},{''.join(ty)}->"
           f"{''.join(named_letter[n] for n in out_names)}{batch}{free_x}{free_y}")
-    data = _ops.pdot(x._data, y._data, eq)
-    if factor != 1:
-        data = data * factor
-    return _out(data, out_names, pdot)
+    return eq, out_names, tuple(same), tuple(bound_checks), tuple(missing)
 
 
 _OPS = {"psum": psum, "pmean": pmean, "pmax": pmax, "pmin": pmin}

@@ -9,6 +9,11 @@ gradient because torch.func.grad accepts only autograd.Functions with
 name in traced graphs (``named_axes.psum.default``), and a partitioning engine can
 replace it.
 
+In eager mode (no dispatch mode such as make_fx's proxy / fake / functional modes on
+the stack, not under torch.compile) each wrapper runs the plain torch op instead:
+autograd and torch.func derive its gradient and batching, and the custom op's Python
+layers (≈ 5× the math on small tensors) are skipped.  Graphs still show the named op.
+
 >>> import torch
 >>> from named_axes.lax._ops import psum
 >>> psum(torch.ones(2, 3), [0])
@@ -25,6 +30,21 @@ __all__ = ["psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "all_t
            "ppermute", "pdot", "axis_index"]
 
 _Fn = torch.autograd.Function
+_VF = torch._C._VariableFunctions
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_is_compiling = torch.compiler.is_compiling
+
+
+def _tracing() -> bool:
+    """Whether a graph is being built that must show the collective as a named op.
+
+    make_fx (and the tracing inside nx.jit / torch.export / AOT autograd) pushes a
+    dispatch mode; dynamo is seen by ``is_compiling`` (tested first: dynamo folds it).
+    Plain eager code, torch.func transforms, DTensor and XLA tensors see neither, and
+    there the plain op computes the same values (DTensor runs the op's plain definition
+    anyway, see ``parallel._dtensor.register_collectives``).
+    """
+    return _is_compiling() or _dispatch_modes() > 0
 
 
 def _shift(dims, by=1):
@@ -127,21 +147,29 @@ class _PExtreme(_Fn):
 
 def psum(x: torch.Tensor, dims: list) -> torch.Tensor:
     """Sum over the physical dims ``dims`` (the named axes being reduced)."""
+    if dims and not _tracing():
+        return x.sum(dims)
     return _PSum.apply(x, list(dims), False)
 
 
 def pmean(x: torch.Tensor, dims: list) -> torch.Tensor:
     """Mean over the physical dims ``dims``."""
+    if dims and not _tracing():
+        return x.mean(dims)
     return _PSum.apply(x, list(dims), True)
 
 
 def pmax(x: torch.Tensor, dims: list) -> torch.Tensor:
-    """Maximum over the physical dims ``dims``."""
+    """Maximum over the physical dims ``dims`` (gradient shared among ties, as amax)."""
+    if dims and not _tracing():
+        return x.amax(dims)
     return _PExtreme.apply(x, list(dims), True)
 
 
 def pmin(x: torch.Tensor, dims: list) -> torch.Tensor:
     """Minimum over the physical dims ``dims``."""
+    if dims and not _tracing():
+        return x.amin(dims)
     return _PExtreme.apply(x, list(dims), False)
 
 
@@ -186,6 +214,8 @@ class _AllGather(_Fn):
 
 def all_gather(x: torch.Tensor, dim: int, axis: int, tiled: bool) -> torch.Tensor:
     """Move physical dim ``dim`` to ``axis`` of the result (``tiled``: merged into it)."""
+    if not _tracing():  # a copy, as the op's: the result never aliases x
+        return _gather_impl(x, dim, axis, tiled).clone()
     return _AllGather.apply(x, dim, axis, tiled)
 
 
@@ -236,6 +266,8 @@ class _PSumScatter(_Fn):
 
 def psum_scatter(x: torch.Tensor, dim: int, scatter: int, tiled: bool) -> torch.Tensor:
     """Sum physical dim ``dim``; split physical dim ``scatter`` into a new leading dim."""
+    if not _tracing():
+        return _scatter_impl(x, dim, scatter, tiled).contiguous()
     return _PSumScatter.apply(x, dim, scatter, tiled)
 
 
@@ -282,6 +314,8 @@ class _AllToAll(_Fn):
 def all_to_all(x: torch.Tensor, dim: int, split: int, concat: int, tiled: bool) -> torch.Tensor:
     """Named dim ``dim`` takes the (blocks of) positional dim ``split``; the old named
     index becomes positional dim ``concat`` (``tiled``: concatenated into it)."""
+    if not _tracing():
+        return _a2a_impl(x, dim, split, concat, tiled).clone()
     return _AllToAll.apply(x, dim, split, concat, tiled)
 
 
@@ -327,6 +361,8 @@ class _PPermute(_Fn):
 
 def ppermute(x: torch.Tensor, dim: int, src: list, dst: list) -> torch.Tensor:
     """``out[dst[j]] = x[src[j]]`` along physical dim ``dim``; other slices are zero."""
+    if not _tracing():
+        return _permute_impl(x, dim, src, dst)
     return _PPermute.apply(x, dim, list(src), list(dst))
 
 
@@ -392,6 +428,8 @@ class _PDot(_Fn):
 
 def pdot(x: torch.Tensor, y: torch.Tensor, equation: str) -> torch.Tensor:
     """``torch.einsum(equation, x, y)`` as the named op ``named_axes::pdot``."""
+    if not _tracing():  # torch.einsum's own wrapper adds nothing for two operands
+        return _VF.einsum(equation, (x, y))
     return _PDot.apply(x, y, equation)
 
 
@@ -409,4 +447,7 @@ def _(n, device):
 
 def axis_index(n: int, device=None) -> torch.Tensor:
     """``arange(n)`` as the named op ``named_axes::axis_index``."""
-    return _axis_index(n, torch.device("cpu") if device is None else torch.device(device))
+    device = torch.device("cpu") if device is None else torch.device(device)
+    if not _tracing():
+        return torch.arange(n, device=device)
+    return _axis_index(n, device)
