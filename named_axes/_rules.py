@@ -13,7 +13,9 @@ from typing import Any, Callable, Hashable
 import torch
 import torch.nn.functional as F
 
-from ._dispatch import RULES, ShapeError, op_name, pointwise, register, result, wrap
+from ._dispatch import (RULES, ShapeError, check_conflicts, op_name, pointwise, register,
+                        result, wrap)
+from ._env import _state as _env_state
 from ._env import bound_axes, current_frame
 from ._errors import AxisSpecError, AxisTypeError, NamedAxisError, UnboundAxisError, fmt_names, unbound_message
 from ._layout import expand_to
@@ -21,6 +23,7 @@ from ._tensor import NamedTensor
 
 _NT = NamedTensor
 _T = torch.Tensor
+_wrap_nt = NamedTensor._wrap
 
 
 def _get(owner, name):
@@ -80,15 +83,73 @@ def _inplace_name(name: str) -> bool:
         name.startswith("__i") and name != "__invert__")
 
 
+def _same_layout(a: _NT, d0: torch.Tensor, names: tuple) -> bool:
+    """Does NamedTensor ``a`` line up with ``d0`` (named ``names``) dim for dim?"""
+    an = a._names
+    if an is not names and an != names:
+        return False
+    ad = a._data
+    # equal names need equal sizes: a shared names tuple doesn't promise that (vmap's
+    # chunk_size narrows a named dim and keeps the tuple), so the sizes are compared too
+    return ad.shape == d0.shape or (ad.dim() == d0.dim()
+                                    and ad.shape[:len(names)] == d0.shape[:len(names)])
+
+
+def _finish(out, names: tuple, func):
+    """Wrap a pointwise result; the resource-conflict check only when a rule is in force."""
+    if _env_state.conflicts and len(names) > 1:
+        check_conflicts(names, op_name(func))
+    return _wrap_nt(out, names) if type(out) is _T else wrap(out, names)
+
+
+def _pointwise(func, args, kwargs):
+    """The RULES entry of out-of-place elementwise ops: the 1- and 2-argument cases
+    inline, everything else through :func:`named_axes._dispatch.pointwise`."""
+    n = len(args)
+    if n and n <= 2 and not kwargs:
+        a0 = args[0]
+        if type(a0) is _NT:
+            d0 = a0._data
+            names = a0._names
+            if n == 1:
+                return _finish(func(d0), names, func)
+            b = args[1]
+            t = type(b)
+            if t is _NT:
+                if _same_layout(b, d0, names):
+                    return _finish(func(d0, b._data), names, func)
+            elif t is float or t is int or t is bool:
+                return _finish(func(d0, b), names, func)
+            elif isinstance(b, _T):
+                if b.dim() <= d0.dim() - len(names):
+                    return _finish(func(d0, b), names, func)
+            elif t is not list and t is not tuple:
+                return _finish(func(d0, b), names, func)
+    return pointwise(func, args, kwargs)
+
+
+def _pointwise_inplace(func, args, kwargs):
+    """``_pointwise`` for in-place ops: the target keeps its names and is returned."""
+    if len(args) == 2 and not kwargs:
+        a0, b = args
+        if type(a0) is _NT:
+            d0 = a0._data
+            t = type(b)
+            if t is _NT:
+                if _same_layout(b, d0, a0._names):
+                    func(d0, b._data)
+                    return a0
+            elif t is float or t is int or t is bool:
+                func(d0, b)
+                return a0
+            elif isinstance(b, _T) and b.dim() <= d0.dim() - len(a0._names):
+                func(d0, b)
+                return a0
+    return pointwise(func, args, kwargs, True)
+
+
 def _pointwise_rule(inplace: bool):
-    # a plain closure, not functools.partial: dynamo traces closures reliably
-    if inplace:
-        def rule(func, args, kwargs):
-            return pointwise(func, args, kwargs, True)
-    else:
-        def rule(func, args, kwargs):
-            return pointwise(func, args, kwargs)
-    return rule
+    return _pointwise_inplace if inplace else _pointwise
 
 
 def install_pointwise() -> None:
@@ -98,6 +159,46 @@ def install_pointwise() -> None:
         f = getattr(_T, name, None)
         if f is not None:
             register([f], _pointwise_rule(_inplace_name(name)))
+
+
+# ---------------------------------------------------------------------------
+# direct bindings: operators, common Tensor methods and torch.* pointwise functions
+# go straight to their rule, without the dispatcher's table lookup and frames
+# ---------------------------------------------------------------------------
+
+# re-running these through the dispatcher after an error would repeat a side effect
+_NOT_DIRECT = {"backward", "register_hook"}
+
+
+def _has_unnamed(args: tuple, kwargs: dict) -> bool:
+    """An empty-named NamedTensor among the operands: the dispatcher unwraps those."""
+    for a in args:
+        if type(a) is _NT and not a._names:
+            return True
+    if kwargs:
+        for v in kwargs.values():
+            if type(v) is _NT and not v._names:
+                return True
+    return False
+
+
+def _direct(func, rule, dispatch):
+    """``call(args, kwargs)``: ``rule`` run directly when the first operand carries names;
+    the dispatcher when it doesn't, when an operand is an unnamed NamedTensor, when the
+    rule declines, and after a positional error (to raise its error naming the op)."""
+    def call(args, kwargs):
+        a0 = args[0] if args else None
+        if type(a0) is _NT and a0._names and not _has_unnamed(args, kwargs):
+            try:
+                out = rule(func, args, dict(kwargs) if kwargs else kwargs)
+            except NamedAxisError:
+                raise
+            except (RuntimeError, IndexError, ValueError):
+                return dispatch(func, args, kwargs)
+            if out is not NotImplemented:
+                return out
+        return dispatch(func, args, kwargs)
+    return call
 
 
 def _bind_operators() -> None:
@@ -110,26 +211,162 @@ def _bind_operators() -> None:
         if method is None:
             continue
         rule = RULES.get(method)
-        setattr(NamedTensor, name, _operator(name, method, rule, dispatch))
+        if rule is _pointwise and name not in ("__neg__", "__pos__", "__abs__", "__invert__"):
+            op = _binary_operator(method, dispatch)
+        elif rule is _pointwise_inplace:
+            op = _inplace_operator(method, dispatch)
+        elif rule is None:
+            op = _dispatched(method, dispatch)
+        else:
+            op = _generic_operator(method, rule, dispatch)
+        op.__name__ = op.__qualname__ = name
+        setattr(NamedTensor, name, op)
 
 
-def _operator(name, method, rule, dispatch):
-    if rule is None:
-        def op(self, *args):
-            return dispatch(method, (self, *args), {})
-    else:
-        def op(self, *args):
-            try:
-                out = rule(method, (self, *args), {})
-            except NamedAxisError:
-                raise
-            except (RuntimeError, IndexError, ValueError):
-                # re-run through dispatch to get its error with the op and shapes named;
-                # anything else (e.g. checkpoint's stop-recomputation signal) passes through
-                return dispatch(method, (self, *args), {})
-            return out if out is not NotImplemented else dispatch(method, (self, *args), {})
-    op.__name__ = op.__qualname__ = name
+def _dispatched(method, dispatch):
+    def op(self, *args):
+        return dispatch(method, (self, *args), {})
     return op
+
+
+def _generic_operator(method, rule, dispatch):
+    call = _direct(method, rule, dispatch)
+
+    def op(self, *args):
+        return call((self, *args), {})
+    return op
+
+
+def _binary_operator(method, dispatch):
+    """``self <op> other``: same-named operands, scalars and plain tensors that fit the
+    positional part run inline; the rest goes to the dispatcher."""
+    def op(self, other):
+        names = self._names
+        if names:
+            d0 = self._data
+            t = type(other)
+            if t is float or t is int:
+                b = other
+            elif t is _NT and (other._names is names or other._names == names) and (
+                    other._data.shape == d0.shape or _same_layout(other, d0, names)):
+                b = other._data
+            elif t is _T and other.dim() <= d0.dim() - len(names):
+                b = other
+            else:
+                return dispatch(method, (self, other), {})
+            try:
+                out = method(d0, b)
+            except (RuntimeError, IndexError, ValueError):
+                return dispatch(method, (self, other), {})
+            if _env_state.conflicts and len(names) > 1:
+                check_conflicts(names, op_name(method))
+            return _wrap_nt(out, names) if type(out) is _T else wrap(out, names)
+        return dispatch(method, (self, other), {})
+    return op
+
+
+def _inplace_operator(method, dispatch):
+    def op(self, other):
+        names = self._names
+        if names:
+            d0 = self._data
+            t = type(other)
+            if t is float or t is int:
+                b = other
+            elif t is _NT and other._names and _same_layout(other, d0, names):
+                b = other._data
+            elif t is _T and other.dim() <= d0.dim() - len(names):
+                b = other
+            else:
+                return dispatch(method, (self, other), {})
+            try:
+                method(d0, b)
+            except (RuntimeError, IndexError, ValueError):
+                return dispatch(method, (self, other), {})
+            return self
+        return dispatch(method, (self, other), {})
+    return op
+
+
+def _unary_method(method, dispatch, inplace: bool):
+    """``x.tanh()`` and friends: the no-argument call inline."""
+    call = _direct(method, _pointwise_inplace if inplace else _pointwise, dispatch)
+
+    def m(self, *args, **kwargs):
+        names = self._names
+        if args or kwargs or not names:
+            return call((self, *args), kwargs)
+        try:
+            out = method(self._data)
+        except (RuntimeError, IndexError, ValueError):
+            return dispatch(method, (self,), {})
+        if inplace:
+            return self
+        if _env_state.conflicts and len(names) > 1:
+            check_conflicts(names, op_name(method))
+        return _wrap_nt(out, names) if type(out) is _T else wrap(out, names)
+    return m
+
+
+def _rule_method(method, rule, dispatch):
+    call = _direct(method, rule, dispatch)
+
+    def m(self, *args, **kwargs):
+        return call((self, *args), kwargs)
+    return m
+
+
+def _bind_methods() -> None:
+    """The Tensor methods that have a rule call it directly (see ``_direct``); the rest
+    keep the dispatching methods ``_tensor`` bound at import."""
+    from ._dispatch import dispatch
+
+    unary = set(UNARY_POINTWISE)
+    for name, attr in list(vars(NamedTensor).items()):
+        if not getattr(attr, "_dispatched", False) or name in _NOT_DIRECT:
+            continue
+        method = getattr(_T, name)
+        rule = RULES.get(method)
+        if rule is None:
+            continue
+        if name in unary and rule in (_pointwise, _pointwise_inplace):
+            m = _unary_method(method, dispatch, rule is _pointwise_inplace)
+        else:
+            m = _rule_method(method, rule, dispatch)
+        m.__name__ = m.__qualname__ = name
+        m.__doc__ = attr.__doc__
+        setattr(NamedTensor, name, m)
+
+
+def _bind_functions() -> None:
+    """``torch.tanh(x)`` and the other builtin torch functions with a pointwise rule: the
+    ``__torch_function__`` hook calls them directly (see ``_tensor._DIRECT``)."""
+    from . import _tensor
+    from ._dispatch import dispatch
+
+    for f, rule in RULES.items():
+        if type(f) is _tensor._BUILTIN and rule is _pointwise:
+            _tensor._DIRECT[f] = _direct_pointwise(f, dispatch)
+
+
+def _direct_pointwise(func, dispatch):
+    """``torch.tanh(x)``: the one-argument call inline, the rest through ``_direct``."""
+    general = _direct(func, _pointwise, dispatch)
+
+    def call(args, kwargs):
+        if len(args) == 1 and not kwargs:
+            a0 = args[0]
+            if type(a0) is _NT and a0._names:
+                names = a0._names
+                try:
+                    out = func(a0._data)
+                except (RuntimeError, IndexError, ValueError):
+                    return dispatch(func, args, kwargs)
+                if _env_state.conflicts and len(names) > 1:
+                    check_conflicts(names, op_name(func))
+                return _wrap_nt(out, names) if type(out) is _T else wrap(out, names)
+        return general(args, kwargs)
+    return call
 
 
 # ---------------------------------------------------------------------------
@@ -416,6 +653,8 @@ def install() -> None:
     _rules_shape.install()
     _rules_nn.install()
     _bind_operators()
+    _bind_methods()
+    _bind_functions()
     from ._dispatch import finalize_rules
 
     finalize_rules()

@@ -28,6 +28,9 @@ from ._errors import AxisTypeError, fmt_named_shape
 __all__ = ["NamedTensor"]
 
 _Tensor = torch.Tensor
+_BUILTIN = type(torch.tanh)
+# builtin torch function -> call(args, kwargs), filled by named_axes._rules.install
+_DIRECT: dict = {}
 
 
 class NamedTensor:
@@ -197,6 +200,12 @@ class NamedTensor:
     # -- dispatch ----------------------------------------------------------------
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
+        # builtin torch functions with a direct rule skip the dispatcher's lookup; the
+        # type test first keeps dynamo's guards off _DIRECT for other callables
+        if type(func) is _BUILTIN:
+            direct = _DIRECT.get(func)
+            if direct is not None:
+                return direct(args, kwargs or {})
         return _dispatch(func, args, kwargs or {})
 
     def __getattr__(self, name: str):
@@ -304,6 +313,7 @@ def _make_method(name: str, method):
         return _dispatch(method, (self, *args), kwargs)
     bound.__name__ = bound.__qualname__ = name
     bound.__doc__ = f"``Tensor.{name}`` on the positional axes (names allowed where a dim goes)."
+    bound._dispatched = True   # _rules may rebind it straight to the op's rule
     return bound
 
 
