@@ -18,7 +18,8 @@ from typing import Any, Hashable, Iterator, Mapping
 
 from ._errors import UnboundAxisError, unbound_message
 
-__all__ = ["Frame", "bind", "bound_axes", "axis_size", "current_frame", "frames", "conflicts"]
+__all__ = ["Frame", "bind", "push", "pop", "bound_axes", "axis_size", "current_frame", "frames",
+           "conflicts"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,8 @@ class _State(threading.local):
         self.stack: list[Frame] = []
         self.bound: dict = {}
         self.conflicts: frozenset = frozenset()
+        # (bound, conflicts) as they were before each frame of ``stack`` was pushed
+        self.saved: list[tuple] = []
 
 
 _state = _State()
@@ -74,14 +77,29 @@ def current_frame(name: Hashable) -> Frame | None:
     return None
 
 
-def _recompute() -> None:
-    bound: dict = {}
-    pairs: set = set()
-    for frame in _state.stack:
-        bound.update(frame.sizes)
-        pairs.update(frame.conflicts)
-    _state.bound = bound
-    _state.conflicts = frozenset(pairs)
+def push(frame: Frame) -> None:
+    """Enter ``frame`` (pair with :func:`pop` in a ``finally``).
+
+    The merged environment is updated incrementally (innermost binding wins); the
+    dicts it replaces are never mutated, so a caller holding ``bound_axes()`` keeps a
+    consistent snapshot.
+    """
+    st = _state
+    bound, pairs = st.bound, st.conflicts
+    st.saved.append((bound, pairs))
+    st.stack.append(frame)
+    merged = dict(bound)
+    merged.update(frame.sizes)
+    st.bound = merged
+    if frame.conflicts:
+        st.conflicts = pairs | frame.conflicts
+
+
+def pop() -> None:
+    """Leave the innermost frame, restoring the environment around it."""
+    st = _state
+    st.stack.pop()
+    st.bound, st.conflicts = st.saved.pop()
 
 
 @contextlib.contextmanager
@@ -95,10 +113,8 @@ def bind(
 ) -> Iterator[Frame]:
     """Bind axis names to sizes for the duration of the ``with`` block."""
     frame = Frame(dict(sizes), dict(resources or {}), engine, kind, conflicts)
-    _state.stack.append(frame)
-    _recompute()
+    push(frame)
     try:
         yield frame
     finally:
-        _state.stack.pop()
-        _recompute()
+        pop()

@@ -22,7 +22,8 @@ from ._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shap
 from ._parsing import AxisMapping, parse_mapping
 from ._tensor import NamedTensor
 
-__all__ = ["align", "align_to", "named", "positional", "to_named", "insert_named", "union_names"]
+__all__ = ["align", "align_to", "named", "positional", "to_named", "to_named_perm", "insert_named",
+           "insert_plan", "apply_insert", "union_names"]
 
 _ALIGN_PLANS: dict = {}
 _IDENTITY = object()
@@ -114,16 +115,22 @@ def align_to(value: Any, names: tuple, p: int, *, what: str) -> torch.Tensor:
     return value
 
 
+def to_named_perm(positions: tuple, k: int, ndim: int) -> list | None:
+    """The permutation :func:`to_named` applies to a tensor of ``ndim`` dims with ``k``
+    leading named dims (None when it is the identity)."""
+    moved = [k + p for p, _ in positions]
+    rest = [d for d in range(k, ndim) if d not in moved]
+    perm = list(range(k)) + moved + rest
+    return None if perm == list(range(ndim)) else perm
+
+
 def to_named(data: torch.Tensor, positions: tuple, names_before: tuple = ()) -> tuple:
     """Move the positional dims ``positions`` (sorted ``(pos, name)`` pairs, relative to the
     positional part) to the named part.  Returns ``(physical, names)``."""
-    k = len(names_before)
     if not positions:
         return data, names_before
-    moved = [k + p for p, _ in positions]
-    rest = [d for d in range(k, data.dim()) if d not in moved]
-    perm = list(range(k)) + moved + rest
-    if perm != list(range(data.dim())):
+    perm = to_named_perm(positions, len(names_before), data.dim())
+    if perm is not None:
         data = data.permute(perm)
     return data, names_before + tuple(n for _, n in positions)
 
@@ -146,33 +153,48 @@ def insert_named(x: NamedTensor, mapping: AxisMapping, *, sizes: Mapping, what: 
                 f"{fmt_named_shape(x.named_shape)}) that out_axes {mapping.spelling} does not "
                 f"place; add it to out_axes, or reduce it (e.g. nx.lax.psum) before returning"
             )
-    keep = tuple(n for n in x._names if n not in placed)
-    p = x.ndim
-    data = x._data
-    missing = [n for n in placed if n not in x._names]
-    if missing:
-        shape = list(data.shape)
-        for n in missing:
-            if n not in sizes:
-                raise AxisSpecError(f"{what}: out_axes places axis {n!r}, which has no size here")
-        data = data.reshape([1] * len(missing) + shape).expand(
-            [sizes[n] for n in missing] + shape)
-        names = tuple(missing) + x._names
-    else:
-        names = x._names
-    # physical order: [kept..., placed (in mapping order)..., positional]
-    data = align(data, names, p, keep + placed, p)
+    for n in placed:
+        if n not in x._names and n not in sizes:
+            raise AxisSpecError(f"{what}: out_axes places axis {n!r}, which has no size here")
+    plan = insert_plan(x._names, x.ndim, mapping, what=what)
+    return apply_insert(x._data, plan, sizes)
+
+
+def insert_plan(names: tuple, p: int, mapping: AxisMapping, *, what: str) -> tuple:
+    """What :func:`insert_named` does to a value named ``names`` with ``p`` positional dims:
+    ``(missing, perm, keep)`` — the names to broadcast in front, one permutation of the
+    physical dims (None for the identity) and the names that stay named.
+
+    Raises AxisSpecError when ``mapping`` does not fit the result's rank.
+    """
+    placed = mapping.names
+    keep = tuple(n for n in names if n not in placed)
+    missing = tuple(n for n in placed if n not in names)
+    full = missing + names
+    # physical order first becomes [kept..., placed (in mapping order)..., positional]
+    src = {n: i for i, n in enumerate(full)}
+    grouped = [src[n] for n in keep + placed] + list(range(len(full), len(full) + p))
     final_ndim = p + len(placed)
     resolved = mapping.resolve(final_ndim, what=what)
     k = len(keep)
-    target = {name: pos for pos, name in resolved}
-    perm = list(range(k))
-    placed_iter = {name: k + i for i, name in enumerate(placed)}
+    by_pos = {pos: name for pos, name in resolved}
+    placed_at = {name: k + i for i, name in enumerate(placed)}
     pos_iter = iter(range(k + len(placed), k + final_ndim))
-    by_pos = {pos: name for name, pos in target.items()}
+    order = list(range(k))
     for pos in range(final_ndim):
-        perm.append(placed_iter[by_pos[pos]] if pos in by_pos else next(pos_iter))
-    if perm != list(range(len(perm))):
+        order.append(placed_at[by_pos[pos]] if pos in by_pos else next(pos_iter))
+    perm = [grouped[i] for i in order]
+    return missing, (None if perm == list(range(len(perm))) else perm), keep
+
+
+def apply_insert(data: torch.Tensor, plan: tuple, sizes: Mapping):
+    """Apply an :func:`insert_plan` to the physical tensor ``data``."""
+    missing, perm, keep = plan
+    if missing:
+        shape = list(data.shape)
+        data = data.reshape([1] * len(missing) + shape).expand(
+            [sizes[n] for n in missing] + shape)
+    if perm is not None:
         data = data.permute(perm)
     return NamedTensor._wrap(data, keep) if keep else data
 

@@ -17,7 +17,7 @@ import torch
 from . import _env
 from ._errors import (AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError,
                       UnboundAxisError, fmt_names)
-from ._layout import insert_named, to_named
+from ._layout import apply_insert, insert_named, insert_plan, to_named, to_named_perm
 from ._parsing import check_name, match_prefix, parse_mapping, path_str
 from ._tensor import NamedTensor
 
@@ -87,6 +87,110 @@ def _resource_conflicts(axis_resources: Mapping) -> frozenset:
     return frozenset(pairs)
 
 
+class _Plan:
+    """How one argument structure enters an xmap (cached per structure key, see
+    :func:`_flatten_key`); the per-call work is a size check and a permute per leaf.
+
+    ``ops[i]`` is None (leaf passed as is) or ``(perm, names)`` for the physical tensor
+    of leaf ``i``.  ``src`` are ``(leaf, dim, name)`` triples that define each name's
+    size (first occurrence, in order), ``chk`` those that must agree with it.
+    ``outs`` caches output plans by output structure key (False: not cacheable).
+    """
+
+    __slots__ = ("ops", "src", "chk", "fixed_new", "fixed_chk", "names", "flat", "outs")
+
+    def __init__(self, record: list, axis_sizes: dict, flat: bool):
+        self.ops, src, chk, seen = [], [], [], set()
+        for i, rec in enumerate(record):
+            if rec is None:
+                self.ops.append(None)
+                continue
+            resolved, before, ndim = rec
+            k = len(before)
+            for pos, name in resolved:
+                (chk if name in seen else src).append((i, k + pos, name))
+                seen.add(name)
+            self.ops.append((to_named_perm(resolved, k, ndim) if resolved else None,
+                             before + tuple(n for _, n in resolved)))
+        self.src, self.chk = tuple(src), tuple(chk)
+        self.fixed_new = tuple((n, s) for n, s in axis_sizes.items() if n not in seen)
+        self.fixed_chk = tuple((n, s) for n, s in axis_sizes.items() if n in seen)
+        self.names = frozenset(seen)
+        self.flat = flat
+        self.outs: dict = {}
+
+    def sizes(self, leaves: list) -> dict | None:
+        """The axis sizes of this call, or None when a check fails (the slow path then
+        raises the exact error)."""
+        outer = _env._state.bound
+        if outer and not self.names.isdisjoint(outer):
+            return None
+        sizes = {}
+        for i, d, name in self.src:
+            sizes[name] = leaves[i].shape[d]
+        for i, d, name in self.chk:
+            if leaves[i].shape[d] != sizes[name]:
+                return None
+        for name, s in self.fixed_chk:
+            if sizes[name] != s:
+                return None
+        for name, s in self.fixed_new:
+            sizes[name] = s
+        return sizes
+
+    def enter(self, leaves: list) -> list:
+        out = []
+        for x, op in zip(leaves, self.ops):
+            if op is not None:
+                perm, names = op
+                x = NamedTensor._wrap(x if perm is None else x.permute(perm), names)
+            out.append(x)
+        return out
+
+
+def _flatten_key(tree: Any, leaves: list, key: list) -> bool:
+    """Flatten ``tree`` like :func:`_flatten`, appending the physical tensor of each array
+    leaf to ``leaves`` and a structure token to ``key``: ``(type, len or keys)`` for a
+    container, ``ndim`` for a tensor, ``(names, ndim)`` for a NamedTensor, the type of any
+    other leaf.  False for leaves the plans do not cover (numpy values)."""
+    if isinstance(tree, torch.Tensor):
+        leaves.append(tree)
+        key.append(tree.dim())
+        return True
+    if isinstance(tree, NamedTensor):
+        data = tree._data
+        leaves.append(data)
+        key.append((tree._names, data.dim()))
+        return True
+    t = type(tree)
+    if isinstance(tree, (tuple, list)):
+        key.append((t, len(tree)))
+        return all(_flatten_key(v, leaves, key) for v in tree)
+    if isinstance(tree, dict):
+        key.append((t, tuple(tree)))
+        return all(_flatten_key(v, leaves, key) for v in tree.values())
+    if t.__module__ == "numpy":
+        return False
+    leaves.append(tree)
+    key.append(t)
+    return True
+
+
+def _out_plan(out_axes, out: Any, what: str):
+    """The per-leaf :func:`insert_plan` for an output that the slow path accepted (None
+    for a leaf passed as is), or False where an output leaf needs the slow path."""
+    ops = []
+    for path, leaf, mapping in match_prefix(out_axes, out, _is_leaf, what=what):
+        if isinstance(leaf, (torch.Tensor, NamedTensor)):
+            names = leaf._names if isinstance(leaf, NamedTensor) else ()
+            ops.append(insert_plan(names, leaf.ndim, mapping, what=what))
+        elif mapping.entries:
+            return False   # a Python scalar becomes a tensor: rare, keep the slow path
+        else:
+            ops.append(None)
+    return ops
+
+
 class _Xmapped:
     """The function xmap returns (a class so that repr and torch.compile see a plain callable)."""
 
@@ -105,6 +209,12 @@ class _Xmapped:
                           + (f", axis_sizes={axis_sizes!r}" if axis_sizes else "")
                           + (f", axis_resources={axis_resources!r}" if axis_resources else "")
                           + ")")
+        # a list of mappings is a container of them, matched like a tuple of arguments
+        self._in_spec = (tuple(in_axes) if isinstance(in_axes, list) and not _is_mapping_safe(in_axes)
+                         else in_axes)
+        # call plans by argument structure; partitioned / device-moving calls go slow
+        self._plans: dict = {}
+        self._plannable = not self.axis_resources and backend is None
 
     def __repr__(self) -> str:
         return f"<{self._spelling}>"
@@ -113,6 +223,50 @@ class _Xmapped:
         return self if obj is None else functools.partial(self, obj)
 
     def __call__(self, *args, **kwargs):
+        if kwargs or not self._plannable or torch.compiler.is_compiling():
+            # under dynamo: no Python-object caches in the traced code
+            return self._call_slow(args, kwargs)
+        leaves: list = []
+        key: list = []
+        if not _flatten_key(args, leaves, key):
+            return self._call_slow(args, kwargs)
+        key = tuple(key)
+        plan = self._plans.get(key)
+        if plan is None:
+            return self._call_slow(args, kwargs, key)
+        sizes = plan.sizes(leaves)
+        if sizes is None:
+            return self._call_slow(args, kwargs)   # raises the exact error
+        named = plan.enter(leaves)
+        _env.push(_env.Frame(sizes, {}, None, "xmap", self.conflicts))
+        try:
+            out = self.fun(*(named if plan.flat else _unflatten(args, named)))
+        finally:
+            _env.pop()
+        return self._exit(plan, out, sizes)
+
+    def _exit(self, plan: _Plan, out: Any, sizes: dict):
+        """Place the output's named axes per out_axes, by the cached output plan."""
+        leaves: list = []
+        key: list = []
+        ops = None
+        if _flatten_key(out, leaves, key):
+            key = tuple(key)
+            ops = plan.outs.get(key)
+            if ops is None:
+                what = f"{self._spelling}(<inputs>)"
+                result = self._exit_slow(out, _flatten(out), sizes, what)
+                plan.outs[key] = _out_plan(self.out_axes, out, f"{what}: out_axes")
+                return result
+        if not ops:
+            return self._exit_slow(out, _flatten(out), sizes, f"{self._spelling}(<inputs>)")
+        results = [x if op is None else apply_insert(x, op, sizes)
+                   for x, op in zip(leaves, ops)]
+        return results[0] if _is_leaf(out) else _unflatten(out, results)
+
+    def _call_slow(self, args: tuple, kwargs: dict, key: tuple | None = None):
+        """The reference path: checks everything and spells errors; with ``key``, caches
+        the call plan of this argument structure once the inputs passed the checks."""
         if kwargs:
             raise AxisTypeError(f"{self._spelling}: keyword arguments are not supported; pass "
                                 f"them positionally (in_axes describes positional arguments)")
@@ -121,60 +275,11 @@ class _Xmapped:
             if not -len(args) <= i < len(args):
                 raise AxisSpecError(f"{what}: donate_argnums={self.donate_argnums!r} names "
                                     f"argument {i}, but the call has {len(args)} arguments")
-        in_axes = self.in_axes
-        if isinstance(in_axes, list) and not _is_mapping_safe(in_axes):
-            in_axes = tuple(in_axes)
-        pairs = match_prefix(in_axes, args, _is_leaf, what=what)
-        sizes: dict = {}
-        where: dict = {}
-        leaves = []
-        device = _backend_device(self.backend)
-        outer = _env.bound_axes()
-        for path, leaf, mapping in pairs:
-            label = path_str(path)
-            if not _is_array(leaf):
-                if mapping.entries:
-                    raise AxisTypeError(
-                        f"{what}: {label} is {_article(type(leaf).__name__)}, which has no axes, but "
-                        f"in_axes names {fmt_names(mapping.names)} for it")
-                leaves.append(leaf)
-                continue
-            x = _as_torch(leaf)
-            if device is not None:
-                x = x.to(device)
-            if isinstance(x, NamedTensor):
-                base, before, p = x._data, x._names, x.ndim
-            else:
-                base, before, p = x, (), x.dim()
-            resolved = mapping.resolve(p, what=f"{what}: {label}")
-            for pos, name in resolved:
-                if name in before or name in outer:
-                    raise AxisSpecError(f"{what}: axis {name!r} is already bound by an "
-                                        f"enclosing xmap/vmap; use a new name")
-                s = base.shape[len(before) + pos]
-                if name in sizes and sizes[name] != s:
-                    raise AxisSizeError(
-                        f"{what}: inconsistent sizes for axis {name!r}: {sizes[name]} "
-                        f"({where[name]}) vs {s} ({label}, dim {pos})")
-                sizes.setdefault(name, s)
-                where.setdefault(name, f"{label}, dim {pos}")
-            data, names = to_named(base, resolved, before)
-            leaves.append(NamedTensor._wrap(data, names))
-        for name, s in self.axis_sizes.items():
-            check_name(name, where=f"{what}: axis_sizes")
-            if not isinstance(s, int) or s < 0:
-                raise AxisSizeError(f"{what}: axis_sizes gives axis {name!r} size {s!r}; "
-                                    f"sizes are non-negative ints")
-            if name in sizes and sizes[name] != s:
-                raise AxisSizeError(
-                    f"{what}: inconsistent sizes for axis {name!r}: {s} (axis_sizes) vs "
-                    f"{sizes[name]} ({where[name]})")
-            sizes.setdefault(name, s)
-        for name in self.axis_resources:
-            if name not in sizes:
-                raise AxisResourceError(f"{what}: axis_resources assigns axis {name!r}, which "
-                                        f"no input and no axis_sizes entry defines "
-                                        f"(defined: {fmt_names(sizes)})")
+        leaves, sizes, record = self._enter_slow(args, what)
+        plan = None
+        if key is not None:
+            flat = all(_is_leaf(a) for a in args)
+            plan = self._plans[key] = _Plan(record, self.axis_sizes, flat)
 
         out_tree: list = []
 
@@ -195,6 +300,70 @@ class _Xmapped:
         else:
             out_leaves = body(leaves)
         out = out_tree[0]
+        if plan is not None:
+            return self._exit(plan, out, sizes)
+        return self._exit_slow(out, out_leaves, sizes, what)
+
+    def _enter_slow(self, args: tuple, what: str) -> tuple:
+        """Name the inputs' axes: ``(leaves, sizes, record)``, with ``record[i]`` None for
+        a leaf passed as is, else ``(resolved, names before, physical ndim)``."""
+        pairs = match_prefix(self._in_spec, args, _is_leaf, what=what)
+        sizes: dict = {}
+        where: dict = {}
+        leaves = []
+        record = []
+        device = _backend_device(self.backend)
+        outer = _env.bound_axes()
+        for path, leaf, mapping in pairs:
+            if not _is_array(leaf):
+                if mapping.entries:
+                    raise AxisTypeError(
+                        f"{what}: {path_str(path)} is {_article(type(leaf).__name__)}, which has "
+                        f"no axes, but in_axes names {fmt_names(mapping.names)} for it")
+                leaves.append(leaf)
+                record.append(None)
+                continue
+            x = _as_torch(leaf)
+            if device is not None:
+                x = x.to(device)
+            if isinstance(x, NamedTensor):
+                base, before, p = x._data, x._names, x.ndim
+            else:
+                base, before, p = x, (), x.dim()
+            resolved = mapping.resolve(p, what=f"{what}: {path_str(path)}")
+            for pos, name in resolved:
+                if name in before or name in outer:
+                    raise AxisSpecError(f"{what}: axis {name!r} is already bound by an "
+                                        f"enclosing xmap/vmap; use a new name")
+                s = base.shape[len(before) + pos]
+                if name in sizes and sizes[name] != s:
+                    raise AxisSizeError(
+                        f"{what}: inconsistent sizes for axis {name!r}: {sizes[name]} "
+                        f"({_where(where[name])}) vs {s} ({path_str(path)}, dim {pos})")
+                if name not in sizes:
+                    sizes[name] = s
+                    where[name] = (path, pos)
+            data, names = to_named(base, resolved, before)
+            leaves.append(NamedTensor._wrap(data, names))
+            record.append((resolved, before, base.dim()))
+        for name, s in self.axis_sizes.items():
+            check_name(name, where=f"{what}: axis_sizes")
+            if not isinstance(s, int) or s < 0:
+                raise AxisSizeError(f"{what}: axis_sizes gives axis {name!r} size {s!r}; "
+                                    f"sizes are non-negative ints")
+            if name in sizes and sizes[name] != s:
+                raise AxisSizeError(
+                    f"{what}: inconsistent sizes for axis {name!r}: {s} (axis_sizes) vs "
+                    f"{sizes[name]} ({_where(where[name])})")
+            sizes.setdefault(name, s)
+        for name in self.axis_resources:
+            if name not in sizes:
+                raise AxisResourceError(f"{what}: axis_resources assigns axis {name!r}, which "
+                                        f"no input and no axis_sizes entry defines "
+                                        f"(defined: {fmt_names(sizes)})")
+        return leaves, sizes, record
+
+    def _exit_slow(self, out: Any, out_leaves: list, sizes: dict, what: str):
         out_pairs = match_prefix(self.out_axes, _unflatten(out, out_leaves), _is_leaf,
                                  what=f"{what}: out_axes")
         results = []
@@ -218,6 +387,12 @@ class _Xmapped:
                                     f"places axes {fmt_names(mapping.names)} on it")
             results.append(leaf)
         return _unflatten(out, results)
+
+
+def _where(site: tuple) -> str:
+    """Spell where an axis size came from (built only for an error message)."""
+    path, pos = site
+    return f"{path_str(path)}, dim {pos}"
 
 
 def _article(word: str) -> str:
