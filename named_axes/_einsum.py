@@ -132,7 +132,90 @@ def _einsum_rule(func, args, kwargs):
     return _named_einsum(args[0], ops)
 
 
+# (spec, per operand (names it carries, positional ndim)) -> _build_plan(...)
+_PLANS: dict = {}
+_VF = torch._C._VariableFunctions
+_is_compiling = torch.compiler.is_compiling
+
+
 def _named_einsum(spec: str, operands: tuple) -> Any:
+    key = _plan_key(spec, operands)
+    plan = _PLANS.get(key) if key is not None else None
+    bound = bound_axes()
+    if plan is None or not _plan_holds(plan, operands, bound):
+        plan = _build_plan(spec, operands)   # raises on bad input
+        if key is not None and len(_PLANS) < 1024:
+            _PLANS[key] = plan
+    return _run_plan(plan, operands, bound)
+
+
+def _plan_key(spec: str, operands: tuple):
+    key = [spec]
+    for x in operands:
+        if type(x) is _NT:
+            key.append((x._names, x.ndim))
+        elif isinstance(x, torch.Tensor):
+            key.append(((), x.dim()))
+        else:
+            return None
+    return tuple(key)
+
+
+def _plan_holds(plan: tuple, operands: tuple, bound: dict) -> bool:
+    """Whether the checks ``plan`` was built with still pass for these sizes and this
+    axis environment (if not, rebuilding raises the error)."""
+    _, env, named, letters, _, _, _, _ = plan
+    for n in env:
+        if n not in bound:
+            return False
+    if not named and not letters:
+        return True
+    shapes = [x._data.shape if type(x) is _NT else x.shape for x in operands]
+    for group in named:   # one name, one size
+        i, d = group[0]
+        s = shapes[i][d]
+        for i, d in group[1:]:
+            if shapes[i][d] != s:
+                return False
+    for group in letters:  # one letter, one size (or 1: broadcast)
+        s = 1
+        for i, d in group:
+            t = shapes[i][d]
+            if t != 1:
+                if s == 1:
+                    s = t
+                elif t != s:
+                    return False
+    return True
+
+
+def _run_plan(plan: tuple, operands: tuple, bound: dict) -> Any:
+    eq, _, _, _, scaled, expand, perm, names = plan
+    datas = [x._data if type(x) is _NT else x for x in operands]
+    if len(datas) <= 2 and not _is_compiling():  # torch.einsum's wrapper adds nothing here
+        out = _VF.einsum(eq, datas)
+    else:
+        out = torch.einsum(eq, *datas)
+    scale = 1
+    for n in scaled:
+        scale *= bound[n]
+    if scale != 1:
+        out = out * scale
+    if expand:
+        shape = tuple(out.shape)
+        out = out.reshape((1,) * len(expand) + shape).expand(
+            tuple(bound[n] for n in expand) + shape)
+    if perm is not None:
+        out = out.permute(perm + tuple(range(len(perm), out.dim())))
+    return result(out, names, torch.einsum)
+
+
+def _build_plan(spec: str, operands: tuple) -> tuple:
+    """Check the call and translate it: ``(equation, env names, equal-size groups of
+    (operand, dim) per named axis, same per positional letter, replicated names that
+    scale the sum, replicated names the output gets by expansion, output permutation or
+    None, output names)``.  Dims are physical; sizes of replicated names come from the
+    axis environment at each call."""
     what = f"einsum({spec!r})"
     inputs, output, braced = parse_spec(spec)
     if len(inputs) != len(operands):
@@ -145,7 +228,9 @@ def _named_einsum(spec: str, operands: tuple) -> Any:
     letter_of: dict = {}      # axis name -> fresh letter
     name_size: dict = {}      # axis name -> (size, where)
     pos_size: dict = {}       # positional letter -> (size, where)
-    terms, datas, in_names = [], [], []
+    name_dims: dict = {}      # axis name -> [(operand, physical dim)]
+    letter_dims: dict = {}    # positional letter -> [(operand, physical dim)]
+    terms, in_names = [], []
     for i, ((letters, listed), x) in enumerate(zip(inputs, operands)):
         if type(x) is _NT:
             data, carried, p = x._data, x._names, x.ndim
@@ -166,6 +251,7 @@ def _named_einsum(spec: str, operands: tuple) -> Any:
             names = carried
         in_names.append(names)
         _check_positional(letters, p, i, data.shape[len(carried):], pos_size, what)
+        _letter_dims(letters, p, i, len(carried), letter_dims)
         phys = ""
         for j, n in enumerate(carried):
             s = data.shape[j]
@@ -174,11 +260,11 @@ def _named_einsum(spec: str, operands: tuple) -> Any:
                     f"{what}: inconsistent sizes for axis {n!r}: {name_size[n][0]} "
                     f"({name_size[n][1]}) vs {s} (operand {i})")
             name_size.setdefault(n, (s, f"operand {i}"))
+            name_dims.setdefault(n, []).append((i, j))
             if n not in letter_of:
                 letter_of[n] = next(fresh)
             phys += letter_of[n]
         terms.append(phys + "".join(letters))
-        datas.append(data)
     # the output's named axes
     if braced:
         if output is not None:
@@ -197,16 +283,12 @@ def _named_einsum(spec: str, operands: tuple) -> Any:
             raise AxisSpecError(f"{what}: the output lists named axis {n!r}, which no input "
                                 f"lists and no enclosing map binds")
     # names listed but carried by no operand: a replicated axis (broadcast / scaled sum)
-    scale, expand = 1, []
     for n in listed_anywhere | set(out_names):
-        if n in name_size:
-            continue
-        size = _bound_size(n, what)
-        name_size[n] = (size, "the axis environment")
-        if n in out_names:
-            expand.append(n)
-        else:
-            scale *= size
+        if n not in name_size:
+            _bound_size(n, what)
+    env = tuple(n for n in listed_anywhere | set(out_names) if n not in name_size)
+    expand = tuple(n for n in out_names if n not in name_size)
+    scaled = tuple(n for n in env if n not in out_names)
     if output is not None:
         pos_out = "".join(output[0])
         for c in output[0]:
@@ -218,20 +300,23 @@ def _named_einsum(spec: str, operands: tuple) -> Any:
         pos_out = ("..." if has_ellipsis else "") + "".join(once)
     kept = tuple(n for n in out_names if n in letter_of)
     eq = ",".join(terms) + "->" + "".join(letter_of[n] for n in kept) + pos_out
-    out = torch.einsum(eq, *datas)
-    if scale != 1:
-        out = out * scale
-    names = kept
-    if expand:
-        out = out.reshape((1,) * len(expand) + tuple(out.shape)).expand(
-            tuple(name_size[n][0] for n in expand) + tuple(out.shape))
-        names = tuple(expand) + kept
-    order = tuple(n for n in out_names)
-    if names != order:  # present the output names in the order the spec lists them
-        out = out.permute([names.index(n) for n in order]
-                          + list(range(len(names), out.dim())))
-        names = order
-    return result(out, names, torch.einsum)
+    names, order = expand + kept, tuple(out_names)
+    # present the output names in the order the spec lists them
+    perm = None if names == order else tuple(names.index(n) for n in order)
+    groups = lambda dims: tuple(tuple(g) for g in dims.values() if len(g) > 1)  # noqa: E731
+    return eq, env, groups(name_dims), groups(letter_dims), scaled, expand, perm, order
+
+
+def _letter_dims(letters: tuple, p: int, i: int, k: int, out: dict) -> None:
+    """Record the physical dim of operand ``i`` each positional letter labels."""
+    ell_len = p - (len(letters) - letters.count("..."))
+    d = k
+    for c in letters:
+        if c == "...":
+            d += ell_len
+            continue
+        out.setdefault(c, []).append((i, d))
+        d += 1
 
 
 def _check_positional(letters, p, i, shape, pos_size, what) -> None:

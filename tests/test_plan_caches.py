@@ -1,0 +1,142 @@
+"""The cached einsum / pdot plans and the eager (plain-op) path of the nx.lax collectives.
+
+A plan is keyed by the spec and the operands' names and ranks; each call re-checks the
+sizes.  A warm cache must give the same results and the same errors as a cold one, and
+the eager collectives must agree with the registered ops that graphs show.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import named_axes as nx
+from named_axes import _einsum
+from named_axes.lax import _collectives, _ops
+
+
+def _r(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+
+def _nt(*shape):
+    return nx.named(_r(*shape), 'b ...')
+
+
+def _error(fn, cold: bool):
+    if cold:
+        _einsum._PLANS.clear()
+        _collectives._PDOT_PLANS.clear()
+    with pytest.raises(Exception) as e:
+        fn()
+    return type(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("good, bad", [
+    # a named axis with two sizes
+    (lambda: nx.einsum('n{b},m{b}->nm{b}', _nt(2, 3), _nt(2, 5)),
+     lambda: nx.einsum('n{b},m{b}->nm{b}', _nt(2, 3), _nt(4, 5))),
+    # a positional letter with two sizes (1 broadcasts)
+    (lambda: nx.einsum('n{b},n{b}->{b}', _nt(2, 3), _nt(2, 1)),
+     lambda: nx.einsum('n{b},n{b}->{b}', _nt(2, 3), _nt(2, 5))),
+    # pdot: positional pair sizes, then a named axis with two sizes
+    (lambda: nx.lax.pdot(nx.named(_r(2, 3), 'k ...'), nx.named(_r(2, 3), 'k ...'), 'k',
+                         pos_contract=((0,), (0,))),
+     lambda: nx.lax.pdot(nx.named(_r(2, 3), 'k ...'), nx.named(_r(2, 4), 'k ...'), 'k',
+                         pos_contract=((0,), (0,)))),
+    (lambda: nx.lax.pdot(nx.named(_r(2, 3), 'k ...'), nx.named(_r(2, 4), 'k ...'), 'k'),
+     lambda: nx.lax.pdot(nx.named(_r(2, 3), 'k ...'), nx.named(_r(5, 4), 'k ...'), 'k')),
+])
+def test_warm_cache_raises_what_a_cold_one_does(good, bad):
+    cold = _error(bad, cold=True)
+    good()
+    assert _error(bad, cold=False) == cold
+
+
+def test_einsum_cached_plan_follows_the_bound_size_of_a_replicated_name():
+    for j in (3, 5, 3):
+        two = torch.tensor(2.0, dtype=torch.float64)
+        out = nx.xmap(lambda x: nx.einsum('n{i},{j}->n{j,i}', x, two),
+                      in_axes=['i', ...], out_axes=['j', 'i', ...], axis_sizes={'j': j})(_r(2, 4))
+        torch.testing.assert_close(out, 2 * _r(2, 4)[None].expand(j, 2, 4))
+        out = nx.xmap(lambda x: nx.einsum('n{j}->n', x), in_axes={}, out_axes=[...],
+                      axis_sizes={'j': j})(torch.ones(2))
+        torch.testing.assert_close(out, torch.full((2,), float(j)))
+
+
+def test_einsum_cached_plan_unbound_after_bound():
+    f = nx.xmap(lambda x: nx.einsum('n{j}->n', x), in_axes={}, out_axes=[...], axis_sizes={'j': 2})
+    f(torch.ones(2))
+    with pytest.raises(nx.UnboundAxisError, match="axis 'j' is listed but no operand carries it"):
+        nx.einsum('n{j}->n', nx.named(torch.ones(2), '...'))
+
+
+def test_einsum_ellipsis_and_output_name_order():
+    x, y = nx.named(_r(2, 3, 4, 5), 'a b ...'), nx.named(_r(3, 5, seed=1), 'b ...')
+    for _ in range(2):
+        out = nx.einsum('...k{a,b},k{b}->...{b,a}', x, y)
+        ref = torch.einsum('abnk,bk->ban', _r(2, 3, 4, 5), _r(3, 5, seed=1))
+        assert out.named_shape == {'b': 3, 'a': 2}
+        torch.testing.assert_close(nx.positional(out, 'b a ...'), ref)
+
+
+def test_pdot_cached_plan_scales_by_the_current_bound_size():
+    for k in (2, 3):
+        f = nx.xmap(lambda x, y: nx.lax.pdot(x, y, ('i', 'k')), in_axes=(['i', ...], ['i', ...]),
+                    out_axes=[...], axis_sizes={'k': k})
+        out = f(torch.ones(4, 2), torch.ones(4, 2))
+        torch.testing.assert_close(out, torch.full((2, 2), 4.0 * k))
+
+
+KINDS = {
+    "psum": lambda x: nx.lax.psum(x, 'i'),
+    "pmean": lambda x: nx.lax.pmean(x, 'i'),
+    "pmax": lambda x: nx.lax.pmax(x, 'i'),
+    "pmin": lambda x: nx.lax.pmin(x, 'i'),
+    "pdot": lambda x: nx.lax.pdot(x, x * 2, 'i'),
+    "all_gather": lambda x: nx.lax.all_gather(x, 'i', axis=1).sum(0),
+    "all_to_all": lambda x: nx.lax.all_to_all(x, 'i', 0, 0),
+    "psum_scatter": lambda x: nx.lax.psum_scatter(x, 'i'),
+    "ppermute": lambda x: nx.lax.ppermute(x, 'i', [(0, 1), (1, 2), (2, 0)]),
+    "axis_index": lambda x: x * nx.lax.axis_index('i'),
+}
+KEEPS_I = {"all_to_all", "psum_scatter", "ppermute", "axis_index"}
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_eager_plain_path_equals_the_registered_op(kind, monkeypatch):
+    f = nx.xmap(KINDS[kind], in_axes=['i', ...],
+                out_axes=['i', ...] if kind in KEEPS_I else [...])
+
+    def value_and_grad(x):
+        x = x.clone().requires_grad_()
+        y = f(x)
+        (g,) = torch.autograd.grad((y * torch.arange(1, y.numel() + 1).reshape(y.shape)).sum(), x)
+        return y, g
+
+    x = _r(3, 3)
+    eager = value_and_grad(x)
+    monkeypatch.setattr(_ops, "_tracing", lambda: True)   # force the custom ops
+    registered = value_and_grad(x)
+    torch.testing.assert_close(eager, registered)
+
+
+def test_graphs_and_dispatch_modes_still_see_the_registered_op():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    calls = []
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            calls.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    f = nx.xmap(lambda x: nx.lax.psum(x, 'i'), in_axes=['i', ...], out_axes=[...])
+    x = torch.randn(3, 2)
+    with Log():
+        f(x)
+    assert any("named_axes.psum" in c for c in calls)
+    assert re.search(r"named_axes\.psum", make_fx(f)(x).code)
