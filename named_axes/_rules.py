@@ -406,6 +406,11 @@ def _with_names(x: _NT, wanted, op: str) -> _NT:
 
 def _check_engines(names, op) -> None:
     """An engine that splits an axis (e.g. SerialLoop chunks) vets ops that mix values along it."""
+    for frame in _env_state.stack:
+        if frame.engine is not None:
+            break
+    else:
+        return  # no engine in scope (plain xmap): nothing to ask
     for n in names:
         frame = current_frame(n)
         check = getattr(frame.engine, "check_named_op", None) if frame is not None else None
@@ -460,22 +465,75 @@ _DEFAULT_DIM = {"mode": -1}
 _VALUES_ONLY = {"max", "min", "median", "nanmedian"}
 
 
+# (names, physical ndim, dim spec) -> (physical dims, reduced named dims, names left,
+# names asked for): what translate_dims works out, for values that lack none of the names
+_DIMS: dict = {}
+
+
+def _plain_spec(dims) -> bool:
+    """Only ints and strings key the cache (True == 1 and 1.0 == 1 would collide)."""
+    t = type(dims)
+    if t is int or t is str:
+        return True
+    if t is tuple:
+        for d in dims:
+            if type(d) is not int and type(d) is not str:
+                return False
+        return True
+    return False
+
+
+def _dims_of(x: _NT, dims, op):
+    """``translate_dims`` plus the names left after reducing the named dims, memoised.
+
+    Returns ``(x', (phys, named, names_left, asked))``.  ``op`` is a name or the torch
+    function (spelled only when needed).  Values that get broadcast along a bound name
+    they lack are not memoised (that depends on the environment), nor is anything
+    while dynamo traces (a global dict it would guard on).
+    """
+    key = None
+    if _plain_spec(dims) and not torch.compiler.is_compiling():
+        key = (x._names, x._data.dim(), dims)
+        hit = _DIMS.get(key)
+        if hit is not None:
+            if hit[3]:
+                _check_engines(hit[3], op)
+            return x, hit
+    x2, phys, named = translate_dims(x, dims, op if isinstance(op, str) else op_name(op))
+    items = dims if isinstance(dims, (tuple, list)) else (dims,)
+    entry = (tuple(phys), tuple(named),
+             tuple(n for i, n in enumerate(x2._names) if i not in named),
+             tuple(d for d in items if not isinstance(d, int)))
+    if key is not None and x2 is x:
+        if len(_DIMS) > 4096:
+            _DIMS.clear()
+        _DIMS[key] = entry
+    return x2, entry
+
+
 def _reduction(name: str, dim_index: int, multi: bool):
     pos = dim_index - 1
     keep_pos = pos + _KEEPDIM_AFTER.get(name, 1)
+    has_keepdim = name != "count_nonzero"
 
     def rule(func, args, kwargs):
         x = args[0]
         if type(x) is not _NT:
             return NotImplemented
+        if len(args) == 2 and not kwargs and pos == 0:
+            # x.sum(dims): the default keepdim=False is the layout we want
+            dims = args[1]
+            if dims is not None and not isinstance(dims, (_NT, _T)):
+                x2, (phys, named, names_left, _) = _dims_of(x, dims, func)
+                if multi or len(phys) == 1:
+                    return _finish(func(x2._data, phys if multi else phys[0]), names_left, func)
         rest = list(args[1:])
-        kw = dict(kwargs)
+        kw = dict(kwargs) if kwargs else {}
         if "axis" in kw:
             if "dim" in kw:
                 raise AxisTypeError(f"{op_name(func)}: give dim= or axis=, not both")
             kw["dim"] = kw.pop("axis")
-        if any(isinstance(a, (_NT, _T)) for a in rest) or any(
-                isinstance(v, (_NT, _T)) for v in kw.values()):
+        if _any_tensor(rest, kw):
             if name in ("max", "min") and rest and isinstance(rest[0], (_NT, _T)):
                 return pointwise(torch.maximum if name == "max" else torch.minimum,
                                  (x, rest[0]), {})
@@ -488,7 +546,6 @@ def _reduction(name: str, dim_index: int, multi: bool):
             keepdim = bool(rest.pop(keep_pos - 1))
         else:
             keepdim = bool(kw.pop("keepdim", False))
-        op = op_name(func)
         k = len(x._names)
         if dims is None:
             p = x._data.dim() - k
@@ -496,13 +553,13 @@ def _reduction(name: str, dim_index: int, multi: bool):
                 return NotImplemented
             # reduce every positional dim: flatten them into one
             flat = x._data.reshape(tuple(x._data.shape[:k]) + (-1,))
-            out = _call_at(func, flat, k, rest, kw, pos, False)
+            out = _call_at(func, flat, k, rest, kw, pos, False, has_keepdim)
             if name in _VALUES_ONLY:
                 out = out[0]
             if keepdim:
                 out = _reshape_out(out, tuple(x._data.shape[:k]) + (1,) * p)
             return result(out, x._names, func)
-        x, phys, named = translate_dims(x, dims, op)
+        x, (phys, named, names_left, _) = _dims_of(x, dims, func)
         if name == "norm" and len(phys) > 2:
             # Frobenius over any set of dims is the vector 2-norm (torch.norm takes <= 2)
             if rest and rest[0] == "fro":
@@ -511,33 +568,46 @@ def _reduction(name: str, dim_index: int, multi: bool):
                 kw["p"] = 2
         if not multi and len(phys) > 1:
             if name != "prod":
-                raise AxisSpecError(f"{op}: takes a single dimension, got {dims!r}")
+                raise AxisSpecError(f"{op_name(func)}: takes a single dimension, got {dims!r}")
             # prod of several dims: one at a time, highest first
-            names = x._names
             data = x._data
+            k = len(x._names)
             for d in sorted(phys, reverse=True):
-                data = _call_at(func, data, d, rest, kw, pos, keepdim or d < k)
-            data = data.squeeze(tuple(named)) if named else data
-            return result(data, tuple(n for i, n in enumerate(names) if i not in named), func)
-        dim_arg = tuple(phys) if multi else phys[0]
-        out = _call_at(func, x._data, dim_arg, rest, kw, pos, keepdim or bool(named))
-        if named:
-            if keepdim:
-                out = _squeeze_out(out, named)
-            else:
-                out = _squeeze_out(out, named, also_positional=[d for d in phys if d >= k])
-        names = tuple(n for i, n in enumerate(x._names) if i not in named)
-        return result(out, names, func)
+                data = _call_at(func, data, d, rest, kw, pos, keepdim or d < k, has_keepdim)
+            data = data.squeeze(named) if named else data
+            return result(data, names_left, func)
+        dim_arg = phys if multi else phys[0]
+        if named and keepdim:
+            # keepdim keeps the positional dims only: the reduced named dims go
+            out = _call_at(func, x._data, dim_arg, rest, kw, pos, True, has_keepdim)
+            out = _squeeze_out(out, named)
+        else:
+            # named dims lead and reduced dims vanish: keepdim=False gives the layout
+            out = _call_at(func, x._data, dim_arg, rest, kw, pos, keepdim, has_keepdim)
+        return _finish(out, names_left, func)
     return rule
 
 
-def _call_at(func, data, dim_arg, rest, kw, pos, keepdim):
+def _any_tensor(rest: list, kw: dict) -> bool:
+    for a in rest:
+        if isinstance(a, (_NT, _T)):
+            return True
+    if kw:
+        for v in kw.values():
+            if isinstance(v, (_NT, _T)):
+                return True
+    return False
+
+
+def _call_at(func, data, dim_arg, rest, kw, pos, keepdim, has_keepdim=True):
+    if not rest and not kw and pos == 0 and has_keepdim:
+        return func(data, dim_arg, keepdim=keepdim)
     args = list(rest)
     if len(args) >= pos:
         args.insert(pos, dim_arg)
     else:  # the arguments before dim came as keywords (torch.norm(x, p=2, dim=1))
         kw = {**kw, "dim": dim_arg}
-    if getattr(func, "__name__", "") == "count_nonzero":  # has no keepdim argument
+    if not has_keepdim:  # count_nonzero
         out = func(data, *args, **kw)
         if keepdim:
             dims = dim_arg if isinstance(dim_arg, tuple) else (dim_arg,)
@@ -626,7 +696,7 @@ def _dimwise(name: str, dim_index: int, names_ok: bool):
                 f"{op}: named axis {d!r} can't be used here: this op changes the size of that "
                 f"dimension, and a named axis has one size; use a positional dimension"
             )
-        x, phys, _ = translate_dims(x, d, op)
+        x, (phys, _, _, _) = _dims_of(x, d, op)
         newd = phys[0]
         if where[0] == "arg":
             rest[where[1]] = newd
