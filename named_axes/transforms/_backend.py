@@ -13,11 +13,11 @@ neighbours.  ``nx.jit`` compiles with it when ``backend='inductor'``.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
-__all__ = ["compile_named", "collective_decompositions", "BACKEND_NAME"]
+__all__ = ["compile_named", "compile_flat", "collective_decompositions", "BACKEND_NAME"]
 
 BACKEND_NAME = "named_axes"
 
@@ -39,14 +39,109 @@ def collective_decompositions() -> dict:
     return table
 
 
-def compile_named(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callable:
-    """Compile an FX graph (torch IR or aten) with inductor, collectives inlined."""
-    from torch._inductor.compile_fx import compile_fx
+# A matmul this small (batch * m * n * k multiply-adds) costs less as a fused
+# multiply-and-sum loop than as an external BLAS call (a call, two tensor views and an
+# output allocation each): inductor then fuses it with its neighbours.
+SMALL_MATMUL = 1 << 13
+
+
+def _small_bmm(a: torch.Tensor, b: torch.Tensor) -> Any:
+    if a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2] > SMALL_MATMUL:
+        return NotImplemented
+    return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2)
+
+
+def _small_mm(a: torch.Tensor, b: torch.Tensor) -> Any:
+    if a.shape[0] * a.shape[1] * b.shape[1] > SMALL_MATMUL:
+        return NotImplemented
+    return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2)
+
+
+def _decompositions(small_matmuls: bool = False) -> dict:
     from torch._inductor.decomposition import select_decomp_table
 
     decomps = dict(select_decomp_table())
     decomps.update(collective_decompositions())
-    return compile_fx(gm, list(example_inputs), decompositions=decomps)
+    if small_matmuls:
+        aten = torch.ops.aten
+        decomps[aten.bmm.default] = _small_bmm
+        decomps[aten.mm.default] = _small_mm
+    return decomps
+
+
+def compile_named(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callable:
+    """Compile an FX graph (torch IR or aten) with inductor, collectives inlined."""
+    from torch._inductor.compile_fx import compile_fx
+
+    return compile_fx(gm, list(example_inputs), decompositions=_decompositions())
+
+
+def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callable:
+    """Compile a whole traced program (an aten graph returning a list of tensors).
+
+    Returns a *boxed* function: it takes a list of the input tensors (and empties it)
+    and returns the tuple of outputs.  ``nx.jit``'s graphs are already the whole
+    forward+backward step, so AOT autograd has nothing to add at run time: when its
+    runtime wrapper would be a no-op (no input mutated, no output aliasing an input,
+    no input deduplicated), we call inductor's compiled graph directly and save that
+    wrapper's per-call cost.  Otherwise (or on a torch whose internals differ) the
+    full ``compile_fx`` result is used.
+    """
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+    example = list(example_inputs)
+    captured: list = []
+
+    def inner(g, inputs, *args, **kwargs):
+        out = compile_fx_inner(g, inputs, *args, **kwargs)
+        captured.append((out, len(inputs), _plain_inference(g, len(example))))
+        return out
+
+    full = compile_fx(gm, example, inner_compile=inner,
+                      decompositions=_decompositions(small_matmuls=True))
+    direct = None if _grad_constants(gm) else _direct_callable(captured, example)
+    if direct is not None:
+        return direct
+    return lambda args: full(*args)
+
+
+def _plain_inference(g: torch.fx.GraphModule, n_inputs: int) -> bool:
+    """Whether AOT autograd's runtime wrapper around ``g`` does nothing at run time."""
+    try:
+        meta = torch._guards.TracingContext.try_get().fw_metadata
+        if meta is None or len(meta.input_info) != n_inputs:
+            return False
+        subclass = getattr(meta, "subclass_inp_meta", None) or ()
+        return (not any(i.mutates_data or i.mutates_metadata for i in meta.input_info)
+                and all(o.output_type.name == "non_alias" for o in meta.output_info)
+                and meta.num_intermediate_bases == 0
+                and not getattr(meta, "tokens", None)
+                and not getattr(meta, "is_rng_op_functionalized", False)
+                and not any(type(m).__name__ == "SubclassCreationMeta" for m in subclass))
+    except Exception:  # pragma: no cover - other torch versions: keep the wrapper
+        return False
+
+
+def _grad_constants(gm: torch.fx.GraphModule) -> bool:
+    """Whether the graph holds constants that require grad (the wrapper turns grad off)."""
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            v = getattr(gm, node.target, None)
+            if isinstance(v, torch.Tensor) and v.requires_grad:
+                return True
+    return False
+
+
+def _direct_callable(captured: list, example: list) -> Callable | None:
+    if len(captured) != 1:
+        return None
+    out, n_inputs, plain = captured[0]
+    call = getattr(out, "current_callable", None)
+    if not plain or n_inputs != len(example) or call is None:
+        return None
+    # run once through the OutputCode (its first call finishes compile-time bookkeeping)
+    out(list(example))
+    return out.current_callable
 
 
 def _register() -> None:

@@ -20,44 +20,49 @@ import threading
 from typing import Any, Callable, Sequence
 
 import torch
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
 from .. import _env
 from .._errors import AxisSpecError, AxisTypeError
 from .._tensor import NamedTensor
-from ._graph import rebuild_output, trace_flat
+from ._graph import trace_flat
 
 __all__ = ["jit", "disable_jit"]
 
 _NT = NamedTensor
 _Tensor = torch.Tensor
-_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_Parameter = torch.nn.Parameter
 _is_compiling = torch.compiler.is_compiling
+_dispatch_depth = torch._C._len_torch_dispatch_stack
+_peek_functorch = getattr(torch._C._functorch, "peek_interpreter_stack", None)
+_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 
 def _flatten_key(tree: Any, leaves: list) -> Any:
     """Append ``tree``'s leaves to ``leaves`` (torch pytree order); return a hashable key.
 
-    The key holds the structure and each leaf's shape, dtype, device and names, so a
-    cache hit costs one walk over the arguments (no TreeSpec, which hashes slowly).
+    NamedTensor leaves go in as their physical tensors.  The key holds the structure and
+    each tensor's shape, strides, dtype, device (and names), so a cache hit costs one
+    walk over the arguments (no TreeSpec, which hashes slowly) and the compiled code
+    always sees the strides it was compiled for.
     """
     t = type(tree)
     if t is _Tensor:
         leaves.append(tree)
-        return (tree.shape, tree.dtype, tree.device)
+        return (tree.shape, tree.stride(), tree.dtype, tree.device)
     if t is _NT:
-        leaves.append(tree)
         d = tree._data
-        return (tree._names, d.shape, d.dtype, d.device)
+        leaves.append(d)
+        return (tree._names, d.shape, d.stride(), d.dtype, d.device)
     if t is tuple or t is list:
         return (t, tuple([_flatten_key(x, leaves) for x in tree]))
     if t is dict:
         return (dict, tuple(tree), tuple([_flatten_key(x, leaves) for x in tree.values()]))
     if isinstance(tree, _Tensor):
         leaves.append(tree)
-        return (t, tree.shape, tree.dtype, tree.device)
+        return (t, tree.shape, tree.stride(), tree.dtype, tree.device)
     sub, spec = tree_flatten(tree)
     if len(sub) == 1 and sub[0] is tree:   # a non-container leaf: its value is static
         leaves.append(tree)
@@ -90,25 +95,41 @@ def disable_jit():
 
 
 def _compile(gm: torch.fx.GraphModule, example: list, backend: str) -> Callable:
+    """A *boxed* compiled function: it takes the list of flat input tensors."""
     if backend == "inductor":
-        from ._backend import compile_named
+        from ._backend import compile_flat
 
-        return compile_named(gm, example)
+        return compile_flat(gm, example)
     if backend == "eager":
-        return gm
-    return torch.compile(gm, backend=backend, fullgraph=True, dynamic=False)
+        return lambda args: gm(*args)
+    compiled = torch.compile(gm, backend=backend, fullgraph=True, dynamic=False)
+    return lambda args: compiled(*args)
+
+
+def _in_transform() -> bool:
+    """Whether a trace (make_fx, dynamo) or a torch.func transform is running."""
+    if _is_compiling():
+        return True
+    if _dispatch_depth() and get_proxy_mode() is not None:
+        return True
+    return _peek_functorch is not None and _peek_functorch() is not None
 
 
 def _must_inline(leaves: list) -> bool:
-    """Inside another transform or trace, jit is transparent: run the program inline."""
-    if _is_compiling() or get_proxy_mode() is not None:
+    """Inside another transform or trace, jit is transparent: run the program inline.
+
+    So is a call with inputs that require grad (with grad on), so that autograd sees
+    the program; and one with tensor subclasses, which the compiled code cannot take.
+    """
+    if _in_transform():
         return True
     grad_on = torch.is_grad_enabled()
-    for x in leaves:
-        t = x._data if type(x) is _NT else x
-        if isinstance(t, _Tensor) and (_is_wrapped(t) or (grad_on and t.requires_grad)
-                                       or type(t) is not _Tensor):
-            return True
+    for t in leaves:
+        if isinstance(t, _Tensor):
+            tt = type(t)
+            if ((tt is not _Tensor and tt is not _Parameter) or (grad_on and t.requires_grad)
+                    or _is_wrapped(t)):
+                return True
     return False
 
 
@@ -151,15 +172,8 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
     def run(*args):
         if _flags.disabled:
             return fun(*args)
-        n = len(args)
-        for i in static + donate:
-            if not -n <= i < n:
-                raise AxisSpecError(f"jit({name}): static_argnums/donate_argnums name "
-                                    f"argument {i}, but the call has {n} arguments")
-        if static:
-            st = {i % n for i in static}
-            dyn_args = tuple(a for i, a in enumerate(args) if i not in st)
-            st_vals = tuple(args[i] for i in sorted(st))
+        if static or donate:
+            dyn_args, st_vals = _split_static(args, static, donate, name)
         else:
             dyn_args, st_vals = args, ()
         leaves: list = []
@@ -167,28 +181,43 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
         if _must_inline(leaves):
             return fun(*args)
         bound = _env.bound_axes()
+        key = (struct, st_vals, tuple(bound.items())) if bound or st_vals else struct
+        if len(set(map(id, leaves))) != len(leaves):   # the trace ties repeated tensors
+            key = (key, _repeats(leaves))
         try:
-            key = (struct, st_vals, tuple(bound.items()) if bound else ())
             entry = cache.get(key)
         except TypeError:
             raise AxisTypeError(f"jit({name}): static arguments must be hashable, got "
                                 f"{st_vals!r}") from None
-        entry = cache.get(key)
         if entry is None:
             entry = cache[key] = _build(fun, args, static, backend)
-        compiled, tensor_pos, out_info = entry
-        return rebuild_output(compiled(*_phys(leaves, tensor_pos)), out_info)
+        compiled, tensor_pos, rebuild = entry
+        if tensor_pos is not None:
+            leaves = [leaves[i] for i in tensor_pos]
+        return rebuild(compiled(leaves))
 
     run.cache_size = lambda: len(cache)  # type: ignore[attr-defined]
     run.clear_cache = cache.clear  # type: ignore[attr-defined]
     return run
 
 
-def _phys(leaves: list, tensor_pos: list) -> list:
-    return [x._data if type(x) is _NT else x for x in map(leaves.__getitem__, tensor_pos)]
+def _split_static(args: tuple, static: tuple, donate: tuple, name: str) -> tuple:
+    n = len(args)
+    for i in static + donate:
+        if not -n <= i < n:
+            raise AxisSpecError(f"jit({name}): static_argnums/donate_argnums name "
+                                f"argument {i}, but the call has {n} arguments")
+    st = {i % n for i in static}
+    dyn_args = tuple(a for i, a in enumerate(args) if i not in st)
+    return dyn_args, tuple(args[i] for i in sorted(st))
 
 
 def _build(fun: Callable, args: tuple, static: tuple, backend: str):
+    """Trace and compile ``fun`` for these arguments: ``(compiled, tensor_pos, rebuild)``.
+
+    ``tensor_pos`` picks the tensor leaves out of the flat leaves (None: all of them);
+    ``rebuild`` turns the compiled function's flat outputs into ``fun``'s result.
+    """
     n = len(args)
     st = {i % n for i in static}
     if st:
@@ -201,7 +230,76 @@ def _build(fun: Callable, args: tuple, static: tuple, backend: str):
         dyn_args = tuple(a for i, a in enumerate(args) if i not in st)
     else:
         dyn_fun, dyn_args = fun, args
-    gm, leaves, (_, _, tensor_pos), out_info = trace_flat(dyn_fun, dyn_args)
-    example = [leaves[i] for i in tensor_pos]
-    compiled = _compile(gm, example, backend)
-    return compiled, tensor_pos, out_info
+    result: list = []
+
+    def traced(*a):
+        result[:] = [dyn_fun(*a)]
+        return result[0]
+
+    gm, leaves, (_, _, tensor_pos), out_info = trace_flat(traced, dyn_args)
+    # which output leaves are tensors (a None *value* among them is a constant)
+    is_tensor = [type(x) is _NT or isinstance(x, _Tensor) for x in tree_flatten(result[0])[0]]
+    result.clear()
+    compiled = _compile(gm, [leaves[i] for i in tensor_pos], backend)
+    all_tensors = len(tensor_pos) == len(leaves)
+    return compiled, None if all_tensors else tensor_pos, _output_builder(out_info, is_tensor)
+
+
+def _repeats(leaves: list) -> tuple:
+    """Per leaf, the index of its first occurrence: a trace fed the same tensor twice
+    uses one input for both, so that program serves only calls repeating it alike."""
+    first: dict = {}
+    return tuple([first.setdefault(id(x), i) for i, x in enumerate(leaves)])
+
+
+def _output_builder(out_info: list, is_tensor: list) -> Callable:
+    """A function from the compiled flat outputs to the program's result.
+
+    Generated once per cache entry as one expression (``lambda o: (o[0], (o[1], o[2]))``)
+    for results made of tuples, lists and dicts; other containers use the pytree.
+    """
+    o_spec, o_names, consts = out_info
+    tensor_index: dict = {}
+    for i, flag in enumerate(is_tensor):
+        if flag:
+            tensor_index[i] = len(tensor_index)
+
+    def box(i: int, flat: Sequence) -> Any:
+        if not is_tensor[i]:
+            return consts[i]
+        x = flat[tensor_index[i]]
+        return x if o_names[i] is None else NamedTensor._wrap(x, o_names[i])
+
+    skeleton = tree_unflatten(list(range(len(consts))), o_spec)
+    keys: list = []
+
+    def expr(node: Any) -> str | None:
+        t = type(node)
+        if t is int:
+            if not is_tensor[node]:
+                return f"C[{node}]"
+            k = tensor_index[node]
+            return f"o[{k}]" if o_names[node] is None else f"W(o[{k}], N[{node}])"
+        if node is None:
+            return "None"
+        if t is tuple or t is list:
+            parts = [expr(x) for x in node]
+            if any(p is None for p in parts):
+                return None
+            body = ", ".join(parts)
+            return f"({body},)" if t is tuple else f"[{body}]"
+        if t is dict:
+            parts = [expr(x) for x in node.values()]
+            if any(p is None for p in parts):
+                return None
+            keys.append(list(node))
+            j = len(keys) - 1
+            return "{" + ", ".join(f"K[{j}][{m}]: {p}" for m, p in enumerate(parts)) + "}"
+        return None
+
+    code = expr(skeleton)
+    if code is None:
+        n = len(consts)
+        return lambda flat: tree_unflatten([box(i, flat) for i in range(n)], o_spec)
+    env = {"W": NamedTensor._wrap, "C": consts, "N": o_names, "K": keys}
+    return eval(f"lambda o: {code}", env)  # noqa: S307 - code built above from indices

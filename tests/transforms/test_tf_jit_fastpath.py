@@ -1,0 +1,85 @@
+"""nx.jit's cached-call fast path: the direct inductor call, the generated output
+rebuild, and the cases that must fall back (aliasing outputs, repeated inputs, strides,
+constants that require grad) — all against eager."""
+from __future__ import annotations
+
+from collections import namedtuple
+
+import pytest
+import torch
+
+import named_axes as nx
+
+BACKENDS = ("eager", "inductor")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_outputs_aliasing_inputs(backend):
+    f = nx.jit(lambda x, y: (x, x * y, y.view(-1)), backend=backend)
+    x, y = torch.randn(3), torch.randn(3)
+    a, b, c = f(x, y)
+    assert torch.equal(a, x) and torch.equal(b, x * y) and torch.equal(c, y)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_same_tensor_twice_then_different(backend):
+    h = nx.jit(lambda a, b: a - b, backend=backend)
+    t = torch.ones(3)
+    assert torch.equal(h(t, t), torch.zeros(3))
+    assert torch.equal(h(t, torch.zeros(3)), torch.ones(3))   # same cache entry
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_strides_are_part_of_the_key(backend):
+    k = nx.jit(lambda a: a.sin() + 1, backend=backend)
+    m = torch.randn(4, 4)
+    torch.testing.assert_close(k(m), m.sin() + 1)
+    torch.testing.assert_close(k(m.t()), m.t().sin() + 1)
+    assert k.cache_size() == 2
+
+
+def test_constant_requiring_grad():
+    w = torch.randn(3, requires_grad=True)
+    q = nx.jit(lambda a: (a * w).sum())
+    torch.testing.assert_close(q(torch.ones(3)), w.sum())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_output_structures(backend):
+    z = nx.jit(lambda v: {"s": v.sum("b"), "n": 3, "t": [v * 2, None]}, backend=backend)
+    v = nx.named(torch.randn(2, 3), {0: "b"})
+    for _ in range(2):   # the trace, then a cached call
+        o = z(v)
+        assert isinstance(o["s"], nx.NamedTensor) and o["s"].named_shape == {}
+        torch.testing.assert_close(nx.positional(o["s"]), v._data.sum(0))
+        assert o["n"] == 3 and o["t"][1] is None
+        assert o["t"][0].named_shape == {"b": 2}
+    Pair = namedtuple("Pair", "a b")
+    u = nx.jit(lambda x: Pair(x + 1, x * 2), backend=backend)
+    for _ in range(2):
+        r = u(torch.ones(2))
+        assert isinstance(r, Pair) and torch.equal(r.b, torch.full((2,), 2.0))
+
+
+def test_inline_under_transforms_and_grad():
+    f = nx.jit(lambda v: (v.sin() ** 2).sum())
+    x = torch.randn(3)
+    torch.testing.assert_close(torch.func.grad(f)(x), 2 * x.sin() * x.cos())
+    torch.testing.assert_close(torch.func.vmap(f)(x[:, None]), x.sin() ** 2)
+    y = x.clone().requires_grad_()
+    f(y).backward()
+    torch.testing.assert_close(y.grad, 2 * x.sin() * x.cos())
+    assert f.cache_size() == 0
+    with torch.no_grad():
+        torch.testing.assert_close(f(torch.nn.Parameter(x)), (x.sin() ** 2).sum())
+    assert f.cache_size() == 1
+
+
+def test_small_matmuls_fused_match_eager():
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(5, 7, generator=g), torch.randn(7, 3, generator=g)
+    big_a, big_b = torch.randn(64, 128, generator=g), torch.randn(128, 64, generator=g)
+    f = nx.jit(lambda x, y: (x @ y).relu().sum(-1))
+    torch.testing.assert_close(f(a, b), (a @ b).relu().sum(-1))
+    torch.testing.assert_close(f(big_a, big_b), (big_a @ big_b).relu().sum(-1),
+                               rtol=1e-4, atol=1e-4)
