@@ -34,7 +34,7 @@ def _make_plan(names: tuple, p: int, U: tuple, P: int):
     perm = None
     if tuple(order) != names:
         src = {n: i for i, n in enumerate(names)}
-        perm = [src[n] for n in order] + list(range(len(names), len(names) + p))
+        perm = tuple([src[n] for n in order] + list(range(len(names), len(names) + p)))
     pos_of = {n: i for i, n in enumerate(order)}
     template = [pos_of.get(u, -1) for u in U] + [-1] * (P - p) + list(
         range(len(order), len(order) + p)
@@ -59,10 +59,10 @@ def align(data: torch.Tensor, names: tuple, p: int, U: tuple, P: int) -> torch.T
         return data
     perm, template = plan
     if perm is not None:
-        data = data.permute(perm)
+        data = torch.permute(data, perm)   # ~2x cheaper than Tensor.permute(list)
     if template is not None:
         shape = data.shape
-        data = data.reshape([shape[i] if i >= 0 else 1 for i in template])
+        data = data.reshape(*[shape[i] if i >= 0 else 1 for i in template])
     return data
 
 
@@ -115,13 +115,13 @@ def align_to(value: Any, names: tuple, p: int, *, what: str) -> torch.Tensor:
     return value
 
 
-def to_named_perm(positions: tuple, k: int, ndim: int) -> list | None:
+def to_named_perm(positions: tuple, k: int, ndim: int) -> tuple | None:
     """The permutation :func:`to_named` applies to a tensor of ``ndim`` dims with ``k``
     leading named dims (None when it is the identity)."""
     moved = [k + p for p, _ in positions]
     rest = [d for d in range(k, ndim) if d not in moved]
     perm = list(range(k)) + moved + rest
-    return None if perm == list(range(ndim)) else perm
+    return None if perm == list(range(ndim)) else tuple(perm)
 
 
 def to_named(data: torch.Tensor, positions: tuple, names_before: tuple = ()) -> tuple:
@@ -131,7 +131,7 @@ def to_named(data: torch.Tensor, positions: tuple, names_before: tuple = ()) -> 
         return data, names_before
     perm = to_named_perm(positions, len(names_before), data.dim())
     if perm is not None:
-        data = data.permute(perm)
+        data = torch.permute(data, perm)
     return data, names_before + tuple(n for _, n in positions)
 
 
@@ -184,7 +184,7 @@ def insert_plan(names: tuple, p: int, mapping: AxisMapping, *, what: str) -> tup
     for pos in range(final_ndim):
         order.append(placed_at[by_pos[pos]] if pos in by_pos else next(pos_iter))
     perm = [grouped[i] for i in order]
-    return missing, (None if perm == list(range(len(perm))) else perm), keep
+    return missing, (None if perm == list(range(len(perm))) else tuple(perm)), keep
 
 
 def apply_insert(data: torch.Tensor, plan: tuple, sizes: Mapping):
@@ -192,10 +192,10 @@ def apply_insert(data: torch.Tensor, plan: tuple, sizes: Mapping):
     missing, perm, keep = plan
     if missing:
         shape = list(data.shape)
-        data = data.reshape([1] * len(missing) + shape).expand(
-            [sizes[n] for n in missing] + shape)
+        data = data.reshape(*[1] * len(missing), *shape).expand(
+            *[sizes[n] for n in missing], *shape)
     if perm is not None:
-        data = data.permute(perm)
+        data = torch.permute(data, perm)
     return NamedTensor._wrap(data, keep) if keep else data
 
 

@@ -93,8 +93,9 @@ _CACHE: dict = {}
 
 
 def _parse_hashable(kind: str, payload: tuple, spelling: str) -> AxisMapping:
-    # a plain dict cache: dynamo warns about (and ignores) functools.lru_cache
-    key = (kind, payload)
+    # a plain dict cache: dynamo warns about (and ignores) functools.lru_cache; keyed
+    # by spelling too, which error messages quote ([...] and None parse alike)
+    key = (kind, payload, spelling)
     hit = _CACHE.get(key)
     if hit is None:
         hit = _CACHE[key] = _parse_uncached(kind, payload, spelling)

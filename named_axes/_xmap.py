@@ -143,7 +143,7 @@ class _Plan:
         for x, op in zip(leaves, self.ops):
             if op is not None:
                 perm, names = op
-                x = NamedTensor._wrap(x if perm is None else x.permute(perm), names)
+                x = NamedTensor._wrap(x if perm is None else torch.permute(x, perm), names)
             out.append(x)
         return out
 
@@ -165,14 +165,24 @@ def _flatten_key(tree: Any, leaves: list, key: list) -> bool:
     t = type(tree)
     if isinstance(tree, (tuple, list)):
         key.append((t, len(tree)))
-        return all(_flatten_key(v, leaves, key) for v in tree)
+        return _flatten_items(tree, leaves, key)
     if isinstance(tree, dict):
         key.append((t, tuple(tree)))
-        return all(_flatten_key(v, leaves, key) for v in tree.values())
+        return _flatten_items(tree.values(), leaves, key)
     if t.__module__ == "numpy":
         return False
     leaves.append(tree)
     key.append(t)
+    return True
+
+
+def _flatten_items(items, leaves: list, key: list) -> bool:
+    for v in items:
+        if type(v) is torch.Tensor:   # the common leaf, inline
+            leaves.append(v)
+            key.append(v.dim())
+        elif not _flatten_key(v, leaves, key):
+            return False
     return True
 
 
