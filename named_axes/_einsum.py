@@ -17,6 +17,7 @@ named axis getting a fresh letter, so it is as fast (and as traceable) as plain 
 from __future__ import annotations
 
 import functools
+import math
 import string
 from typing import Any, Hashable
 
@@ -192,7 +193,9 @@ def _plan_holds(plan: tuple, operands: tuple, bound: dict) -> bool:
 def _run_plan(plan: tuple, operands: tuple, bound: dict) -> Any:
     eq, _, _, _, scaled, expand, perm, names = plan
     datas = [x._data if type(x) is _NT else x for x in operands]
-    if len(datas) <= 2 and not _is_compiling():  # torch.einsum's wrapper adds nothing here
+    if len(datas) == 2:
+        out = einsum2(eq, datas[0], datas[1])
+    elif len(datas) == 1 and not _is_compiling():  # torch.einsum's wrapper adds nothing
         out = _VF.einsum(eq, datas)
     else:
         out = torch.einsum(eq, *datas)
@@ -208,6 +211,85 @@ def _run_plan(plan: tuple, operands: tuple, bound: dict) -> Any:
     if perm is not None:
         out = out.permute(perm + tuple(range(len(perm), out.dim())))
     return result(out, names, torch.einsum)
+
+
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+
+
+def einsum2(eq: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``torch.einsum(eq, x, y)``; in eager mode as one ``mm`` / ``bmm`` between views.
+
+    torch.einsum's own planning costs ≈ 10 µs per call and leaves several autograd nodes
+    (its backward is ≈ 3× that of one ``mm`` on small tensors).  While a graph is being
+    built (a dispatch mode on the stack, or dynamo) the einsum is kept as it is.
+    """
+    if _is_compiling() or _dispatch_modes():
+        return torch.einsum(eq, x, y)
+    plan = _matmul_plan(eq)
+    if plan is not None and x.dtype == y.dtype and x.dtype.is_floating_point:
+        out = _matmul_einsum(plan, x, y)
+        if out is not None:
+            return out
+    return _VF.einsum(eq, (x, y))
+
+
+@functools.lru_cache(maxsize=1024)
+def _matmul_plan(eq: str):
+    """``eq`` (two operands, no ellipsis, no repeated letter in a term) as ``(dims summed
+    in x, in y, equal-size dim pairs, x perm, y perm, #batch, #x-free, #contracted,
+    output perm)``: x → [batch, x-free, contracted], y → [batch, contracted, y-free]."""
+    lhs, _, out = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != 2 or "." in eq or not _:
+        return None
+    tx, ty = terms
+    if any(len(set(t)) != len(t) for t in (tx, ty, out)):
+        return None
+    batch = [c for c in out if c in tx and c in ty]
+    xfree = [c for c in out if c in tx and c not in ty]
+    yfree = [c for c in out if c in ty and c not in tx]
+    contract = [c for c in tx if c in ty and c not in out]
+    pairs = tuple((tx.index(c), ty.index(c)) for c in batch + contract)
+    xsum = tuple(i for i, c in enumerate(tx) if c not in ty and c not in out)
+    ysum = tuple(i for i, c in enumerate(ty) if c not in tx and c not in out)
+    kx = [c for c in tx if c in ty or c in out]
+    ky = [c for c in ty if c in tx or c in out]
+    px = [kx.index(c) for c in batch + xfree + contract]
+    py = [ky.index(c) for c in batch + contract + yfree]
+    mid = batch + xfree + yfree
+    po = [mid.index(c) for c in out]
+    ident = lambda p: None if p == sorted(p) else tuple(p)  # noqa: E731
+    return (xsum, ysum, pairs, ident(px), ident(py), len(batch), len(xfree), len(contract),
+            ident(po))
+
+
+def _matmul_einsum(plan: tuple, x: torch.Tensor, y: torch.Tensor):
+    """Run a ``_matmul_plan``; None where sizes broadcast (then torch.einsum does it)."""
+    xsum, ysum, pairs, px, py, nb, nm, nk, po = plan
+    sx, sy = x.shape, y.shape
+    for a, b in pairs:
+        if sx[a] != sy[b]:
+            return None
+    if xsum:
+        x = x.sum(xsum)
+    if ysum:
+        y = y.sum(ysum)
+    if px is not None:
+        x = x.permute(px)
+    if py is not None:
+        y = y.permute(py)
+    sx, sy = x.shape, y.shape
+    bs, ms, ks, ns = sx[:nb], sx[nb:nb + nm], sx[nb + nm:], sy[nb + nk:]
+    lead = (math.prod(bs),) if nb else ()
+    M, K, N = math.prod(ms), math.prod(ks), math.prod(ns)
+    if nb > 1 or nm != 1 or nk != 1:   # (else already [batch?, M, K])
+        x = x.reshape(lead + (M, K))
+    if nb > 1 or nk != 1 or len(ns) != 1:
+        y = y.reshape(lead + (K, N))
+    out = torch.bmm(x, y) if nb else torch.mm(x, y)
+    if nb > 1 or nm != 1 or len(ns) != 1:
+        out = out.reshape(tuple(bs) + tuple(ms) + tuple(ns))
+    return out if po is None else out.permute(po)
 
 
 def _build_plan(spec: str, operands: tuple) -> tuple:

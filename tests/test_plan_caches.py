@@ -140,3 +140,27 @@ def test_graphs_and_dispatch_modes_still_see_the_registered_op():
         f(x)
     assert any("named_axes.psum" in c for c in calls)
     assert re.search(r"named_axes\.psum", make_fx(f)(x).code)
+
+
+def test_einsum2_matmul_lowering_matches_torch_einsum():
+    import random
+
+    from named_axes._einsum import einsum2
+
+    rng = random.Random(0)
+    for _ in range(300):
+        tx = "".join(rng.sample("abcdef", rng.randint(0, 4)))
+        ty = "".join(rng.sample("abcdef", rng.randint(0, 4)))
+        out = "".join(c for c in sorted(set(tx) | set(ty), key=lambda _: rng.random())
+                      if rng.random() < 0.6)
+        eq, size = f"{tx},{ty}->{out}", {c: rng.randint(1, 4) for c in "abcdef"}
+        x = torch.randn([size[c] for c in tx], dtype=torch.float64, requires_grad=True)
+        y = torch.randn([size[c] for c in ty], dtype=torch.float64, requires_grad=True)
+        ref, got = torch.einsum(eq, x, y), einsum2(eq, x, y)
+        torch.testing.assert_close(got, ref)
+        g = torch.randn_like(ref)
+        torch.testing.assert_close(torch.autograd.grad(got, (x, y), g, allow_unused=True),
+                                   torch.autograd.grad(ref, (x, y), g, allow_unused=True))
+    # sizes that broadcast (1 against n) go to torch.einsum
+    x, y = torch.randn(1, 3), torch.randn(4, 3)
+    torch.testing.assert_close(einsum2("ab,ab->a", x, y), torch.einsum("ab,ab->a", x, y))

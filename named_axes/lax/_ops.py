@@ -26,11 +26,12 @@ import string
 import torch
 from torch.library import custom_op
 
+from .._einsum import einsum2
+
 __all__ = ["psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "all_to_all",
            "ppermute", "pdot", "axis_index"]
 
 _Fn = torch.autograd.Function
-_VF = torch._C._VariableFunctions
 _dispatch_modes = torch._C._len_torch_dispatch_stack
 _is_compiling = torch.compiler.is_compiling
 
@@ -428,8 +429,8 @@ class _PDot(_Fn):
 
 def pdot(x: torch.Tensor, y: torch.Tensor, equation: str) -> torch.Tensor:
     """``torch.einsum(equation, x, y)`` as the named op ``named_axes::pdot``."""
-    if not _tracing():  # torch.einsum's own wrapper adds nothing for two operands
-        return _VF.einsum(equation, (x, y))
+    if not _tracing():  # one mm / bmm where it can (see named_axes._einsum.einsum2)
+        return einsum2(equation, x, y)
     return _PDot.apply(x, y, equation)
 
 
