@@ -390,7 +390,7 @@ def _matmul(func, args, kwargs):
 
 
 def _matmul_folded(func, a, b, pa: int, pb: int):
-    """Names on both sides: one ``matmul`` that never broadcasts over a named dim.
+    """``a @ b`` as one ``matmul`` that never broadcasts over a named dim.
 
     Names shared by ``a`` and ``b`` become leading batch dims; names only on ``a`` are
     folded into its row dim M, names only on ``b`` into its column dim N.  So the weight
@@ -400,12 +400,13 @@ def _matmul_folded(func, a, b, pa: int, pb: int):
     nb = b._names if type(b) is _NT else ()
     da = a._data if type(a) is _NT else a
     db = b._data if type(b) is _NT else b
-    key = (na, nb, pa, pb)
-    plan = None if torch.compiler.is_compiling() else _MATMUL_PLANS.get(key)
-    if plan is None:
+    if torch.compiler.is_compiling():  # dynamo: no guards on a module-level cache
         plan = _matmul_plan(na, nb, pa, pb)
-        if not torch.compiler.is_compiling():
-            _MATMUL_PLANS[key] = plan
+    else:
+        key = (na, nb, pa, pb)
+        plan = _MATMUL_PLANS.get(key)
+        if plan is None:
+            plan = _MATMUL_PLANS[key] = _matmul_plan(na, nb, pa, pb)
     U, shared, perm_a, perm_b, only_a, only_b, B, out_perm = plan
     sa, sb = da.shape, db.shape
     for i, j in shared:
@@ -424,13 +425,18 @@ def _matmul_folded(func, a, b, pa: int, pb: int):
     m = a_pos[-2] if pa >= 2 else 1
     n = b_pos[-1] if pb >= 2 else 1
     lead = tuple(sa[i] for i, _ in shared)
-    a2 = da.permute(perm_a).reshape(lead + (1,) * (B - ba) + tuple(a_pos[:ba]) + (fa * m, a_pos[-1]))
-    b2 = db.permute(perm_b).reshape(lead + (1,) * (B - bb) + tuple(b_pos[:bb])
-                                    + (b_pos[-2] if pb >= 2 else b_pos[-1], fb * n))
+    if perm_a is not None:
+        da = da.permute(perm_a)
+    if perm_b is not None:
+        db = db.permute(perm_b)
+    a2 = da.reshape(lead + (1,) * (B - ba) + tuple(a_pos[:ba]) + (fa * m, a_pos[-1]))
+    b2 = db.reshape(lead + (1,) * (B - bb) + tuple(b_pos[:bb])
+                    + (b_pos[-2] if pb >= 2 else b_pos[-1], fb * n))
     out = torch.matmul(a2, b2)
     unfold = (tuple(out.shape[:S + B]) + tuple(sa[i] for i in only_a) + ((m,) if pa >= 2 else ())
               + tuple(sb[j] for j in only_b) + ((n,) if pb >= 2 else ()))
-    return result(out.reshape(unfold).permute(out_perm), U, func)
+    out = out.reshape(unfold)
+    return result(out if out_perm is None else out.permute(out_perm), U, func)
 
 
 _MATMUL_PLANS: dict = {}
@@ -448,19 +454,24 @@ def _matmul_plan(na: tuple, nb: tuple, pa: int, pb: int) -> tuple:
     shared = tuple((i, nb.index(x)) for i, x in enumerate(na) if x in nb)
     only_a = tuple(i for i, x in enumerate(na) if x not in nb)
     only_b = tuple(j for j, x in enumerate(nb) if x not in na)
-    perm_a = ([i for i, _ in shared] + list(range(ka, ka + ba)) + list(only_a)
-              + list(range(ka + ba, ka + pa)))
-    perm_b = ([j for _, j in shared] + list(range(kb, kb + bb)) + [kb + bb]
-              + list(only_b) + list(range(kb + bb + 1, kb + pb)))
+    perm_a = tuple([i for i, _ in shared] + list(range(ka, ka + ba)) + list(only_a)
+                   + list(range(ka + ba, ka + pa)))
+    perm_b = tuple([j for _, j in shared] + list(range(kb, kb + bb)) + [kb + bb]
+                   + list(only_b) + list(range(kb + bb + 1, kb + pb)))
     # where each dim of U / batch / M / N sits in the unfolded product
     S, A, m = len(shared), len(only_a), int(pa >= 2)
     at_a = {na[i]: t for t, (i, _) in enumerate(shared)}
     at_a.update((na[i], S + B + t) for t, i in enumerate(only_a))
     U = tuple(na) + tuple(nb[j] for j in only_b)
-    out_perm = ([at_a[x] for x in na] + [S + B + A + m + t for t in range(len(only_b))]
-                + list(range(S, S + B)) + [S + B + A] * m
-                + [S + B + A + m + len(only_b)] * int(pb >= 2))
-    return U, shared, perm_a, perm_b, only_a, only_b, B, out_perm
+    out_perm = tuple([at_a[x] for x in na] + [S + B + A + m + t for t in range(len(only_b))]
+                     + list(range(S, S + B)) + [S + B + A] * m
+                     + [S + B + A + m + len(only_b)] * int(pb >= 2))
+    return (U, shared, _unless_identity(perm_a), _unless_identity(perm_b), only_a, only_b, B,
+            _unless_identity(out_perm))
+
+
+def _unless_identity(perm: tuple):
+    return None if perm == tuple(range(len(perm))) else perm
 
 
 def _linear(func, args, kwargs):
