@@ -87,6 +87,9 @@ def _resource_conflicts(axis_resources: Mapping) -> frozenset:
     return frozenset(pairs)
 
 
+_MAX_PLANS = 256   # call plans kept per xmapped function
+
+
 class _Plan:
     """How one argument structure enters an xmap (cached per structure key, see
     :func:`_flatten_key`); the per-call work is a size check and a permute per leaf.
@@ -266,6 +269,8 @@ class _Xmapped:
             if ops is None:
                 what = f"{self._spelling}(<inputs>)"
                 result = self._exit_slow(out, _flatten(out), sizes, what)
+                if len(plan.outs) >= _MAX_PLANS:
+                    plan.outs.clear()
                 plan.outs[key] = _out_plan(self.out_axes, out, f"{what}: out_axes")
                 return result
         if not ops:
@@ -288,6 +293,8 @@ class _Xmapped:
         leaves, sizes, record = self._enter_slow(args, what)
         plan = None
         if key is not None:
+            if len(self._plans) >= _MAX_PLANS:   # structures that never repeat: start over
+                self._plans.clear()
             flat = all(_is_leaf(a) for a in args)
             plan = self._plans[key] = _Plan(record, self.axis_sizes, flat)
 

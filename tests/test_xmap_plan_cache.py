@@ -65,6 +65,7 @@ def test_cached_plan_matches_fresh_across_shapes(shapes):
         y = torch.randn(x.shape[1], x.shape[0], *x.shape[2:], generator=g)
         for _ in range(3):
             _same(f(x, y, 2.0), _make()(x, y, 2.0))
+    assert len(f._plans) == 1   # one structure: one plan, whatever the sizes
 
 
 def test_cached_plan_across_structures_and_named_inputs():
@@ -179,3 +180,22 @@ def test_cached_plan_under_vmap_grad_and_compile():
     torch.testing.assert_close(c(x, w), ref)
     torch.testing.assert_close(c(2 * x, w), (2 * x * w).sin())
     torch.testing.assert_close(f(x, w), ref)
+
+
+def test_cached_plan_under_make_graph():
+    f = nx.xmap(lambda x, w: (x @ w).relu(), in_axes=({1: "b"}, None), out_axes=["b", ...])
+    x, w = torch.randn(3, 4), torch.randn(3, 2)
+    ref = (x.T @ w).relu()
+    torch.testing.assert_close(f(x, w), ref)   # warm the plan
+    g = nx.make_graph(f)(x, w)
+    out = g(x, w)
+    torch.testing.assert_close(out[0] if isinstance(out, (tuple, list)) else out, ref)
+    torch.testing.assert_close(f(x, w), ref)
+
+
+def test_plan_cache_is_bounded():
+    f = nx.xmap(lambda d: d, in_axes=["i", ...], out_axes=["i", ...])
+    for k in range(300):
+        d = {f"k{k}": torch.ones(2)}
+        assert f(d)[f"k{k}"].shape == (2,)
+    assert 0 < len(f._plans) <= 256
