@@ -86,7 +86,12 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callable
     no input deduplicated), we call inductor's compiled graph directly and save that
     wrapper's per-call cost.  Otherwise (or on a torch whose internals differ) the
     full ``compile_fx`` result is used.
+
+    The caller guarantees that every call passes tensors with the example inputs'
+    sizes and strides (``nx.jit`` keys its cache on them), so inductor's per-call size
+    and stride asserts are left out.
     """
+    from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     example = list(example_inputs)
@@ -97,7 +102,8 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callable
         captured.append((out, len(inputs), _plain_inference(g, len(example))))
         return out
 
-    full = compile_fx(gm, example, inner_compile=inner,
+    patches = {"size_asserts": False} if hasattr(config, "size_asserts") else {}
+    full = compile_fx(gm, example, inner_compile=inner, config_patches=patches,
                       decompositions=_decompositions(small_matmuls=True))
     direct = None if _grad_constants(gm) else _direct_callable(captured, example)
     if direct is not None:

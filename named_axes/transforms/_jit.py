@@ -37,7 +37,6 @@ _Parameter = torch.nn.Parameter
 _is_compiling = torch.compiler.is_compiling
 _dispatch_depth = torch._C._len_torch_dispatch_stack
 _peek_functorch = getattr(torch._C._functorch, "peek_interpreter_stack", None)
-_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 
 def _flatten_key(tree: Any, leaves: list) -> Any:
@@ -120,16 +119,18 @@ def _must_inline(leaves: list) -> bool:
 
     So is a call with inputs that require grad (with grad on), so that autograd sees
     the program; and one with tensor subclasses, which the compiled code cannot take.
+    (Tensors wrapped by torch.func exist only while its transform runs.)
     """
     if _in_transform():
         return True
     grad_on = torch.is_grad_enabled()
     for t in leaves:
-        if isinstance(t, _Tensor):
-            tt = type(t)
-            if ((tt is not _Tensor and tt is not _Parameter) or (grad_on and t.requires_grad)
-                    or _is_wrapped(t)):
+        if type(t) is _Tensor:
+            if grad_on and t.requires_grad:
                 return True
+        elif isinstance(t, _Tensor) and (type(t) is not _Parameter
+                                         or (grad_on and t.requires_grad)):
+            return True
     return False
 
 
@@ -177,7 +178,14 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
         else:
             dyn_args, st_vals = args, ()
         leaves: list = []
-        struct = _flatten_key(dyn_args, leaves)
+        parts = []
+        for a in dyn_args:   # _flatten_key of the tuple, its first level unrolled
+            if type(a) is _Tensor:
+                leaves.append(a)
+                parts.append((a.shape, a.stride(), a.dtype, a.device))
+            else:
+                parts.append(_flatten_key(a, leaves))
+        struct = tuple(parts)
         if _must_inline(leaves):
             return fun(*args)
         bound = _env.bound_axes()
