@@ -18,7 +18,7 @@ from ._dispatch import (RULES, ShapeError, check_conflicts, op_name, pointwise, 
 from ._env import _state as _env_state
 from ._env import bound_axes, current_frame
 from ._errors import AxisSpecError, AxisTypeError, NamedAxisError, UnboundAxisError, fmt_names, unbound_message
-from ._layout import expand_to
+from ._layout import align, expand_to
 from ._tensor import NamedTensor
 
 _NT = NamedTensor
@@ -102,6 +102,33 @@ def _finish(out, names: tuple, func):
     return _wrap_nt(out, names) if type(out) is _T else wrap(out, names)
 
 
+# (names of a, ndim of a, names of b, ndim of b) -> (union names, positional rank,
+# (i, j) index pairs of the names both carry): the plan of ``_by_name``
+_BY_NAME: dict = {}
+
+
+def _by_name(func, a: _NT, b: _NT):
+    """``func(a, b)`` broadcast by name (the dispatcher's general path, planned once per
+    layout); None when the shared names' sizes differ, to let that path raise."""
+    da, db = a._data, b._data
+    na, nb = a._names, b._names
+    key = (na, da.dim(), nb, db.dim())
+    plan = _BY_NAME.get(key)
+    if plan is None:
+        if len(_BY_NAME) > 4096:
+            _BY_NAME.clear()
+        pa, pb = da.dim() - len(na), db.dim() - len(nb)
+        U = na + tuple(n for n in nb if n not in na)
+        plan = _BY_NAME[key] = (U, pa, pb, max(pa, pb),
+                                tuple((i, nb.index(n)) for i, n in enumerate(na) if n in nb))
+    U, pa, pb, P, pairs = plan
+    sa, sb = da.shape, db.shape
+    for i, j in pairs:
+        if sa[i] != sb[j]:
+            return None
+    return _finish(func(align(da, na, pa, U, P), align(db, nb, pb, U, P)), U, func)
+
+
 def _pointwise(func, args, kwargs):
     """The RULES entry of out-of-place elementwise ops: the 1- and 2-argument cases
     inline, everything else through :func:`named_axes._dispatch.pointwise`."""
@@ -118,6 +145,10 @@ def _pointwise(func, args, kwargs):
             if t is _NT:
                 if _same_layout(b, d0, names):
                     return _finish(func(d0, b._data), names, func)
+                if names and b._names and not torch.compiler.is_compiling():
+                    out = _by_name(func, a0, b)
+                    if out is not None:
+                        return out
             elif t is float or t is int or t is bool:
                 return _finish(func(d0, b), names, func)
             elif isinstance(b, _T):
@@ -253,6 +284,13 @@ def _binary_operator(method, dispatch):
             elif t is _T and other.dim() <= d0.dim() - len(names):
                 b = other
             else:
+                if t is _NT and other._names and not torch.compiler.is_compiling():
+                    try:
+                        out = _by_name(method, self, other)
+                    except (RuntimeError, IndexError, ValueError):
+                        out = None
+                    if out is not None:
+                        return out
                 return dispatch(method, (self, other), {})
             try:
                 out = method(d0, b)

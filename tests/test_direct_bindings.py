@@ -158,3 +158,28 @@ def test_compiled_fullgraph_through_direct_paths():
     x, y = torch.randn(3, 4, 5), torch.randn(3, 4, 5)
     c = torch.compile(f, fullgraph=True, backend="eager")
     torch.testing.assert_close(c(x, y), f(x, y))
+
+
+def test_broadcast_by_name_paths():
+    g = torch.Generator().manual_seed(1)
+    x = nx.named(torch.randn(3, 4, 5, generator=g), {0: "a", 1: "b"})
+    y = nx.named(torch.randn(4, 2, 1, generator=g), {0: "b"})     # more positional dims
+    z = nx.named(torch.randn(6, 3, generator=g), {0: "c", 1: "a"})
+    ref_xy = x._data[:, :, None, :] + y._data[None]
+    for out in (x + y, x.add(y), torch.add(x, y)):
+        assert out.named_shape == {"a": 3, "b": 4} and out.shape == (2, 5)
+        torch.testing.assert_close(out._data, ref_xy)
+    out = y * x
+    torch.testing.assert_close(out._data, (y._data[:, None] * x._data.transpose(0, 1)[:, :, None]))
+    out = x - z        # z's positional dims are all named: scalar per (c, a)
+    assert out.named_shape == {"a": 3, "b": 4, "c": 6}
+    torch.testing.assert_close(
+        out._data, x._data[:, :, None, :] - z._data.T[:, None, :, None])
+    bad = nx.named(torch.randn(7), {0: "a"})
+    for f in (lambda: x + bad, lambda: torch.mul(x, bad), lambda: bad - x):
+        with pytest.raises(nx.AxisSizeError, match="inconsistent sizes for axis 'a'"):
+            f()
+    with bind({"a": 3, "b": 4}, resources={"a": "m", "b": "m"},
+              conflicts=frozenset({frozenset({"a", "b"})})):
+        with pytest.raises(nx.AxisResourceError):
+            nx.named(torch.randn(3), {0: "a"}) + nx.named(torch.randn(4), {0: "b"})
