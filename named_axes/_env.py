@@ -88,9 +88,7 @@ def push(frame: Frame) -> None:
     bound, pairs = st.bound, st.conflicts
     st.saved.append((bound, pairs))
     st.stack.append(frame)
-    merged = dict(bound)
-    merged.update(frame.sizes)
-    st.bound = merged
+    st.bound = {**bound, **frame.sizes} if bound else frame.sizes
     if frame.conflicts:
         st.conflicts = pairs | frame.conflicts
 

@@ -100,7 +100,7 @@ class _Plan:
     ``outs`` caches output plans by output structure key (False: not cacheable).
     """
 
-    __slots__ = ("ops", "src", "chk", "fixed_new", "fixed_chk", "names", "flat", "outs")
+    __slots__ = ("ops", "src", "chk", "fixed_new", "fixed_chk", "names", "flat", "outs", "frame")
 
     def __init__(self, record: list, axis_sizes: dict, flat: bool):
         self.ops, src, chk, seen = [], [], [], set()
@@ -121,6 +121,7 @@ class _Plan:
         self.names = frozenset(seen)
         self.flat = flat
         self.outs: dict = {}
+        self.frame = None   # the last call's environment frame
 
     def sizes(self, leaves: list) -> dict | None:
         """The axis sizes of this call, or None when a check fails (the slow path then
@@ -251,7 +252,10 @@ class _Xmapped:
         if sizes is None:
             return self._call_slow(args, kwargs)   # raises the exact error
         named = plan.enter(leaves)
-        _env.push(_env.Frame(sizes, {}, None, "xmap", self.conflicts))
+        frame = plan.frame
+        if frame is None or frame.sizes != sizes:   # frames are immutable: reuse the last
+            frame = plan.frame = _env.Frame(sizes, {}, None, "xmap", self.conflicts)
+        _env.push(frame)
         try:
             out = self.fun(*(named if plan.flat else _unflatten(args, named)))
         finally:
@@ -260,6 +264,11 @@ class _Xmapped:
 
     def _exit(self, plan: _Plan, out: Any, sizes: dict):
         """Place the output's named axes per out_axes, by the cached output plan."""
+        if type(out) is NamedTensor:   # the common single output, keyed as _flatten_key does
+            data = out._data
+            ops = plan.outs.get(((out._names, data.dim()),))
+            if ops:
+                return apply_insert(data, ops[0], sizes)
         leaves: list = []
         key: list = []
         ops = None
