@@ -705,6 +705,12 @@ def _dimwise(name: str, dim_index: int, names_ok: bool):
         x = args[0]
         if type(x) is not _NT:
             return NotImplemented
+        if len(args) == 2 and not kwargs and dim_index == 1:
+            # x.softmax(d): one memoised translation, one call
+            d = args[1]
+            if type(d) is int or (names_ok and type(d) is str):
+                x, (phys, _, _, _) = _dims_of(x, d, func)
+                return _finish(func(x._data, phys[0]), x._names, func)
         rest = list(args[1:])
         kwargs = dict(kwargs)
         if "axis" in kwargs and "dim" not in kwargs:
