@@ -28,6 +28,10 @@ __all__ = ["grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfwd", "jacre
            "linear_transpose"]
 
 _NT = NamedTensor
+_Tensor = torch.Tensor
+_Parameter = torch.nn.Parameter
+_dispatch_depth = torch._C._len_torch_dispatch_stack
+_peek_functorch = getattr(torch._C._functorch, "peek_interpreter_stack", None)
 
 
 def _argnums(argnums, n: int, what: str) -> tuple:
@@ -121,9 +125,12 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
             return data.sum(), (data, [a for a in aux_leaves if isinstance(a, torch.Tensor)])
 
         aux_box: list = []
-        g, (_, (value, aux_tensors)) = torch.func.grad_and_value(
-            phys_fun, argnums=tuple(range(len(nums))), has_aux=True)(
-                *[p[0] for p in prepared])
+        if _autograd_ok(prepared):
+            g, (value, aux_tensors) = _autograd_grad_and_value(phys_fun, prepared)
+        else:
+            g, (_, (value, aux_tensors)) = torch.func.grad_and_value(
+                phys_fun, argnums=tuple(range(len(nums))), has_aux=True)(
+                    *[p[0] for p in prepared])
         aux_leaves, aux_spec, aux_names = aux_box
         it = iter(aux_tensors)
         aux_leaves = [next(it) if isinstance(a, torch.Tensor) else a for a in aux_leaves]
@@ -135,6 +142,94 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         return value, grads
 
     return run
+
+
+def _autograd_ok(prepared: list) -> bool:
+    """Whether plain ``torch.autograd`` computes what ``torch.func.grad`` would.
+
+    Yes when nothing traces or transforms around us (no torch.func level to nest in,
+    no make_fx / dynamo / dispatch mode) and every differentiated leaf is a plain
+    floating tensor.  Eagerly this is much cheaper: no functorch level, no wrapper
+    tensors, no per-call ``autograd.Function`` classes.
+    """
+    if ((_peek_functorch is None or _peek_functorch() is not None) or _dispatch_depth()
+            or torch.compiler.is_compiling() or torch.is_inference_mode_enabled()):
+        return False
+    for leaves, _, _ in prepared:
+        for x in leaves:
+            t = type(x)
+            if not ((t is _Tensor or t is _Parameter)
+                    and (x.is_floating_point() or x.is_complex())):
+                return False
+    return True
+
+
+def _autograd_grad_and_value(phys_fun: Callable, prepared: list) -> tuple:
+    """``torch.func.grad_and_value(phys_fun, has_aux=True)`` by ``torch.autograd.grad``.
+
+    ``phys_fun(*leaf_lists)`` returns ``(loss, (value, aux_tensors))``.  Returns
+    ``(grads, (value, aux_tensors))`` with ``grads`` one list per argument.  When the
+    loss also depends on tensors outside that require grad (grad on), the results stay
+    connected to them, as torch.func's do (the backward is then recorded).
+    """
+    outer = torch.is_grad_enabled()
+    inputs, connected = [], False
+    for leaves, _, _ in prepared:
+        mine = []
+        for x in leaves:
+            if outer and x.requires_grad:   # keep the link to the outer graph
+                mine.append(x.view_as(x))
+                connected = True
+            else:
+                mine.append(x.detach().requires_grad_())
+        inputs.append(mine)
+    flat = [x for mine in inputs for x in mine]
+    with torch.enable_grad():
+        loss, (value, aux_tensors) = phys_fun(*inputs)
+        if outer and not connected:
+            connected = _reaches_outside(loss, flat)
+        if loss.requires_grad:
+            grads = list(torch.autograd.grad(loss, flat, allow_unused=True,
+                                             create_graph=connected))
+        else:
+            grads = [None] * len(flat)
+    for i, (g, x) in enumerate(zip(grads, flat)):
+        if g is None:
+            grads[i] = torch.zeros_like(x, requires_grad=False)
+    if not connected:
+        value = value.detach()
+        aux_tensors = [a.detach() for a in aux_tensors]
+    it = iter(grads)
+    return [[next(it) for _ in mine] for mine in inputs], (value, aux_tensors)
+
+
+def _accumulate_grad_type() -> type:
+    leaf = torch.zeros((), requires_grad=True)
+    return type((leaf * 1).grad_fn.next_functions[0][0])
+
+
+_ACCUMULATE = _accumulate_grad_type()
+
+
+def _reaches_outside(loss: torch.Tensor, mine: list) -> bool:
+    """Whether ``loss``'s autograd graph reaches a leaf requiring grad other than ``mine``."""
+    root = loss.grad_fn
+    if root is None:
+        return False
+    ours = {id(x) for x in mine}
+    seen = {root}
+    stack = [root]
+    while stack:
+        for nxt, _ in stack.pop().next_functions:
+            if nxt is None or nxt in seen:
+                continue
+            seen.add(nxt)
+            if type(nxt) is _ACCUMULATE:   # a leaf
+                if id(nxt.variable) not in ours:
+                    return True
+            else:
+                stack.append(nxt)
+    return False
 
 
 def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False, *,
