@@ -140,7 +140,8 @@ _is_compiling = torch.compiler.is_compiling
 
 
 def _named_einsum(spec: str, operands: tuple) -> Any:
-    key = _plan_key(spec, operands)
+    # dynamo traces the plan once per graph anyway (and older ones cannot hash the key)
+    key = None if _is_compiling() else _plan_key(spec, operands)
     plan = _PLANS.get(key) if key is not None else None
     bound = bound_axes()
     if plan is None or not _plan_holds(plan, operands, bound):

@@ -385,11 +385,13 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
     method = _engine_method(op, names)
     if method is not None:
         return method(x, y, names, pos_contract=pos_contract, pos_batch=pos_batch)
-    try:
-        key = (names, x._names, y._names, x.ndim, y.ndim, pos_contract, pos_batch)
-        plan = _PDOT_PLANS.get(key)
-    except TypeError:  # unhashable (lists): no caching
-        key, plan = None, None
+    key, plan = None, None
+    if not torch.compiler.is_compiling():  # (dynamo traces the plan once per graph anyway)
+        try:
+            key = (names, x._names, y._names, x.ndim, y.ndim, pos_contract, pos_batch)
+            plan = _PDOT_PLANS.get(key)
+        except TypeError:  # unhashable (lists): no caching
+            key = None
     if plan is None or not _pdot_plan_holds(plan, x, y):
         plan = _pdot_plan(x, y, names, pos_contract, pos_batch)   # raises on bad input
         if key is not None and len(_PDOT_PLANS) < 1024:
