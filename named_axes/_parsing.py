@@ -26,6 +26,8 @@ __all__ = ["AxisMapping", "is_mapping", "parse_mapping", "check_name", "match_pr
 
 def check_name(name: Any, *, where: str) -> Hashable:
     """Reject names that are not hashable or that would be confused with positions."""
+    if type(name) is str:   # the usual case; also spares dynamo (2.9) a hash() it cannot trace
+        return name
     if name is Ellipsis or name is None:
         raise AxisTypeError(f"{where}: {name!r} is not a valid axis name")
     if isinstance(name, (bool, int)):

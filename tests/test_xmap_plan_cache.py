@@ -167,7 +167,7 @@ def test_nested_xmap_cached_inner_plan():
         torch.testing.assert_close(outer(x), x - x.mean(-1, keepdim=True))
 
 
-def test_cached_plan_under_vmap_grad_and_compile():
+def test_cached_plan_under_vmap_and_grad():
     f = nx.xmap(lambda x, w: (x * w).sin(), in_axes=(["b", ...], None), out_axes=["b", ...])
     x, w = torch.randn(4, 3), torch.randn(3)
     ref = (x * w).sin()
@@ -176,6 +176,13 @@ def test_cached_plan_under_vmap_grad_and_compile():
     torch.testing.assert_close(torch.func.vmap(f, in_dims=(0, None))(xs, w), (xs * w).sin())
     g = torch.func.grad(lambda w: f(x, w).sum())(w)
     torch.testing.assert_close(g, (x * (x * w).cos()).sum(0))
+
+
+def test_cached_plan_then_torch_compile_fullgraph():
+    f = nx.xmap(lambda x, w: (x * w).sin(), in_axes=(["b", ...], None), out_axes=["b", ...])
+    x, w = torch.randn(4, 3), torch.randn(3)
+    ref = (x * w).sin()
+    torch.testing.assert_close(f(x, w), ref)   # warm the plan; dynamo takes the slow path
     c = torch.compile(f, fullgraph=True, backend="eager")
     torch.testing.assert_close(c(x, w), ref)
     torch.testing.assert_close(c(2 * x, w), (2 * x * w).sin())
