@@ -45,14 +45,47 @@ def _argnums(argnums, n: int, what: str) -> tuple:
     return tuple(a % n for a in nums)
 
 
+_LEAF = tree_flatten(0)[1]   # the spec of an argument that is a single tensor
+_SCALARS = (int, float, bool, complex, str, type(None))
+
+
+def _named_sizes(args: Sequence) -> dict:
+    """``named_axes_of(args)``, without the pytree walk for tensor and scalar arguments."""
+    sizes: dict = {}
+    for a in args:
+        t = type(a)
+        if t is _NT:
+            for n, size in zip(a._names, a._data.shape):
+                sizes.setdefault(n, size)
+        elif not (t is _Tensor or t is _Parameter or t in _SCALARS):
+            for n, size in named_axes_of(a).items():
+                sizes.setdefault(n, size)
+    return sizes
+
+
 def _prepare(args: Sequence, nums: tuple, reduce_axes) -> tuple[list, list]:
     """Per differentiated argument: (physical leaves, spec, names), broadcast per example."""
-    sizes = named_axes_of(args)
+    sizes = _named_sizes(args)
     prepared = []
     for i in nums:
-        arg = tree_map(lambda leaf: expand_over(leaf, sizes, reduce_axes), args[i])
+        a = args[i]
+        t = type(a)
+        if t is _Tensor or t is _Parameter or t is _NT:   # one leaf: no pytree
+            leaf = expand_over(a, sizes, reduce_axes) if sizes else a
+            if type(leaf) is _NT:
+                prepared.append(([leaf._data], _LEAF, [leaf._names]))
+            else:
+                prepared.append(([leaf], _LEAF, [None]))
+            continue
+        arg = tree_map(lambda leaf: expand_over(leaf, sizes, reduce_axes), a)
         prepared.append(unbox(arg))
     return prepared
+
+
+def _rebox(leaves: Sequence, spec: Any, names: list) -> Any:
+    if spec is _LEAF:
+        return box_leaf(leaves[0], names[0])
+    return rebox(leaves, spec, names)
 
 
 def _call(fun, args, nums, prepared, phys):
@@ -61,7 +94,7 @@ def _call(fun, args, nums, prepared, phys):
     for i, (_, spec, names), leaves in zip(nums, prepared, phys):
         # a leaf with no named axes goes in as a plain tensor (torch APIs such as
         # torch.func.functional_call accept nothing else)
-        call[i] = rebox(leaves, spec, [n or None for n in names])
+        call[i] = _rebox(leaves, spec, [n or None for n in names])
     return fun(*call)
 
 
@@ -103,12 +136,14 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
             [3., 4.]])
     """
     reduce_axes = tuple(reduce_axes)
-    name = getattr(fun, "__name__", "fun")
+    what = f"value_and_grad({getattr(fun, '__name__', 'fun')}, argnums={argnums!r})"
+    nums_for: dict = {}   # number of arguments -> normalized argnums
 
     @functools.wraps(fun)
     def run(*args):
-        what = f"value_and_grad({name}, argnums={argnums!r})"
-        nums = _argnums(argnums, len(args), what)
+        nums = nums_for.get(len(args))
+        if nums is None:
+            nums = nums_for[len(args)] = _argnums(argnums, len(args), what)
         prepared = _prepare(args, nums, reduce_axes)
         out_names: list = []
 
@@ -119,10 +154,13 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
                 raise AxisTypeError(f"{what}: has_aux=True needs fun to return (loss, aux)")
             data = _scalar_phys(loss, what)
             out_names[:] = [loss._names if isinstance(loss, _NT) else None]
+            total = data.sum() if data.dim() else data   # per-example losses: their sum
+            if not has_aux:
+                return total, (data, [])
             aux_leaves, aux_spec, aux_names = unbox(aux)
             aux_box[:] = [aux_leaves, aux_spec, aux_names]
             # torch.func unwraps tensors only: other aux leaves stay in aux_box
-            return data.sum(), (data, [a for a in aux_leaves if isinstance(a, torch.Tensor)])
+            return total, (data, [a for a in aux_leaves if isinstance(a, torch.Tensor)])
 
         aux_box: list = []
         if _autograd_ok(prepared):
@@ -131,13 +169,13 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
             g, (_, (value, aux_tensors)) = torch.func.grad_and_value(
                 phys_fun, argnums=tuple(range(len(nums))), has_aux=True)(
                     *[p[0] for p in prepared])
-        aux_leaves, aux_spec, aux_names = aux_box
-        it = iter(aux_tensors)
-        aux_leaves = [next(it) if isinstance(a, torch.Tensor) else a for a in aux_leaves]
-        grads = tuple(rebox(gl, spec, names) for gl, (_, spec, names) in zip(g, prepared))
+        grads = tuple([_rebox(gl, spec, names) for gl, (_, spec, names) in zip(g, prepared)])
         grads = grads[0] if isinstance(argnums, int) else grads
         value = box_leaf(value, out_names[0])
         if has_aux:
+            aux_leaves, aux_spec, aux_names = aux_box
+            it = iter(aux_tensors)
+            aux_leaves = [next(it) if isinstance(a, torch.Tensor) else a for a in aux_leaves]
             return (value, rebox(aux_leaves, aux_spec, aux_names)), grads
         return value, grads
 
@@ -184,15 +222,14 @@ def _autograd_grad_and_value(phys_fun: Callable, prepared: list) -> tuple:
                 mine.append(x.detach().requires_grad_())
         inputs.append(mine)
     flat = [x for mine in inputs for x in mine]
-    with torch.enable_grad():
+    if outer:
         loss, (value, aux_tensors) = phys_fun(*inputs)
-        if outer and not connected:
-            connected = _reaches_outside(loss, flat)
-        if loss.requires_grad:
-            grads = list(torch.autograd.grad(loss, flat, allow_unused=True,
-                                             create_graph=connected))
-        else:
-            grads = [None] * len(flat)
+        connected = connected or _reaches_outside(loss, flat)
+        grads = _grads(loss, flat, connected)
+    else:
+        with torch.enable_grad():
+            loss, (value, aux_tensors) = phys_fun(*inputs)
+            grads = _grads(loss, flat, False)
     for i, (g, x) in enumerate(zip(grads, flat)):
         if g is None:
             grads[i] = torch.zeros_like(x, requires_grad=False)
@@ -209,6 +246,13 @@ def _accumulate_grad_type() -> type:
 
 
 _ACCUMULATE = _accumulate_grad_type()
+
+
+def _grads(loss: torch.Tensor, inputs: list, create_graph: bool) -> list:
+    if not loss.requires_grad:   # the loss does not depend on the inputs
+        return [None] * len(inputs)
+    return list(torch.autograd.grad(loss, inputs, allow_unused=True,
+                                    create_graph=create_graph))
 
 
 def _reaches_outside(loss: torch.Tensor, mine: list) -> bool:
