@@ -198,14 +198,14 @@ def test_inplace_target_without_names_still_refuses_named_values():
 
 def test_folded_matmul_compiles_fullgraph():
     torch._dynamo.reset()
-
-    def f(x, y):
-        return nx.xmap(lambda a, b: (a @ b).relu() @ b.mT, in_axes=(["i", ...], ["k", ...]),
-                       out_axes=["i", "k", ...])(x, y)
-
-    x, y = torch.randn(2, 4, 5), torch.randn(3, 5, 6)
-    got = torch.compile(f, fullgraph=True, backend="eager")(x, y)
-    want = torch.stack([torch.stack([(x[i] @ y[k]).relu() @ y[k].mT for k in range(3)])
-                        for i in range(2)])
+    # one pytree argument (a {i, j} @ b {j, k}: a shared name and one of each side's own)
+    f = nx.xmap(lambda d: (d["a"] @ d["b"]).relu() @ d["c"],
+                in_axes=({"a": ["i", "j", ...], "b": ["j", "k", ...], "c": {}},),
+                out_axes=["i", "j", "k", ...])
+    d = {"a": torch.randn(2, 3, 4, 5), "b": torch.randn(3, 4, 5, 6), "c": torch.randn(6, 2)}
+    got = torch.compile(f, fullgraph=True, backend="eager")(d)
+    want = torch.stack([torch.stack([torch.stack(
+        [(d["a"][i, j] @ d["b"][j, k]).relu() @ d["c"] for k in range(4)]) for j in range(3)])
+        for i in range(2)])
     torch.testing.assert_close(got, want)
-    torch.testing.assert_close(f(x, y), want)
+    torch.testing.assert_close(f(d), want)
