@@ -215,11 +215,14 @@ def _has_unnamed(args: tuple, kwargs: dict) -> bool:
 
 def _direct(func, rule, dispatch):
     """``call(args, kwargs)``: ``rule`` run directly when the first operand carries names;
-    the dispatcher when it doesn't, when an operand is an unnamed NamedTensor, when the
-    rule declines, and after a positional error (to raise its error naming the op)."""
+    the dispatcher when it doesn't, when an operand is an unnamed NamedTensor (it unwraps
+    those), when the rule declines, and after a positional error (to raise its error
+    naming the op).  While dynamo traces, the rule runs directly for unnamed operands too:
+    the dispatcher's table lookup keyed by a Tensor method fails under torch 2.9's dynamo."""
     def call(args, kwargs):
         a0 = args[0] if args else None
-        if type(a0) is _NT and a0._names and not _has_unnamed(args, kwargs):
+        if type(a0) is _NT and (a0._names and not _has_unnamed(args, kwargs)
+                                or torch.compiler.is_compiling()):
             try:
                 out = rule(func, args, dict(kwargs) if kwargs else kwargs)
             except NamedAxisError:
@@ -270,7 +273,9 @@ def _generic_operator(method, rule, dispatch):
 
 def _binary_operator(method, dispatch):
     """``self <op> other``: same-named operands, scalars and plain tensors that fit the
-    positional part run inline; the rest goes to the dispatcher."""
+    positional part run inline; the rest goes to the rule (see ``_direct``)."""
+    call = _direct(method, _pointwise, dispatch)
+
     def op(self, other):
         names = self._names
         if names:
@@ -291,7 +296,7 @@ def _binary_operator(method, dispatch):
                         out = None
                     if out is not None:
                         return out
-                return dispatch(method, (self, other), {})
+                return call((self, other), {})
             try:
                 out = method(d0, b)
             except (RuntimeError, IndexError, ValueError):
@@ -299,11 +304,13 @@ def _binary_operator(method, dispatch):
             if _env_state.conflicts and len(names) > 1:
                 check_conflicts(names, op_name(method))
             return _wrap_nt(out, names) if type(out) is _T else wrap(out, names)
-        return dispatch(method, (self, other), {})
+        return call((self, other), {})
     return op
 
 
 def _inplace_operator(method, dispatch):
+    call = _direct(method, _pointwise_inplace, dispatch)
+
     def op(self, other):
         names = self._names
         if names:
@@ -316,13 +323,13 @@ def _inplace_operator(method, dispatch):
             elif t is _T and other.dim() <= d0.dim() - len(names):
                 b = other
             else:
-                return dispatch(method, (self, other), {})
+                return call((self, other), {})
             try:
                 method(d0, b)
             except (RuntimeError, IndexError, ValueError):
                 return dispatch(method, (self, other), {})
             return self
-        return dispatch(method, (self, other), {})
+        return call((self, other), {})
     return op
 
 
@@ -411,10 +418,17 @@ def _direct_pointwise(func, dispatch):
 # dims: translating an int or a name into a physical dim
 # ---------------------------------------------------------------------------
 
-def _norm_pos(d: int, p: int, op: str) -> int:
+def _spelled(op) -> str:
+    """``op`` as users spell it; rules pass the torch function itself so that the spelling
+    (a dict lookup keyed by the function, which dynamo on torch 2.9 cannot trace) happens
+    only when an error is raised."""
+    return op if isinstance(op, str) else op_name(op)
+
+
+def _norm_pos(d: int, p: int, op) -> int:
     if not -max(p, 1) <= d < max(p, 1):
         raise _AxisIndexError(
-            f"{op}: dimension {d} is out of range for a value with {p} positional "
+            f"{_spelled(op)}: dimension {d} is out of range for a value with {p} positional "
             f"dimension(s) (expected one in [{-max(p, 1)}, {max(p, 1) - 1}], or an axis name)"
         )
     return d + p if d < 0 else d
@@ -428,17 +442,19 @@ def _is_name(d: Any) -> bool:
     return not isinstance(d, (int, type(None))) and not isinstance(d, (tuple, list))
 
 
-def _with_names(x: _NT, wanted, op: str) -> _NT:
+def _with_names(x: _NT, wanted, op) -> _NT:
     """``x`` broadcast along every wanted name it lacks but the environment binds."""
     for n in wanted:
         if n not in x._names:
             try:
                 hash(n)
             except TypeError:
-                raise AxisTypeError(f"{op}: {n!r} is neither a dimension nor an axis name") from None
+                raise AxisTypeError(
+                    f"{_spelled(op)}: {n!r} is neither a dimension nor an axis name") from None
             if n not in bound_axes():
-                raise UnboundAxisError(unbound_message(n, bound_axes(), op=op, carried=x._names))
-            x = expand_to(x, n, op=op)
+                raise UnboundAxisError(
+                    unbound_message(n, bound_axes(), op=_spelled(op), carried=x._names))
+            x = expand_to(x, n, op=_spelled(op))
     return x
 
 
@@ -453,10 +469,10 @@ def _check_engines(names, op) -> None:
         frame = current_frame(n)
         check = getattr(frame.engine, "check_named_op", None) if frame is not None else None
         if check is not None:
-            check(op if isinstance(op, str) else op_name(op), tuple(names))
+            check(_spelled(op), tuple(names))
 
 
-def translate_dims(x: _NT, dims, op: str):
+def translate_dims(x: _NT, dims, op):
     """Map a dim spec (int, name, or tuple mixing both) to physical dims.
 
     Returns ``(x', physical dims list, named dims list)`` where ``x'`` may be ``x``
@@ -478,7 +494,7 @@ def translate_dims(x: _NT, dims, op: str):
             phys.append(i)
             named.append(i)
     if len(set(phys)) != len(phys):
-        raise AxisSpecError(f"{op}: dimension spec {dims!r} names one dimension twice")
+        raise AxisSpecError(f"{_spelled(op)}: dimension spec {dims!r} names one dimension twice")
     return x, phys, named
 
 
@@ -537,7 +553,7 @@ def _dims_of(x: _NT, dims, op):
             if hit[3]:
                 _check_engines(hit[3], op)
             return x, hit
-    x2, phys, named = translate_dims(x, dims, op if isinstance(op, str) else op_name(op))
+    x2, phys, named = translate_dims(x, dims, op)
     items = dims if isinstance(dims, (tuple, list)) else (dims,)
     entry = (tuple(phys), tuple(named),
              tuple(n for i, n in enumerate(x2._names) if i not in named),
@@ -732,15 +748,15 @@ def _dimwise(name: str, dim_index: int, names_ok: bool):
             return NotImplemented  # legacy implicit dim: let vmap handle it
         if d is None:
             return NotImplemented
-        op = op_name(func)
         if isinstance(d, (tuple, list)):
             return NotImplemented
         if not names_ok and any(not isinstance(e, int) for e in (d if isinstance(d, (list, tuple)) else [d])):
             raise AxisSpecError(
-                f"{op}: named axis {d!r} can't be used here: this op changes the size of that "
-                f"dimension, and a named axis has one size; use a positional dimension"
+                f"{op_name(func)}: named axis {d!r} can't be used here: this op changes the "
+                f"size of that dimension, and a named axis has one size; use a positional "
+                f"dimension"
             )
-        x, (phys, _, _, _) = _dims_of(x, d, op)
+        x, (phys, _, _, _) = _dims_of(x, d, func)
         newd = phys[0]
         if where[0] == "arg":
             rest[where[1]] = newd

@@ -152,9 +152,7 @@ def test_compiled_fullgraph_through_direct_paths():
         s = z.softmax(-1) + z.sum("b") + z.mean(-1, keepdim=True) + z.logsumexp(("b", 0))
         return s.reshape(-1) @ w
 
-    def f(x, y):
-        return nx.xmap(prog, in_axes=["a", "b", ...], out_axes=["a", "b", ...])(x, y)
-
+    f = nx.xmap(prog, in_axes=["a", "b", ...], out_axes=["a", "b", ...])
     x, y = torch.randn(3, 4, 5), torch.randn(3, 4, 5)
     c = torch.compile(f, fullgraph=True, backend="eager")
     torch.testing.assert_close(c(x, y), f(x, y))
@@ -183,3 +181,18 @@ def test_broadcast_by_name_paths():
               conflicts=frozenset({frozenset({"a", "b"})})):
         with pytest.raises(nx.AxisResourceError):
             nx.named(torch.randn(3), {0: "a"}) + nx.named(torch.randn(4), {0: "b"})
+
+
+def test_compiled_fullgraph_with_unnamed_inputs():
+    # in_axes={} inputs arrive as NamedTensors without names: operators and methods on
+    # them must trace too (no dispatcher table lookup keyed by a Tensor method)
+    def prog(x, w):
+        return (x + w) * w.exp() + (w - x) + x.add(w) + (x @ w).sum("b")
+
+    f = nx.xmap(prog, in_axes=(["a", "b", ...], {}), out_axes=["a", "b", ...])
+    x, w = torch.randn(3, 4, 5), torch.randn(5, 5)
+    c = torch.compile(f, fullgraph=True, backend="eager")
+    torch.testing.assert_close(c(x, w), f(x, w))
+    xe = x[:, :, None, :]
+    ref = (xe + w) * w.exp() + (w - xe) + (xe + w) + (x @ w).sum(1)[:, None, None, :]
+    torch.testing.assert_close(f(x, w), ref)
