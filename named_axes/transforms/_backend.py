@@ -45,16 +45,15 @@ def collective_decompositions() -> dict:
 SMALL_MATMUL = 1 << 13
 
 
-def _small_bmm(a: torch.Tensor, b: torch.Tensor) -> Any:
-    if a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2] > SMALL_MATMUL:
-        return NotImplemented
-    return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2)
-
-
-def _small_mm(a: torch.Tensor, b: torch.Tensor) -> Any:
-    if a.shape[0] * a.shape[1] * b.shape[1] > SMALL_MATMUL:
-        return NotImplemented
-    return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2)
+def _small_matmul(prev: Callable | None) -> Callable:
+    """A decomposition of ``mm`` / ``bmm``: tiny floating matmuls become a broadcast
+    multiply and a sum; others go to ``prev`` (inductor's own), else stay as they are."""
+    def decomp(a: torch.Tensor, b: torch.Tensor) -> Any:
+        if (a.is_floating_point() and b.dtype == a.dtype
+                and a.numel() * b.shape[-1] <= SMALL_MATMUL):
+            return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2)
+        return NotImplemented if prev is None else prev(a, b)
+    return decomp
 
 
 def _decompositions(small_matmuls: bool = False) -> dict:
@@ -63,9 +62,8 @@ def _decompositions(small_matmuls: bool = False) -> dict:
     decomps = dict(select_decomp_table())
     decomps.update(collective_decompositions())
     if small_matmuls:
-        aten = torch.ops.aten
-        decomps[aten.bmm.default] = _small_bmm
-        decomps[aten.mm.default] = _small_mm
+        for op in (torch.ops.aten.bmm.default, torch.ops.aten.mm.default):
+            decomps[op] = _small_matmul(decomps.get(op))
     return decomps
 
 

@@ -83,3 +83,10 @@ def test_small_matmuls_fused_match_eager():
     torch.testing.assert_close(f(a, b), (a @ b).relu().sum(-1))
     torch.testing.assert_close(f(big_a, big_b), (big_a @ big_b).relu().sum(-1),
                                rtol=1e-4, atol=1e-4)
+
+
+def test_small_integer_matmul_keeps_dtype():
+    a = torch.arange(6, dtype=torch.int32).reshape(2, 3)
+    b = torch.arange(12, dtype=torch.int32).reshape(3, 4)
+    out = nx.jit(lambda x, y: x @ y)(a, b)
+    assert out.dtype == torch.int32 and torch.equal(out, a @ b)
