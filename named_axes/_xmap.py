@@ -100,7 +100,7 @@ class _Plan:
     ``outs`` caches output plans by output structure key (False: not cacheable).
     """
 
-    __slots__ = ("ops", "src", "chk", "fixed_new", "fixed_chk", "names", "flat", "outs", "frame")
+    __slots__ = ("ops", "src", "chk", "fixed_new", "fixed_chk", "names", "flat", "outs")
 
     def __init__(self, record: list, axis_sizes: dict, flat: bool):
         self.ops, src, chk, seen = [], [], [], set()
@@ -121,7 +121,6 @@ class _Plan:
         self.names = frozenset(seen)
         self.flat = flat
         self.outs: dict = {}
-        self.frame = None   # the last call's environment frame
 
     def sizes(self, leaves: list) -> dict | None:
         """The axis sizes of this call, or None when a check fails (the slow path then
@@ -252,10 +251,7 @@ class _Xmapped:
         if sizes is None:
             return self._call_slow(args, kwargs)   # raises the exact error
         named = plan.enter(leaves)
-        frame = plan.frame
-        if frame is None or frame.sizes != sizes:   # frames are immutable: reuse the last
-            frame = plan.frame = _env.Frame(sizes, {}, None, "xmap", self.conflicts)
-        _env.push(frame)
+        _env.push(_env.xmap_frame(sizes, self.conflicts))
         try:
             out = self.fun(*(named if plan.flat else _unflatten(args, named)))
         finally:

@@ -206,3 +206,36 @@ def test_plan_cache_is_bounded():
         d = {f"k{k}": torch.ones(2)}
         assert f(d)[f"k{k}"].shape == (2,)
     assert 0 < len(f._plans) <= 256
+
+
+def test_environment_inside_cached_call_matches_reference():
+    from named_axes import _env
+
+    seen = []
+
+    def prog(x):
+        seen.append((dict(_env.bound_axes()), _env.current_frame("j"), _env.conflicts(),
+                     len(_env.frames())))
+        return x
+
+    inner = nx.xmap(prog, in_axes=["j", ...], out_axes=["j", ...])
+    outer = nx.xmap(lambda v: inner(v), in_axes=["i", ...], out_axes=["i", ...])
+    x = torch.randn(2, 3, 4)
+    for _ in range(3):   # reference call, then cached calls
+        torch.testing.assert_close(outer(x), x)
+    assert seen[0] == seen[1] == seen[2]
+    assert seen[0][0] == {"i": 2, "j": 3} and seen[0][1].sizes == {"j": 3} and seen[0][3] == 2
+    assert _env.bound_axes() == {} and _env.frames() == []
+
+
+def test_symbolic_trace_of_cached_plan():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    f = nx.xmap(lambda x, y: x * y, in_axes=(["b", ...], {1: "b"}), out_axes=["b", ...])
+    x, y = torch.randn(4, 3), torch.randn(3, 4)
+    ref = x * y.T
+    torch.testing.assert_close(f(x, y), ref)   # warm the plan
+    gm = make_fx(f, tracing_mode="symbolic")(x, y)
+    torch.testing.assert_close(gm(x, y), ref)
+    x5, y5 = torch.randn(5, 3), torch.randn(3, 5)
+    torch.testing.assert_close(gm(x5, y5), x5 * y5.T)
