@@ -131,7 +131,35 @@ def named_call(fun: Callable, *, name: str | None = None) -> Callable:
 
     @functools.wraps(fun)
     def call(*args, **kwargs):
+        tracer = _active_make_fx_tracer()
+        if tracer is not None:
+            return _traced_named_call(tracer, label, fun, args, kwargs)
         with torch.profiler.record_function(label):
             return fun(*args, **kwargs)
 
     return call
+
+
+def _active_make_fx_tracer():
+    """The active make_fx tracer, if any: there the profiler nodes are added by hand.
+
+    torch 2.13's make_fx records ``record_function``'s enter/exit ops, torch 2.9's
+    silently drops them; adding the same two nodes ourselves makes graphs read alike
+    (and carry the block's name) on both.  Under dynamo, record_function is dynamo's.
+    """
+    if torch.compiler.is_compiling():
+        return None
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+    mode = get_proxy_mode()
+    return None if mode is None else mode.tracer
+
+
+def _traced_named_call(tracer, label: str, fun: Callable, args, kwargs):
+    enter = tracer.create_proxy("call_function",
+                                torch.ops.profiler._record_function_enter_new.default,
+                                (label, None), {})
+    out = fun(*args, **kwargs)
+    tracer.create_proxy("call_function", torch.ops.profiler._record_function_exit._RecordFunction,
+                        (enter,), {})
+    return out
