@@ -43,25 +43,26 @@ def _flatten_key(tree: Any, leaves: list) -> Any:
     """Append ``tree``'s leaves to ``leaves`` (torch pytree order); return a hashable key.
 
     NamedTensor leaves go in as their physical tensors.  The key holds the structure and
-    each tensor's shape, strides, dtype, device (and names), so a cache hit costs one
-    walk over the arguments (no TreeSpec, which hashes slowly) and the compiled code
-    always sees the strides it was compiled for.
+    each tensor's shape, strides, dtype, device, requires_grad (and names, and the type
+    of a tensor subclass), so a cache hit costs one walk over the arguments (no
+    TreeSpec, which hashes slowly), the compiled code always sees the strides it was
+    compiled for, and whether a call must run inline is known from the entry.
     """
     t = type(tree)
     if t is _Tensor:
         leaves.append(tree)
-        return (tree.shape, tree.stride(), tree.dtype, tree.device)
+        return (tree.shape, tree.stride(), tree.dtype, tree.device, tree.requires_grad)
     if t is _NT:
         d = tree._data
         leaves.append(d)
-        return (tree._names, d.shape, d.stride(), d.dtype, d.device)
+        return (tree._names, d.shape, d.stride(), d.dtype, d.device, d.requires_grad)
     if t is tuple or t is list:
         return (t, tuple([_flatten_key(x, leaves) for x in tree]))
     if t is dict:
         return (dict, tuple(tree), tuple([_flatten_key(x, leaves) for x in tree.values()]))
     if isinstance(tree, _Tensor):
         leaves.append(tree)
-        return (t, tree.shape, tree.stride(), tree.dtype, tree.device)
+        return (t, tree.shape, tree.stride(), tree.dtype, tree.device, tree.requires_grad)
     sub, spec = tree_flatten(tree)
     if len(sub) == 1 and sub[0] is tree:   # a non-container leaf: its value is static
         leaves.append(tree)
@@ -115,14 +116,12 @@ def _in_transform() -> bool:
 
 
 def _must_inline(leaves: list) -> bool:
-    """Inside another transform or trace, jit is transparent: run the program inline.
+    """Whether a call with these leaves runs the program inline (outside any transform).
 
-    So is a call with inputs that require grad (with grad on), so that autograd sees
-    the program; and one with tensor subclasses, which the compiled code cannot take.
+    A call with inputs that require grad (with grad on) does, so that autograd sees the
+    program; so does one with tensor subclasses, which the compiled code cannot take.
     (Tensors wrapped by torch.func exist only while its transform runs.)
     """
-    if _in_transform():
-        return True
     grad_on = torch.is_grad_enabled()
     for t in leaves:
         if type(t) is _Tensor:
@@ -132,6 +131,24 @@ def _must_inline(leaves: list) -> bool:
                                          or (grad_on and t.requires_grad)):
             return True
     return False
+
+
+def _tensor_guard(args: tuple) -> Any:
+    """A guard passing exactly plain tensors like ``args`` (None when unavailable)."""
+    if not all(type(a) is _Tensor for a in args):
+        return None
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+
+        guard = TensorGuards(*args, dynamic_dims_sizes=[list(a.shape) for a in args],
+                             dynamic_dims_strides=[list(a.stride()) for a in args])
+        return guard if guard.check(*args) else None
+    except Exception:  # pragma: no cover - a torch without this (private) guard
+        return None
+
+
+def _needs_grad(leaves: list) -> bool:
+    return any(isinstance(t, _Tensor) and t.requires_grad for t in leaves)
 
 
 def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
@@ -168,11 +185,25 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
         raise AxisTypeError(f"jit: backend must be a string, got {backend!r}")
     cache: dict = {}
     name = getattr(fun, "__name__", "fun")
+    # The entry of the last call whose arguments were all plain tensors, with a C++ guard
+    # checking their sizes, strides, dtypes, devices and grad flags in one call.
+    fast: list = [None, None]
 
     @functools.wraps(fun)
     def run(*args):
         if _flags.disabled:
             return fun(*args)
+        if _in_transform():   # inside another trace or transform, jit is transparent
+            return fun(*args)
+        guard = fast[0]
+        if guard is not None and not _env.bound_axes():
+            try:
+                hit = guard.check(*args)
+            except TypeError:   # another number of arguments
+                hit = False
+            if hit:
+                entry = fast[1]
+                return entry[2](entry[0](list(args)))
         if static or donate:
             dyn_args, st_vals = _split_static(args, static, donate, name)
         else:
@@ -182,15 +213,14 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
         for a in dyn_args:   # _flatten_key of the tuple, its first level unrolled
             if type(a) is _Tensor:
                 leaves.append(a)
-                parts.append((a.shape, a.stride(), a.dtype, a.device))
+                parts.append((a.shape, a.stride(), a.dtype, a.device, a.requires_grad))
             else:
                 parts.append(_flatten_key(a, leaves))
         struct = tuple(parts)
-        if _must_inline(leaves):
-            return fun(*args)
         bound = _env.bound_axes()
         key = (struct, st_vals, tuple(bound.items())) if bound or st_vals else struct
-        if len(set(map(id, leaves))) != len(leaves):   # the trace ties repeated tensors
+        tied = len(leaves) > 1 and len(set(map(id, leaves))) != len(leaves)
+        if tied:   # the trace ties repeated tensors
             key = (key, _repeats(leaves))
         try:
             entry = cache.get(key)
@@ -198,8 +228,14 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
             raise AxisTypeError(f"jit({name}): static arguments must be hashable, got "
                                 f"{st_vals!r}") from None
         if entry is None:
-            entry = cache[key] = _build(fun, args, static, backend)
-        compiled, tensor_pos, rebuild = entry
+            if _must_inline(leaves):
+                return fun(*args)
+            entry = cache[key] = _build(fun, args, static, backend) + (_needs_grad(leaves),)
+        compiled, tensor_pos, rebuild, pure, needs_grad = entry
+        if needs_grad and torch.is_grad_enabled():   # autograd must see the program
+            return fun(*args)
+        if fast[1] is not entry and pure and not (static or bound or tied or needs_grad):
+            fast[:] = [_tensor_guard(args), entry]
         if tensor_pos is not None:
             leaves = [leaves[i] for i in tensor_pos]
         return rebuild(compiled(leaves))
@@ -221,10 +257,11 @@ def _split_static(args: tuple, static: tuple, donate: tuple, name: str) -> tuple
 
 
 def _build(fun: Callable, args: tuple, static: tuple, backend: str):
-    """Trace and compile ``fun`` for these arguments: ``(compiled, tensor_pos, rebuild)``.
+    """Trace and compile ``fun``: ``(compiled, tensor_pos, rebuild, pure)``.
 
     ``tensor_pos`` picks the tensor leaves out of the flat leaves (None: all of them);
-    ``rebuild`` turns the compiled function's flat outputs into ``fun``'s result.
+    ``rebuild`` turns the compiled function's flat outputs into ``fun``'s result;
+    ``pure``: the program mutates nothing.
     """
     n = len(args)
     st = {i % n for i in static}
@@ -250,7 +287,21 @@ def _build(fun: Callable, args: tuple, static: tuple, backend: str):
     result.clear()
     compiled = _compile(gm, [leaves[i] for i in tensor_pos], backend)
     all_tensors = len(tensor_pos) == len(leaves)
-    return compiled, None if all_tensors else tensor_pos, _output_builder(out_info, is_tensor)
+    return (compiled, None if all_tensors else tensor_pos, _output_builder(out_info, is_tensor),
+            _pure(gm))
+
+
+def _pure(gm: torch.fx.GraphModule) -> bool:
+    """Whether the graph mutates nothing (then a call repeating one tensor as two
+    arguments may use a program traced for distinct ones)."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        schema = getattr(node.target, "_schema", None)
+        if (schema is not None and schema.is_mutable) or isinstance(
+                node.target, torch._ops.HigherOrderOperator):
+            return False
+    return True
 
 
 def _repeats(leaves: list) -> tuple:

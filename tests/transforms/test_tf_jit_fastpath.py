@@ -90,3 +90,52 @@ def test_small_integer_matmul_keeps_dtype():
     b = torch.arange(12, dtype=torch.int32).reshape(3, 4)
     out = nx.jit(lambda x, y: x @ y)(a, b)
     assert out.dtype == torch.int32 and torch.equal(out, a @ b)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_last_entry_guard_switches_correctly(backend):
+    f = nx.jit(lambda a, b: (a * b).sum(-1), backend=backend)
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    u, v = torch.randn(2, 5), torch.randn(2, 5)
+    for _ in range(2):   # alternate between two entries: each call must use its own
+        torch.testing.assert_close(f(x, y), (x * y).sum(-1))
+        torch.testing.assert_close(f(u, v), (u * v).sum(-1))
+        torch.testing.assert_close(f(x.t(), y.t()), (x.t() * y.t()).sum(-1))
+        torch.testing.assert_close(f(x.double(), y.double()), (x * y).double().sum(-1))
+    assert f.cache_size() == 4
+    torch.testing.assert_close(f(x, x), (x * x).sum(-1))        # repeated, pure program
+    xr = x.clone().requires_grad_()
+    out = f(xr, y)                                              # inline: autograd sees it
+    assert out.requires_grad
+    out.sum().backward()
+    torch.testing.assert_close(xr.grad, y)
+    g = torch.func.grad(lambda a: f(a, y).sum())(x)             # inline under torch.func
+    torch.testing.assert_close(g, y)
+    with pytest.raises(nx.AxisSpecError, match="static_argnums/donate_argnums"):
+        nx.jit(lambda a: a, donate_argnums=2, backend=backend)(x)
+
+
+def test_last_entry_guard_not_used_for_mutating_programs():
+    def g(a, b):
+        a.add_(1.0)
+        return a * b
+
+    f = nx.jit(g)
+    x, y = torch.zeros(3), torch.ones(3)
+    f(x, y)
+    f(x, y)
+    s = torch.zeros(3)
+    f(s, s)          # (the first call of an entry also runs the program while tracing)
+    f(x, y)          # the guard holds the distinct-arguments entry again
+    t = torch.zeros(3)
+    torch.testing.assert_close(f(t, t), torch.full((3,), 1.0))   # eager: (0 + 1) * 1
+    torch.testing.assert_close(t, torch.full((3,), 1.0))
+
+
+def test_jit_inside_xmap_with_bound_axes():
+    w = torch.randn(3)
+    f = nx.jit(lambda a: (a * 2).sum())
+    f(w)   # the last-entry guard now holds plain (3,) tensors
+    got = nx.xmap(lambda x: f(w) + x.sum(), in_axes=["b", ...], out_axes=["b", ...])(
+        torch.ones(2, 4))
+    torch.testing.assert_close(got, (w * 2).sum() + torch.full((2,), 4.0))
