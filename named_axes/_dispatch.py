@@ -51,6 +51,11 @@ _OP_NAMES: dict = {}
 
 def op_name(func: Any) -> str:
     """How a user spells ``func``: ``torch.add``, ``Tensor.sum``, ``F.softmax``."""
+    if torch.compiler.is_compiling():
+        # dynamo may not hash `func` (see _rule_while_compiling): look up by name.
+        for f, _, spelled in _RULES_BY_NAME.get(getattr(func, "__name__", None), ()):
+            if func is f:
+                return spelled
     name = _OP_NAMES.get(func)
     return name if name is not None else _spell(func)
 
@@ -145,23 +150,27 @@ def _keeps_target(func: Callable) -> bool:
 
 
 def _rule_while_compiling(func: Callable):
-    # When dynamo swaps `named - tensor` into `Tensor.__rsub__(tensor, named)` it passes a
-    # sourceless function, and its guard on `func in RULES` then fails on the very frame
-    # that made it (torch 2.13).  Identity tests on the reverse operators avoid that dict
-    # lookup; everything else is looked up as usual.
-    for f, rule in _REVERSE_RULES:
+    # Under dynamo, `func` may be a value dynamo cannot hash: a sourceless reverse operator
+    # (`named - tensor` -> `Tensor.__rsub__(tensor, named)`, whose `func in RULES` guard
+    # fails on torch 2.13) or a lazily tracked Tensor method (`RULES.get(Tensor.sum)`
+    # raises "unhashable LazyVariableTracker" on torch 2.9).  So look up by the function's
+    # name (a constant string) and compare identities among the few rules of that name.
+    for f, rule, _ in _RULES_BY_NAME.get(getattr(func, "__name__", None), ()):
         if func is f:
             return rule
-    return RULES.get(func)
+    return None
 
 
-_REVERSE_RULES: list = []
+_RULES_BY_NAME: dict = {}
 
 
 def finalize_rules() -> None:
-    """Called once the tables are installed: cache the reverse-operator rules."""
-    _REVERSE_RULES[:] = [(f, r) for f, r in RULES.items()
-                         if getattr(f, "__name__", "").startswith("__r")]
+    """Called once the tables are installed: index the rules by function name (dynamo)."""
+    _RULES_BY_NAME.clear()
+    for f, r in RULES.items():
+        _RULES_BY_NAME.setdefault(getattr(f, "__name__", None), []).append((f, r, op_name(f)))
+    for k, v in _RULES_BY_NAME.items():
+        _RULES_BY_NAME[k] = tuple(v)
 
 
 def wrap(out: Any, names: tuple) -> Any:

@@ -51,10 +51,13 @@ def align(data: torch.Tensor, names: tuple, p: int, U: tuple, P: int) -> torch.T
 
     Names of U missing from ``names`` and missing leading positional dims get size 1.
     """
-    key = (names, p, U, P)
-    plan = _ALIGN_PLANS.get(key)
-    if plan is None:
-        plan = _ALIGN_PLANS[key] = _make_plan(names, p, U, P)
+    if torch.compiler.is_compiling():      # dynamo: no guards on a module-level cache
+        plan = _make_plan(names, p, U, P)
+    else:
+        key = (names, p, U, P)
+        plan = _ALIGN_PLANS.get(key)
+        if plan is None:
+            plan = _ALIGN_PLANS[key] = _make_plan(names, p, U, P)
     if plan is _IDENTITY:
         return data
     perm, template = plan

@@ -16,6 +16,7 @@ Any other list/tuple/dict is a *container* of specs (a pytree prefix).
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
@@ -94,9 +95,19 @@ def is_mapping(spec: Any) -> bool:
 _CACHE: dict = {}
 
 
+def compiling() -> bool:
+    """Whether dynamo is tracing (torch is looked up only if something imported it)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.compiler.is_compiling()
+
+
 def _parse_hashable(kind: str, payload: tuple, spelling: str) -> AxisMapping:
     # a plain dict cache: dynamo warns about (and ignores) functools.lru_cache; keyed
     # by spelling too, which error messages quote ([...] and None parse alike)
+    if compiling():
+        # dynamo (torch 2.9) cannot hash the cache's keys when names are odd objects;
+        # it traces this once per graph anyway
+        return _parse_uncached(kind, payload, spelling)
     key = (kind, payload, spelling)
     hit = _CACHE.get(key)
     if hit is None:
