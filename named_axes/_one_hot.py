@@ -72,7 +72,8 @@ def one_hot(labels: Any, num_classes: int, dim: Any = -1, *, axis: Any = None,
         return result(out, names, one_hot) if names else out
     name: Hashable = dim
     try:
-        hash(name)
+        if type(name) is not str:      # str is hashable; dynamo (torch 2.9) can't trace hash()
+            hash(name)
     except TypeError:
         raise AxisTypeError(f"one_hot: dim must be an int or an axis name, got {dim!r}") from None
     if name in names:

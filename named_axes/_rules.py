@@ -447,7 +447,8 @@ def _with_names(x: _NT, wanted, op) -> _NT:
     for n in wanted:
         if n not in x._names:
             try:
-                hash(n)
+                if type(n) is not str:     # dynamo (torch 2.9) can't trace hash(str)
+                    hash(n)
             except TypeError:
                 raise AxisTypeError(
                     f"{_spelled(op)}: {n!r} is neither a dimension nor an axis name") from None

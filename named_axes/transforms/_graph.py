@@ -71,7 +71,9 @@ def trace_flat(fun: Callable, args: tuple, *, axis_env: Sequence = (), mode: str
 
     env = dict(axis_env)
     with _env.bind(env, kind="make_graph") if env else contextlib.nullcontext():
-        gm = make_fx(flat_fun, tracing_mode=mode)(*[leaves[i] for i in tensor_pos])
+        # closed-over real tensors (parameters) are constants of the graph, also when faking
+        gm = make_fx(flat_fun, tracing_mode=mode, _allow_non_fake_inputs=mode != "real")(
+            *[leaves[i] for i in tensor_pos])
     return gm, leaves, (spec, names, tensor_pos), out_info
 
 

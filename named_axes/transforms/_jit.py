@@ -281,7 +281,8 @@ def _build(fun: Callable, args: tuple, static: tuple, backend: str):
         result[:] = [dyn_fun(*a)]
         return result[0]
 
-    gm, leaves, (_, _, tensor_pos), out_info = trace_flat(traced, dyn_args)
+    # fake tensors: tracing must not run the program (it may mutate its inputs)
+    gm, leaves, (_, _, tensor_pos), out_info = trace_flat(traced, dyn_args, mode="fake")
     # which output leaves are tensors (a None *value* among them is a constant)
     is_tensor = [type(x) is _NT or isinstance(x, _Tensor) for x in tree_flatten(result[0])[0]]
     result.clear()

@@ -139,3 +139,16 @@ def test_jit_inside_xmap_with_bound_axes():
     got = nx.xmap(lambda x: f(w) + x.sum(), in_axes=["b", ...], out_axes=["b", ...])(
         torch.ones(2, 4))
     torch.testing.assert_close(got, (w * 2).sum() + torch.full((2,), 4.0))
+
+
+def test_first_call_mutates_inputs_once():
+    """Tracing runs on fake tensors, so an in-place update happens once per call."""
+    def bump(x):
+        x.add_(1)
+        return x * 2
+    j = nx.jit(bump)
+    x = torch.zeros(3)
+    torch.testing.assert_close(j(x), torch.full((3,), 2.0))
+    torch.testing.assert_close(x, torch.ones(3))
+    torch.testing.assert_close(j(x), torch.full((3,), 4.0))
+    torch.testing.assert_close(x, torch.full((3,), 2.0))
