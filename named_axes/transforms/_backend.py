@@ -56,14 +56,91 @@ def _small_matmul(prev: Callable | None) -> Callable:
     return decomp
 
 
-def _decompositions(small_matmuls: bool = False) -> dict:
+# A float32 CPU matmul at least this large (m * n * k multiply-adds, with k >= 32) runs
+# on oneDNN rather than on torch's BLAS (MKL): on AMD CPUs MKL's single-thread sgemm
+# reaches half of oneDNN's speed (and of XLA's); below this size oneDNN's fixed cost
+# (~10 us per call) outweighs the gain.
+ONEDNN_MATMUL = 1 << 19
+_ONEDNN_LIB: list = []
+
+
+def _onednn_mm_op() -> Any:
+    """``nx_jit::onednn_mm(a, b) = a @ b`` (2-D, float32, CPU) computed by oneDNN.
+
+    A plain op (a C++ schema, a Python CPU kernel and a meta kernel) so that inductor
+    calls it as an external kernel: torch's own ``mkldnn._linear_pointwise`` has an
+    inductor lowering that only takes a constant (frozen) weight.  None when torch has
+    no oneDNN.
+    """
+    if _ONEDNN_LIB:
+        return _ONEDNN_LIB[1]
+    linear = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
+    if linear is None or not torch.backends.mkldnn.is_available():
+        _ONEDNN_LIB[:] = [None, None]
+        return None
+    linear = linear.default
+
+    def cpu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return linear(a, b.t(), None, "none", [], "")
+
+    def meta(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return a.new_empty((a.shape[0], b.shape[1]))
+
+    lib = torch.library.Library("nx_jit", "DEF")
+    lib.define("onednn_mm(Tensor a, Tensor b) -> Tensor")
+    lib.impl("onednn_mm", cpu, "CPU")
+    lib.impl("onednn_mm", meta, "Meta")
+    _ONEDNN_LIB[:] = [lib, torch.ops.nx_jit.onednn_mm.default]
+    return _ONEDNN_LIB[1]
+
+
+def _unit_stride(t: torch.Tensor) -> bool:
+    return t.stride(-1) == 1 or t.stride(-2) == 1
+
+
+def _onednn_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None:
+    """``a @ b`` (2-D) through oneDNN when it is faster there, else None."""
+    m, k = a.shape
+    n = b.shape[1]
+    if not (a.device.type == "cpu" and a.dtype == torch.float32 and b.dtype == a.dtype
+            and b.device == a.device and k >= 32 and m * n * k > ONEDNN_MATMUL
+            and _unit_stride(a) and _unit_stride(b)):
+        return None
+    op = _onednn_mm_op()
+    if op is None:
+        return None
+    # oneDNN copies a non-row-major ``a`` itself; copied here, inductor writes it in
+    # that layout from the kernel producing it (or copies it faster, tiled)
+    return op(a if a.stride(-1) == 1 else a.contiguous(), b)
+
+
+def _matmul(prev: Callable | None, batched: bool) -> Callable:
+    """A decomposition of ``mm`` / ``bmm``: tiny floating matmuls become a broadcast
+    multiply and a sum, large float32 CPU ones (a ``bmm`` of one batch too) go to
+    oneDNN; others go to ``prev`` (inductor's own), else stay as they are."""
+    small = _small_matmul(prev)
+
+    def decomp(a: torch.Tensor, b: torch.Tensor) -> Any:
+        if not batched:
+            out = _onednn_mm(a, b)
+        elif a.shape[0] == 1 and b.shape[0] == 1:
+            out = _onednn_mm(a[0], b[0])
+            out = None if out is None else out.unsqueeze(0)
+        else:
+            out = None
+        return small(a, b) if out is None else out
+    return decomp
+
+
+def _decompositions(flat: bool = False) -> dict:
     from torch._inductor.decomposition import select_decomp_table
 
     decomps = dict(select_decomp_table())
     decomps.update(collective_decompositions())
-    if small_matmuls:
-        for op in (torch.ops.aten.bmm.default, torch.ops.aten.mm.default):
-            decomps[op] = _small_matmul(decomps.get(op))
+    if flat:   # static shapes (nx.jit): size-dependent choices add no guards
+        for op, batched in ((torch.ops.aten.bmm.default, True),
+                            (torch.ops.aten.mm.default, False)):
+            decomps[op] = _matmul(decomps.get(op), batched)
     return decomps
 
 
@@ -102,7 +179,7 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callable
 
     patches = {"size_asserts": False} if hasattr(config, "size_asserts") else {}
     full = compile_fx(gm, example, inner_compile=inner, config_patches=patches,
-                      decompositions=_decompositions(small_matmuls=True))
+                      decompositions=_decompositions(flat=True))
     direct = None if _grad_constants(gm) else _direct_callable(captured, example)
     if direct is not None:
         return direct
