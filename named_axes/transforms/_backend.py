@@ -65,7 +65,7 @@ _ONEDNN_LIB: list = []
 
 
 def _onednn_mm_op() -> Any:
-    """``nx_jit::onednn_mm(a, b) = a @ b`` (2-D, float32, CPU) computed by oneDNN.
+    """``nx_jit::onednn_mm(a, b, bias) = a @ b (+ bias)`` (2-D, float32, CPU), by oneDNN.
 
     A plain op (a C++ schema, a Python CPU kernel and a meta kernel) so that inductor
     calls it as an external kernel: torch's own ``mkldnn._linear_pointwise`` has an
@@ -80,14 +80,14 @@ def _onednn_mm_op() -> Any:
         return None
     linear = linear.default
 
-    def cpu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return linear(a, b.t(), None, "none", [], "")
+    def cpu(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return linear(a, b.t(), bias, "none", [], "")
 
-    def meta(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def meta(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         return a.new_empty((a.shape[0], b.shape[1]))
 
     lib = torch.library.Library("nx_jit", "DEF")
-    lib.define("onednn_mm(Tensor a, Tensor b) -> Tensor")
+    lib.define("onednn_mm(Tensor a, Tensor b, Tensor? bias=None) -> Tensor")
     lib.impl("onednn_mm", cpu, "CPU")
     lib.impl("onednn_mm", meta, "Meta")
     _ONEDNN_LIB[:] = [lib, torch.ops.nx_jit.onednn_mm.default]
@@ -98,8 +98,9 @@ def _unit_stride(t: torch.Tensor) -> bool:
     return t.stride(-1) == 1 or t.stride(-2) == 1
 
 
-def _onednn_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None:
-    """``a @ b`` (2-D) through oneDNN when it is faster there, else None."""
+def _onednn_mm(a: torch.Tensor, b: torch.Tensor,
+               bias: torch.Tensor | None = None) -> torch.Tensor | None:
+    """``a @ b (+ bias)`` (2-D; bias 1-D) through oneDNN when faster there, else None."""
     m, k = a.shape
     n = b.shape[1]
     if not (a.device.type == "cpu" and a.dtype == torch.float32 and b.dtype == a.dtype
@@ -111,7 +112,8 @@ def _onednn_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None:
         return None
     # oneDNN copies a non-row-major ``a`` itself; copied here, inductor writes it in
     # that layout from the kernel producing it (or copies it faster, tiled)
-    return op(a if a.stride(-1) == 1 else a.contiguous(), b)
+    a = a if a.stride(-1) == 1 else a.contiguous()
+    return op(a, b) if bias is None else op(a, b, bias.contiguous())
 
 
 def _matmul(prev: Callable | None, batched: bool) -> Callable:
@@ -132,6 +134,18 @@ def _matmul(prev: Callable | None, batched: bool) -> Callable:
     return decomp
 
 
+def _addmm(prev: Callable | None) -> Callable:
+    """``addmm`` (``nn.Linear``) with a row-vector bias and unit scales: as ``_matmul``."""
+    def decomp(bias, a, b, *, beta=1, alpha=1) -> Any:
+        out = None
+        if beta == 1 and alpha == 1 and bias.dim() == 1 and bias.dtype == a.dtype:
+            out = _onednn_mm(a, b, bias.expand(b.shape[1]))
+        if out is not None:
+            return out
+        return NotImplemented if prev is None else prev(bias, a, b, beta=beta, alpha=alpha)
+    return decomp
+
+
 def _decompositions(flat: bool = False) -> dict:
     from torch._inductor.decomposition import select_decomp_table
 
@@ -141,6 +155,8 @@ def _decompositions(flat: bool = False) -> dict:
         for op, batched in ((torch.ops.aten.bmm.default, True),
                             (torch.ops.aten.mm.default, False)):
             decomps[op] = _matmul(decomps.get(op), batched)
+        addmm = torch.ops.aten.addmm.default
+        decomps[addmm] = _addmm(decomps.get(addmm))
     return decomps
 
 
