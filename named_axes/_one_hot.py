@@ -83,7 +83,10 @@ def one_hot(labels: Any, num_classes: int, dim: Any = -1, *, axis: Any = None,
     if name in bound and bound[name] != num_classes:
         raise AxisSizeError(f"one_hot(dim={name!r}): num_classes={num_classes} but axis "
                             f"{name!r} is bound with size {bound[name]}")
+    # classes laid out after the labels' named dims (as F.one_hot puts them last): a
+    # product with values laid out [..., classes] then needs no permute, and its
+    # gradient stays contiguous
     classes = torch.arange(num_classes, device=data.device).reshape(
-        (num_classes,) + (1,) * data.dim())
-    out = (data.unsqueeze(0) == classes).to(dtype)
-    return result(out, (name,) + names, one_hot)
+        (num_classes,) + (1,) * (data.dim() - k))
+    out = (data.unsqueeze(k) == classes).to(dtype)
+    return result(out, names + (name,), one_hot)
