@@ -226,11 +226,22 @@ def einsum2(eq: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """
     if _is_compiling() or _dispatch_modes():
         return torch.einsum(eq, x, y)
+    return einsum2_eager(eq, x, y)
+
+
+def einsum2_eager(eq: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """:func:`einsum2` for a caller that already knows no graph is being built."""
     plan = _matmul_plan(eq)
-    if plan is not None and x.dtype == y.dtype and x.dtype.is_floating_point:
-        out = _matmul_einsum(plan, x, y)
-        if out is not None:
-            return out
+    if plan is not None:
+        dt = x.dtype
+        if dt is y.dtype and dt.is_floating_point:
+            if plan[9]:   # x [M, K] @ y [K, N] as they are
+                sx, sy = x.shape, y.shape
+                if sx[1] == sy[0]:
+                    return torch.mm(x, y)
+            out = _matmul_einsum(plan, x, y)
+            if out is not None:
+                return out
     return _VF.einsum(eq, (x, y))
 
 
@@ -238,7 +249,8 @@ def einsum2(eq: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 def _matmul_plan(eq: str):
     """``eq`` (two operands, no ellipsis, no repeated letter in a term) as ``(dims summed
     in x, in y, equal-size dim pairs, x perm, y perm, #batch, #x-free, #contracted,
-    output perm)``: x → [batch, x-free, contracted], y → [batch, contracted, y-free]."""
+    output perm, plain mm)``: x → [batch, x-free, contracted], y → [batch, contracted,
+    y-free]; "plain mm" when that is ``x @ y`` on 2-d operands as they are."""
     lhs, _, out = eq.partition("->")
     terms = lhs.split(",")
     if len(terms) != 2 or "." in eq or not _:
@@ -260,13 +272,16 @@ def _matmul_plan(eq: str):
     mid = batch + xfree + yfree
     po = [mid.index(c) for c in out]
     ident = lambda p: None if p == sorted(p) else tuple(p)  # noqa: E731
+    mm = (not xsum and not ysum and not batch and len(tx) == len(ty) == len(out) == 2
+          and len(xfree) == len(yfree) == len(contract) == 1
+          and ident(px) is None and ident(py) is None and ident(po) is None)
     return (xsum, ysum, pairs, ident(px), ident(py), len(batch), len(xfree), len(contract),
-            ident(po))
+            ident(po), mm)
 
 
 def _matmul_einsum(plan: tuple, x: torch.Tensor, y: torch.Tensor):
     """Run a ``_matmul_plan``; None where sizes broadcast (then torch.einsum does it)."""
-    xsum, ysum, pairs, px, py, nb, nm, nk, po = plan
+    xsum, ysum, pairs, px, py, nb, nm, nk, po, _ = plan
     sx, sy = x.shape, y.shape
     for a, b in pairs:
         if sx[a] != sy[b]:

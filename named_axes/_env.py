@@ -52,7 +52,9 @@ class _State(threading.local):
         self.stack: list[Frame] = []
         self.bound: dict = {}
         self.conflicts: frozenset = frozenset()
-        # (bound, conflicts) as they were before each frame of ``stack`` was pushed
+        # whether a frame in ``stack`` has an engine (collectives then ask it first)
+        self.engine: bool = False
+        # (bound, conflicts, engine) as they were before each frame of ``stack`` was pushed
         self.saved: list[tuple] = []
 
 
@@ -99,18 +101,20 @@ def push(frame: Frame) -> None:
     """
     st = _state
     bound, pairs = st.bound, st.conflicts
-    st.saved.append((bound, pairs))
+    st.saved.append((bound, pairs, st.engine))
     st.stack.append(frame)
     st.bound = {**bound, **frame.sizes} if bound else frame.sizes
     if frame.conflicts:
         st.conflicts = pairs | frame.conflicts
+    if frame.engine is not None:
+        st.engine = True
 
 
 def pop() -> None:
     """Leave the innermost frame, restoring the environment around it."""
     st = _state
     st.stack.pop()
-    st.bound, st.conflicts = st.saved.pop()
+    st.bound, st.conflicts, st.engine = st.saved.pop()
 
 
 @contextlib.contextmanager

@@ -25,6 +25,7 @@ from torch.utils._pytree import tree_map
 
 from . import _ops
 from .._dispatch import result
+from .._env import _state as _env_state
 from .._env import axis_size, current_frame, bound_axes
 from .._errors import (AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape,
                        fmt_names)
@@ -56,6 +57,8 @@ def _no_groups(groups: Any, op: str) -> None:
 
 def _engine_method(op: str, names: tuple):
     """The engine's implementation of ``op`` for these axes, if the binding frame has one."""
+    if not _env_state.engine:   # no frame in scope has an engine (plain xmap)
+        return None
     for n in names:
         frame = current_frame(n)
         if frame is not None and frame.engine is not None:
@@ -77,7 +80,11 @@ def _as_named(x: Any, op: str) -> NamedTensor:
 
 def _out(data: torch.Tensor, names: tuple, op) -> Any:
     """A NamedTensor, or a plain tensor when no named axis is left."""
-    return result(data, names, op) if names else data
+    if not names:
+        return data
+    if type(data) is torch.Tensor and not _env_state.conflicts:
+        return NamedTensor._wrap(data, names)
+    return result(data, names, op)
 
 
 def _merged(x: NamedTensor, names: tuple, op: str):
@@ -119,6 +126,10 @@ def _norm(d: int, n: int, op: str, arg: str) -> int:
 # -- reductions ----------------------------------------------------------------------
 
 def _reduce(x: Any, axis_name: Any, op: str, kind: str) -> Any:
+    if type(x) is _NT and type(axis_name) is str and not _env_state.engine:
+        out = _reduce_one(x, axis_name, kind)
+        if out is not None:
+            return out
     names = _axis_names(axis_name, op)
     if type(x) is _NT:
         method = _engine_method(kind, names)
@@ -145,9 +156,26 @@ def _reduce(x: Any, axis_name: Any, op: str, kind: str) -> Any:
     return _out(data, tuple(n for n in x._names if n not in carried), _OPS[kind])
 
 
+def _reduce_one(x: NamedTensor, name: str, kind: str) -> Any:
+    """``_reduce`` over one name that ``x`` carries with its bound size (the common case,
+    no engine in scope), else None (the general path checks and raises)."""
+    names = x._names
+    if name not in names:
+        return None
+    i = names.index(name)
+    data = x._data
+    bound = _env_state.bound.get(name)
+    if bound is not None and bound != data.shape[i]:
+        return None
+    data = _KINDS[kind](data, [i])
+    left = names[:i] + names[i + 1:]
+    return _out(data, left, _OPS[kind])
+
+
 def _reduce_tree(x: Any, axis_name: Any, op: str) -> Any:
-    """``_reduce`` on every leaf of ``x``; a single tensor skips the pytree machinery."""
-    if type(x) is _NT or isinstance(x, torch.Tensor):
+    """``_reduce`` on every leaf of ``x``; a single tensor or number skips the pytree
+    machinery."""
+    if type(x) is _NT or isinstance(x, (torch.Tensor, int, float, complex)):
         return _reduce(x, axis_name, op, op)
     return tree_map(lambda v: _reduce(v, axis_name, op, op), x)
 
@@ -379,6 +407,11 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
     >>> nx.lax.pdot(x, w, 'k').named_shape
     {'b': 2, 'h': 4}
     """
+    if type(x) is _NT and type(y) is _NT and type(axis_name) is str \
+            and not _env_state.engine and not torch.compiler.is_compiling():
+        out = _pdot_cached(x, y, axis_name, pos_contract, pos_batch)
+        if out is not None:
+            return out
     op = "pdot"
     names = _axis_names(axis_name, op)
     x, y = _as_named(x, op), _as_named(y, op)
@@ -388,7 +421,8 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
     key, plan = None, None
     if not torch.compiler.is_compiling():  # (dynamo traces the plan once per graph anyway)
         try:
-            key = (names, x._names, y._names, x.ndim, y.ndim, pos_contract, pos_batch)
+            key = (axis_name if type(axis_name) is str else names, x._names, y._names,
+                   x._data.dim(), y._data.dim(), pos_contract, pos_batch)
             plan = _PDOT_PLANS.get(key)
         except TypeError:  # unhashable (lists): no caching
             key = None
@@ -396,17 +430,35 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
         plan = _pdot_plan(x, y, names, pos_contract, pos_batch)   # raises on bad input
         if key is not None and len(_PDOT_PLANS) < 1024:
             _PDOT_PLANS[key] = plan
+    return _pdot_run(plan, x, y)
+
+
+def _pdot_run(plan: tuple, x: NamedTensor, y: NamedTensor) -> Any:
     eq, out_names, _, _, missing = plan
     data = _ops.pdot(x._data, y._data, eq)
     factor = 1
     for n in missing:
-        factor *= axis_size(n, op=op)
+        factor *= axis_size(n, op="pdot")
     if factor != 1:
         data = data * factor
     return _out(data, out_names, pdot)
 
 
-# (names, x names, y names, x ndim, y ndim, pos_contract, pos_batch) -> _pdot_plan(...)
+def _pdot_cached(x: NamedTensor, y: NamedTensor, name: str, pos_contract, pos_batch):
+    """``pdot`` over one axis name by a plan that this call's layout already checked, or
+    None (the general path builds and caches it, or raises)."""
+    try:
+        plan = _PDOT_PLANS.get((name, x._names, y._names, x._data.dim(), y._data.dim(),
+                                pos_contract, pos_batch))
+    except TypeError:  # unhashable (lists)
+        return None
+    if plan is None or not _pdot_plan_holds(plan, x, y):
+        return None
+    return _pdot_run(plan, x, y)
+
+
+# (axis_name as given when a str else the names, x names, y names, x physical ndim,
+# y physical ndim, pos_contract, pos_batch) -> _pdot_plan(...)
 _PDOT_PLANS: dict = {}
 
 
@@ -477,3 +529,4 @@ def _pdot_plan(x: NamedTensor, y: NamedTensor, names: tuple, pos_contract, pos_b
 
 
 _OPS = {"psum": psum, "pmean": pmean, "pmax": pmax, "pmin": pmin}
+_KINDS = {"psum": _ops.psum, "pmean": _ops.pmean, "pmax": _ops.pmax, "pmin": _ops.pmin}

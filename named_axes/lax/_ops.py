@@ -26,7 +26,7 @@ import string
 import torch
 from torch.library import custom_op
 
-from .._einsum import einsum2
+from .._einsum import einsum2_eager
 
 __all__ = ["psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "all_to_all",
            "ppermute", "pdot", "axis_index"]
@@ -430,7 +430,7 @@ class _PDot(_Fn):
 def pdot(x: torch.Tensor, y: torch.Tensor, equation: str) -> torch.Tensor:
     """``torch.einsum(equation, x, y)`` as the named op ``named_axes::pdot``."""
     if not _tracing():  # one mm / bmm where it can (see named_axes._einsum.einsum2)
-        return einsum2(equation, x, y)
+        return einsum2_eager(equation, x, y)
     return _PDot.apply(x, y, equation)
 
 
