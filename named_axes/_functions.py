@@ -61,6 +61,10 @@ def _resolve_dim(dim, axis, fname):
 
 def _make_reduction(torch_fn, fname: str, doc: str):
     def reduction(x, dim=None, keepdim: bool = False, *, axis=None, **kwargs):
+        if type(x) is NamedTensor and x._names and (type(dim) is str or type(dim) is int) \
+                and not keepdim and axis is None and not kwargs:
+            # torch_fn(x, dim): the rule's fast lane (one memoised dim translation)
+            return _unwrap(dispatch(torch_fn, (x, dim), {}))
         dim = _resolve_dim(dim, axis, fname)
         kw = dict(kwargs)
         if dim is not None:

@@ -69,6 +69,24 @@ def align(data: torch.Tensor, names: tuple, p: int, U: tuple, P: int) -> torch.T
     return data
 
 
+def align_plan(names: tuple, p: int, U: tuple, P: int):
+    """``align``'s plan for callers that cache it with their own: None for no change,
+    else ``(perm or None, template or None)`` for :func:`apply_align`."""
+    plan = _make_plan(names, p, U, P)
+    return None if plan is _IDENTITY else plan
+
+
+def apply_align(data: torch.Tensor, plan) -> torch.Tensor:
+    """``align`` by a plan from :func:`align_plan` (not None)."""
+    perm, template = plan
+    if perm is not None:
+        data = torch.permute(data, perm)
+    if template is not None:
+        shape = data.shape
+        data = data.reshape([shape[i] if i >= 0 else 1 for i in template])
+    return data
+
+
 def union_names(operands, *, op) -> tuple:
     """The union of the operands' names in order of appearance, checking sizes by name.
 

@@ -18,7 +18,7 @@ from ._dispatch import (RULES, ShapeError, check_conflicts, op_name, pointwise, 
 from ._env import _state as _env_state
 from ._env import bound_axes, current_frame
 from ._errors import AxisSpecError, AxisTypeError, NamedAxisError, UnboundAxisError, fmt_names, unbound_message
-from ._layout import align, expand_to
+from ._layout import align, align_plan, apply_align, expand_to
 from ._tensor import NamedTensor
 
 _NT = NamedTensor
@@ -119,14 +119,19 @@ def _by_name(func, a: _NT, b: _NT):
             _BY_NAME.clear()
         pa, pb = da.dim() - len(na), db.dim() - len(nb)
         U = na + tuple(n for n in nb if n not in na)
-        plan = _BY_NAME[key] = (U, pa, pb, max(pa, pb),
-                                tuple((i, nb.index(n)) for i, n in enumerate(na) if n in nb))
-    U, pa, pb, P, pairs = plan
+        P = max(pa, pb)
+        plan = _BY_NAME[key] = (U, tuple((i, nb.index(n)) for i, n in enumerate(na) if n in nb),
+                                align_plan(na, pa, U, P), align_plan(nb, pb, U, P))
+    U, pairs, plan_a, plan_b = plan
     sa, sb = da.shape, db.shape
     for i, j in pairs:
         if sa[i] != sb[j]:
             return None
-    return _finish(func(align(da, na, pa, U, P), align(db, nb, pb, U, P)), U, func)
+    if plan_a is not None:
+        da = apply_align(da, plan_a)
+    if plan_b is not None:
+        db = apply_align(db, plan_b)
+    return _finish(func(da, db), U, func)
 
 
 def _pointwise(func, args, kwargs):
