@@ -146,32 +146,80 @@ def _placements(plan, names: tuple, ndim: int):
 
 
 class _Distribute(torch.autograd.Function):
-    """Full tensor -> DTensor (this rank's slice); backward: gradient -> full tensor."""
+    """Full tensors -> DTensors (this rank's slices); backward: the gradients -> full
+    tensors, all partial sums in one all-reduce (:func:`full_tensors`)."""
 
     @staticmethod
-    def forward(x, dm, placements):
+    def forward(dm, placements, *xs):
         from torch.distributed.tensor import distribute_tensor
 
-        return distribute_tensor(x.detach(), dm, placements, src_data_rank=None)
+        return tuple(distribute_tensor(x.detach(), dm, p, src_data_rank=None)
+                     for x, p in zip(xs, placements))
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         pass
 
     @staticmethod
-    def backward(ctx, g):
-        if type(g).__name__ == "DTensor":
-            g = g.full_tensor()
-        return g, None, None
+    def backward(ctx, *gs):
+        return (None, None, *full_tensors(gs))
+
+
+def distribute_many(xs: list, dm, placements: list) -> list:
+    """Split full tensors over ``dm`` per ``placements``, differentiably: one autograd node
+    for all that need a gradient, so their gradients are reduced together."""
+    from torch.distributed.tensor import distribute_tensor
+
+    out = list(xs)
+    grad = [i for i, x in enumerate(xs) if x.requires_grad] if torch.is_grad_enabled() else []
+    for i, x in enumerate(xs):
+        if i not in grad:
+            out[i] = distribute_tensor(x, dm, placements[i], src_data_rank=None)
+    if grad:
+        dts = _Distribute.apply(dm, [placements[i] for i in grad], *[xs[i] for i in grad])
+        for i, dt in zip(grad, dts):
+            out[i] = dt
+    return out
 
 
 def distribute(x: torch.Tensor, dm, placements) -> torch.Tensor:
     """Split a full tensor over ``dm`` per ``placements`` (differentiable)."""
-    if x.requires_grad and torch.is_grad_enabled():
-        return _Distribute.apply(x, dm, placements)
-    from torch.distributed.tensor import distribute_tensor
+    return distribute_many([x], dm, [placements])[0]
 
-    return distribute_tensor(x, dm, placements, src_data_rank=None)
+
+def _summable(placements) -> bool:
+    """Partial on some mesh axis and Replicate on the others: the local tensor has the
+    full shape and an all-reduce makes it full, so several can share one collective."""
+    return (any(p.is_partial() for p in placements)
+            and all(p.is_partial() or p.is_replicate() for p in placements))
+
+
+def full_tensors(xs) -> list:
+    """DTensors -> full tensors (other leaves as they are), with the partial sums that
+    share placements and dtype flattened into one buffer and all-reduced once; the rest
+    by ``full_tensor()``.  The order is the same on every rank (it is the leaves' order),
+    so the collectives pair up."""
+    out = list(xs)
+    groups: dict = {}
+    for i, x in enumerate(xs):
+        if type(x).__name__ != "DTensor":
+            continue
+        if _summable(x.placements):
+            groups.setdefault((tuple(x.placements), x.dtype, x.device_mesh), []).append(i)
+        else:
+            out[i] = x.full_tensor()
+    for (placements, _, dm), idx in groups.items():
+        if len(idx) == 1:
+            out[idx[0]] = xs[idx[0]].full_tensor()
+            continue
+        from torch.distributed.tensor import DTensor
+
+        local = [xs[i].to_local() for i in idx]
+        flat = torch.cat([t.reshape(-1) for t in local])
+        full = DTensor.from_local(flat, dm, placements, run_check=False).full_tensor()
+        for i, piece in zip(idx, full.split([t.numel() for t in local])):
+            out[i] = piece.view(xs[i].shape)
+    return out
 
 
 def to_full(x: Any) -> Any:
@@ -196,16 +244,16 @@ class DTensorEngine:
         self.device = torch.device(self.device_mesh.device_type, torch.cuda.current_device()) \
             if self.device_mesh.device_type == "cuda" else torch.device("cpu")
 
-    def to_dtensor(self, leaf: Any, what: str = "an input") -> Any:
-        """One input leaf -> a NamedTensor over a DTensor placed per the plan."""
+    def _split_spec(self, leaf: Any, what: str):
+        """``(data, placements)`` for an input leaf to split, or None to pass it through."""
         if isinstance(leaf, NamedTensor):
             data, names = leaf._data, leaf._names
         elif isinstance(leaf, torch.Tensor):
             data, names = leaf, ()
         else:
-            return leaf
+            return None
         if type(data).__name__ == "DTensor":
-            return leaf
+            return None
         self.plan.check_value(names, what)
         for n in names:
             if not self.plan.in_mesh_order(n):
@@ -216,9 +264,28 @@ class DTensorEngine:
                     f"over several mesh axes in mesh order only: list them in that order")
         if data.device != self.device:
             data = data.to(self.device)
-        dt = distribute(data, self.device_mesh,
-                        _placements(self.plan, names, data.dim() - len(names)))
-        return NamedTensor._wrap(dt, names) if isinstance(leaf, NamedTensor) else dt
+        return data, _placements(self.plan, names, data.dim() - len(names))
+
+    def to_dtensors(self, leaves: list) -> list:
+        """Input leaves -> NamedTensors over DTensors placed per the plan (nothing moves:
+        each rank keeps its own slice of the full input)."""
+        specs = [self._split_spec(x, f"argument leaf {i}") for i, x in enumerate(leaves)]
+        idx = [i for i, sp in enumerate(specs) if sp is not None]
+        dts = distribute_many([specs[i][0] for i in idx], self.device_mesh,
+                              [specs[i][1] for i in idx])
+        out = list(leaves)
+        for i, dt in zip(idx, dts):
+            leaf = leaves[i]
+            out[i] = NamedTensor._wrap(dt, leaf._names) if isinstance(leaf, NamedTensor) else dt
+        return out
+
+    def to_dtensor(self, leaf: Any, what: str = "an input") -> Any:
+        """One input leaf -> a NamedTensor over a DTensor placed per the plan."""
+        spec = self._split_spec(leaf, what)
+        if spec is None:
+            return leaf
+        dt = distribute(spec[0], self.device_mesh, spec[1])
+        return NamedTensor._wrap(dt, leaf._names) if isinstance(leaf, NamedTensor) else dt
 
     def from_dtensor(self, leaf: Any) -> Any:
         if self.outputs == "dtensor":
@@ -232,7 +299,7 @@ class DTensorEngine:
 
         if self.check_inputs:
             check_ranks_agree(leaves, self.mesh._cache.get("check_group"))
-        dleaves = [self.to_dtensor(x, f"argument leaf {i}") for i, x in enumerate(leaves)]
+        dleaves = self.to_dtensors(leaves)
         with implicit_replication():
             outs = body(dleaves, engine=engine if engine is not None else self)
             return [self.from_dtensor(o) for o in outs]
