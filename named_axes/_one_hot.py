@@ -86,7 +86,8 @@ def one_hot(labels: Any, num_classes: int, dim: Any = -1, *, axis: Any = None,
     # classes laid out after the labels' named dims (as F.one_hot puts them last): a
     # product with values laid out [..., classes] then needs no permute, and its
     # gradient stays contiguous
-    classes = torch.arange(num_classes, device=data.device).reshape(
-        (num_classes,) + (1,) * (data.dim() - k))
+    classes = torch.arange(num_classes, device=data.device)
+    if p:
+        classes = classes.reshape((num_classes,) + (1,) * p)
     out = (data.unsqueeze(k) == classes).to(dtype)
     return result(out, names + (name,), one_hot)
