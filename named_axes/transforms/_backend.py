@@ -178,6 +178,9 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callable
     wrapper's per-call cost.  Otherwise (or on a torch whose internals differ) the
     full ``compile_fx`` result is used.
 
+    Shapes are static here, so matmuls are lowered by size: tiny ones fuse with their
+    neighbours as multiply-and-sum loops, large float32 CPU ones call oneDNN.
+
     The caller guarantees that every call passes tensors with the example inputs'
     sizes and strides (``nx.jit`` keys its cache on them), so inductor's per-call size
     and stride asserts are left out.
