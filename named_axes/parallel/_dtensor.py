@@ -15,7 +15,7 @@ full gradient.  The partial sums (the gradients of replicated inputs, e.g. the w
 under data parallelism) share one flat all-reduce; sharded gradients are all-gathered.
 
 Communication per call, for a data-parallel step: the input check (one all-gather of an
-8-byte digest, overlapped with the split, which moves no data), whatever the program's
+8-byte digest, before anything else), whatever the program's
 ops need (the loss's all-reduce), and one all-reduce for all the weights' gradients —
 one collective fewer per extra weight than hand-written ``full_tensor()`` per gradient.
 """
@@ -82,12 +82,6 @@ def check_ranks_agree(leaves: list, group, what: str = "xmap") -> None:
     hang).  One all-gather of an 8-byte digest per call; the descriptions are exchanged
     only when the digests differ (all ranks see the same digests, so all take that path).
     """
-    finish_check(start_check(leaves, group), what)
-
-
-def start_check(leaves: list, group) -> tuple:
-    """Send this rank's input digest (asynchronously: work that moves no data may run
-    until :func:`finish_check`, which must come before any collective of the program)."""
     import hashlib
 
     import torch.distributed as dist
@@ -95,19 +89,11 @@ def start_check(leaves: list, group) -> tuple:
     desc = fingerprint(leaves)
     digest = hashlib.blake2b("\n".join(desc).encode(), digest_size=7).digest()
     mine = torch.tensor([int.from_bytes(digest, "little")], dtype=torch.int64)
-    seen = [torch.zeros_like(mine) for _ in range(dist.get_world_size(group))]
-    return desc, mine, seen, group, dist.all_gather(seen, mine, group=group, async_op=True)
-
-
-def finish_check(pending: tuple, what: str = "xmap") -> None:
-    """Wait for the digests of :func:`start_check`; raise on every rank if they differ."""
-    import torch.distributed as dist
-
-    desc, mine, seen, group, work = pending
-    work.wait()
+    world = dist.get_world_size(group)
+    seen = [torch.zeros_like(mine) for _ in range(world)]
+    dist.all_gather(seen, mine, group=group)
     if all(int(t) == int(mine) for t in seen):
         return
-    world = len(seen)
     descs: list = [None] * world
     dist.all_gather_object(descs, desc, group=group)
     ranks = dist.get_process_group_ranks(group) if group is not None else list(range(world))
@@ -318,18 +304,9 @@ class DTensorEngine:
     def run(self, body: Callable, leaves: list, engine: Any = None) -> list:
         from torch.distributed.tensor.experimental import implicit_replication
 
-        if not self.check_inputs:
-            dleaves = self.to_dtensors(leaves)
-        else:
-            # The split moves no data (each rank keeps its slice), so it overlaps the check;
-            # the check still completes before the program's first collective.
-            pending = start_check(leaves, self.mesh._cache.get("check_group"))
-            try:
-                dleaves = self.to_dtensors(leaves)
-            except BaseException:
-                finish_check(pending)   # a mismatch explains a local error: raise that
-                raise
-            finish_check(pending)
+        if self.check_inputs:
+            check_ranks_agree(leaves, self.mesh._cache.get("check_group"))
+        dleaves = self.to_dtensors(leaves)
         with implicit_replication():
             outs = body(dleaves, engine=engine if engine is not None else self)
             return [self.from_dtensor(o) for o in outs]
