@@ -116,17 +116,48 @@ def _onednn_mm(a: torch.Tensor, b: torch.Tensor,
     return op(a, b) if bias is None else op(a, b, bias.contiguous())
 
 
+# A float32 CPU matmul this large with a narrow output (n <= NARROW < m) runs as the
+# transposed product ``(b.T @ a.T).T`` on torch's BLAS: MKL's sgemm is 3-5x slower with
+# a narrow n than with that n as m (P1: ``hidden @ w2``, ``hidden.T @ dlogits``), and
+# oneDNN's per-call cost (~10 us) is most of such a product's time.
+NARROW = 16
+_RAW_MM: list = []   # set while a decomposition emits a plain ``mm`` (no re-entry)
+
+
+def _narrow_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None:
+    """``a @ b`` (2-D) as the transposed product when its output is narrow, else None."""
+    m, k = a.shape
+    n = b.shape[1]
+    if not (a.device.type == "cpu" and a.dtype == torch.float32 and b.dtype == a.dtype
+            and b.device == a.device and n <= NARROW < m and k >= 32
+            and m * n * k > ONEDNN_MATMUL and _unit_stride(a) and _unit_stride(b)):
+        return None
+    _RAW_MM.append(True)
+    try:
+        out = torch.ops.aten.mm.default(b.t(), a.t())
+    finally:
+        _RAW_MM.pop()
+    return out.t().contiguous()
+
+
 def _matmul(prev: Callable | None, batched: bool) -> Callable:
     """A decomposition of ``mm`` / ``bmm``: tiny floating matmuls become a broadcast
     multiply and a sum, large float32 CPU ones (a ``bmm`` of one batch too) go to
-    oneDNN; others go to ``prev`` (inductor's own), else stay as they are."""
+    oneDNN, or transposed to BLAS when narrow; others go to ``prev`` (inductor's own),
+    else stay as they are."""
     small = _small_matmul(prev)
 
+    def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None:
+        out = _narrow_mm(a, b)
+        return _onednn_mm(a, b) if out is None else out
+
     def decomp(a: torch.Tensor, b: torch.Tensor) -> Any:
+        if _RAW_MM:
+            return NotImplemented if prev is None else prev(a, b)
         if not batched:
-            out = _onednn_mm(a, b)
+            out = mm(a, b)
         elif a.shape[0] == 1 and b.shape[0] == 1:
-            out = _onednn_mm(a[0], b[0])
+            out = mm(a[0], b[0])
             out = None if out is None else out.unsqueeze(0)
         else:
             out = None

@@ -37,6 +37,35 @@ def test_large_mm_runs_on_onednn(layout):
     assert "nx_jit::onednn_mm" in _ops_called(f, a, b)
 
 
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
+def test_narrow_mm_runs_transposed_on_blas(layout):
+    """A large matmul with a narrow output runs as ``(b.T @ a.T).T`` on aten's mm."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(256, 512, generator=g)
+    b = torch.randn(512, 10, generator=g)
+    if layout[0] == "t":
+        a = a.t().contiguous().t()
+    if layout[1] == "t":
+        b = b.t().contiguous().t()
+    f = nx.jit(lambda x, y: x @ y)
+    out = f(a, b)
+    torch.testing.assert_close(out, a @ b, rtol=1e-5, atol=1e-4)
+    assert out.is_contiguous()
+    ops = _ops_called(f, a, b)
+    assert "nx_jit::onednn_mm" not in ops and "aten::mm" in ops
+
+
+def test_narrow_mm_decomposition_limits():
+    mm = _decomp(torch.ops.aten.mm.default)
+    # float64, a short contraction, a small product: not transposed
+    for a, b in [(torch.randn(256, 512).double(), torch.randn(512, 10).double()),
+                 (torch.randn(8192, 8), torch.randn(8, 10)),
+                 (torch.randn(64, 128), torch.randn(128, 10))]:
+        assert _backend._narrow_mm(a, b) is None
+    a, b = torch.randn(256, 512), torch.randn(512, 10)
+    torch.testing.assert_close(mm(a, b), a @ b, rtol=1e-5, atol=1e-4)
+
+
 @needs_onednn
 def test_decomposition_sizes_and_dtypes():
     mm, bmm = _decomp(torch.ops.aten.mm.default), _decomp(torch.ops.aten.bmm.default)
