@@ -78,6 +78,8 @@ WORKER = textwrap.dedent('''
             # Name the rank in what this process reports, whatever it was.
             raise RuntimeError(f"rank {{rank}} of {{world}} raised: {{type(e).__name__}}: {{e}}") from e
         dist.destroy_process_group()
+        sys.stdout.flush(); sys.stderr.flush()
+        os._exit(0)   # skip C++ destructors: gloo threads can abort at exit
 
 
     if __name__ == "__main__":
