@@ -13,7 +13,7 @@ torch.Size([3, 2])
 """
 from __future__ import annotations
 
-from typing import Any, Hashable, Mapping
+from typing import Any, Callable, Hashable, Mapping
 
 import torch
 
@@ -25,7 +25,6 @@ from ._tensor import NamedTensor
 __all__ = ["align", "align_to", "named", "positional", "to_named", "to_named_perm", "insert_named",
            "insert_plan", "apply_insert", "union_names"]
 
-_ALIGN_PLANS: dict = {}
 _IDENTITY = object()
 
 
@@ -46,18 +45,38 @@ def _make_plan(names: tuple, p: int, U: tuple, P: int):
     return perm, template
 
 
+class Plans:
+    """``plans(*args)`` is ``build(*args)``, remembered per ``args`` (a per-layout plan).
+
+    While dynamo traces, the cache is left alone: dynamo would guard on the dict, and
+    torch 2.9's dynamo cannot hash its lazily tracked keys; it traces the plan once per
+    graph instead.
+    """
+
+    __slots__ = ("build", "cache")
+
+    def __init__(self, build: Callable) -> None:
+        self.build = build
+        self.cache: dict = {}
+
+    def __call__(self, *args):
+        if torch.compiler.is_compiling():
+            return self.build(*args)
+        plan = self.cache.get(args)
+        if plan is None:
+            plan = self.cache[args] = self.build(*args)
+        return plan
+
+
+_ALIGN_PLANS = Plans(_make_plan)
+
+
 def align(data: torch.Tensor, names: tuple, p: int, U: tuple, P: int) -> torch.Tensor:
     """Lay ``data`` (named ``names``, ``p`` positional dims) out as ``[U..., P positional]``.
 
     Names of U missing from ``names`` and missing leading positional dims get size 1.
     """
-    if torch.compiler.is_compiling():      # dynamo: no guards on a module-level cache
-        plan = _make_plan(names, p, U, P)
-    else:
-        key = (names, p, U, P)
-        plan = _ALIGN_PLANS.get(key)
-        if plan is None:
-            plan = _ALIGN_PLANS[key] = _make_plan(names, p, U, P)
+    plan = _ALIGN_PLANS(names, p, U, P)
     if plan is _IDENTITY:
         return data
     perm, template = plan

@@ -7,18 +7,16 @@ Functions not listed run under the vmap fallback (:mod:`named_axes._dispatch`).
 """
 from __future__ import annotations
 
-import functools
-from typing import Any, Callable, Hashable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from ._dispatch import (RULES, ShapeError, check_conflicts, op_name, pointwise, register,
-                        result, wrap)
+from ._dispatch import check_conflicts, op_name, pointwise, register, result, wrap
 from ._env import _state as _env_state
 from ._env import bound_axes, current_frame
-from ._errors import AxisSpecError, AxisTypeError, NamedAxisError, UnboundAxisError, fmt_names, unbound_message
-from ._layout import align, align_plan, apply_align, expand_to
+from ._errors import AxisSpecError, AxisTypeError, UnboundAxisError, unbound_message
+from ._layout import align_plan, apply_align, expand_to
 from ._tensor import NamedTensor
 
 _NT = NamedTensor
@@ -95,6 +93,23 @@ def _same_layout(a: _NT, d0: torch.Tensor, names: tuple) -> bool:
                                     and ad.shape[:len(names)] == d0.shape[:len(names)])
 
 
+_NO = object()   # "this operand does not line up": take the general path
+
+
+def _inline_operand(b, d0: torch.Tensor, names: tuple):
+    """The physical operand to pair with ``d0`` (named ``names``) dim for dim: a scalar,
+    a NamedTensor with the same layout, or a plain tensor no wider than the positional
+    part; ``_NO`` for anything else."""
+    t = type(b)
+    if t is _NT:
+        return b._data if _same_layout(b, d0, names) else _NO
+    if t is float or t is int or t is bool:
+        return b
+    if isinstance(b, _T) and b.dim() <= d0.dim() - len(names):
+        return b
+    return _NO
+
+
 def _finish(out, names: tuple, func):
     """Wrap a pointwise result; the resource-conflict check only when a rule is in force."""
     if _env_state.conflicts and len(names) > 1:
@@ -146,21 +161,17 @@ def _pointwise(func, args, kwargs):
             if n == 1:
                 return _finish(func(d0), names, func)
             b = args[1]
+            phys = _inline_operand(b, d0, names)
+            if phys is not _NO:
+                return _finish(func(d0, phys), names, func)
             t = type(b)
             if t is _NT:
-                if _same_layout(b, d0, names):
-                    return _finish(func(d0, b._data), names, func)
                 if names and b._names and not torch.compiler.is_compiling():
                     out = _by_name(func, a0, b)
                     if out is not None:
                         return out
-            elif t is float or t is int or t is bool:
-                return _finish(func(d0, b), names, func)
-            elif isinstance(b, _T):
-                if b.dim() <= d0.dim() - len(names):
-                    return _finish(func(d0, b), names, func)
-            elif t is not list and t is not tuple:
-                return _finish(func(d0, b), names, func)
+            elif not isinstance(b, _T) and t is not list and t is not tuple:
+                return _finish(func(d0, b), names, func)   # other scalars (complex, ...)
     return pointwise(func, args, kwargs)
 
 
@@ -169,17 +180,9 @@ def _pointwise_inplace(func, args, kwargs):
     if len(args) == 2 and not kwargs:
         a0, b = args
         if type(a0) is _NT:
-            d0 = a0._data
-            t = type(b)
-            if t is _NT:
-                if _same_layout(b, d0, a0._names):
-                    func(d0, b._data)
-                    return a0
-            elif t is float or t is int or t is bool:
-                func(d0, b)
-                return a0
-            elif isinstance(b, _T) and b.dim() <= d0.dim() - len(a0._names):
-                func(d0, b)
+            phys = _inline_operand(b, a0._data, a0._names)
+            if phys is not _NO:
+                func(a0._data, phys)
                 return a0
     return pointwise(func, args, kwargs, True)
 
@@ -195,228 +198,6 @@ def install_pointwise() -> None:
         f = getattr(_T, name, None)
         if f is not None:
             register([f], _pointwise_rule(_inplace_name(name)))
-
-
-# ---------------------------------------------------------------------------
-# direct bindings: operators, common Tensor methods and torch.* pointwise functions
-# go straight to their rule, without the dispatcher's table lookup and frames
-# ---------------------------------------------------------------------------
-
-# re-running these through the dispatcher after an error would repeat a side effect
-_NOT_DIRECT = {"backward", "register_hook"}
-
-
-def _has_unnamed(args: tuple, kwargs: dict) -> bool:
-    """An empty-named NamedTensor among the operands: the dispatcher unwraps those."""
-    for a in args:
-        if type(a) is _NT and not a._names:
-            return True
-    if kwargs:
-        for v in kwargs.values():
-            if type(v) is _NT and not v._names:
-                return True
-    return False
-
-
-def _direct(func, rule, dispatch):
-    """``call(args, kwargs)``: ``rule`` run directly when the first operand carries names;
-    the dispatcher when it doesn't, when an operand is an unnamed NamedTensor (it unwraps
-    those), when the rule declines, and after a positional error (to raise its error
-    naming the op).  While dynamo traces, the rule runs directly for unnamed operands too:
-    the dispatcher's table lookup keyed by a Tensor method fails under torch 2.9's dynamo."""
-    def call(args, kwargs):
-        a0 = args[0] if args else None
-        if type(a0) is _NT and (a0._names and not _has_unnamed(args, kwargs)
-                                or torch.compiler.is_compiling()):
-            try:
-                out = rule(func, args, dict(kwargs) if kwargs else kwargs)
-            except NamedAxisError:
-                raise
-            except (RuntimeError, IndexError, ValueError):
-                return dispatch(func, args, kwargs)
-            if out is not NotImplemented:
-                return out
-        return dispatch(func, args, kwargs)
-    return call
-
-
-def _bind_operators() -> None:
-    """Point NamedTensor's operators straight at their rules: no table lookup per call
-    (faster, and dynamo then needs no guard on the rule table)."""
-    from ._dispatch import dispatch
-
-    for name in DUNDERS + ["__matmul__", "__rmatmul__"]:
-        method = getattr(_T, name, None)
-        if method is None:
-            continue
-        rule = RULES.get(method)
-        if rule is _pointwise and name not in ("__neg__", "__pos__", "__abs__", "__invert__"):
-            op = _binary_operator(method, dispatch)
-        elif rule is _pointwise_inplace:
-            op = _inplace_operator(method, dispatch)
-        elif rule is None:
-            op = _dispatched(method, dispatch)
-        else:
-            op = _generic_operator(method, rule, dispatch)
-        op.__name__ = op.__qualname__ = name
-        setattr(NamedTensor, name, op)
-
-
-def _dispatched(method, dispatch):
-    def op(self, *args):
-        return dispatch(method, (self, *args), {})
-    return op
-
-
-def _generic_operator(method, rule, dispatch):
-    call = _direct(method, rule, dispatch)
-
-    def op(self, *args):
-        return call((self, *args), {})
-    return op
-
-
-def _binary_operator(method, dispatch):
-    """``self <op> other``: same-named operands, scalars and plain tensors that fit the
-    positional part run inline; the rest goes to the rule (see ``_direct``)."""
-    call = _direct(method, _pointwise, dispatch)
-
-    def op(self, other):
-        names = self._names
-        if names:
-            d0 = self._data
-            t = type(other)
-            if t is float or t is int:
-                b = other
-            elif t is _NT and (other._names is names or other._names == names) and (
-                    other._data.shape == d0.shape or _same_layout(other, d0, names)):
-                b = other._data
-            elif t is _T and other.dim() <= d0.dim() - len(names):
-                b = other
-            else:
-                if t is _NT and other._names and not torch.compiler.is_compiling():
-                    try:
-                        out = _by_name(method, self, other)
-                    except (RuntimeError, IndexError, ValueError):
-                        out = None
-                    if out is not None:
-                        return out
-                return call((self, other), {})
-            try:
-                out = method(d0, b)
-            except (RuntimeError, IndexError, ValueError):
-                return dispatch(method, (self, other), {})
-            if _env_state.conflicts and len(names) > 1:
-                check_conflicts(names, op_name(method))
-            return _wrap_nt(out, names) if type(out) is _T else wrap(out, names)
-        return call((self, other), {})
-    return op
-
-
-def _inplace_operator(method, dispatch):
-    call = _direct(method, _pointwise_inplace, dispatch)
-
-    def op(self, other):
-        names = self._names
-        if names:
-            d0 = self._data
-            t = type(other)
-            if t is float or t is int:
-                b = other
-            elif t is _NT and other._names and _same_layout(other, d0, names):
-                b = other._data
-            elif t is _T and other.dim() <= d0.dim() - len(names):
-                b = other
-            else:
-                return call((self, other), {})
-            try:
-                method(d0, b)
-            except (RuntimeError, IndexError, ValueError):
-                return dispatch(method, (self, other), {})
-            return self
-        return call((self, other), {})
-    return op
-
-
-def _unary_method(method, dispatch, inplace: bool):
-    """``x.tanh()`` and friends: the no-argument call inline."""
-    call = _direct(method, _pointwise_inplace if inplace else _pointwise, dispatch)
-
-    def m(self, *args, **kwargs):
-        names = self._names
-        if args or kwargs or not names:
-            return call((self, *args), kwargs)
-        try:
-            out = method(self._data)
-        except (RuntimeError, IndexError, ValueError):
-            return dispatch(method, (self,), {})
-        if inplace:
-            return self
-        if _env_state.conflicts and len(names) > 1:
-            check_conflicts(names, op_name(method))
-        return _wrap_nt(out, names) if type(out) is _T else wrap(out, names)
-    return m
-
-
-def _rule_method(method, rule, dispatch):
-    call = _direct(method, rule, dispatch)
-
-    def m(self, *args, **kwargs):
-        return call((self, *args), kwargs)
-    return m
-
-
-def _bind_methods() -> None:
-    """The Tensor methods that have a rule call it directly (see ``_direct``); the rest
-    keep the dispatching methods ``_tensor`` bound at import."""
-    from ._dispatch import dispatch
-
-    unary = set(UNARY_POINTWISE)
-    for name, attr in list(vars(NamedTensor).items()):
-        if not getattr(attr, "_dispatched", False) or name in _NOT_DIRECT:
-            continue
-        method = getattr(_T, name)
-        rule = RULES.get(method)
-        if rule is None:
-            continue
-        if name in unary and rule in (_pointwise, _pointwise_inplace):
-            m = _unary_method(method, dispatch, rule is _pointwise_inplace)
-        else:
-            m = _rule_method(method, rule, dispatch)
-        m.__name__ = m.__qualname__ = name
-        m.__doc__ = attr.__doc__
-        setattr(NamedTensor, name, m)
-
-
-def _bind_functions() -> None:
-    """``torch.tanh(x)`` and the other builtin torch functions with a pointwise rule: the
-    ``__torch_function__`` hook calls them directly (see ``_tensor._DIRECT``)."""
-    from . import _tensor
-    from ._dispatch import dispatch
-
-    for f, rule in RULES.items():
-        if type(f) is _tensor._BUILTIN and rule is _pointwise:
-            _tensor._DIRECT[f] = _direct_pointwise(f, dispatch)
-
-
-def _direct_pointwise(func, dispatch):
-    """``torch.tanh(x)``: the one-argument call inline, the rest through ``_direct``."""
-    general = _direct(func, _pointwise, dispatch)
-
-    def call(args, kwargs):
-        if len(args) == 1 and not kwargs:
-            a0 = args[0]
-            if type(a0) is _NT and a0._names:
-                names = a0._names
-                try:
-                    out = func(a0._data)
-                except (RuntimeError, IndexError, ValueError):
-                    return dispatch(func, args, kwargs)
-                if _env_state.conflicts and len(names) > 1:
-                    check_conflicts(names, op_name(func))
-                return _wrap_nt(out, names) if type(out) is _T else wrap(out, names)
-        return general(args, kwargs)
-    return call
 
 
 # ---------------------------------------------------------------------------
@@ -784,13 +565,14 @@ def install() -> None:
     install_pointwise()
     install_reductions()
     install_dimwise()
-    from . import _rules_nn, _rules_shape
+    from . import _rules_matmul, _rules_nn, _rules_shape
 
     _rules_shape.install()
+    _rules_matmul.install()
     _rules_nn.install()
-    _bind_operators()
-    _bind_methods()
-    _bind_functions()
+    from ._bindings import bind_all
+
+    bind_all()
     from ._dispatch import finalize_rules
 
     finalize_rules()

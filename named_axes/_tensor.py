@@ -19,7 +19,7 @@ torch.Size([4])
 from __future__ import annotations
 
 import html
-from typing import Any, Hashable
+from typing import Any
 
 import torch
 

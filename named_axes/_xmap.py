@@ -15,8 +15,7 @@ from typing import Any, Callable, Hashable, Mapping
 import torch
 
 from . import _env
-from ._errors import (AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError,
-                      UnboundAxisError, fmt_names)
+from ._errors import AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError, fmt_names
 from ._layout import apply_insert, insert_named, insert_plan, to_named, to_named_perm
 from ._parsing import check_name, match_prefix, parse_mapping, path_str
 from ._tensor import NamedTensor

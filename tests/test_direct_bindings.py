@@ -1,5 +1,5 @@
 """Operators, Tensor methods and torch.* pointwise functions that skip the dispatcher
-(``_rules._bind_operators`` / ``_bind_methods`` / ``_bind_functions``) and the memoised
+(``_bindings._bind_operators`` / ``_bind_methods`` / ``_bind_functions``) and the memoised
 reduction dims: same results and errors as the dispatcher gives."""
 from __future__ import annotations
 

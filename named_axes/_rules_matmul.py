@@ -1,0 +1,158 @@
+"""Rules for the matmul family (``@``, ``matmul``, ``mm``, ``bmm``, ``mv``, ``dot``,
+``vdot``), ``F.linear`` and ``outer`` on NamedTensors.
+
+Positional dims contract as in torch; named dims never broadcast through
+``torch.matmul`` (which would materialize the expanded operand): a named operand against
+a plain one is one call on the physical tensor, and names on both sides are folded into
+batch / row / column dims of a single ``matmul`` (:func:`_matmul_folded`).
+
+>>> import torch, named_axes as nx
+>>> h = nx.named(torch.ones(2, 3, 4), {0: 'b'})
+>>> w = nx.named(torch.ones(5, 4, 6), {0: 'k'})
+>>> out = h @ w
+>>> out.shape, out.named_shape
+(torch.Size([3, 6]), {'b': 2, 'k': 5})
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ._dispatch import ShapeError, op_name, pointwise, register, result
+from ._layout import Plans, union_names
+from ._tensor import NamedTensor
+
+_NT = NamedTensor
+
+_MATMUL_RANKS = {"mm": (2, 2), "bmm": (3, 3), "mv": (2, 1), "dot": (1, 1), "vdot": (1, 1)}
+
+
+def _matmul(func, args, kwargs):
+    if kwargs and set(kwargs) - {"other", "input", "vec", "mat2", "tensor"}:
+        return NotImplemented
+    a, b = (list(args) + list(kwargs.values()))[:2]
+    name = getattr(func, "__name__", "matmul")
+    if name == "__rmatmul__":
+        a, b = b, a
+    if name == "vdot":
+        a = a.conj()
+    pa = a.ndim if type(a) is _NT else a.dim()
+    pb = b.ndim if type(b) is _NT else b.dim()
+    want = _MATMUL_RANKS.get(name)
+    if want and (pa, pb) != want or pa == 0 or pb == 0:
+        raise ShapeError(f"{op_name(func)}: positional ranks {pa} and {pb} do not fit "
+                         f"({'expected ' + str(want) if want else 'matmul needs at least 1-D operands'}); "
+                         f"shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    if type(b) is not _NT:
+        if b.dim() <= 2 or b.dim() <= pa:
+            return result(torch.matmul(a._data, b), a._names, func)
+    elif type(a) is not _NT:
+        if pb >= 2 and a.dim() <= pb:
+            return result(torch.matmul(a, b._data), b._names, func)
+    return _matmul_folded(func, a, b, pa, pb)
+
+
+def _matmul_folded(func, a, b, pa: int, pb: int):
+    """``a @ b`` as one ``matmul`` that never broadcasts over a named dim.
+
+    Names shared by ``a`` and ``b`` become leading batch dims; names only on ``a`` are
+    folded into its row dim M, names only on ``b`` into its column dim N.  So the weight
+    of ``h @ w`` is never expanded to the other operand's names (torch's broadcasting
+    matmul would materialize that copy, forward and backward)."""
+    na = a._names if type(a) is _NT else ()
+    nb = b._names if type(b) is _NT else ()
+    da = a._data if type(a) is _NT else a
+    db = b._data if type(b) is _NT else b
+    plan = _MATMUL_PLANS(na, nb, pa, pb)
+    U, shared, perm_a, perm_b, only_a, only_b, B, out_perm = plan
+    sa, sb = da.shape, db.shape
+    for i, j in shared:
+        if sa[i] != sb[j]:
+            operands = [(n, v) for n, v in (("args[0]", a), ("args[1]", b)) if type(v) is _NT]
+            union_names(operands, op=func)  # raises the usual size error
+    ka, kb, S = len(na), len(nb), len(shared)
+    ba, bb = max(pa - 2, 0), max(pb - 2, 0)
+    a_pos, b_pos = sa[ka:], sb[kb:]
+    fa = 1
+    for i in only_a:
+        fa *= sa[i]
+    fb = 1
+    for j in only_b:
+        fb *= sb[j]
+    m = a_pos[-2] if pa >= 2 else 1
+    n = b_pos[-1] if pb >= 2 else 1
+    lead = tuple(sa[i] for i, _ in shared)
+    if perm_a is not None:
+        da = da.permute(perm_a)
+    if perm_b is not None:
+        db = db.permute(perm_b)
+    a2 = da.reshape(lead + (1,) * (B - ba) + tuple(a_pos[:ba]) + (fa * m, a_pos[-1]))
+    b2 = db.reshape(lead + (1,) * (B - bb) + tuple(b_pos[:bb])
+                    + (b_pos[-2] if pb >= 2 else b_pos[-1], fb * n))
+    out = torch.matmul(a2, b2)
+    unfold = (tuple(out.shape[:S + B]) + tuple(sa[i] for i in only_a) + ((m,) if pa >= 2 else ())
+              + tuple(sb[j] for j in only_b) + ((n,) if pb >= 2 else ()))
+    out = out.reshape(unfold)
+    return result(out if out_perm is None else out.permute(out_perm), U, func)
+
+
+def _matmul_plan(na: tuple, nb: tuple, pa: int, pb: int) -> tuple:
+    """Permutations for :func:`_matmul_folded`, per ``(names of a, names of b, pa, pb)``.
+
+    a is laid out ``[shared, batch, only_a, M, K]`` and b ``[shared, batch, K, only_b, N]``
+    (M / N absent for 1-D operands); the product ``[shared, batch, only_a, M, only_b, N]``
+    is permuted to ``[U, batch, M, N]``."""
+    ka, kb = len(na), len(nb)
+    ba, bb = max(pa - 2, 0), max(pb - 2, 0)
+    B = max(ba, bb)
+    shared = tuple((i, nb.index(x)) for i, x in enumerate(na) if x in nb)
+    only_a = tuple(i for i, x in enumerate(na) if x not in nb)
+    only_b = tuple(j for j, x in enumerate(nb) if x not in na)
+    perm_a = tuple([i for i, _ in shared] + list(range(ka, ka + ba)) + list(only_a)
+                   + list(range(ka + ba, ka + pa)))
+    perm_b = tuple([j for _, j in shared] + list(range(kb, kb + bb)) + [kb + bb]
+                   + list(only_b) + list(range(kb + bb + 1, kb + pb)))
+    # where each dim of U / batch / M / N sits in the unfolded product
+    S, A, m = len(shared), len(only_a), int(pa >= 2)
+    at_a = {na[i]: t for t, (i, _) in enumerate(shared)}
+    at_a.update((na[i], S + B + t) for t, i in enumerate(only_a))
+    U = tuple(na) + tuple(nb[j] for j in only_b)
+    out_perm = tuple([at_a[x] for x in na] + [S + B + A + m + t for t in range(len(only_b))]
+                     + list(range(S, S + B)) + [S + B + A] * m
+                     + [S + B + A + m + len(only_b)] * int(pb >= 2))
+    return (U, shared, _unless_identity(perm_a), _unless_identity(perm_b), only_a, only_b, B,
+            _unless_identity(out_perm))
+
+
+def _unless_identity(perm: tuple):
+    return None if perm == tuple(range(len(perm))) else perm
+
+
+_MATMUL_PLANS = Plans(_matmul_plan)
+
+
+def _linear(func, args, kwargs):
+    x = args[0]
+    w = args[1] if len(args) > 1 else kwargs.get("weight")
+    bias = args[2] if len(args) > 2 else kwargs.get("bias")
+    if type(x) is _NT and type(w) is not _NT and type(bias) is not _NT:
+        if x.ndim == 0:
+            raise ShapeError(f"F.linear: the input has no positional dims (named shape "
+                             f"{x.named_shape}); linear contracts the last positional dim")
+        return result(F.linear(x._data, w, bias), x._names, func)
+    out = torch.matmul(x, w.mT if w.ndim >= 2 else w)
+    return out if bias is None else out + bias
+
+
+def _outer(func, args, kwargs):
+    a, b = args[0], args[1]
+    return pointwise(torch.mul, (a.unsqueeze(-1), b.unsqueeze(-2)), {}) if type(a) is _NT else \
+        pointwise(torch.Tensor.__rmul__, (b.unsqueeze(-2), a.unsqueeze(-1)), {})
+
+
+def install() -> None:
+    T = torch.Tensor
+    register([torch.matmul, T.matmul, T.__matmul__, T.__rmatmul__, torch.mm, T.mm,
+              torch.bmm, T.bmm, torch.mv, T.mv, torch.dot, T.dot, torch.vdot, T.vdot], _matmul)
+    register([F.linear], _linear)
+    register([torch.outer, T.outer, torch.ger, T.ger], _outer)
