@@ -5,18 +5,15 @@ loss and gradients and the collectives one call (forward + backward) issued.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
-import traceback
-from datetime import timedelta
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(__file__))
 import _tutorial_program as T  # noqa: E402
+from _ranks import err, run_rank  # noqa: E402
 
 from named_axes import parallel as P  # noqa: E402
 
@@ -30,10 +27,6 @@ def counts(fn):
     return out, {str(k).split(".")[-1]: int(v) for k, v in mode.get_comm_counts().items()}
 
 
-def err(a, b):
-    return max(float((x - y).abs().max()) for x, y in zip(a, b))
-
-
 def loss_and_all_grads(f, w1, w2, images, labels):
     """Gradients for the weights and the images (a sharded input's gradient)."""
     w1, w2, images = (t.clone().requires_grad_() for t in (w1, w2, images))
@@ -41,35 +34,20 @@ def loss_and_all_grads(f, w1, w2, images, labels):
     return (loss.detach(), *torch.autograd.grad(loss, (w1, w2, images)))
 
 
-def main():
-    outdir = sys.argv[1]
-    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
-    rank = dist.get_rank()
-    torch.set_default_dtype(torch.float64)
-    results = {}
-    try:
-        d = T.data(seed=3)
-        mesh = P.Mesh(np.array(P.devices()), ("x",))
-        for key, res in (("batch", {"batch": "x"}), ("hidden", {"hidden": "x"})):
-            with mesh:
-                f = T.xmapped(res)
-                out, c = counts(lambda: T.loss_and_grads(f, *d))
-                results[key] = dict(err=err(T.loss_and_grads(T.loss, *d), out), comms=c)
-                out, c = counts(lambda: loss_and_all_grads(f, *d))
-                results[key + "_images"] = dict(
-                    err=err(loss_and_all_grads(T.loss, *d), out), comms=c,
-                    types=[type(t).__name__ for t in out])
-    except BaseException:
-        results["exception"] = traceback.format_exc()
-    with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
-        json.dump(results, f)
-    dist.destroy_process_group()
-    # Leave without running C++ static destructors: gloo's worker threads have been seen
-    # to abort at interpreter exit ('terminate called without an active exception',
-    # SIGABRT) after a clean destroy_process_group, failing a job that succeeded.
-    sys.stdout.flush(); sys.stderr.flush()
-    os._exit(0)
+def comms(rank, results):
+    """Per strategy: error against the single process and the collectives of one call."""
+    d = T.data(seed=3)
+    mesh = P.Mesh(np.array(P.devices()), ("x",))
+    for key, res in (("batch", {"batch": "x"}), ("hidden", {"hidden": "x"})):
+        with mesh:
+            f = T.xmapped(res)
+            out, c = counts(lambda: T.loss_and_grads(f, *d))
+            results[key] = dict(err=err(T.loss_and_grads(T.loss, *d), out), comms=c)
+            out, c = counts(lambda: loss_and_all_grads(f, *d))
+            results[key + "_images"] = dict(
+                err=err(loss_and_all_grads(T.loss, *d), out), comms=c,
+                types=[type(t).__name__ for t in out])
 
 
 if __name__ == "__main__":
-    main()
+    run_rank([comms])

@@ -6,18 +6,15 @@ per scenario, the max abs error against the single-process result, the local
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
-import traceback
-from datetime import timedelta
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(__file__))
 import _tutorial_program as T  # noqa: E402
+from _ranks import err, run_rank  # noqa: E402
 
 import named_axes as nx  # noqa: E402
 from named_axes import parallel as P  # noqa: E402
@@ -38,10 +35,6 @@ def comm_counts(fn):
     with mode:
         out = fn()
     return out, {str(k): int(v) for k, v in mode.get_comm_counts().items()}
-
-
-def err(a, b):
-    return max(float((x - y).abs().max()) for x, y in zip(a, b))
 
 
 def tutorial(rank, results):
@@ -103,26 +96,5 @@ def collectives(rank, results):
             results["conflict"] = dict(error=str(e))
 
 
-def main():
-    outdir = sys.argv[1]
-    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
-    rank = dist.get_rank()
-    torch.set_default_dtype(torch.float64)
-    results = {}
-    try:
-        for fn in (tutorial, collectives):
-            fn(rank, results)
-    except BaseException:
-        results["exception"] = traceback.format_exc()
-    with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
-        json.dump(results, f)
-    dist.destroy_process_group()
-    # Leave without running C++ static destructors: gloo's worker threads have been seen
-    # to abort at interpreter exit ('terminate called without an active exception',
-    # SIGABRT) after a clean destroy_process_group, failing a job that succeeded.
-    sys.stdout.flush(); sys.stderr.flush()
-    os._exit(0)
-
-
 if __name__ == "__main__":
-    main()
+    run_rank([tutorial, collectives])

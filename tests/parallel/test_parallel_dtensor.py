@@ -8,13 +8,10 @@ CommDebugMode counts the all-reduces).
 """
 from __future__ import annotations
 
-import json
 import os
-import socket
-import subprocess
-import sys
 
 import pytest
+from _ranks import launch
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(400)]
 
@@ -22,37 +19,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 NPROC = 4
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    torch = pytest.importorskip("torch")
-    import torch.distributed as dist
-
-    if not dist.is_available() or not dist.is_gloo_available():
-        pytest.skip("torch.distributed with gloo is not available")
-    out = tmp_path_factory.mktemp("dist")
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={NPROC}",
-           "--master-addr=127.0.0.1", f"--master-port={_free_port()}",
-           os.path.join(HERE, "_dist_worker.py"), str(out)]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"torchrun did not finish in 300 s:\n{(e.stderr or '')[-3000:]}")
-    results = []
-    for r in range(NPROC):
-        path = out / f"rank{r}.json"
-        assert path.exists(), f"rank {r} wrote nothing (rc={proc.returncode}):\n{proc.stderr[-4000:]}"
-        data = json.loads(path.read_text())
-        assert "exception" not in data, f"rank {r} failed:\n{data['exception']}"
-        results.append(data)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return results
+    pytest.importorskip("torch")
+    return launch(os.path.join(HERE, "_dist_worker.py"), NPROC, tmp_path_factory.mktemp("dist"),
+                  timeout=300)
 
 
 STRATEGIES = {
