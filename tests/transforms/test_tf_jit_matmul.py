@@ -22,16 +22,21 @@ def _decomp(op):
     return _backend._decompositions(flat=True)[op]
 
 
-@needs_onednn
-@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
-def test_large_mm_runs_on_onednn(layout):
+def _operands(m: int, k: int, n: int, layout: str):
+    """Random (m, k) and (k, n) operands, each row-major ("n") or column-major ("t")."""
     g = torch.Generator().manual_seed(0)
-    a = torch.randn(96, 128, generator=g)
-    b = torch.randn(128, 80, generator=g)
+    a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
     if layout[0] == "t":
         a = a.t().contiguous().t()
     if layout[1] == "t":
         b = b.t().contiguous().t()
+    return a, b
+
+
+@needs_onednn
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
+def test_large_mm_runs_on_onednn(layout):
+    a, b = _operands(96, 128, 80, layout)
     f = nx.jit(lambda x, y: x @ y)
     torch.testing.assert_close(f(a, b), a @ b, rtol=1e-5, atol=1e-4)
     assert "nx_jit::onednn_mm" in _ops_called(f, a, b)
@@ -40,13 +45,7 @@ def test_large_mm_runs_on_onednn(layout):
 @pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
 def test_narrow_mm_runs_transposed_on_blas(layout):
     """A large matmul with a narrow output runs as ``(b.T @ a.T).T`` on aten's mm."""
-    g = torch.Generator().manual_seed(0)
-    a = torch.randn(256, 512, generator=g)
-    b = torch.randn(512, 10, generator=g)
-    if layout[0] == "t":
-        a = a.t().contiguous().t()
-    if layout[1] == "t":
-        b = b.t().contiguous().t()
+    a, b = _operands(256, 512, 10, layout)
     f = nx.jit(lambda x, y: x @ y)
     out = f(a, b)
     torch.testing.assert_close(out, a @ b, rtol=1e-5, atol=1e-4)
