@@ -31,6 +31,17 @@ _Tensor = torch.Tensor
 _BUILTIN = type(torch.tanh)
 # builtin torch function -> call(args, kwargs), filled by named_axes._rules.install
 _DIRECT: dict = {}
+# Open name recorders (dicts name -> size), innermost last: the grad family notes which
+# named axes a differentiated function's values carry (see transforms/_grad.py).
+RECORDERS: list = []
+
+
+def _record(data: torch.Tensor, names: tuple) -> None:
+    shape = data.shape
+    for rec in RECORDERS:
+        for i, n in enumerate(names):
+            if n not in rec:
+                rec[n] = shape[i]
 
 
 class NamedTensor:
@@ -61,6 +72,8 @@ class NamedTensor:
         self = object.__new__(cls)
         self._data = data
         self._names = names
+        if RECORDERS and names:
+            _record(data, names)
         return self
 
     # -- shapes ---------------------------------------------------------------
