@@ -17,6 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any, Hashable, Iterator, Mapping
 
 from ._errors import UnboundAxisError, unbound_message
+from ._tensor import RECORDERS
+
+# Recorder key (see NamedTensor._wrap): names bound by frames opened while a
+# differentiated function runs, i.e. a nested xmap's own axes (transforms/_instances.py).
+INNER = object()
 
 __all__ = ["Frame", "bind", "push", "pop", "bound_axes", "axis_size", "current_frame", "frames",
            "conflicts"]
@@ -108,6 +113,9 @@ def push(frame: Frame) -> None:
         st.conflicts = pairs | frame.conflicts
     if frame.engine is not None:
         st.engine = True
+    if RECORDERS:
+        for rec in RECORDERS:
+            rec.setdefault(INNER, set()).update(frame.sizes)
 
 
 def pop() -> None:

@@ -17,14 +17,18 @@ tensor([1., 1.])
 from __future__ import annotations
 
 import functools
+import math
+import threading
 from typing import Any, Callable, Sequence
 
 import torch
 from torch.utils._pytree import tree_flatten
 
+from .._env import bound_axes
 from .._errors import AxisSpecError, AxisTypeError
 from .._layout import align
 from .._tensor import NamedTensor
+from . import _instances
 from ._tree import box_leaf, rebox, unbox
 
 __all__ = ["custom_vjp", "custom_jvp", "closure_convert"]
@@ -54,6 +58,38 @@ def _like(g: Any, like: torch.Tensor, names: tuple | None, what: str):
     return g.expand(like.shape) if g.shape != like.shape else g
 
 
+def _per_instance(g: torch.Tensor, names: tuple, axes: dict) -> NamedTensor:
+    """A cotangent summed over the instances of ``axes`` that its output lacks, as each
+    instance's share: divided by their number, one copy per instance."""
+    lack = _instances.lacking(axes, names)
+    if not lack:
+        return g
+    sizes = tuple(lack.values())
+    share = g / math.prod(sizes)
+    return NamedTensor._wrap(share.expand(sizes + tuple(share.shape)), tuple(lack) + names)
+
+
+def _summed_back(g: Any, names: tuple, axes: dict, inner_mode: bool) -> Any:
+    """A ``bwd`` result for an input named ``names``, in the physical convention: its
+    instances of the axes the input lacks summed (a replicated result, inside a
+    differentiated region, counting once per instance)."""
+    if not isinstance(g, _NT):
+        if inner_mode and isinstance(g, torch.Tensor):
+            scale = math.prod(_instances.lacking(axes, names).values())
+            return g * scale if scale != 1 else g
+        return g
+    extra = tuple(n for n in g._names if n not in names)
+    if extra:
+        dims = [g._names.index(n) for n in extra]
+        g = NamedTensor._wrap(g._data.sum(dims), tuple(n for n in g._names if n not in extra))
+    if inner_mode:
+        scale = math.prod(s for n, s in _instances.lacking(axes, names).items()
+                          if n not in extra)
+        if scale != 1:
+            g = NamedTensor._wrap(g._data * scale, g._names)
+    return g
+
+
 class custom_vjp:
     """A function with a user-supplied VJP: ``f.defvjp(fwd, bwd)``.
 
@@ -68,6 +104,7 @@ class custom_vjp:
         self.fun = fun
         self.nondiff_argnums = tuple(nondiff_argnums)
         self.fwd = self.bwd = None
+        self._in_fwd = threading.local()   # depth of this function's fwd on the stack
         functools.update_wrapper(self, fun)
 
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
@@ -77,10 +114,16 @@ class custom_vjp:
     def __call__(self, *args):
         if self.fwd is None:
             raise AxisTypeError(f"custom_vjp({self.__name__}): call defvjp(fwd, bwd) first")
+        if getattr(self._in_fwd, "depth", 0):   # fwd calls the function itself: its value
+            return self.fun(*args)
         nd = tuple(i % len(args) for i in self.nondiff_argnums)
         diff_pos, leaves, spec, names = _split(args, nd)
         me = self
         box: dict = {}
+        # Per-instance cotangents (see _instances): the axes of the differentiated
+        # region around this call, or, outside one, the axes bound here.
+        region = _instances.current()
+        bound = bound_axes()
 
         def rebuild(phys):
             call = list(args)
@@ -93,7 +136,12 @@ class custom_vjp:
 
             @staticmethod
             def forward(*phys):
-                out, res = me.fwd(*rebuild(phys))
+                state = me._in_fwd
+                state.depth = getattr(state, "depth", 0) + 1
+                try:
+                    out, res = me.fwd(*rebuild(phys))
+                finally:
+                    state.depth -= 1
                 o_leaves, o_spec, o_names = unbox(out)
                 box["out"] = (o_spec, o_names)
                 box["res"] = res
@@ -106,7 +154,10 @@ class custom_vjp:
             @staticmethod
             def backward(ctx, *gs):
                 o_spec, o_names = box["out"]
-                g = rebox(list(gs), o_spec, o_names)
+                axes = region.axes if region is not None else bound
+                inner_mode = region is not None
+                g = rebox([_per_instance(gi, ni or (), axes) for gi, ni in zip(gs, o_names)],
+                          o_spec, [ni if ni is not None else () for ni in o_names])
                 nondiff = [args[i] for i in nd]
                 grads = me.bwd(*nondiff, ctx.res, g)
                 if not isinstance(grads, (tuple, list)):
@@ -117,7 +168,8 @@ class custom_vjp:
                     raise AxisSpecError(f"custom_vjp({me.__name__}): bwd returned "
                                         f"{len(flat)} cotangents for {len(leaves)} "
                                         f"differentiable inputs")
-                return tuple(_like(gi, li, ni, f"custom_vjp({me.__name__}) bwd")
+                return tuple(_like(_summed_back(gi, ni or (), axes, inner_mode), li, ni,
+                                   f"custom_vjp({me.__name__}) bwd")
                              if isinstance(li, torch.Tensor) else None
                              for gi, li, ni in zip(flat, leaves, names))
 

@@ -22,6 +22,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from .._errors import AxisSpecError, AxisTypeError, fmt_named_shape
 from .._layout import align
 from .._tensor import NamedTensor
+from ._instances import Redo, Region, drop_replicated
 from ._tree import box_leaf, expand_over, named_axes_of, rebox, unbox
 
 __all__ = ["grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfwd", "jacrev", "hessian",
@@ -63,9 +64,9 @@ def _named_sizes(args: Sequence) -> dict:
     return sizes
 
 
-def _prepare(args: Sequence, nums: tuple, reduce_axes) -> tuple[list, list]:
-    """Per differentiated argument: (physical leaves, spec, names), broadcast per example."""
-    sizes = _named_sizes(args)
+def _prepare(args: Sequence, nums: tuple, sizes: dict, reduce_axes) -> list:
+    """Per differentiated argument: (physical leaves, spec, names), broadcast along
+    ``sizes`` (except ``reduce_axes``) so there is one copy per instance."""
     prepared = []
     for i in nums:
         a = args[i]
@@ -80,6 +81,10 @@ def _prepare(args: Sequence, nums: tuple, reduce_axes) -> tuple[list, list]:
         arg = tree_map(lambda leaf: expand_over(leaf, sizes, reduce_axes), a)
         prepared.append(unbox(arg))
     return prepared
+
+
+def _names_of(leaf: Any) -> tuple:
+    return leaf._names if type(leaf) is _NT else ()
 
 
 def _rebox(leaves: Sequence, spec: Any, names: list) -> Any:
@@ -144,8 +149,16 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         nums = nums_for.get(len(args))
         if nums is None:
             nums = nums_for[len(args)] = _argnums(argnums, len(args), what)
-        prepared = _prepare(args, nums, reduce_axes)
+        sizes = _named_sizes(args)
+        try:
+            return _value_and_grad_once(args, nums, sizes, True)
+        except Redo as redo:   # a closed-over value carries axes the arguments lack
+            return _value_and_grad_once(args, nums, {**sizes, **redo.args[0]}, False)
+
+    def _value_and_grad_once(args, nums, sizes, first_run):
+        prepared = _prepare(args, nums, sizes, reduce_axes)
         out_names: list = []
+        region = Region(sizes, reduce_axes)
 
         def phys_fun(*phys):
             out = _call(fun, args, nums, prepared, phys)
@@ -153,8 +166,13 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
             if has_aux and not (isinstance(out, tuple) and len(out) == 2):
                 raise AxisTypeError(f"{what}: has_aux=True needs fun to return (loss, aux)")
             data = _scalar_phys(loss, what)
+            names = loss._names if isinstance(loss, _NT) else ()
             out_names[:] = [loss._names if isinstance(loss, _NT) else None]
-            total = data.sum() if data.dim() else data   # per-example losses: their sum
+            region.settle(first_run)
+            total = data.sum() if data.dim() else data   # per-instance losses: their sum
+            scale = region.seed_scale(names)
+            if scale != 1:   # a loss lacking a relevant axis counts once per instance
+                total = total * scale
             if not has_aux:
                 return total, (data, [])
             aux_leaves, aux_spec, aux_names = unbox(aux)
@@ -163,20 +181,28 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
             return total, (data, [a for a in aux_leaves if isinstance(a, torch.Tensor)])
 
         aux_box: list = []
-        if _autograd_ok(prepared):
-            g, (value, aux_tensors) = _autograd_grad_and_value(phys_fun, prepared)
-        else:
-            g, (_, (value, aux_tensors)) = torch.func.grad_and_value(
-                phys_fun, argnums=tuple(range(len(nums))), has_aux=True)(
-                    *[p[0] for p in prepared])
+        with region:
+            if _autograd_ok(prepared):
+                g, (value, aux_tensors) = _autograd_grad_and_value(phys_fun, prepared)
+            else:
+                g, (_, (value, aux_tensors)) = torch.func.grad_and_value(
+                    phys_fun, argnums=tuple(range(len(nums))), has_aux=True)(
+                        *[p[0] for p in prepared])
         grads = tuple([_rebox(gl, spec, names) for gl, (_, spec, names) in zip(g, prepared)])
+        added = tuple(n for n in sizes if n not in reduce_axes)
+        if added:   # fold copies made by the broadcast that JAX computes once
+            grads = tuple(tree_map(lambda leaf, orig: drop_replicated(leaf, tuple(
+                n for n in added if n not in _names_of(orig))), gr, args[i])
+                for gr, i in zip(grads, nums))
         grads = grads[0] if isinstance(argnums, int) else grads
-        value = box_leaf(value, out_names[0])
+        value = drop_replicated(box_leaf(value, out_names[0]), added)
         if has_aux:
             aux_leaves, aux_spec, aux_names = aux_box
             it = iter(aux_tensors)
             aux_leaves = [next(it) if isinstance(a, torch.Tensor) else a for a in aux_leaves]
-            return (value, rebox(aux_leaves, aux_spec, aux_names)), grads
+            aux = tree_map(lambda a: drop_replicated(a, added),
+                           rebox(aux_leaves, aux_spec, aux_names))
+            return (value, aux), grads
         return value, grads
 
     return run
@@ -323,9 +349,9 @@ def _align_like(value: Any, like: torch.Tensor, names: tuple | None, what: str) 
     return data.expand(like.shape) if data.shape != like.shape else data
 
 
-def _unbox_primals(primals, what, reduce_axes=None):
+def _unbox_primals(primals, what, reduce_axes=None, sizes=None):
     if reduce_axes is not None:
-        sizes = named_axes_of(primals)
+        sizes = named_axes_of(primals) if sizes is None else sizes
         primals = tuple(tree_map(lambda l: expand_over(l, sizes, reduce_axes), p)
                         for p in primals)
     return [unbox(p) for p in primals]
@@ -341,27 +367,46 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False, reduce_axes: Sequen
     """``(fun(*primals), vjp_fn)`` (plus ``aux``); ``vjp_fn(cotangent)`` returns a tuple.
 
     Cotangents of named outputs may be NamedTensors (aligned by name) or plain tensors
-    (broadcast along the output's named axes).
+    (broadcast along the output's named axes).  Inside a named program the cotangent
+    is per instance, as in JAX (see :mod:`._instances`): an output lacking a named axis
+    that the computation involves receives the given cotangent in every instance.
 
     >>> import torch, named_axes as nx
     >>> out, f_vjp = nx.vjp(torch.sin, torch.zeros(2))
     >>> f_vjp(torch.ones(2))
     (tensor([1., 1.]),)
     """
+    reduce_axes = tuple(reduce_axes)
+    sizes = named_axes_of(primals)
+    try:
+        return _vjp_once(fun, primals, has_aux, reduce_axes, sizes, True)
+    except Redo as redo:   # a closed-over value carries axes the primals lack
+        return _vjp_once(fun, primals, has_aux, reduce_axes, {**sizes, **redo.args[0]}, False)
+
+
+def _vjp_once(fun, primals, has_aux, reduce_axes, sizes, first_run):
     what = f"vjp({getattr(fun, '__name__', 'fun')})"
-    boxes = _unbox_primals(primals, what, tuple(reduce_axes))
+    boxes = _unbox_primals(primals, what, reduce_axes, sizes)
     out_box: list = []
     aux_box: list = []
+    region = Region(sizes, reduce_axes)
     inner = _rebuild(fun, boxes)
+
+    def settled(*phys):
+        out = inner(*phys)
+        region.settle(first_run)
+        return out
+
     if has_aux:
         def split(*phys):
-            out, aux = inner(*phys)
+            out, aux = settled(*phys)
             aux_box[:] = [unbox(aux)]
             return out
         target = _phys_outputs(split, out_box)
     else:
-        target = _phys_outputs(inner, out_box)
-    res = torch.func.vjp(target, *[b[0] for b in boxes])
+        target = _phys_outputs(settled, out_box)
+    with region:
+        res = torch.func.vjp(target, *[b[0] for b in boxes])
     out_leaves, vjp_phys = res[0], res[1]
     spec, names = out_box
     out = rebox(out_leaves, spec, names)
@@ -371,9 +416,13 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False, reduce_axes: Sequen
         if len(cts) != len(out_leaves):
             raise AxisSpecError(f"{what}: the cotangent has {len(cts)} leaves but the output "
                                 f"has {len(out_leaves)}")
-        phys = tuple(_align_like(c, o, n, f"{what} cotangent {i}")
-                     for i, (c, o, n) in enumerate(zip(cts, out_leaves, names)))
-        grads = vjp_phys(phys)
+        phys = []
+        for i, (c, o, n) in enumerate(zip(cts, out_leaves, names)):
+            ct = _align_like(c, o, n, f"{what} cotangent {i}")
+            scale = region.seed_scale(n or ())
+            phys.append(ct * scale if scale != 1 else ct)   # once per instance
+        with region:
+            grads = vjp_phys(tuple(phys))
         return tuple(rebox(g, spec_, names_) for g, (_, spec_, names_) in zip(grads, boxes))
 
     if has_aux:
@@ -453,11 +502,38 @@ def linearize(fun: Callable, *primals: Any):
     def jvp_fn(*tangents):
         if len(tangents) != len(boxes):
             raise AxisSpecError(f"{what}: {len(tangents)} tangents for {len(boxes)} primals")
+        t_leaves = [tree_flatten(t)[0] for t in tangents]
+        # tangents may carry named axes of their own (jvp_fn mapped over a batch of
+        # tangents, e.g. by an enclosing xmap): the linear map runs once per index
+        extra: dict = {}
+        for (_, _, pn), tl in zip(boxes, t_leaves):
+            for v, n in zip(tl, pn):
+                if isinstance(v, _NT):
+                    for a, size in zip(v._names, v._data.shape):
+                        if a not in (n or ()):
+                            extra.setdefault(a, size)
+        ext = tuple(extra)
         flat_t = []
-        for k, ((leaves, _, pn), t) in enumerate(zip(boxes, tangents)):
-            flat_t += [_align_like(v, p, n, f"{what} tangent {k}")
-                       for v, p, n in zip(tree_flatten(t)[0], leaves, pn)]
-        return rebox(jvp_phys(*flat_t), spec, names)
+        for k, ((leaves, _, pn), tl) in enumerate(zip(boxes, t_leaves)):
+            for v, p, n in zip(tl, leaves, pn):
+                if ext:
+                    v = expand_over(v, extra) if isinstance(v, _NT) else \
+                        NamedTensor._wrap(torch.as_tensor(v).expand(
+                            tuple(extra.values()) + tuple(p.shape)), ext)
+                    like = p.expand(tuple(extra.values()) + tuple(p.shape))
+                    flat_t.append(_align_like(v, like, ext + tuple(n or ()),
+                                              f"{what} tangent {k}"))
+                else:
+                    flat_t.append(_align_like(v, p, n, f"{what} tangent {k}"))
+        if not ext:
+            return rebox(jvp_phys(*flat_t), spec, names)
+        run = jvp_phys
+        for _ in ext:
+            run = torch.func.vmap(run)
+        outs = run(*flat_t)
+        outs = outs if isinstance(outs, (tuple, list)) else (outs,)
+        leaves_out = [NamedTensor._wrap(o, ext + tuple(n or ())) for o, n in zip(outs, names)]
+        return tree_unflatten(leaves_out, spec)
 
     return rebox(out, spec, names), jvp_fn
 

@@ -1,0 +1,149 @@
+"""Per-instance cotangents inside named programs: JAX 0.4.30's xmap convention.
+
+Inside a named program every value is one value *per instance* of the named axes (a
+value lacking an axis is replicated along it), and so is every cotangent: the gradient
+of a differentiated input is, per instance, the derivative of the sum of all instances'
+losses with respect to that instance's copy of the input; ``psum`` transposes to
+``psum``.  However a value entered the function (argument, closure, intermediate), the
+rule is the same (SPEC §4).
+
+Physically a NamedTensor stores one slice per named index of the axes it carries, so a
+value that lacks axis ``a`` has one cotangent where JAX has ``size(a)`` of them.  The
+grad family makes that exact with three steps, all decided here:
+
+1. *Which axes matter* — a :class:`Region` records the named axes of every value built
+   while the differentiated function runs (``NamedTensor._wrap`` notes them), except
+   axes bound by frames opened inside it (a nested xmap's own axes).  The
+   differentiated inputs are broadcast along those axes (not along ``reduce_axes``) so
+   autodiff sees one copy per instance; if the first run meets an axis it did not
+   broadcast along (a closed-over named value), it is run again with it.
+2. *The seed* — the loss is summed over all instances: a loss lacking a relevant axis
+   counts once per index of it (``loss.sum() * size``).  With plain derivative rules for
+   the collectives this is JAX's transpose convention (``psum`` of a replicated value
+   is ``size * value``, ``pmean`` of a per-instance one is their mean).
+3. *User rules* — a :class:`~named_axes.custom_vjp` whose output lacks a relevant axis
+   receives the sum of the instances' cotangents; its ``bwd`` sees each instance's
+   share (the sum divided by the size, per instance), and its results are summed back
+   (a replicated result counts once per instance).  Exact for rules linear in the
+   cotangent and uniform across instances (``f_psum``/``g_psum``, clipping by a
+   constant...), which is what JAX code writes.
+
+>>> import torch, named_axes as nx
+>>> xb = nx.named(torch.tensor([[1., 2.], [3., 4.]]), {0: 'b'})
+>>> per_example = nx.xmap(lambda w: nx.grad(lambda w: nx.lax.pmean((xb * w).sum(), 'b'))(w),
+...                       in_axes=[...], out_axes=['b', ...], axis_sizes={'b': 2})
+>>> per_example(torch.ones(2))     # xb per instance, though xb is closed over
+tensor([[1., 2.],
+        [3., 4.]])
+"""
+from __future__ import annotations
+
+import math
+from typing import Hashable
+
+import torch
+
+from .._env import INNER, bound_axes
+from .._tensor import RECORDERS, NamedTensor
+
+__all__ = ["Region", "REGIONS", "Redo", "current", "lacking", "drop_replicated"]
+
+_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_dispatch_depth = torch._C._len_torch_dispatch_stack
+
+REGIONS: list = []  # open regions, innermost last
+
+
+class Redo(Exception):
+    """Raised inside a first run that met axes its inputs were not broadcast along."""
+
+
+class Region:
+    """One differentiated call: which named axes its values carry.
+
+    ``expanded``: the axes the differentiated inputs are broadcast along.
+    ``axes``: every relevant axis (name -> size), final once the function has run.
+    """
+
+    __slots__ = ("seen", "expanded", "reduce", "axes", "inner_mode")
+
+    def __init__(self, expanded: dict, reduce_axes: tuple, inner_mode: bool = True) -> None:
+        self.seen: dict = {}
+        self.expanded = expanded
+        self.reduce = reduce_axes
+        self.axes: dict = dict(expanded)
+        self.inner_mode = inner_mode
+
+    def __enter__(self) -> "Region":
+        RECORDERS.append(self.seen)
+        REGIONS.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        RECORDERS.remove(self.seen)
+        REGIONS.remove(self)
+
+    def settle(self, first_run: bool) -> None:
+        """Fold the recorded axes into ``axes``; :class:`Redo` if a first run must
+        broadcast its inputs along more axes."""
+        inner = self.seen.get(INNER, ())
+        missing = {}
+        for n, size in self.seen.items():
+            if n is INNER or n in inner or n in self.axes:
+                continue
+            self.axes[n] = size
+            if n not in self.reduce:
+                missing[n] = size
+        if missing and first_run:
+            raise Redo(missing)
+
+    def seed_scale(self, names: tuple) -> int:
+        """How many instances a loss carrying ``names`` stands for."""
+        return math.prod(s for n, s in self.axes.items() if n not in names)
+
+
+def current() -> Region | None:
+    return REGIONS[-1] if REGIONS else None
+
+
+def lacking(axes: dict, names: tuple) -> dict:
+    """The axes of ``axes`` (name -> size) that ``names`` lacks."""
+    return {n: s for n, s in axes.items() if n not in names}
+
+
+
+def _concrete(t) -> bool:
+    """Whether ``t`` holds real values we may read (not traced, fake or batched)."""
+    return ((type(t) is torch.Tensor or type(t) is torch.nn.Parameter)
+            and not _is_wrapped(t) and not _dispatch_depth()
+            and not torch.compiler.is_compiling())
+
+
+def drop_replicated(value, candidates) -> object:
+    """``value`` (a NamedTensor) without the ``candidates`` axes along which its
+    slices are all equal.
+
+    The differentiated inputs are broadcast along the axes a closed-over value carries,
+    so a result that JAX computes once (unbatched) comes out once per instance, all
+    copies equal; they are folded back to one.  Reading values is only possible on
+    real tensors: under tracing (make_fx, nx.jit, torch.compile, torch.func), and for a
+    chunk of a ``SerialLoop`` axis, the copies are kept, which changes named shapes
+    (an output may then need to place the axis), never values.
+    """
+    if type(value) is not NamedTensor or not candidates or not _concrete(value._data):
+        return value
+    data, names = value._data, value._names
+    bound = bound_axes()
+    for n in candidates:
+        if n not in names:
+            continue
+        d = names.index(n)
+        if data.shape[d] != bound.get(n, data.shape[d]):
+            continue   # a chunk of a SerialLoop axis: the other chunks are not here
+        first = data.narrow(d, 0, 1)
+        if torch.equal(data, first.expand_as(data)):
+            data = first.squeeze(d)
+            names = names[:d] + names[d + 1:]
+    if names is value._names:
+        return value
+    return NamedTensor._wrap(data, names)
