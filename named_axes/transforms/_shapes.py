@@ -1,7 +1,9 @@
 """``eval_shape``: the shapes, dtypes and named shapes of a program's results, no FLOPs.
 
 The program runs on fake tensors (``FakeTensorMode``): every op computes metadata
-only.  Arguments may be tensors, NamedTensors or :class:`ShapeDtypeStruct`.
+only.  Arguments may be tensors, NamedTensors, :class:`ShapeDtypeStruct` or any object
+with ``shape`` and ``dtype`` (a torch or numpy dtype; ``named_shape`` optional), as in
+JAX.
 
 >>> import torch, named_axes as nx
 >>> nx.eval_shape(lambda x: x.sum(0), nx.ShapeDtypeStruct((5, 3), torch.float32, {'b': 2}))
@@ -53,6 +55,22 @@ def materialize(s: ShapeDtypeStruct, factory=torch.empty, device=None) -> Any:
     return NamedTensor._wrap(data, tuple(named)) if named else data
 
 
+def _torch_dtype(dtype: Any) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    import numpy as np
+    try:
+        return torch.from_numpy(np.empty(0, dtype=np.dtype(dtype))).dtype
+    except TypeError:
+        raise AxisTypeError(f"eval_shape: dtype {dtype!r} has no torch equivalent") from None
+
+
+def _duck_array(x: Any) -> bool:
+    """An argument that only has ``shape`` and ``dtype`` (JAX's duck-typed arrays)."""
+    return (not isinstance(x, (torch.Tensor, NamedTensor)) and hasattr(x, "shape")
+            and hasattr(x, "dtype") and not isinstance(x, type))
+
+
 def _describe(x: Any) -> Any:
     if isinstance(x, NamedTensor):
         return ShapeDtypeStruct(tuple(x.shape), x.dtype, x.named_shape)
@@ -78,12 +96,16 @@ def eval_shape(fun: Callable, *args: Any, **kwargs: Any) -> Any:
         def fake(x):
             if isinstance(x, ShapeDtypeStruct):
                 return materialize(x)
+            if _duck_array(x):
+                return materialize(ShapeDtypeStruct(tuple(x.shape), _torch_dtype(x.dtype),
+                                                    getattr(x, "named_shape", None) or {}))
             if isinstance(x, NamedTensor):
                 return NamedTensor._wrap(mode.from_tensor(x._data), x._names)
             if isinstance(x, torch.Tensor):
                 return mode.from_tensor(x)
             return x
-        fargs = tree_map(fake, args, is_leaf=lambda x: isinstance(x, ShapeDtypeStruct))
-        fkw = tree_map(fake, kwargs, is_leaf=lambda x: isinstance(x, ShapeDtypeStruct))
+        leaf = lambda x: isinstance(x, ShapeDtypeStruct) or _duck_array(x)  # noqa: E731
+        fargs = tree_map(fake, args, is_leaf=leaf)
+        fkw = tree_map(fake, kwargs, is_leaf=leaf)
         out = fun(*fargs, **fkw)
     return tree_map(_describe, out, is_leaf=lambda x: isinstance(x, NamedTensor))

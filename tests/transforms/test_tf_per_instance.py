@@ -242,3 +242,29 @@ def test_custom_vjp_nondiff_argnums():
     app.defvjp(lambda f, x: (app(f, x), x), lambda f, x, g: (5 * g,))
     torch.testing.assert_close(nx.grad(lambda x: app(torch.sin, x))(torch.tensor(3.)),
                                torch.tensor(5.))
+
+
+def test_grad_with_and_without_reduce_axes_under_a_mesh():
+    import numpy as np
+    mesh = nx.Mesh(np.array(nx.devices()[:1]), ('x',))
+
+    def body(w, x):
+        loss = lambda w: (x * w).sum()  # noqa: E731
+        return nx.grad(loss)(w), nx.grad(loss, reduce_axes=('batch',))(w)
+    with mesh:
+        per_example, reduced = nx.xmap(body, in_axes=([...], ['batch', ...]),
+                                       out_axes=(['batch', ...], [...]),
+                                       axis_resources={'batch': 'x'})(torch.ones(3), XB)
+    torch.testing.assert_close(per_example, XB)
+    torch.testing.assert_close(reduced, XB.sum(0))
+
+
+def test_eval_shape_on_duck_typed_arrays():
+    # jax.eval_shape's own example: objects with only .shape and .dtype
+    class MyArgArray:
+        def __init__(self, shape, dtype):
+            self.shape, self.dtype = shape, dtype
+    f = lambda A, x: torch.tanh(torch.matmul(A, x))  # noqa: E731
+    out = nx.eval_shape(f, MyArgArray((2000, 3000), torch.float32),
+                        MyArgArray((3000, 1000), 'float32'))
+    assert out.shape == (2000, 1000) and out.dtype == torch.float32
