@@ -28,14 +28,36 @@ from ._devices import (Device, backend_device, device_count, device_get, device_
                        local_devices, process_count, process_index)
 from ._mesh import Mesh, SerialLoop, current_mesh, mesh
 from ._plan import Plan, make_plan, resource_conflicts
+from ._sharded import (NamedSharding, PartitionSpec, counter_normal, counter_uniform,
+                       make_array_from_callback, make_array_from_process_local_data,
+                       sharding_of)
 
 __all__ = [
     "Mesh", "mesh", "SerialLoop", "pmap", "devices", "local_devices", "device_count",
     "local_device_count", "process_index", "process_count", "device_put",
     "device_put_replicated", "device_put_sharded", "device_get", "Device", "Plan",
     "make_plan", "resource_conflicts", "run_partitioned", "current_mesh", "backend_device",
-    "plan_for",
+    "plan_for", "NamedSharding", "PartitionSpec", "make_array_from_process_local_data",
+    "make_array_from_callback", "counter_normal", "counter_uniform", "sharding_of",
+    "comm_summary",
 ]
+
+
+def comm_summary(reset: bool = False) -> dict:
+    """What the DTensor engine moved on its own account since the last reset (input
+    checks, redistributed inputs, gradient reductions, full/sharded outputs); see
+    :class:`._dtensor.CommSummary`.  ``reset=True`` clears it after reading."""
+    import sys
+
+    mod = sys.modules.get(__name__ + "._dtensor")
+    if mod is None:
+        from ._dtensor import CommSummary
+
+        return CommSummary().as_dict()
+    out = mod.SUMMARY.as_dict()
+    if reset:
+        mod.SUMMARY.reset()
+    return out
 
 
 def plan_for(axis_resources: Mapping, axis_sizes: Mapping, *, what: str = "xmap") -> Plan:
@@ -66,9 +88,10 @@ def run_partitioned(body: Callable, named_args: list, *, axis_sizes: Mapping,
     """Run ``body(named_leaves, engine=...)`` with named axes placed per ``axis_resources``.
 
     The entry point xmap uses (see docs/CONTRACT.md).  ``named_args`` are the flat
-    argument leaves (NamedTensors holding full logical values, or other leaves);
-    returns the flat output leaves as full values (or DTensors with
-    ``Mesh(..., outputs='dtensor')``).  ``donate_argnums`` is accepted; no engine here
+    argument leaves (NamedTensors holding full logical values or DTensors, or other
+    leaves); returns the flat output leaves as full values when every input was full,
+    as DTensors laid out per the plan when some input was a DTensor (``Mesh(outputs=...)``
+    overrides).  ``donate_argnums`` is accepted; no engine here
     reuses input buffers yet, so inputs are left intact.
 
     Raises:

@@ -192,12 +192,24 @@ def _map(fn, tree):
     return tree_map(fn, tree)
 
 
-def device_put(x: Any, device: Any = None) -> Any:
+def device_put(x: Any, device: Any = None, *, axes: Any = None) -> Any:
     """Move every tensor in ``x`` (a pytree) to ``device`` (default: the first local device).
 
-    NamedTensors keep their names.  Returns tensors of torch's own kinds.
+    NamedTensors keep their names.  Returns tensors of torch's own kinds.  With an
+    ``nx.NamedSharding`` as ``device``, every rank keeps only its shard of ``x`` (the same
+    full value on every rank; nothing is sent) and gets a DTensor; ``axes`` (an
+    ``in_axes``-style mapping, a pytree prefix of ``x``) names the dims for a dict spec.
     """
     from .._tensor import NamedTensor
+    from ._sharded import NamedSharding, shard_put
+
+    if isinstance(device, NamedSharding):
+        if device.mesh.size == 1 and not dist_initialized():
+            return x   # one device: nothing to split
+        return shard_put(x, device, axes)
+    if axes is not None:
+        raise TypeError("device_put: axes= names dims for an nx.NamedSharding; got device "
+                        f"{device!r}")
 
     dev = _target(device) or local_devices()[0].torch_device
 

@@ -38,6 +38,12 @@ def device_mesh(m) -> Any:
         import torch.distributed as dist
         from torch.distributed.device_mesh import DeviceMesh
 
+        key = (m.platform, tuple(m.axis_names), m.device_ids.tobytes(), m.device_ids.shape)
+        shared = _DEVICE_MESHES.get(key)
+        if shared is not None:   # equal meshes share one DeviceMesh (and its groups)
+            m._cache["device_mesh"], m._cache["check_group"] = shared
+            return shared[0]
+
         if not (dist.is_available() and dist.is_initialized()):
             raise AxisResourceError(
                 f"{m!r} spans {m.size} devices, but torch.distributed is not initialized; "
@@ -55,7 +61,51 @@ def device_mesh(m) -> Any:
         ranks = sorted(int(r) for r in ids.flatten())
         m._cache["check_group"] = (None if ranks == list(range(world))
                                    else dist.new_group(ranks))
+        _DEVICE_MESHES[key] = (dm, m._cache["check_group"])
     return dm
+
+
+_DEVICE_MESHES: dict = {}
+
+
+class CommSummary:
+    """What the DTensor engine moved on its own account (beyond the program's collectives),
+    accumulated over calls: ``nx.parallel.comm_summary()`` reads it, ``.reset()`` clears it.
+
+    Attributes:
+        calls: engine runs.
+        input_checks: cross-rank input checks (one all-gather each; once per new input
+            structure).
+        distributed_inputs: full inputs split locally (no communication).
+        sharded_inputs: DTensor inputs taken as they are (no communication).
+        redistributed_inputs: DTensor inputs whose layout differed from the plan's, moved
+            by ``redistribute``; ``redistributions`` lists ``(value, from, to)``.
+        gradient_reductions: collectives that reduced sharded inputs' gradients to the
+            inputs' layouts (one flat all-reduce per group of partial sums).
+        full_outputs / sharded_outputs: outputs returned full / as DTensors.
+    """
+
+    FIELDS = ("calls", "input_checks", "distributed_inputs", "sharded_inputs",
+              "redistributed_inputs", "gradient_reductions", "full_outputs", "sharded_outputs")
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        for f in self.FIELDS:
+            setattr(self, f, 0)
+        self.redistributions: list = []
+
+    def as_dict(self) -> dict:
+        d = {f: getattr(self, f) for f in self.FIELDS}
+        d["redistributions"] = list(self.redistributions)
+        return d
+
+    def __repr__(self) -> str:
+        return f"CommSummary({self.as_dict()})"
+
+
+SUMMARY = CommSummary()
 
 
 def fingerprint(leaves: list) -> list:
@@ -64,14 +114,38 @@ def fingerprint(leaves: list) -> list:
     for i, x in enumerate(leaves):
         if isinstance(x, NamedTensor):
             out.append(f"leaf {i}: {x._data.dtype} physical {tuple(x._data.shape)} "
-                       f"named {x._names!r}")
+                       f"named {x._names!r}{_layout(x._data)}")
         elif isinstance(x, torch.Tensor):
-            out.append(f"leaf {i}: {x.dtype} {tuple(x.shape)}")
+            out.append(f"leaf {i}: {x.dtype} {tuple(x.shape)}{_layout(x)}")
         elif x is None or isinstance(x, (bool, int, float, complex, str)):
             out.append(f"leaf {i}: {x!r}")
         else:
             out.append(f"leaf {i}: {type(x).__name__}")
     return out
+
+
+def _layout(x) -> str:
+    if type(x).__name__ == "DTensor":
+        return f" sharded {[str(p) for p in x.placements]}"
+    return ""
+
+
+def _structure_key(leaves: list) -> tuple:
+    """A cheap hashable key of the inputs' structure (what :func:`fingerprint` spells)."""
+    key = []
+    for x in leaves:
+        if isinstance(x, NamedTensor):
+            d = x._data
+            key.append((d.dtype, tuple(d.shape), x._names,
+                        tuple(d.placements) if type(d).__name__ == "DTensor" else None))
+        elif isinstance(x, torch.Tensor):
+            key.append((x.dtype, tuple(x.shape),
+                        tuple(x.placements) if type(x).__name__ == "DTensor" else None))
+        elif x is None or isinstance(x, (bool, int, float, complex, str)):
+            key.append((type(x), x))
+        else:
+            key.append(type(x))
+    return tuple(key)
 
 
 def check_ranks_agree(leaves: list, group, what: str = "xmap") -> None:
@@ -236,31 +310,93 @@ def to_full(x: Any) -> Any:
     return x
 
 
+def _partial_dims(have, want) -> tuple | None:
+    """The mesh dims where ``have`` is a partial sum and ``want`` replicated, if that is the
+    only difference (an all-reduce over those dims turns one into the other); else None."""
+    dims = []
+    for k, (a, b) in enumerate(zip(have, want)):
+        if a == b:
+            continue
+        if a.is_partial() and getattr(a, "reduce_op", "sum") == "sum" and b.is_replicate():
+            dims.append(k)
+        else:
+            return None
+    return tuple(dims)
+
+
+def reduce_to(gs, targets, dm) -> list:
+    """Gradients (DTensors) -> the given placements.  Partial sums that only need an
+    all-reduce share one flat all-reduce per (mesh dims, dtype); the rest redistribute.
+    Nothing is all-gathered that the target keeps sharded."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    out = list(gs)
+    groups: dict = {}
+    for i, (g, t) in enumerate(zip(gs, targets)):
+        if g is None or type(g).__name__ != "DTensor" or tuple(g.placements) == tuple(t):
+            continue
+        dims = _partial_dims(g.placements, t)
+        if dims is None:
+            out[i] = g.redistribute(dm, t)
+            SUMMARY.gradient_reductions += 1
+        else:
+            groups.setdefault((dims, g.dtype), []).append(i)
+    for (dims, _), idx in groups.items():
+        local = [gs[i].to_local() for i in idx]
+        flat = torch.cat([t.reshape(-1) for t in local])
+        for k in dims:
+            dist.all_reduce(flat, group=dm.get_group(k))
+            SUMMARY.gradient_reductions += 1
+        for i, t, piece in zip(idx, local, flat.split([t.numel() for t in local])):
+            out[i] = DTensor.from_local(piece.view(t.shape), dm, targets[i], run_check=False,
+                                        shape=gs[i].shape, stride=gs[i].stride())
+    return out
+
+
+class _KeepLayout(torch.autograd.Function):
+    """DTensor inputs -> the same values; backward: each gradient -> its input's placements
+    (so the gradient of a sharded parameter is sharded like it: no all-gather), the partial
+    sums over data-parallel mesh axes reduced together (:func:`reduce_to`)."""
+
+    @staticmethod
+    def forward(dm, placements, *xs):
+        return tuple(x.view_as(x) for x in xs)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.dm, ctx.placements = inputs[0], inputs[1]
+
+    @staticmethod
+    def backward(ctx, *gs):
+        return (None, None, *reduce_to(gs, ctx.placements, ctx.dm))
+
+
+def _fmt_place(placements) -> str:
+    return "[" + ", ".join(str(p) for p in placements) + "]"
+
+
+_MAX_CHECKED = 256
+
+
 class DTensorEngine:
     """Runs a named program on DTensors over the :class:`Mesh`'s ``DeviceMesh``."""
 
-    def __init__(self, plan, mesh, *, outputs: str = "full") -> None:
+    def __init__(self, plan, mesh, *, outputs: str = "auto") -> None:
         self.plan = plan
         self.mesh = mesh
         self.outputs = outputs
+        self.on_mismatch = getattr(mesh, "on_mismatch", "redistribute")
         self.device_mesh = device_mesh(mesh)
-        # Cross-rank input check on every run (SerialLoop chunks included: each rank runs
-        # the same chunks, so the checks pair up).
+        # Cross-rank input check, once per new input structure (SerialLoop chunks included:
+        # each rank runs the same chunks, so the checks pair up).
         self.check_inputs = True
+        self.sharded_in = False
         register_collectives()
         self.device = torch.device(self.device_mesh.device_type, torch.cuda.current_device()) \
             if self.device_mesh.device_type == "cuda" else torch.device("cpu")
 
-    def _split_spec(self, leaf: Any, what: str):
-        """``(data, placements)`` for an input leaf to split, or None to pass it through."""
-        if isinstance(leaf, NamedTensor):
-            data, names = leaf._data, leaf._names
-        elif isinstance(leaf, torch.Tensor):
-            data, names = leaf, ()
-        else:
-            return None
-        if type(data).__name__ == "DTensor":
-            return None
+    def _check_names(self, names: tuple, what: str) -> None:
         self.plan.check_value(names, what)
         for n in names:
             if not self.plan.in_mesh_order(n):
@@ -269,43 +405,145 @@ class DTensorEngine:
                     f"axis_resources maps axis {n!r} to mesh axes {axes!r}, against the mesh's "
                     f"axis order {self.plan.mesh_axis_names!r}; the DTensor engine splits a dim "
                     f"over several mesh axes in mesh order only: list them in that order")
+
+    def _split_spec(self, leaf: Any, what: str):
+        """``(data, placements)`` for a full input leaf to split, or None to pass it through."""
+        if isinstance(leaf, NamedTensor):
+            data, names = leaf._data, leaf._names
+        elif isinstance(leaf, torch.Tensor):
+            data, names = leaf, ()
+        else:
+            return None
+        if type(data).__name__ == "DTensor":
+            return None
+        self._check_names(names, what)
         if data.device != self.device:
             data = data.to(self.device)
         return data, _placements(self.plan, names, data.dim() - len(names))
 
+    def _mismatch(self, dt, want, names: tuple, what: str) -> str:
+        have = _fmt_place(dt.placements)
+        return (f"{what} (named axes {names!r}, global shape {tuple(dt.shape)}) is a DTensor "
+                f"laid out {have} over mesh axes {self.plan.mesh_axis_names!r}, but "
+                f"axis_resources {self.plan.resources!r} places it {_fmt_place(want)}")
+
     def to_dtensors(self, leaves: list) -> list:
-        """Input leaves -> NamedTensors over DTensors placed per the plan (nothing moves:
-        each rank keeps its own slice of the full input)."""
-        specs = [self._split_spec(x, f"argument leaf {i}") for i, x in enumerate(leaves)]
-        idx = [i for i, sp in enumerate(specs) if sp is not None]
-        dts = distribute_many([specs[i][0] for i in idx], self.device_mesh,
-                              [specs[i][1] for i in idx])
+        """Input leaves -> NamedTensors over DTensors placed per the plan.  Full inputs are
+        split locally (each rank keeps its own slice: nothing moves); DTensor inputs whose
+        layout matches the plan are taken as they are; others are redistributed (counted
+        in :data:`SUMMARY`) or refused (``Mesh(on_mismatch='error')``)."""
         out = list(leaves)
-        for i, dt in zip(idx, dts):
-            leaf = leaves[i]
-            out[i] = NamedTensor._wrap(dt, leaf._names) if isinstance(leaf, NamedTensor) else dt
+        full_idx, full_data, full_place = [], [], []
+        sharded = []   # (i, names, dtensor, wanted placements)
+        for i, leaf in enumerate(leaves):
+            if isinstance(leaf, NamedTensor):
+                data, names = leaf._data, leaf._names
+            elif isinstance(leaf, torch.Tensor):
+                data, names = leaf, ()
+            else:
+                continue
+            what = f"argument leaf {i}"
+            self._check_names(names, what)
+            want = _placements(self.plan, names, data.dim() - len(names))
+            if type(data).__name__ == "DTensor":
+                if data.device_mesh != self.device_mesh:
+                    raise AxisResourceError(
+                        f"{what} (named axes {names!r}) is a DTensor over mesh "
+                        f"{data.device_mesh!r}, but this xmap runs on {self.device_mesh!r}; "
+                        f"make it over the mesh in scope (nx.NamedSharding(mesh, ...))")
+                sharded.append((i, names, data, want))
+                continue
+            if data.device != self.device:
+                data = data.to(self.device)
+            full_idx.append(i)
+            full_data.append(data)
+            full_place.append(want)
+        dts = distribute_many(full_data, self.device_mesh, full_place)
+        SUMMARY.distributed_inputs += len(full_idx)
+        for i, dt in zip(full_idx, dts):
+            out[i] = dt
+        if sharded:
+            self.sharded_in = True
+            datas = [d for _, _, d, _ in sharded]
+            grad = ([k for k, d in enumerate(datas) if d.requires_grad]
+                    if torch.is_grad_enabled() else [])
+            if grad:
+                kept = _KeepLayout.apply(self.device_mesh,
+                                         [tuple(datas[k].placements) for k in grad],
+                                         *[datas[k] for k in grad])
+                for k, d in zip(grad, kept):
+                    datas[k] = d
+            for (i, names, orig, want), d in zip(sharded, datas):
+                if tuple(d.placements) != tuple(want):
+                    what = f"argument leaf {i}"
+                    if self.on_mismatch == "error":
+                        raise AxisResourceError(
+                            self._mismatch(orig, want, names, what) + "; make it with that "
+                            f"layout (nx.device_put(x, nx.NamedSharding(mesh, "
+                            f"{dict(self.plan.resources)!r}), axes=...)) or use "
+                            f"Mesh(..., on_mismatch='redistribute')")
+                    d = d.redistribute(self.device_mesh, want)
+                    SUMMARY.redistributed_inputs += 1
+                    SUMMARY.redistributions.append(
+                        (f"{what} {names!r}", _fmt_place(orig.placements), _fmt_place(want)))
+                else:
+                    SUMMARY.sharded_inputs += 1
+                out[i] = d
+        for i, leaf in enumerate(leaves):
+            if out[i] is not leaf and isinstance(leaf, NamedTensor):
+                out[i] = NamedTensor._wrap(out[i], leaf._names)
         return out
 
     def to_dtensor(self, leaf: Any, what: str = "an input") -> Any:
         """One input leaf -> a NamedTensor over a DTensor placed per the plan."""
-        spec = self._split_spec(leaf, what)
-        if spec is None:
-            return leaf
-        dt = distribute(spec[0], self.device_mesh, spec[1])
-        return NamedTensor._wrap(dt, leaf._names) if isinstance(leaf, NamedTensor) else dt
+        return self.to_dtensors([leaf])[0]
+
+    def _out_mode(self) -> str:
+        if self.outputs == "auto":
+            return "sharded" if self.sharded_in else "full"
+        return self.outputs
 
     def from_dtensor(self, leaf: Any) -> Any:
-        if self.outputs == "dtensor":
+        mode = self._out_mode()
+        if mode == "dtensor":
             return leaf
         if isinstance(leaf, NamedTensor):
-            return NamedTensor._wrap(to_full(leaf._data), leaf._names)
-        return to_full(leaf)
+            data, names = leaf._data, leaf._names
+        else:
+            data, names = leaf, ()
+        if type(data).__name__ != "DTensor":
+            return leaf
+        if mode == "full":
+            SUMMARY.full_outputs += 1
+            data = to_full(data)
+        else:
+            SUMMARY.sharded_outputs += 1
+            want = _placements(self.plan, names, data.dim() - len(names))
+            if tuple(data.placements) != tuple(want):
+                data = data.redistribute(self.device_mesh, want)
+        return NamedTensor._wrap(data, names) if isinstance(leaf, NamedTensor) else data
+
+    def _check(self, leaves: list) -> None:
+        checked = self.mesh._cache.setdefault("checked_structures", set())
+        key = _structure_key(leaves)
+        try:
+            if key in checked:
+                return
+        except TypeError:   # an unhashable leaf: check every call
+            key = None
+        check_ranks_agree(leaves, self.mesh._cache.get("check_group"))
+        SUMMARY.input_checks += 1
+        if key is not None:
+            if len(checked) >= _MAX_CHECKED:
+                checked.clear()
+            checked.add(key)
 
     def run(self, body: Callable, leaves: list, engine: Any = None) -> list:
         from torch.distributed.tensor.experimental import implicit_replication
 
+        SUMMARY.calls += 1
         if self.check_inputs:
-            check_ranks_agree(leaves, self.mesh._cache.get("check_group"))
+            self._check(leaves)
         dleaves = self.to_dtensors(leaves)
         with implicit_replication():
             outs = body(dleaves, engine=engine if engine is not None else self)

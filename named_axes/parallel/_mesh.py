@@ -73,8 +73,14 @@ class Mesh:
         devices: a numpy array (or nested sequence) of devices: :class:`Device` objects
             from :func:`named_axes.devices`, ``torch.device`` objects, or int ranks.
         axis_names: one name per array axis, e.g. ``('x', 'y')``.
-        outputs: under torch.distributed, ``'full'`` (default) gives xmap's callers full
-            tensors on every rank; ``'dtensor'`` gives the DTensors as computed.
+        outputs: under torch.distributed, what xmap returns: ``'auto'`` (default) full
+            tensors on every rank when every input was full, sharded DTensors (laid out
+            per the plan) when some input was a DTensor; ``'full'`` always full tensors;
+            ``'sharded'`` always DTensors laid out per the plan; ``'dtensor'`` the
+            DTensors as computed (partial sums included).
+        on_mismatch: a DTensor input whose layout differs from the plan's is
+            ``'redistribute'``d (default; counted in ``nx.parallel.comm_summary()``) or
+            refused (``'error'``, an AxisResourceError naming the value and both layouts).
 
     Raises:
         AxisResourceError: when ``len(axis_names)`` differs from the array's rank, a name
@@ -87,13 +93,19 @@ class Mesh:
     """
 
     def __init__(self, devices: Any, axis_names: Sequence[Hashable] | Hashable, *,
-                 outputs: str = "full") -> None:
+                 outputs: str = "auto", on_mismatch: str = "redistribute") -> None:
         import numpy as np
 
-        if outputs not in ("full", "dtensor"):
-            raise AxisResourceError(f"Mesh(outputs={outputs!r}): expected 'full' (full tensors "
-                                    f"on every rank) or 'dtensor' (DTensors as computed)")
+        if outputs not in ("auto", "full", "sharded", "dtensor"):
+            raise AxisResourceError(f"Mesh(outputs={outputs!r}): expected 'auto' (sharded when "
+                                    f"some input is), 'full' (full tensors on every rank), "
+                                    f"'sharded' (DTensors per the plan) or 'dtensor' (DTensors "
+                                    f"as computed)")
+        if on_mismatch not in ("redistribute", "error"):
+            raise AxisResourceError(f"Mesh(on_mismatch={on_mismatch!r}): expected "
+                                    f"'redistribute' or 'error'")
         self.outputs = outputs
+        self.on_mismatch = on_mismatch
 
         if isinstance(axis_names, str) or not isinstance(axis_names, (tuple, list)):
             axis_names = (axis_names,)

@@ -2,7 +2,7 @@
 
 A data-parallel step (every rank passes the full inputs, gets the full loss, and the full
 gradients reach the inputs) needs: the engine's cross-rank input check (one all-gather of
-a digest), one all-reduce for the loss, and the weights' gradients all-reduced -- in one
+a digest, on the first call with a given input structure), one all-reduce for the loss, and the weights' gradients all-reduced -- in one
 collective for all of them, where hand-written code issues one per weight.
 """
 from __future__ import annotations
@@ -40,13 +40,15 @@ def test_data_parallel_step_collectives(ranks):
 
 
 def test_sharded_input_gradient_is_gathered_once(ranks):
-    # the images' gradient is sharded like the images: one all-gather makes it full
+    # the images' gradient is sharded like the images: one all-gather makes it full (no
+    # input check: this input structure was checked by the first call)
     for res in ranks:
-        assert res["batch_images"]["comms"] == {"allgather_": 1, "all_reduce": 2,
-                                                "all_gather_into_tensor": 1}
+        assert res["batch_images"]["comms"] == {"all_reduce": 2, "all_gather_into_tensor": 1}
 
 
-def test_one_input_check_per_call(ranks):
+def test_one_input_check_per_input_structure(ranks):
+    # every case passes the same input structure: only the first call checks it
     for res in ranks:
-        for case in ("batch", "batch_images", "hidden", "hidden_images"):
-            assert res[case]["comms"].get("allgather_") == 1, (case, res[case]["comms"])
+        assert res["batch"]["comms"].get("allgather_") == 1
+        for case in ("batch_images", "hidden", "hidden_images"):
+            assert res[case]["comms"].get("allgather_") is None, (case, res[case]["comms"])
