@@ -66,3 +66,8 @@ from .parallel import (Mesh, SerialLoop, device_count, device_get, device_put,
 __all__ += ["Mesh", "mesh", "SerialLoop", "pmap", "devices", "local_devices", "device_count",
             "local_device_count", "process_index", "process_count", "device_put",
             "device_put_replicated", "device_put_sharded", "device_get"]
+from .parallel import (NamedSharding, PartitionSpec, make_array_from_callback,  # noqa: E402
+                       make_array_from_process_local_data)
+
+__all__ += ["NamedSharding", "PartitionSpec", "make_array_from_process_local_data",
+            "make_array_from_callback"]
