@@ -17,6 +17,8 @@ tensor([-1.,  1.])
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 import string
 from typing import Any, Hashable, Sequence
 
@@ -41,12 +43,75 @@ _NT = NamedTensor
 # -- helpers -------------------------------------------------------------------------
 
 def _axis_names(axis_name: Any, op: str) -> tuple:
+    """``axis_name`` as a tuple of names (``()`` for an empty tuple: the collective over
+    no axis, a group of one, as in JAX).  Positional ints are refused here: only the
+    reductions take them (:func:`_split_axes`)."""
     names = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
-    if not names:
-        raise AxisSpecError(f"{op}: axis_name is empty; give a name or a tuple of names")
+    for n in names:
+        if _is_positional(n):
+            raise AxisSpecError(
+                f"{op}: axis_name {axis_name!r} contains the positional axis {n!r}; only "
+                f"psum, pmean, pmax and pmin take positional axes (as in JAX)")
     if len(set(names)) != len(names):
         raise AxisSpecError(f"{op}: axis_name {axis_name!r} repeats a name")
     return names
+
+
+def _is_positional(n: Any) -> bool:
+    return isinstance(n, numbers.Integral) and not isinstance(n, bool)
+
+
+def _split_axes(axis_name: Any, op: str) -> tuple:
+    """``(names, positional ints)`` of a reduction's ``axis_name`` (JAX's ``psum(x, ('i',
+    0))`` sums named ``i`` and positional dim 0)."""
+    items = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+    names = tuple(n for n in items if not _is_positional(n))
+    pos = tuple(int(n) for n in items if _is_positional(n))
+    if len(set(names)) != len(names):
+        raise AxisSpecError(f"{op}: axis_name {axis_name!r} repeats a name")
+    return names, pos
+
+
+_POS_REDUCE = {"psum": torch.sum, "pmean": torch.mean, "pmax": torch.amax, "pmin": torch.amin}
+
+
+def _reduce_positional(x: Any, pos: tuple, axis_name: Any, op: str, kind: str) -> Any:
+    """``x`` reduced over its positional dims ``pos`` (the ints of ``axis_name``)."""
+    if type(x) is _NT:
+        data, k, p = x._data, len(x._names), x.ndim
+    elif isinstance(x, torch.Tensor):
+        data, k, p = x, 0, x.dim()
+    elif isinstance(x, (bool, int, float, complex)):
+        data, k, p = torch.as_tensor(x), 0, 0
+    else:
+        raise AxisTypeError(f"{op}: expected a tensor, NamedTensor or number, got "
+                            f"{type(x).__name__}")
+    dims = []
+    for d in pos:
+        if not -p <= d < p:
+            raise AxisSpecError(f"{op}(x, {axis_name!r}): positional axis {d} is out of range "
+                                f"for a value with {p} positional dims (shape "
+                                f"{tuple(data.shape[k:])})")
+        dims.append(k + d % p)
+    if len(set(dims)) != len(dims):
+        raise AxisSpecError(f"{op}(x, {axis_name!r}): names one positional axis twice")
+    if kind == "pmean":
+        data = _floating(data)
+    data = _POS_REDUCE[kind](data, dims)
+    return NamedTensor._wrap(data, x._names) if type(x) is _NT else data
+
+
+def _floating(x: Any) -> Any:
+    """``x`` in a floating dtype (pmean of integers is a float mean, as in JAX)."""
+    if type(x) is _NT:
+        d = x._data
+        return x if d.is_floating_point() or d.is_complex() else \
+            NamedTensor._wrap(d.to(torch.get_default_dtype()), x._names)
+    if isinstance(x, torch.Tensor):
+        return x if x.is_floating_point() or x.is_complex() else x.to(torch.get_default_dtype())
+    if isinstance(x, (bool, int)):
+        return float(x)
+    return x
 
 
 def _no_groups(groups: Any, op: str) -> None:
@@ -130,7 +195,16 @@ def _reduce(x: Any, axis_name: Any, op: str, kind: str) -> Any:
         out = _reduce_one(x, axis_name, kind)
         if out is not None:
             return out
-    names = _axis_names(axis_name, op)
+    names, pos = _split_axes(axis_name, op)
+    if pos:
+        x = _reduce_positional(x, pos, axis_name, op, kind)
+    if kind == "pmean":
+        x = _floating(x)
+    if not names:   # no named axis (JAX's psum(x, ()) is x)
+        if type(x) is _NT or isinstance(x, (torch.Tensor, bool, int, float, complex)):
+            return x
+        raise AxisTypeError(f"{op}: expected a tensor, NamedTensor or number, got "
+                            f"{type(x).__name__}")
     if type(x) is _NT:
         method = _engine_method(kind, names)
         if method is not None:
@@ -167,6 +241,8 @@ def _reduce_one(x: NamedTensor, name: str, kind: str) -> Any:
     bound = _env_state.bound.get(name)
     if bound is not None and bound != data.shape[i]:
         return None
+    if kind == "pmean" and not (data.is_floating_point() or data.is_complex()):
+        data = data.to(torch.get_default_dtype())   # a float mean, as in JAX
     data = _KINDS[kind](data, [i])
     left = names[:i] + names[i + 1:]
     return _out(data, left, _OPS[kind])
@@ -336,14 +412,14 @@ def ppermute(x: Any, axis_name: Any, perm: Sequence) -> Any:
     op = "ppermute"
     names = _axis_names(axis_name, op)
     x = _as_named(x, op)
+    pairs = _perm_pairs(perm, axis_name)
     method = _engine_method(op, names)
     if method is not None:
-        return method(x, names, perm=perm)
+        return method(x, names, perm=pairs)
     data, sizes, rest, p = _merged(x, names, op)
     n = math.prod(sizes)
-    pairs = [tuple(pair) for pair in perm]
     for pair in pairs:
-        if len(pair) != 2 or not all(isinstance(i, int) and 0 <= i < n for i in pair):
+        if not all(0 <= i < n for i in pair):
             raise AxisSpecError(f"ppermute(x, {axis_name!r}, perm={perm!r}): {pair!r} is not a "
                                 f"(source, destination) pair of indices in [0, {n})")
     src, dst = [a for a, _ in pairs], [b for _, b in pairs]
@@ -354,6 +430,25 @@ def ppermute(x: Any, axis_name: Any, perm: Sequence) -> Any:
     return _unmerged(out, names, sizes, rest, ppermute)
 
 
+def _index(i: Any) -> int:
+    """An index given as a Python or numpy integer (or a 0-d integer tensor)."""
+    if isinstance(i, bool):
+        raise TypeError(i)
+    return operator.index(i)
+
+
+def _perm_pairs(perm: Any, axis_name: Any) -> list:
+    """``perm`` as a list of ``(src, dst)`` int pairs (numpy integers and arrays accepted)."""
+    try:
+        pairs = [tuple(_index(i) for i in pair) for pair in perm]
+    except TypeError:
+        pairs = None
+    if pairs is None or any(len(pair) != 2 for pair in pairs):
+        raise AxisSpecError(f"ppermute(x, {axis_name!r}, perm={perm!r}): perm must be a "
+                            f"sequence of (source, destination) pairs of integer indices")
+    return pairs
+
+
 def pshuffle(x: Any, axis_name: Any, perm: Sequence[int]) -> Any:
     """Index ``j`` of ``axis_name`` receives ``x`` from index ``perm[j]`` (a permutation).
 
@@ -362,10 +457,21 @@ def pshuffle(x: Any, axis_name: Any, perm: Sequence[int]) -> Any:
     >>> nx.positional(nx.lax.pshuffle(x, 'i', [2, 1, 0]), 'i')
     tensor([3., 2., 1.])
     """
-    names = _axis_names(axis_name, "pshuffle")
-    n = math.prod(x.named_shape[a] if type(x) is _NT and a in x._names
-                  else axis_size(a, op="pshuffle") for a in names)
-    perm = list(perm)
+    op = "pshuffle"
+    names = _axis_names(axis_name, op)
+    method = _engine_method(op, names)   # (a SerialLoop refuses: it never holds every index)
+    if method is not None:
+        return method(_as_named(x, op), names, perm=perm)
+    # the size where the axis is bound (a value's own size may be a chunk of it)
+    bound = bound_axes()
+    n = math.prod(bound[a] if a in bound else
+                  x.named_shape[a] if type(x) is _NT and a in x._names
+                  else axis_size(a, op=op) for a in names)
+    try:
+        perm = [_index(i) for i in perm]
+    except TypeError:
+        raise AxisSpecError(f"pshuffle(x, {axis_name!r}, perm={perm!r}): perm must be a "
+                            f"sequence of integer indices") from None
     if sorted(perm) != list(range(n)):
         raise AxisSpecError(f"pshuffle(x, {axis_name!r}, perm={perm!r}): perm must be a "
                             f"permutation of range({n}) (the size of {fmt_names(names)})")
@@ -389,8 +495,8 @@ def axis_index(axis_name: Any) -> NamedTensor:
     sizes = tuple(axis_size(n, op="axis_index") for n in names)
     data = _ops.axis_index(math.prod(sizes), torch.get_default_device())
     if len(names) != 1:
-        data = data.reshape(sizes)
-    return result(data, names, axis_index)
+        data = data.reshape(sizes)   # (no names: the index 0 in a group of one, as in JAX)
+    return result(data, names, axis_index) if names else data
 
 
 def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=((), ()),
