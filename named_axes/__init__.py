@@ -27,6 +27,7 @@ from ._xmap import xmap
 from ._functions import (all, amax, amin, any, argmax, argmin, log_softmax, logsumexp, max,
                          mean, min, norm, prod, softmax, std, sum, var)
 from . import _compile_compat as _compile_compat  # noqa: F401  (dynamo fix for `named @ tensor`)
+from ._interop import collate  # DataLoader collation, torch.load safe globals, numpy interop
 
 __version__ = "0.1.0"
 
@@ -35,7 +36,7 @@ __all__ = [
     "sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "logsumexp",
     "softmax", "log_softmax", "var", "std", "all", "any", "norm",
     "NamedAxisError", "AxisSizeError", "AxisSpecError", "AxisResourceError", "AxisTypeError",
-    "UnboundAxisError", "ShapeError",
+    "UnboundAxisError", "ShapeError", "collate",
 ]
 
 # -- named ops & collectives (einsum, one_hot, nx.lax, nx.nn) ---------------------------

@@ -130,10 +130,20 @@ def norm(x, p="fro", dim=None, keepdim: bool = False, *, axis=None, ord=None, **
     >>> x = nx.named(torch.ones(2, 4), {0: 'b'})
     >>> nx.norm(x, dim=('b', 0))
     tensor(2.8284)
+    >>> nx.norm(x, 1, dim='b')
+    tensor([2., 2., 2., 2.])
+
+    The second positional argument is the order ``p``, as in ``torch.norm``: an axis name
+    there is an error that says to write ``dim=``.
     """
     dim = _resolve_dim(dim, axis, "norm")
     if ord is not None:
         p = ord
+    if p is not None and not isinstance(p, (int, float)) and p not in ("fro", "nuc"):
+        raise AxisTypeError(
+            f"nx.norm: the second argument is the order p (as in torch.norm), got {p!r}; "
+            f"to take the norm over an axis write nx.norm(x, dim={p!r}) "
+            f"(or nx.norm(x, 2, dim={p!r}))")
     kw = dict(kwargs)
     if dim is not None:
         kw["dim"] = dim

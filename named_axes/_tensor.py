@@ -89,8 +89,17 @@ class NamedTensor:
 
     @property
     def names(self) -> tuple:
-        """The named axes in physical order (an implementation detail; prefer named_shape)."""
-        return self._names
+        """PyTorch's ``Tensor.names``, read in this model: the named axes (in storage
+        order, which carries no meaning), then ``None`` for each positional dim.
+
+        It is the ``names`` PyTorch's named tensors gave ``x.align_to(*named, ...)``;
+        compare ``named_shape`` (order-free) rather than this tuple.
+
+        >>> import torch, named_axes as nx
+        >>> nx.named(torch.zeros(2, 3), 'batch ...').names
+        ('batch', None)
+        """
+        return self._names + (None,) * (self._data.dim() - len(self._names))
 
     @property
     def ndim(self) -> int:
@@ -109,6 +118,14 @@ class NamedTensor:
         return self.named_shape[dim]
 
     def numel(self) -> int:
+        """The number of positional elements (per instance of the named axes, as under
+        vmap: ``x.sum() / x.numel()`` is a mean).  All elements:
+        ``x.numel() * math.prod(x.named_shape.values())``.
+
+        >>> import torch, named_axes as nx
+        >>> nx.named(torch.zeros(2, 3), 'batch ...').numel()
+        3
+        """
         return self.shape.numel()
 
     def __len__(self) -> int:
@@ -208,6 +225,101 @@ class NamedTensor:
         arr = self._scalar("numpy conversion").detach().cpu().numpy()
         return arr if dtype is None else arr.astype(dtype)
 
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """numpy ufuncs and operators (``ndarray + x``, ``np.exp(x)``) run as torch ops,
+        numpy arrays taken as tensors (see :mod:`named_axes._interop`)."""
+        from ._interop import array_ufunc
+
+        return array_ufunc(ufunc, method, inputs, kwargs)
+
+    # -- pickling, copies (torch.save / torch.load(weights_only=True), deepcopy) --------
+    def __reduce__(self):
+        return (_rebuild_named, (self._data, self._names))
+
+    def __deepcopy__(self, memo):
+        import copy
+
+        out = NamedTensor._wrap(copy.deepcopy(self._data, memo), self._names)
+        memo[id(self)] = out
+        return out
+
+    # -- PyTorch's named-tensor vocabulary (see named_axes/_naming.py) ------------------
+    def rename(self, *args, **rename_map):
+        """Rename named axes: ``x.rename(batch='b')`` or ``x.rename({'batch': 'b'})``.
+
+        >>> import torch, named_axes as nx
+        >>> nx.named(torch.zeros(2, 3), 'batch ...').rename(batch='b').named_shape
+        {'b': 2}
+        """
+        from ._naming import rename
+
+        return rename(self, *args, **rename_map)
+
+    def refine_names(self, *names):
+        """Name positional dims (``None`` skips one, ``...`` stands for the rest): like
+        :func:`named_axes.named` with a list.
+
+        >>> import torch, named_axes as nx
+        >>> x = nx.named(torch.zeros(2, 3, 4), 'batch ...').refine_names('seq', ...)
+        >>> x.shape, x.named_shape
+        (torch.Size([4]), {'batch': 2, 'seq': 3})
+        """
+        from ._naming import refine_names
+
+        return refine_names(self, *names)
+
+    def align_to(self, *names):
+        """Place named axes as positional dims in the order given; ``...`` stands for the
+        positional dims; names the value lacks become size-1 dims; named axes not listed
+        stay named.  With every name placed the result is a ``torch.Tensor``.
+
+        >>> import torch, named_axes as nx
+        >>> x = nx.named(torch.zeros(2, 3, 4), 'b c ...')
+        >>> x.align_to('c', ..., 'b').shape
+        torch.Size([3, 4, 2])
+        """
+        from ._naming import align_to
+
+        return align_to(self, *names)
+
+    def align_as(self, other):
+        """``self`` laid out to broadcast against ``nx.positional(other)``: other's named
+        axes leading (size 1 where ``self`` lacks one), then the positional dims.
+
+        >>> import torch, named_axes as nx
+        >>> y = nx.named(torch.zeros(2, 3, 4), 'b c ...')
+        >>> nx.named(torch.ones(3), 'c').align_as(y).shape
+        torch.Size([1, 3, 1])
+        """
+        from ._naming import align_as
+
+        return align_as(self, other)
+
+    def flatten(self, *args, **kwargs):
+        """``x.flatten(start_dim, end_dim)`` on positional dims, or PyTorch's named form
+        ``x.flatten(['c', 'h'], 'features')``: named axes merged into one (row-major in
+        the order listed).
+
+        >>> import torch, named_axes as nx
+        >>> nx.named(torch.zeros(2, 3, 4), 'c h ...').flatten(['c', 'h'], 'f').named_shape
+        {'f': 6}
+        """
+        from ._naming import flatten
+
+        return flatten(self, *args, **kwargs)
+
+    def unflatten(self, *args, **kwargs):
+        """``x.unflatten(dim, sizes)`` on a positional dim, or PyTorch's named form
+        ``x.unflatten('features', (('c', 2), ('h', 3)))``: one named axis split in several.
+
+        >>> import torch, named_axes as nx
+        >>> nx.named(torch.zeros(6, 4), 'f ...').unflatten('f', (('c', 2), ('h', 3))).named_shape
+        {'c': 2, 'h': 3}
+        """
+        from ._naming import unflatten
+
+        return unflatten(self, *args, **kwargs)
+
     __hash__ = object.__hash__
 
     # -- dispatch ----------------------------------------------------------------
@@ -229,9 +341,19 @@ class NamedTensor:
         raise AttributeError(f"'NamedTensor' object has no attribute {name!r}")
 
     def __getitem__(self, index):
+        """Positional indexing as torch; ``x[{'batch': 3}]``, ``x[{'seq': slice(0, 4)}]``
+        select along named axes (see :mod:`named_axes._naming`)."""
+        if type(index) is dict or type(index) is str:
+            from ._naming import getitem
+
+            return getitem(self, index)
         return _dispatch(_Tensor.__getitem__, (self, index), {})
 
     def __setitem__(self, index, value) -> None:
+        if type(index) is dict or type(index) is str:
+            from ._naming import setitem
+
+            return setitem(self, index, value)
         _dispatch(_Tensor.__setitem__, (self, index, value), {})
 
     def __iter__(self):
@@ -280,6 +402,11 @@ class NamedTensor:
             "<table><tr><th>kind</th><th>axis</th><th>size</th></tr>"
             f"{rows}</table><pre>{preview}</pre></div>"
         )
+
+
+def _rebuild_named(data: torch.Tensor, names: tuple) -> NamedTensor:
+    """Unpickle a NamedTensor (a safe global for ``torch.load(weights_only=True)``)."""
+    return NamedTensor(data, names)
 
 
 def _preview(data: torch.Tensor, names: tuple, edgeitems: int = 3) -> str:

@@ -1,0 +1,141 @@
+"""NamedTensor in the torch ecosystem: DataLoader collation, torch.save / torch.load
+(``weights_only=True``), ``copy.deepcopy``, state dicts, numpy.
+
+Installed at ``import named_axes``:
+
+- ``DataLoader``'s default collate stacks named examples along a new positional dim 0
+  (:func:`collate_named` is in ``torch.utils.data``'s default collate map); ``nx.collate``
+  is the same collate function, usable as ``collate_fn=nx.collate``.
+- Pickling reduces a NamedTensor to ``(data, names)``; the rebuild function is a torch
+  safe global, so ``torch.load(path)`` (``weights_only=True``, torch's default) loads it.
+- numpy: ``np.asarray(x)`` works for a value without named axes (an ``AxisTypeError``
+  otherwise); numpy arrays act as tensors in operators with NamedTensors
+  (``ndarray + x``, ``x * ndarray``) and numpy ufuncs run as torch ops.
+
+A NamedTensor is not a ``torch.Tensor``, so it cannot be an ``nn.Parameter`` or a
+registered buffer; keep the positional tensor there and name it in ``forward``, or put
+NamedTensors in a module's state dict through ``get_extra_state``/``set_extra_state``
+(see ``docs/migrating.md``).
+
+>>> import io, torch, named_axes as nx
+>>> from torch.utils.data import DataLoader
+>>> data = [nx.named(torch.full((3, 2), float(i)), 'seq ...') for i in range(4)]
+>>> batch = next(iter(DataLoader(data, batch_size=2)))
+>>> batch.shape, batch.named_shape
+(torch.Size([2, 2]), {'seq': 3})
+>>> buf = io.BytesIO(); torch.save({'x': data[1]}, buf); _ = buf.seek(0)
+>>> torch.load(buf)['x'].named_shape
+{'seq': 3}
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ._errors import AxisTypeError
+from ._tensor import NamedTensor, _rebuild_named
+
+__all__ = ["collate", "collate_named", "array_ufunc", "install"]
+
+
+def collate_named(batch, *, collate_fn_map=None):
+    """Stack a sequence of NamedTensors along a new positional dim 0 (named axes
+    broadcast by name: equal names need equal sizes).
+
+    >>> import torch, named_axes as nx
+    >>> xs = [nx.named(torch.ones(3, 2), 'seq ...')] * 4
+    >>> nx.collate(xs).shape
+    torch.Size([4, 2])
+    """
+    return torch.stack(list(batch), 0)
+
+
+def collate(batch):
+    """``torch.utils.data.default_collate`` that also stacks NamedTensors (in tuples,
+    dicts, ... as default_collate walks them): usable as ``DataLoader(collate_fn=nx.collate)``.
+
+    >>> import torch, named_axes as nx
+    >>> ex = [(nx.named(torch.ones(3, 2), 'seq ...'), 1), (nx.named(torch.zeros(3, 2), 'seq ...'), 0)]
+    >>> x, y = nx.collate(ex)
+    >>> x.shape, x.named_shape, y
+    (torch.Size([2, 2]), {'seq': 3}, tensor([1, 0]))
+    """
+    from torch.utils.data._utils import collate as _c
+
+    fn_map = dict(_c.default_collate_fn_map)
+    fn_map[NamedTensor] = collate_named
+    return _c.collate(batch, collate_fn_map=fn_map)
+
+
+# numpy ufunc name -> torch function, where torch spells it otherwise
+_UFUNC_ALIASES = {"true_divide": "true_divide", "divide": "true_divide", "power": "pow",
+                  "absolute": "abs", "conjugate": "conj", "fmod": "fmod",
+                  "arctan2": "atan2", "arcsin": "asin", "arccos": "acos", "arctan": "atan",
+                  "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh",
+                  "left_shift": "bitwise_left_shift", "right_shift": "bitwise_right_shift",
+                  "invert": "bitwise_not", "mod": "remainder"}
+
+
+def _as_tensor(v: Any) -> Any:
+    import numpy as np
+
+    if isinstance(v, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(v))
+    if isinstance(v, np.generic):
+        return torch.as_tensor(v)
+    return v
+
+
+def array_ufunc(ufunc, method: str, inputs: tuple, kwargs: dict) -> Any:
+    """numpy's ``__array_ufunc__`` protocol for NamedTensors: numpy arrays become tensors
+    and the ufunc runs as the torch function of the same name; the result is a NamedTensor.
+    In-place forms (``arr += x``) write into the array when the result carries no named
+    axes, and raise otherwise (an ndarray cannot hold named axes: write ``arr = arr + x``).
+
+    >>> import numpy as np, torch, named_axes as nx
+    >>> x = nx.named(torch.ones(2, 3), 'b ...')
+    >>> (np.arange(3.) + x).named_shape
+    {'b': 2}
+    """
+    import numpy as np
+
+    name = ufunc.__name__
+    out = kwargs.pop("out", None)
+    if method != "__call__" or kwargs:
+        return NotImplemented
+    fn = getattr(torch, _UFUNC_ALIASES.get(name, name), None)
+    if fn is None:
+        return NotImplemented
+    args = [_as_tensor(v) for v in inputs]
+    result = fn(*args)
+    if out is None:
+        return result
+    if len(out) != 1 or not isinstance(out[0], np.ndarray):
+        return NotImplemented
+    if isinstance(result, NamedTensor) and result._names:
+        from ._errors import fmt_named_shape
+
+        raise AxisTypeError(
+            f"numpy {name} into an ndarray (e.g. `arr {'+' if name == 'add' else name}= x`): "
+            f"the result has named axes {fmt_named_shape(result.named_shape)}, which an "
+            f"ndarray cannot hold; write `arr = arr + x` (a NamedTensor) or place the axes "
+            f"first (nx.positional)")
+    if isinstance(result, NamedTensor):
+        result = result._data
+    np.copyto(out[0], result.detach().cpu().numpy(), casting="same_kind")
+    return out[0]
+
+
+def install() -> None:
+    """Wire NamedTensor into torch's default collate map and the weights_only unpickler
+    (idempotent)."""
+    from torch.utils.data._utils import collate as _c
+
+    _c.default_collate_fn_map[NamedTensor] = collate_named
+    add = getattr(torch.serialization, "add_safe_globals", None)
+    if add is not None:
+        add([NamedTensor, _rebuild_named])
+
+
+install()

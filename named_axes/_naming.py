@@ -1,0 +1,409 @@
+"""PyTorch's named-tensor vocabulary on NamedTensors: ``rename``, ``refine_names``,
+``align_to`` / ``align_as``, ``flatten`` / ``unflatten`` by name, and indexing by name.
+
+PyTorch's named tensors (removed in torch 2.13) named *dims* of one tensor; here named
+axes are a separate, order-free set beside the positional dims.  The verbs keep their
+PyTorch spelling and do what fits that model (``docs/migrating.md`` has the table):
+
+- ``x.names``: the named axes, then ``None`` per positional dim.
+- ``x.rename(batch='b')`` / ``x.rename({'batch': 'b'})``: rename named axes.
+- ``x.refine_names('seq', ...)``: name positional dims (like ``nx.named(x, [...])``).
+- ``x.align_to('batch', ...)``: place named axes as positional dims (like
+  ``nx.positional``); ``x.align_as(y)``: lay ``x`` out to broadcast against
+  ``nx.positional(y)``.
+- ``x.flatten(['c', 'h'], 'f')`` / ``x.unflatten('f', (('c', 2), ('h', 3)))``.
+- ``x[{'batch': 3}]``, ``x[{'seq': slice(0, 4)}]``, ``x[{'batch': idx}]`` (a 1-D index
+  tensor or list); int keys index positional dims.
+
+Axes bound by an enclosing ``xmap`` cannot be renamed, merged, split or indexed inside it:
+their layout belongs to the xmap (and to ``axis_resources``); use collectives there.
+
+>>> import torch, named_axes as nx
+>>> x = nx.named(torch.arange(24.).reshape(2, 3, 4), 'batch seq ...')
+>>> x[{'batch': 1, 'seq': slice(0, 2)}].named_shape
+{'seq': 2}
+>>> x.rename(seq='time').align_to('time', 'batch', ...).shape
+torch.Size([3, 2, 4])
+"""
+from __future__ import annotations
+
+from typing import Any, Hashable
+
+import torch
+
+from ._env import bound_axes
+from ._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape
+from ._parsing import check_name
+from ._tensor import NamedTensor
+
+__all__ = ["rename", "refine_names", "align_to", "align_as", "flatten", "unflatten",
+           "getitem", "setitem"]
+
+
+def _axes(x: NamedTensor) -> str:
+    return fmt_named_shape(x.named_shape)
+
+
+def _has(x: NamedTensor, name: Any, op: str) -> int:
+    """The physical dim of named axis ``name`` of ``x`` (an error if ``x`` lacks it)."""
+    try:
+        return x._names.index(name)
+    except ValueError:
+        raise AxisSpecError(
+            f"{op}: the value has no named axis {name!r} (named_shape {_axes(x)})") from None
+
+
+def _not_bound(names, op: str) -> None:
+    bound = bound_axes()
+    for n in names:
+        if n in bound:
+            raise AxisSpecError(
+                f"{op}: axis {n!r} is bound by an enclosing xmap; its layout belongs to the "
+                f"xmap (and its axis_resources), so it cannot be renamed, merged, split or "
+                f"indexed here: do it outside the xmap, or use a collective "
+                f"(nx.lax.all_gather, psum, ...)")
+
+
+def _from_list(names: tuple, rank: int, op: str) -> dict:
+    """PyTorch's name list (``None`` skips a dim, one ``...`` anywhere stands for the
+    dims not listed) as ``{position: name}`` over ``rank`` dims."""
+    n_ell = sum(1 for n in names if n is Ellipsis)
+    if n_ell > 1:
+        raise AxisSpecError(f"{op}: '...' may appear once, got {names!r}")
+    if n_ell == 0 and len(names) != rank:
+        raise AxisSpecError(
+            f"{op}{names!r}: {len(names)} entries for {rank} dim(s); list one per dim or "
+            f"add '...' for the rest")
+    if n_ell and len(names) - 1 > rank:
+        raise AxisSpecError(f"{op}{names!r}: more entries than the {rank} dim(s)")
+    out: dict = {}
+    if n_ell:
+        k = names.index(Ellipsis)
+        head, tail = names[:k], names[k + 1:]
+        for i, n in enumerate(head):
+            if n is not None:
+                out[i] = n
+        for i, n in enumerate(tail):
+            if n is not None:
+                out[rank - len(tail) + i] = n
+    else:
+        out = {i: n for i, n in enumerate(names) if n is not None}
+    seen = set()
+    for n in out.values():
+        check_name(n, where=op)
+        if n in seen:
+            raise AxisSpecError(f"{op}: axis {n!r} listed twice")
+        seen.add(n)
+    return out
+
+
+# -- rename / refine_names -----------------------------------------------------------------
+
+def rename(x: NamedTensor, *args, **rename_map) -> NamedTensor:
+    """Rename named axes: ``rename(old='new')`` or ``rename({old: new})``.
+
+    >>> import torch, named_axes as nx
+    >>> nx.named(torch.zeros(2, 3), 'a b').rename({'a': 'x'}).named_shape
+    {'x': 2, 'b': 3}
+    """
+    op = "Tensor.rename"
+    if args:
+        if len(args) == 1 and isinstance(args[0], dict):
+            rename_map = {**args[0], **rename_map}
+        elif len(args) == 1 and args[0] is None:
+            raise AxisTypeError(
+                f"{op}(None): named axes cannot be dropped, only placed: use "
+                f"x.align_to({', '.join(map(repr, x._names))}, ...) or nx.positional(x)")
+        else:
+            raise AxisTypeError(
+                f"{op}{args!r}: positional names would name dims; here named axes are "
+                f"renamed by keyword or dict (x.rename(old='new'), x.rename({{old: new}})) and "
+                f"positional dims are named with x.refine_names(...)")
+    for old, new in rename_map.items():
+        _has(x, old, op)
+        check_name(new, where=op)
+    _not_bound(list(rename_map) + list(rename_map.values()), op)
+    names = tuple(rename_map.get(n, n) for n in x._names)
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise AxisSpecError(f"{op}: renaming {rename_map!r} gives two axes named {dup!r} "
+                            f"(named_shape {_axes(x)})")
+    return NamedTensor._wrap(x._data, names)
+
+
+def refine_names(x: NamedTensor, *names) -> NamedTensor:
+    """Turn positional dims into named axes: one entry per positional dim (``None`` keeps
+    it positional), or ``...`` for the dims not listed.
+
+    >>> import torch, named_axes as nx
+    >>> nx.named(torch.zeros(2, 3), {}).refine_names(None, 'c').named_shape
+    {'c': 3}
+    """
+    from ._layout import named
+
+    if len(names) == 1 and isinstance(names[0], (list, tuple)):
+        names = tuple(names[0])
+    mapping = _from_list(tuple(names), x.ndim, "Tensor.refine_names")
+    return named(x, mapping) if mapping else x
+
+
+# -- align_to / align_as ---------------------------------------------------------------------
+
+def align_to(x: NamedTensor, *names):
+    """Place named axes as positional dims (see ``NamedTensor.align_to``).
+
+    >>> import torch, named_axes as nx
+    >>> x = nx.named(torch.zeros(2, 3), 'b ...')
+    >>> x.align_to(..., 'b', 'new').shape
+    torch.Size([3, 2, 1])
+    """
+    from ._layout import insert_named
+    from ._parsing import parse_mapping
+
+    op = "Tensor.align_to"
+    if len(names) == 1 and isinstance(names[0], (list, tuple)):
+        names = tuple(names[0])
+    if Ellipsis not in names and x.ndim:
+        raise AxisSpecError(
+            f"{op}{names!r}: the value has {x.ndim} positional dim(s) (shape "
+            f"{tuple(x.shape)}); add '...' where they go, e.g. "
+            f"x.align_to({', '.join(repr(n) for n in names)}, ...)")
+    if any(n is None for n in names):
+        raise AxisSpecError(f"{op}: None is not an axis name; '...' stands for positional dims")
+    placed = [n for n in names if n is not Ellipsis]
+    rank = x.ndim + len(placed)
+    mapping = _from_list(tuple(names), rank, op)
+    sizes = {n: 1 for n in placed if n not in x._names}
+    sizes.update(x.named_shape)
+    return insert_named(x, parse_mapping(mapping), sizes=sizes, what=op)
+
+
+def align_as(x: NamedTensor, other) -> torch.Tensor:
+    """``x`` laid out to broadcast against ``nx.positional(other)``.
+
+    >>> import torch, named_axes as nx
+    >>> y = nx.named(torch.zeros(2, 5, 3), 'b ...')
+    >>> nx.named(torch.ones(2, 3), 'b ...').align_as(y).shape
+    torch.Size([2, 1, 3])
+    """
+    op = "Tensor.align_as"
+    if isinstance(other, NamedTensor):
+        onames, ondim = other._names, other.ndim
+    elif isinstance(other, torch.Tensor):
+        onames, ondim = (), other.dim()
+    else:
+        raise AxisTypeError(f"{op}: expected a NamedTensor or tensor, got {type(other).__name__}")
+    extra = [n for n in x._names if n not in onames]
+    if extra:
+        raise AxisSpecError(
+            f"{op}: the value has named axis {extra[0]!r} (named_shape {_axes(x)}) that the "
+            f"other lacks (named axes: {', '.join(map(repr, onames)) or 'none'})")
+    if x.ndim > ondim:
+        raise AxisSpecError(
+            f"{op}: the value has {x.ndim} positional dims, the other only {ondim}")
+    out = align_to(x, *onames, ...)
+    k = len(onames)
+    for _ in range(ondim - x.ndim):
+        out = out.unsqueeze(k)
+    return out
+
+
+# -- flatten / unflatten by name ----------------------------------------------------------------
+
+def _is_name(v: Any) -> bool:
+    return not isinstance(v, (int, torch.Tensor)) and v is not None and v is not Ellipsis
+
+
+def flatten(x: NamedTensor, *args, **kwargs):
+    """Positional ``flatten(start_dim, end_dim)``, or ``flatten(dims, out_dim)`` merging
+    named axes ``dims`` (row-major in the order listed) into named axis ``out_dim``.
+
+    >>> import torch, named_axes as nx
+    >>> x = nx.named(torch.arange(6.).reshape(2, 3), 'c h')
+    >>> nx.positional(x.flatten(['c', 'h'], 'f'), 'f')
+    tensor([0., 1., 2., 3., 4., 5.])
+    """
+    dims = args[0] if args else kwargs.get("dims")
+    out_dim = args[1] if len(args) > 1 else kwargs.get("out_dim")
+    if not (isinstance(dims, (list, tuple)) and dims and all(_is_name(d) for d in dims)
+            and _is_name(out_dim)):
+        from ._tensor import _dispatch
+
+        return _dispatch(torch.Tensor.flatten, (x, *args), kwargs)
+    op = "Tensor.flatten"
+    dims = list(dims)
+    if len(set(dims)) != len(dims):
+        raise AxisSpecError(f"{op}: {dims!r} lists an axis twice")
+    idx = [_has(x, d, op) for d in dims]
+    check_name(out_dim, where=op)
+    rest = [i for i, n in enumerate(x._names) if i not in idx]
+    if out_dim in [x._names[i] for i in rest]:
+        raise AxisSpecError(f"{op}: the value already has a named axis {out_dim!r}")
+    _not_bound(dims + [out_dim], op)
+    k = len(x._names)
+    data = x._data.permute(idx + rest + list(range(k, x._data.dim())))
+    data = data.reshape((-1,) + tuple(data.shape[len(idx):]))
+    return NamedTensor._wrap(data, (out_dim,) + tuple(x._names[i] for i in rest))
+
+
+def unflatten(x: NamedTensor, *args, **kwargs):
+    """Positional ``unflatten(dim, sizes)``, or ``unflatten(name, namedshape)`` splitting
+    named axis ``name`` into named axes (``(('c', 2), ('h', 3))`` or ``{'c': 2, 'h': 3}``;
+    one size may be -1).
+
+    >>> import torch, named_axes as nx
+    >>> x = nx.named(torch.arange(6.), 'f')
+    >>> nx.positional(x.unflatten('f', {'c': 2, 'h': -1}), 'c h')
+    tensor([[0., 1., 2.],
+            [3., 4., 5.]])
+    """
+    dim = args[0] if args else kwargs.get("dim")
+    sizes = args[1] if len(args) > 1 else kwargs.get("sizes")
+    pairs = None
+    if _is_name(dim) and dim in x._names:
+        if isinstance(sizes, dict):
+            pairs = list(sizes.items())
+        elif isinstance(sizes, (list, tuple)) and sizes and all(
+                isinstance(p, (list, tuple)) and len(p) == 2 for p in sizes):
+            pairs = [tuple(p) for p in sizes]
+    if pairs is None:
+        from ._tensor import _dispatch
+
+        return _dispatch(torch.Tensor.unflatten, (x, *args), kwargs)
+    op = "Tensor.unflatten"
+    new = [n for n, _ in pairs]
+    for n in new:
+        check_name(n, where=op)
+    i = x._names.index(dim)
+    rest = [j for j in range(len(x._names)) if j != i]
+    clash = [n for n in new if n in [x._names[j] for j in rest]] or \
+        [n for n in new if new.count(n) > 1]
+    if clash:
+        raise AxisSpecError(f"{op}: axis {clash[0]!r} would be named twice "
+                            f"(named_shape {_axes(x)}, new axes {new!r})")
+    _not_bound([dim] + new, op)
+    shape = [int(s) for _, s in pairs]
+    n = x._data.shape[i]
+    known = 1
+    for s in shape:
+        if s != -1:
+            known *= s
+    if shape.count(-1) > 1 or (-1 not in shape and known != n) or \
+            (-1 in shape and (known == 0 or n % known)):
+        raise AxisSizeError(f"{op}: axis {dim!r} of size {n} cannot be split into "
+                            f"{dict(pairs)!r}")
+    k = len(x._names)
+    data = x._data.permute([i] + rest + list(range(k, x._data.dim())))
+    data = data.reshape(tuple(shape) + tuple(data.shape[1:]))
+    return NamedTensor._wrap(data, tuple(new) + tuple(x._names[j] for j in rest))
+
+
+# -- indexing by name ------------------------------------------------------------------------
+
+def _str_index(x: NamedTensor, index: str):
+    what = (f"named axis {index!r} of the value" if index in x._names
+            else f"named axes {_axes(x)}")
+    return AxisTypeError(
+        f"x[{index!r}]: a string is not an index; to select along the {what}, index with a "
+        f"dict: x[{{{index!r}: 3}}] (removes the axis) or x[{{{index!r}: slice(0, 4)}}] "
+        f"(keeps it); to make it positional: x.align_to({index!r}, ...)")
+
+
+def _is_int(v: Any) -> bool:
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, int):
+        return True
+    if isinstance(v, torch.Tensor):
+        return v.dim() == 0 and not v.is_floating_point() and v.dtype != torch.bool
+    return hasattr(v, "__index__") and not hasattr(v, "__len__")
+
+
+def _split(x: NamedTensor, index: dict, op: str):
+    """(basic physical index, [(dim, index tensor)], kept names, positional index)."""
+    basic: list = [slice(None)] * len(x._names)
+    gathers = []
+    pos: dict = {}
+    for key, sel in index.items():
+        if type(key) is int:
+            pos[key] = sel
+            continue
+        i = _has(x, key, op)
+        if _is_int(sel):
+            s = int(sel)
+            n = x._data.shape[i]
+            if not -n <= s < n:
+                raise AxisSizeError(f"{op}: index {s} is out of range for axis {key!r} of "
+                                    f"size {n}")
+            basic[i] = s
+        elif isinstance(sel, slice):
+            basic[i] = sel
+        elif isinstance(sel, (list, tuple, torch.Tensor)) or hasattr(sel, "__array__"):
+            t = torch.as_tensor(sel)
+            if t.dim() != 1 or t.is_floating_point():
+                raise AxisTypeError(f"{op}: axis {key!r} takes an int, a slice or a 1-D integer "
+                                    f"index, got {sel!r}")
+            gathers.append((i, t.to(device=x._data.device)))
+        else:
+            raise AxisTypeError(f"{op}: axis {key!r} takes an int, a slice or a 1-D integer "
+                                f"index, got {type(sel).__name__}")
+    _not_bound([k for k in index if type(k) is not int], op)
+    kept = tuple(n for n, b in zip(x._names, basic) if not isinstance(b, int))
+    return basic, gathers, kept, pos
+
+
+def _positional_index(x: NamedTensor, pos: dict):
+    if not pos:
+        return None
+    p = x.ndim
+    norm = {}
+    for k, v in pos.items():
+        if not -p <= k < p:
+            raise AxisSpecError(f"x[{{{k}: ...}}]: positional dim {k} is out of range for "
+                                f"shape {tuple(x.shape)}")
+        norm[k % p] = v
+    return tuple(norm.get(d, slice(None)) for d in range(max(norm) + 1))
+
+
+def getitem(x: NamedTensor, index):
+    """``x[{'batch': 3}]`` (drops ``batch``), ``x[{'seq': slice(0, 4)}]``,
+    ``x[{'batch': torch.tensor([0, 2])}]`` (keep both), ``x[{'batch': 0, 1: 2}]`` (int keys
+    are positional dims).
+
+    >>> import torch, named_axes as nx
+    >>> x = nx.named(torch.arange(6.).reshape(2, 3), 'b ...')
+    >>> nx.positional(x[{'b': 1}])
+    tensor([3., 4., 5.])
+    """
+    if type(index) is str:
+        raise _str_index(x, index)
+    basic, gathers, kept, pos = _split(x, index, "NamedTensor[{...}]")
+    data = x._data
+    for i, t in gathers:
+        data = data.index_select(i, t)
+    if any(b != slice(None) for b in basic):
+        data = data[tuple(basic)]
+    out = NamedTensor._wrap(data, kept)
+    pidx = _positional_index(out, pos)
+    return out if pidx is None else out[pidx]
+
+
+def setitem(x: NamedTensor, index, value) -> None:
+    """``x[{'batch': 3}] = v``: assign through a view (ints and slices only).
+
+    >>> import torch, named_axes as nx
+    >>> x = nx.named(torch.zeros(2, 3), 'b ...')
+    >>> x[{'b': 1}] = 1.0
+    >>> nx.positional(x).sum().item()
+    3.0
+    """
+    if type(index) is str:
+        raise _str_index(x, index)
+    basic, gathers, kept, pos = _split(x, index, "NamedTensor[{...}] = ...")
+    if gathers:
+        raise AxisTypeError("NamedTensor[{...}] = ...: assignment takes ints and slices per "
+                            "named axis (index tensors: use index_copy_ on the positional "
+                            "value)")
+    view = NamedTensor._wrap(x._data[tuple(basic)], kept)
+    pidx = _positional_index(view, pos)
+    view[... if pidx is None else pidx] = value
