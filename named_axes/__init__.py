@@ -26,7 +26,8 @@ from ._layout import named, positional
 from ._xmap import xmap
 from ._functions import (all, amax, amin, any, argmax, argmin, log_softmax, logsumexp, max,
                          mean, min, norm, prod, softmax, std, sum, var)
-from . import _compile_compat as _compile_compat  # noqa: F401  (dynamo fix for `named @ tensor`)
+from . import _compile_compat as _compile_compat  # noqa: F401  (dynamo fix for `named @ tensor`,
+#   installed lazily: the first time torch._dynamo is imported or nx.jit compiles)
 from ._interop import collate  # DataLoader collation, torch.load safe globals, numpy interop
 
 __version__ = "0.1.0"

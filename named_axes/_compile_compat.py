@@ -7,12 +7,42 @@ table is built), so ``n @ w`` was traced as ``w @ n`` (torch 2.9–2.13).  We ad
 missing entries (``Tensor.__rmatmul__``), which our dispatcher handles like any
 reverse operator; and ``n @ m`` between two NamedTensors, which dynamo refused to
 trace at all, gets the binop-table entry that routes it to ``__matmul__``.  Nothing changes when dynamo is not used.
+
+The ``"named_axes"`` torch.compile backend is registered here too (its code lives in
+``transforms/_backend.py`` and is imported on first use).
+
+Importing ``torch._dynamo`` costs seconds, so none of this happens at
+``import named_axes``: :func:`install` runs the first time it is needed — when
+``nx.jit`` compiles, or as soon as anything imports ``torch._dynamo`` (as
+``torch.compile`` does before it traces), through a one-name import hook; if dynamo is
+already imported when ``named_axes`` is, it runs at once.
 """
 from __future__ import annotations
 
 import operator
+import sys
+import threading
 
 import torch
+
+__all__ = ["install"]
+
+_DYNAMO = "torch._dynamo"
+_state = {"installed": False}
+_lock = threading.RLock()
+
+
+def install() -> None:
+    """Apply the dynamo fixes and register the ``"named_axes"`` backend (once)."""
+    if _state["installed"]:
+        return
+    with _lock:
+        if _state["installed"]:
+            return
+        _state["installed"] = True
+        _remove_hook()
+        _patch()
+        _register_backend()
 
 
 def _patch() -> None:
@@ -35,4 +65,72 @@ def _patch() -> None:
                             (["__matmul__", "__rmatmul__", "__imatmul__"], operator.imatmul))
 
 
-_patch()
+def named_axes_backend(gm, example_inputs):
+    """The ``"named_axes"`` torch.compile backend (see ``transforms/_backend.py``)."""
+    from .transforms._backend import compile_named
+
+    return compile_named(gm, example_inputs)
+
+
+def _register_backend() -> None:
+    try:
+        from torch._dynamo.backends import registry
+    except Exception:  # pragma: no cover - dynamo unavailable on this platform
+        return
+    # not list_backends(): it imports every backend module (AOT autograd and more)
+    if "named_axes" not in getattr(registry, "_COMPILER_FNS", {}):
+        registry.register_backend(named_axes_backend, name="named_axes")
+
+
+class _DynamoHook:
+    """A ``sys.meta_path`` finder that answers for no module: when ``torch._dynamo`` is
+    found by the real finders, it makes that module's loader call :func:`install` once
+    the package has been executed."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != _DYNAMO:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        exec_module = getattr(loader, "exec_module", None)
+        if exec_module is None:  # pragma: no cover - an unusual loader: patch later
+            return None
+
+        def exec_then_install(module):
+            exec_module(module)
+            try:
+                install()
+            except Exception:  # pragma: no cover - never break the user's import
+                pass
+
+        try:
+            loader.exec_module = exec_then_install   # this module's loader only
+        except Exception:  # pragma: no cover - a loader with slots
+            return None
+        return spec
+
+    def invalidate_caches(self) -> None:
+        pass
+
+
+_hook = _DynamoHook()
+
+
+def _remove_hook() -> None:
+    try:
+        sys.meta_path.remove(_hook)
+    except ValueError:
+        pass
+
+
+if _DYNAMO in sys.modules:
+    install()
+else:
+    sys.meta_path.insert(0, _hook)

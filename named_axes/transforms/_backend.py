@@ -4,7 +4,9 @@ Each ``nx.lax`` collective is a ``torch.library`` custom op (``named_axes::psum`
 opaque to inductor, which would call it as an external kernel.  On one device its
 meaning is plain tensor code (its own implementation), so this backend hands inductor
 those implementations as decompositions; the collective then fuses with its
-neighbours.  ``nx.jit`` compiles with it when ``backend='inductor'``.
+neighbours.  ``nx.jit`` compiles with it when ``backend='inductor'``.  The name is
+registered by ``named_axes._compile_compat`` as soon as ``torch._dynamo`` is imported
+(importing this module imports neither dynamo nor inductor).
 
 >>> import torch, named_axes as nx
 >>> f = torch.compile(lambda x: (x * 2).sum(), backend="named_axes", fullgraph=True)
@@ -37,6 +39,26 @@ def collective_decompositions() -> dict:
             packet = getattr(getattr(torch.ops, ns), name)
             table[packet.default] = opdef._init_fn
     return table
+
+
+def inline_collectives(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``gm`` with each ``named_axes::`` collective node calling its plain-torch
+    implementation instead (in place; recompiled).
+
+    A traced graph holds the collectives as custom ops whose gradient lives in the
+    ``autograd.Function`` wrappers above them, so AOT autograd cannot differentiate
+    them; their implementations (sums, means, gathers) it can, with the ordinary
+    gradients of the positional program.
+    """
+    table = collective_decompositions()
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in table:
+            node.target = table[node.target]
+            changed = True
+    if changed:
+        gm.recompile()
+    return gm
 
 
 # A matmul this small (batch * m * n * k multiply-adds) costs less as a fused
@@ -198,7 +220,8 @@ def compile_named(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callabl
     return compile_fx(gm, list(example_inputs), decompositions=_decompositions())
 
 
-def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callable:
+def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
+                 grad_off: bool = False) -> Callable:
     """Compile a whole traced program (an aten graph returning a list of tensors).
 
     Returns a *boxed* function: it takes a list of the input tensors (and empties it)
@@ -215,7 +238,15 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callable
     The caller guarantees that every call passes tensors with the example inputs'
     sizes and strides (``nx.jit`` keys its cache on them), so inductor's per-call size
     and stride asserts are left out.
+
+    With grad enabled and example inputs (or graph constants) that require grad, the
+    result is AOT autograd's differentiable function (compiled forward and backward in
+    one autograd node), called through its wrapper.  ``grad_off``: the caller runs the
+    result with grad disabled (then constants requiring grad do not matter).
     """
+    from .. import _compile_compat
+
+    _compile_compat.install()
     from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
@@ -230,7 +261,9 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callable
     patches = {"size_asserts": False} if hasattr(config, "size_asserts") else {}
     full = compile_fx(gm, example, inner_compile=inner, config_patches=patches,
                       decompositions=_decompositions(flat=True))
-    direct = None if _grad_constants(gm) else _direct_callable(captured, example)
+    differentiable = torch.is_grad_enabled() and (
+        any(t.requires_grad for t in example) or (not grad_off and _grad_constants(gm)))
+    direct = None if differentiable else _direct_callable(captured, example)
     if direct is not None:
         return direct
     return lambda args: full(*args)
@@ -255,6 +288,9 @@ def _plain_inference(g: torch.fx.GraphModule, n_inputs: int) -> bool:
 
 def _grad_constants(gm: torch.fx.GraphModule) -> bool:
     """Whether the graph holds constants that require grad (the wrapper turns grad off)."""
+    for v in gm.parameters():
+        if v.requires_grad:
+            return True
     for node in gm.graph.nodes:
         if node.op == "get_attr":
             v = getattr(gm, node.target, None)
@@ -276,11 +312,8 @@ def _direct_callable(captured: list, example: list) -> Callable | None:
 
 
 def _register() -> None:
-    from torch._dynamo import list_backends
-    from torch._dynamo.backends.registry import register_backend
+    """Register the backend now (importing ``torch._dynamo``); otherwise
+    ``named_axes._compile_compat`` registers it when dynamo is first imported."""
+    from .. import _compile_compat
 
-    if BACKEND_NAME not in list_backends(exclude_tags=()):
-        register_backend(compile_named, name=BACKEND_NAME)
-
-
-_register()
+    _compile_compat.install()

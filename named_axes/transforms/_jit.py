@@ -23,6 +23,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import _env
 from .._errors import AxisSpecError, AxisTypeError
@@ -94,16 +95,30 @@ def disable_jit():
         _flags.disabled = old
 
 
-def _compile(gm: torch.fx.GraphModule, example: list, backend: str) -> Callable:
-    """A *boxed* compiled function: it takes the list of flat input tensors."""
+def _compile(gm: torch.fx.GraphModule, example: list, backend: str,
+             grad_off: bool = False) -> Callable:
+    """A *boxed* compiled function: it takes the list of flat input tensors.
+
+    With example inputs that require grad (grad on) the result is differentiable: the
+    inductor path goes through AOT autograd (a compiled forward and backward in one
+    autograd node), as ``torch.compile`` does.  ``grad_off``: the caller runs it with
+    grad disabled.
+    """
     if backend == "inductor":
         from ._backend import compile_flat
 
-        return compile_flat(gm, example)
+        return compile_flat(gm, example, grad_off=grad_off)
     if backend == "eager":
         return lambda args: gm(*args)
+    _ensure_compile_support()
     compiled = torch.compile(gm, backend=backend, fullgraph=True, dynamic=False)
     return lambda args: compiled(*args)
+
+
+def _ensure_compile_support() -> None:
+    from .. import _compile_compat
+
+    _compile_compat.install()
 
 
 def _in_transform() -> bool:
@@ -116,26 +131,19 @@ def _in_transform() -> bool:
 
 
 def _must_inline(leaves: list) -> bool:
-    """Whether a call with these leaves runs the program inline (outside any transform).
-
-    A call with inputs that require grad (with grad on) does, so that autograd sees the
-    program; so does one with tensor subclasses, which the compiled code cannot take.
-    (Tensors wrapped by torch.func exist only while its transform runs.)
+    """Whether a call with these leaves runs the program inline (outside any transform):
+    one with tensor subclasses (other than ``nn.Parameter``), which the compiled code
+    cannot take.  (Tensors wrapped by torch.func exist only while its transform runs.)
     """
-    grad_on = torch.is_grad_enabled()
     for t in leaves:
-        if type(t) is _Tensor:
-            if grad_on and t.requires_grad:
-                return True
-        elif isinstance(t, _Tensor) and (type(t) is not _Parameter
-                                         or (grad_on and t.requires_grad)):
+        if type(t) is not _Tensor and type(t) is not _Parameter and isinstance(t, _Tensor):
             return True
     return False
 
 
 def _tensor_guard(args: tuple) -> Any:
     """A guard passing exactly plain tensors like ``args`` (None when unavailable)."""
-    if not all(type(a) is _Tensor for a in args):
+    if not all(type(a) is _Tensor or type(a) is _Parameter for a in args):
         return None
     try:
         from torch._C._dynamo.guards import TensorGuards
@@ -147,8 +155,33 @@ def _tensor_guard(args: tuple) -> Any:
         return None
 
 
-def _needs_grad(leaves: list) -> bool:
-    return any(isinstance(t, _Tensor) and t.requires_grad for t in leaves)
+class _BackwardProbe(TorchDispatchMode):
+    """Notes whether an autograd backward ran while the program was traced (the program
+    computes gradients itself: ``value_and_grad``, a training step)."""
+
+    ran = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if not self.ran and _graph_task_id() != -1:
+            self.ran = True
+        return func(*args, **(kwargs or {}))
+
+
+_graph_task_id = torch._C._current_graph_task_id
+
+
+def _no_grad_call(compiled: Callable) -> Callable:
+    """``compiled`` run with grad disabled (its results are values)."""
+    set_grad = torch._C._set_grad_enabled
+
+    def call(args):
+        prev = torch.is_grad_enabled()
+        set_grad(False)
+        try:
+            return compiled(args)
+        finally:
+            set_grad(prev)
+    return call
 
 
 def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
@@ -164,10 +197,26 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
         backend: ``'inductor'`` (default), ``'eager'``, or any ``torch.compile`` backend.
 
     Returns:
-        The compiled function; ``.cache_size()`` tells how many programs it holds.
+        The compiled function; ``.cache_size()`` tells how many programs it holds,
+        ``.stats()`` how many calls ran compiled and how many inline.
 
-    Inputs that require grad (with grad enabled), functorch-wrapped inputs, and calls
-    under another trace run the program inline, so ``grad(jit(f))`` differentiates ``f``.
+    Gradients.  Calls whose inputs (or closed-over tensors such as a module's
+    ``nn.Parameter`` weights) require grad, with grad enabled, are compiled too:
+
+    * a program that computes no gradients itself (a forward, a loss) compiles through
+      AOT autograd, like ``torch.compile``: its result is differentiable, and
+      ``.backward()`` runs the compiled backward (gradients reach ``param.grad``);
+    * a program that runs a backward while it is traced (``jit(value_and_grad(f))``, a
+      whole training step) already *is* its forward and backward: it compiles as it
+      is and runs with grad disabled, so its results (loss, gradients, updated
+      parameters) are values, as with JAX's ``jit``.  Such results cannot be
+      differentiated again: to differentiate through the step, apply the transform
+      outside (``nx.grad(step)``): under it the program runs inline.
+
+    Calls made under another trace or transform (``make_fx``, dynamo, ``torch.func``,
+    ``nx.grad`` ...), with tensor subclasses other than ``nn.Parameter``, or inside
+    ``disable_jit()`` run ``fun`` inline, uncompiled, so ``grad(jit(f))``
+    differentiates ``f``.
 
     >>> import torch, named_axes as nx
     >>> loss = lambda w, x: (x @ w).tanh().sum('b')
@@ -185,24 +234,27 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
         raise AxisTypeError(f"jit: backend must be a string, got {backend!r}")
     cache: dict = {}
     name = getattr(fun, "__name__", "fun")
-    # The entry of the last call whose arguments were all plain tensors, with a C++ guard
-    # checking their sizes, strides, dtypes, devices and grad flags in one call.
-    fast: list = [None, None]
+    # The entry of the last call whose arguments were all plain tensors (or parameters),
+    # with a C++ guard checking their sizes, strides, dtypes, devices and grad flags in
+    # one call, and the grad mode it was made under.
+    fast: list = [None, None, None]
+    counts = [0, 0]   # calls run compiled, calls run inline
 
     @functools.wraps(fun)
     def run(*args):
-        if _flags.disabled:
+        if _flags.disabled or _in_transform():   # inside another trace or transform,
+            counts[1] += 1                       # jit is transparent
             return fun(*args)
-        if _in_transform():   # inside another trace or transform, jit is transparent
-            return fun(*args)
+        grad_on = _grad_enabled()
         guard = fast[0]
-        if guard is not None and not _env.bound_axes():
+        if guard is not None and fast[2] is grad_on and not _env.bound_axes():
             try:
                 hit = guard.check(*args)
             except TypeError:   # another number of arguments
                 hit = False
             if hit:
                 entry = fast[1]
+                counts[0] += 1
                 return entry[2](entry[0](list(args)))
         if static or donate:
             dyn_args, st_vals = _split_static(args, static, donate, name)
@@ -218,7 +270,8 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
                 parts.append(_flatten_key(a, leaves))
         struct = tuple(parts)
         bound = _env.bound_axes()
-        key = (struct, st_vals, tuple(bound.items())) if bound or st_vals else struct
+        key = (struct, grad_on, st_vals, tuple(bound.items())) if bound or st_vals else (
+            struct, grad_on)
         tied = len(leaves) > 1 and len(set(map(id, leaves))) != len(leaves)
         if tied:   # the trace ties repeated tensors
             key = (key, _repeats(leaves))
@@ -229,20 +282,27 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
                                 f"{st_vals!r}") from None
         if entry is None:
             if _must_inline(leaves):
+                counts[1] += 1
                 return fun(*args)
-            entry = cache[key] = _build(fun, args, static, backend) + (_needs_grad(leaves),)
-        compiled, tensor_pos, rebuild, pure, needs_grad = entry
-        if needs_grad and torch.is_grad_enabled():   # autograd must see the program
-            return fun(*args)
-        if fast[1] is not entry and pure and not (static or bound or tied or needs_grad):
-            fast[:] = [_tensor_guard(args), entry]
+            if not cache:
+                _ensure_compile_support()
+            entry = cache[key] = _build(fun, args, static, backend)
+        compiled, tensor_pos, rebuild, pure = entry
+        if fast[1] is not entry and pure and not (static or bound or tied):
+            fast[:] = [_tensor_guard(args), entry, grad_on]
         if tensor_pos is not None:
             leaves = [leaves[i] for i in tensor_pos]
+        counts[0] += 1
         return rebuild(compiled(leaves))
 
     run.cache_size = lambda: len(cache)  # type: ignore[attr-defined]
     run.clear_cache = cache.clear  # type: ignore[attr-defined]
+    run.stats = lambda: {"compiled": counts[0], "inline": counts[1],  # type: ignore[attr-defined]
+                         "programs": len(cache)}
     return run
+
+
+_grad_enabled = torch.is_grad_enabled
 
 
 def _split_static(args: tuple, static: tuple, donate: tuple, name: str) -> tuple:
@@ -276,9 +336,11 @@ def _build(fun: Callable, args: tuple, static: tuple, backend: str):
     else:
         dyn_fun, dyn_args = fun, args
     result: list = []
+    probe = _BackwardProbe()
 
     def traced(*a):
-        result[:] = [dyn_fun(*a)]
+        with probe:
+            result[:] = [dyn_fun(*a)]
         return result[0]
 
     # fake tensors: tracing must not run the program (it may mutate its inputs)
@@ -286,10 +348,37 @@ def _build(fun: Callable, args: tuple, static: tuple, backend: str):
     # which output leaves are tensors (a None *value* among them is a constant)
     is_tensor = [type(x) is _NT or isinstance(x, _Tensor) for x in tree_flatten(result[0])[0]]
     result.clear()
-    compiled = _compile(gm, [leaves[i] for i in tensor_pos], backend)
+    example = [leaves[i] for i in tensor_pos]
+    if _grad_enabled() and probe.ran and (any(t.requires_grad for t in example)
+                                          or _grad_constants(gm)):
+        # the program computes its gradients itself: its results are values
+        with torch.no_grad():
+            compiled = _no_grad_call(_compile(gm, [t.detach() for t in example], backend,
+                                              grad_off=True))
+    elif _grad_enabled() and (any(t.requires_grad for t in example) or _grad_constants(gm)):
+        # differentiable: compiled forward and backward (AOT autograd), collectives as
+        # plain torch code (their custom ops carry no autograd formula)
+        from ._backend import inline_collectives
+
+        compiled = _compile(inline_collectives(gm), example, backend)
+    else:
+        compiled = _compile(gm, example, backend)
     all_tensors = len(tensor_pos) == len(leaves)
     return (compiled, None if all_tensors else tensor_pos, _output_builder(out_info, is_tensor),
             _pure(gm))
+
+
+def _grad_constants(gm: torch.fx.GraphModule) -> bool:
+    """Whether the graph holds constants (closed-over tensors) that require grad."""
+    for v in list(gm.parameters()) + list(gm.buffers()):
+        if v.requires_grad:
+            return True
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            v = getattr(gm, node.target, None)
+            if isinstance(v, torch.Tensor) and v.requires_grad:
+                return True
+    return False
 
 
 def _pure(gm: torch.fx.GraphModule) -> bool:
@@ -347,7 +436,9 @@ def _output_builder(out_info: list, is_tensor: list) -> Callable:
             if any(p is None for p in parts):
                 return None
             body = ", ".join(parts)
-            return f"({body},)" if t is tuple else f"[{body}]"
+            if t is list:
+                return f"[{body}]"
+            return f"({body},)" if parts else "()"
         if t is dict:
             parts = [expr(x) for x in node.values()]
             if any(p is None for p in parts):

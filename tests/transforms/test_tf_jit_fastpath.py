@@ -67,12 +67,13 @@ def test_inline_under_transforms_and_grad():
     torch.testing.assert_close(torch.func.grad(f)(x), 2 * x.sin() * x.cos())
     torch.testing.assert_close(torch.func.vmap(f)(x[:, None]), x.sin() ** 2)
     y = x.clone().requires_grad_()
-    f(y).backward()
+    assert f.cache_size() == 0 and f.stats()["inline"] == 2
+    f(y).backward()   # compiled (forward and backward), not inline
     torch.testing.assert_close(y.grad, 2 * x.sin() * x.cos())
-    assert f.cache_size() == 0
+    assert f.cache_size() == 1 and f.stats()["compiled"] == 1
     with torch.no_grad():
         torch.testing.assert_close(f(torch.nn.Parameter(x)), (x.sin() ** 2).sum())
-    assert f.cache_size() == 1
+    assert f.cache_size() == 2
 
 
 def test_small_matmuls_fused_match_eager():
