@@ -191,17 +191,21 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         grads = tuple([_rebox(gl, spec, names) for gl, (_, spec, names) in zip(g, prepared)])
         added = tuple(n for n in sizes if n not in reduce_axes)
         if added:   # fold copies made by the broadcast that JAX computes once
+            code = getattr(fun, "__code__", fun)
             grads = tuple(tree_map(lambda leaf, orig: drop_replicated(leaf, tuple(
-                n for n in added if n not in _names_of(orig))), gr, args[i])
+                n for n in added if n not in _names_of(orig)), (code, "grad", i)), gr, args[i])
                 for gr, i in zip(grads, nums))
+            value = drop_replicated(box_leaf(value, out_names[0]), added, (code, "value"))
+        else:
+            value = box_leaf(value, out_names[0])
         grads = grads[0] if isinstance(argnums, int) else grads
-        value = drop_replicated(box_leaf(value, out_names[0]), added)
         if has_aux:
             aux_leaves, aux_spec, aux_names = aux_box
             it = iter(aux_tensors)
             aux_leaves = [next(it) if isinstance(a, torch.Tensor) else a for a in aux_leaves]
-            aux = tree_map(lambda a: drop_replicated(a, added),
-                           rebox(aux_leaves, aux_spec, aux_names))
+            aux = rebox(aux_leaves, aux_spec, aux_names)
+            if added:
+                aux = tree_map(lambda a: drop_replicated(a, added, (code, "aux")), aux)
             return (value, aux), grads
         return value, grads
 

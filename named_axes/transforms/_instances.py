@@ -119,24 +119,43 @@ def _concrete(t) -> bool:
             and not torch.compiler.is_compiling())
 
 
-def drop_replicated(value, candidates) -> object:
+# (function code, output tag, names, candidates) -> the axes folded on the last call
+# whose values could be read; used when they cannot (tracing), so that a traced or
+# compiled program has the named shapes an eager call of it had.
+_FOLDS: dict = {}
+_FOLDS_MAX = 4096
+
+
+def drop_replicated(value, candidates, key=None) -> object:
     """``value`` (a NamedTensor) without the ``candidates`` axes along which its
     slices are all equal.
 
     The differentiated inputs are broadcast along the axes a closed-over value carries,
     so a result that JAX computes once (unbatched) comes out once per instance, all
     copies equal; they are folded back to one.  Reading values is only possible on
-    real tensors: under tracing (make_fx, nx.jit, torch.compile, torch.func), and for a
-    chunk of a ``SerialLoop`` axis, the copies are kept, which changes named shapes
-    (an output may then need to place the axis), never values.
+    real tensors.  Under tracing (make_fx, nx.jit, torch.compile, torch.func) the axes
+    folded by the last eager call with the same ``key`` are folded again (nx.jit makes
+    one eager call first); with no such call, and for a chunk of a ``SerialLoop`` axis,
+    the copies are kept, which changes named shapes (an output may then need to place
+    the axis), never values.
     """
-    if type(value) is not NamedTensor or not candidates or not _concrete(value._data):
+    if type(value) is not NamedTensor or not candidates:
         return value
     data, names = value._data, value._names
+    candidates = tuple(n for n in candidates if n in names)
+    if not candidates:
+        return value
+    full = (key, names, candidates) if key is not None else None
+    if not _concrete(data):
+        folded = _FOLDS.get(full, ()) if full is not None else ()
+        for n in folded:
+            d = names.index(n)
+            data = data.select(d, 0)
+            names = names[:d] + names[d + 1:]
+        return NamedTensor._wrap(data, names) if folded else value
     bound = bound_axes()
+    folded = []
     for n in candidates:
-        if n not in names:
-            continue
         d = names.index(n)
         if data.shape[d] != bound.get(n, data.shape[d]):
             continue   # a chunk of a SerialLoop axis: the other chunks are not here
@@ -144,6 +163,9 @@ def drop_replicated(value, candidates) -> object:
         if torch.equal(data, first.expand_as(data)):
             data = first.squeeze(d)
             names = names[:d] + names[d + 1:]
-    if names is value._names:
-        return value
-    return NamedTensor._wrap(data, names)
+            folded.append(n)
+    if full is not None:
+        if len(_FOLDS) >= _FOLDS_MAX:
+            _FOLDS.clear()
+        _FOLDS[full] = tuple(folded)
+    return NamedTensor._wrap(data, names) if folded else value

@@ -268,3 +268,17 @@ def test_eval_shape_on_duck_typed_arrays():
     out = nx.eval_shape(f, MyArgArray((2000, 3000), torch.float32),
                         MyArgArray((3000, 1000), 'float32'))
     assert out.shape == (2000, 1000) and out.dtype == torch.float32
+
+
+def test_gptj_like_under_jit_has_the_eager_named_shapes():
+    """Under tracing the values cannot be read: the axes folded by the eager call of the
+    same function are folded again, so the compiled step returns what eager returns."""
+    params, x = _gptj_like_inputs()
+    step = nx.xmap(_gptj_like_step,
+                   in_axes=((['shard', ...], ['shard', ...], [...]), ['batch', ...]),
+                   out_axes=([...], (['shard', ...], ['shard', ...], [...])))
+    eager_value, eager_grads = step(params, x)
+    value, grads = nx.jit(step)(params, x)
+    torch.testing.assert_close(value, eager_value)
+    for g, e in zip(grads, eager_grads):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
