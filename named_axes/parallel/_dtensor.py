@@ -372,6 +372,24 @@ class _KeepLayout(torch.autograd.Function):
         return (None, None, *reduce_to(gs, ctx.placements, ctx.dm))
 
 
+def _saved_as_dtensors(dm):
+    """Saved-tensor hooks for the program's forward: a plain tensor that an op saves for
+    the backward (a causal mask made with ``torch.arange``, mixed with DTensors under
+    ``implicit_replication()``) is saved as the replicated DTensor the forward treated it
+    as, so the backward -- which runs outside the engine, where DTensor refuses to mix
+    plain tensors and DTensors -- sees DTensors only."""
+    from torch.distributed.tensor import DTensor, Replicate
+
+    rep = [Replicate()] * dm.ndim
+
+    def pack(t):
+        if type(t) is torch.Tensor and not t.requires_grad:
+            return DTensor.from_local(t, dm, rep, run_check=False)
+        return t
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+
+
 def _fmt_place(placements) -> str:
     return "[" + ", ".join(str(p) for p in placements) + "]"
 
@@ -545,6 +563,6 @@ class DTensorEngine:
         if self.check_inputs:
             self._check(leaves)
         dleaves = self.to_dtensors(leaves)
-        with implicit_replication():
+        with implicit_replication(), _saved_as_dtensors(self.device_mesh):
             outs = body(dleaves, engine=engine if engine is not None else self)
             return [self.from_dtensor(o) for o in outs]

@@ -160,6 +160,12 @@ class NamedSharding:
     def shards(self, spec_entry: tuple) -> int:
         return prod(self.mesh.shape[a] for a in spec_entry)
 
+    def local_index(self, shape: Sequence[int], names: Sequence | None = None) -> tuple:
+        """The global index (tuple of slices) of the shard this rank holds, for a value of
+        ``shape`` whose dims are named ``names``: what this process passes to
+        :func:`make_array_from_process_local_data`."""
+        return self.index(shape, _coords(self), names, "local_index")
+
     def index(self, shape: Sequence[int], coords: Mapping, names: Sequence | None = None,
               what: str = "a value") -> tuple:
         """The global index (tuple of slices) of the shard at mesh ``coords`` (axis -> int)."""
