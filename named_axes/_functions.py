@@ -59,6 +59,32 @@ def _resolve_dim(dim, axis, fname):
     return dim
 
 
+def _no_axes(dim) -> bool:
+    """``dim=()``: reduce over no axis (JAX's ``jnp.sum(x, axis=())`` is ``x``), unlike
+    ``torch.sum(t, ())`` (every dim)."""
+    return type(dim) in (tuple, list) and len(dim) == 0
+
+
+def _over_nothing(torch_fn, x, fname: str, kwargs: dict, squeeze: bool = False,
+                  before: tuple = ()):
+    """``torch_fn`` over the empty set of axes: each entry is its own group of one, so
+    ``x`` gets a trailing axis of size 1 and that axis is the one reduced (``before``:
+    the arguments between the value and ``dim``, norm's ``p``)."""
+    x = _prepare(x, fname)
+    x1 = NamedTensor._wrap(x._data.unsqueeze(-1), x._names)
+    out = dispatch(torch_fn, (x1, *before, -1), kwargs)
+    if squeeze:   # a dim-wise op keeps the axis it works along
+        out = NamedTensor._wrap(out._data.squeeze(-1), out._names) if type(out) is NamedTensor \
+            else out.squeeze(-1)
+    return _unwrap(out)
+
+
+# the reductions for which dim=() means "over no axis" (the single-dim ones, max, min,
+# argmax and argmin, refuse an empty tuple, as JAX's argmax does)
+_OVER_NOTHING = {"sum", "mean", "prod", "amax", "amin", "logsumexp", "var", "std", "all",
+                 "any"}
+
+
 def _make_reduction(torch_fn, fname: str, doc: str):
     def reduction(x, dim=None, keepdim: bool = False, *, axis=None, **kwargs):
         if type(x) is NamedTensor and x._names and (type(dim) is str or type(dim) is int) \
@@ -66,6 +92,8 @@ def _make_reduction(torch_fn, fname: str, doc: str):
             # torch_fn(x, dim): the rule's fast lane (one memoised dim translation)
             return _unwrap(dispatch(torch_fn, (x, dim), {}))
         dim = _resolve_dim(dim, axis, fname)
+        if _no_axes(dim) and fname in _OVER_NOTHING:
+            return _over_nothing(torch_fn, x, fname, kwargs)
         kw = dict(kwargs)
         if dim is not None:
             kw["dim"] = dim
@@ -82,6 +110,8 @@ def _make_dimwise(torch_fn, fname: str, doc: str):
         dim = _resolve_dim(dim, axis, fname)
         if dim is _NO_DIM:
             dim = -1
+        if _no_axes(dim):   # over no axis: softmax gives ones, log_softmax zeros (as JAX)
+            return _over_nothing(torch_fn, x, fname, kwargs, squeeze=True)
         return _unwrap(dispatch(torch_fn, (_prepare(x, fname), dim), kwargs))
     dimwise.__name__ = dimwise.__qualname__ = fname
     dimwise.__doc__ = doc
@@ -144,6 +174,8 @@ def norm(x, p="fro", dim=None, keepdim: bool = False, *, axis=None, ord=None, **
             f"nx.norm: the second argument is the order p (as in torch.norm), got {p!r}; "
             f"to take the norm over an axis write nx.norm(x, dim={p!r}) "
             f"(or nx.norm(x, 2, dim={p!r}))")
+    if _no_axes(dim):   # over no axis: each entry's own norm, |x|
+        return _over_nothing(torch.norm, x, "norm", kwargs, before=(2 if p == "fro" else p,))
     kw = dict(kwargs)
     if dim is not None:
         kw["dim"] = dim
@@ -152,14 +184,16 @@ def norm(x, p="fro", dim=None, keepdim: bool = False, *, axis=None, ord=None, **
     return _unwrap(dispatch(torch.norm, (_prepare(x, "norm"), p), kw))
 
 
-softmax = _make_dimwise(torch.softmax, "softmax", """Softmax along ``dim`` (an int or an axis name; default -1).
+softmax = _make_dimwise(torch.softmax, "softmax", """Softmax along ``dim`` (an int, an axis name, or a tuple of them: one
+softmax over all those axes together; default -1).
 
 >>> import torch, named_axes as nx
 >>> x = nx.named(torch.zeros(2, 4), {0: 'classes'})
 >>> nx.softmax(x, 'classes').named_shape
 {'classes': 2}
 """)
-log_softmax = _make_dimwise(torch.log_softmax, "log_softmax", """Log-softmax along ``dim`` (an int or an axis name; default -1).
+log_softmax = _make_dimwise(torch.log_softmax, "log_softmax", """Log-softmax along ``dim`` (an int, an axis name, or a tuple of them;
+default -1).
 
 >>> import torch, named_axes as nx
 >>> x = nx.named(torch.zeros(2, 4), {0: 'classes'})

@@ -366,7 +366,7 @@ def _reduction(name: str, dim_index: int, multi: bool):
             dims = args[1]
             if dims is not None and not isinstance(dims, (_NT, _T)):
                 x2, (phys, named, names_left, _) = _dims_of(x, dims, func)
-                if multi or len(phys) == 1:
+                if phys and (multi or len(phys) == 1):
                     return _finish(func(x2._data, phys if multi else phys[0]), names_left, func)
         rest = list(args[1:])
         kw = dict(kwargs) if kwargs else {}
@@ -401,6 +401,15 @@ def _reduction(name: str, dim_index: int, multi: bool):
                 out = _reshape_out(out, tuple(x._data.shape[:k]) + (1,) * p)
             return result(out, x._names, func)
         x, (phys, named, names_left, _) = _dims_of(x, dims, func)
+        if not phys:   # dim=(): what torch does with it, per instance of the named axes
+            if not multi:
+                raise AxisSpecError(f"{op_name(func)}: takes a single dimension, got {dims!r}")
+            if name not in ("all", "any"):   # (those two reduce nothing, the others all)
+                p = x._data.dim() - k
+                if p:
+                    phys = tuple(range(k, k + p))
+                else:   # a scalar: reduce a size-1 axis, and keep no dim for it
+                    x, phys, keepdim = _wrap_nt(x._data.unsqueeze(-1), x._names), (k,), False
         if name == "norm" and len(phys) > 2:
             # Frobenius over any set of dims is the vector 2-norm (torch.norm takes <= 2)
             if rest and rest[0] == "fro":
@@ -536,6 +545,8 @@ def _dimwise(name: str, dim_index: int, names_ok: bool):
         if d is None:
             return NotImplemented
         if isinstance(d, (tuple, list)):
+            if name in _SOFTMAXES:
+                return _softmax_over(name, func, x, d, rest, kwargs, where)
             return NotImplemented
         if not names_ok and any(not isinstance(e, int) for e in (d if isinstance(d, (list, tuple)) else [d])):
             raise AxisSpecError(
@@ -552,6 +563,43 @@ def _dimwise(name: str, dim_index: int, names_ok: bool):
         out = func(x._data, *rest, **kwargs)
         return result(out, x._names, func)
     return rule
+
+
+_SOFTMAXES = ("softmax", "log_softmax", "softmin")
+
+
+def _softmax_over(name: str, func, x: _NT, dims, rest: list, kwargs: dict, where: tuple):
+    """``softmax`` / ``log_softmax`` / ``softmin`` over several dims at once (ints, names,
+    or both; ``()``: each entry alone, as in JAX): one normalization over all of them.
+
+    The value gets a trailing axis of size 1 that is always among the dims normalized
+    over, so an empty tuple never means "every dim" to torch's reductions."""
+    kwargs = dict(kwargs)
+    if where[0] == "arg":
+        del rest[where[1]]
+    else:
+        kwargs.pop(where[1], None)
+    dtype = kwargs.pop("dtype", None)
+    kwargs.pop("_stacklevel", None)
+    for a in rest:   # torch.softmax(x, dim, dtype) / F.softmax(x, dim, _stacklevel, dtype)
+        if isinstance(a, torch.dtype):
+            dtype = a
+        elif a is not None and not isinstance(a, int):
+            return NotImplemented
+    if kwargs:
+        return NotImplemented
+    x, (phys, _, _, _) = _dims_of(x, tuple(dims), func)
+    data = x._data if dtype is None else x._data.to(dtype)
+    data = data.unsqueeze(-1)
+    dims = list(phys) + [data.dim() - 1]
+    if name == "softmin":
+        data = -data
+    if name == "log_softmax":
+        out = data - torch.logsumexp(data, dims, keepdim=True)
+    else:
+        e = torch.exp(data - data.amax(dims, keepdim=True).detach())
+        out = e / e.sum(dims, keepdim=True)
+    return result(out.squeeze(-1), x._names, func)
 
 
 def install_dimwise() -> None:

@@ -162,3 +162,127 @@ def test_positional_dim_out_of_range_names_the_op_and_rank():
         X.sum(3)
     with pytest.raises(ValueError, match="names one dimension twice"):
         X.sum(("batch", "batch"))
+
+
+# -- dim=() and mixed tuples (issue 11, item 7) ----------------------------------------------
+# JAX 0.4.30, x = jnp.array([[1., -2., 3.], [4., 5., -6.]]):
+#   jnp.sum/mean/prod/max/min(x, axis=()) -> x;  jnp.var/std(x, axis=()) -> zeros (ddof=0),
+#   jnp.std(x, axis=(), ddof=1) -> nan;  jnp.all/any(x, axis=()) -> x != 0;
+#   jax.nn.logsumexp(x, axis=()) -> x;  jax.nn.softmax(x, axis=()) -> ones;
+#   jax.nn.log_softmax(x, axis=()) -> zeros;  jnp.argmax(x, axis=()) -> TypeError.
+# nx.var/std keep torch's default correction=1 (JAX's ddof=1): nan.
+
+E = torch.tensor([[1., -2., 3.], [4., 5., -6.]])
+EN = nx.named(E, {0: "b"})
+
+
+@pytest.mark.parametrize("name, want", [
+    ("sum", E), ("mean", E), ("prod", E), ("amax", E), ("amin", E), ("logsumexp", E),
+    ("all", E != 0), ("any", E != 0), ("softmax", torch.ones(2, 3)),
+    ("log_softmax", torch.zeros(2, 3)), ("var", torch.full((2, 3), float("nan"))),
+    ("std", torch.full((2, 3), float("nan"))),
+])
+@pytest.mark.parametrize("named", [False, True])
+def test_nx_reduction_over_no_axis_is_per_entry(name, want, named):
+    x = EN if named else E
+    with pytest.warns(UserWarning) if name in ("var", "std") else _nothing():
+        out = getattr(nx, name)(x, ())
+    if named:
+        assert out.named_shape == {"b": 2}
+        out = nx.positional(out, {0: "b"})
+    torch.testing.assert_close(out, want, equal_nan=True)
+    if name not in ("var", "std"):   # axis=[] is the same
+        torch.testing.assert_close(getattr(nx, name)(E, axis=[]), want)
+
+
+def test_nx_norm_over_no_axis_is_the_absolute_value():
+    torch.testing.assert_close(nx.positional(nx.norm(EN, dim=()), {0: "b"}), E.abs())
+    torch.testing.assert_close(nx.norm(E, 1, dim=()), E.abs())
+
+
+@pytest.mark.parametrize("name", ["max", "min", "argmax", "argmin"])
+def test_nx_single_dim_reductions_refuse_no_axis(name):
+    # (jnp.argmax(x, axis=()) raises a TypeError in JAX)
+    with pytest.raises(nx.AxisSpecError, match=r"takes a single dimension, got \(\)"):
+        getattr(nx, name)(EN, ())
+
+
+def test_torch_spellings_of_dim_empty_keep_torch_meaning_per_instance():
+    # torch.sum(t, ()) sums every dim (and torch.all(t, ()) none): per named index
+    torch.testing.assert_close(nx.positional(torch.sum(X, ()), {0: "batch", 1: "classes"}),
+                               T.sum(2))
+    torch.testing.assert_close(nx.positional(X.mean(()), {0: "batch", 1: "classes"}), T.mean(2))
+    out = torch.all(nx.named(E, {0: "b"}), ())
+    assert torch.equal(nx.positional(out, {0: "b"}), E != 0)
+    s = nx.named(torch.tensor([1., 2.]), {0: "b"})   # named scalars: the value itself
+    assert torch.equal(nx.positional(s.sum(()), {0: "b"}), torch.tensor([1., 2.]))
+
+
+def _loop(fn, full, k):
+    """``fn`` per index of the leading ``k`` dims of ``full``, stacked back."""
+    if k == 0:
+        return fn(full)
+    return torch.stack([_loop(fn, full[i], k - 1) for i in range(full.shape[0])])
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "prod", "amax", "amin", "logsumexp", "var",
+                                  "std", "all", "any", "norm"])
+@pytest.mark.parametrize("dims, flat", [(("batch", 0), (0, 2)), ((1, "classes"), (1, 3)),
+                                        (("classes",), (1,)), ((0, 1), (2, 3))])
+def test_nx_reductions_over_mixed_tuples(name, dims, flat):
+    # x laid out [batch, classes, p0, p1]; reference: the torch reduction over the
+    # corresponding dims of the full tensor (positional dims of every instance)
+    full = torch.rand(2, 3, 4, 5, dtype=torch.float64) + 0.5
+    x = nx.named(full, {0: "batch", 1: "classes"})
+    ref = {"norm": lambda t, d: torch.linalg.vector_norm(t, dim=d),
+           "prod": lambda t, d: t.prod(d[1]).prod(d[0]) if len(d) == 2 else t.prod(d[0])}.get(
+        name, lambda t, d: getattr(torch, name)(t, d))
+    out = getattr(nx, name)(x, dim=dims) if name == "norm" else getattr(nx, name)(x, dims)
+    left = [n for i, n in enumerate(("batch", "classes")) if i not in flat]
+    assert set(out.named_shape if isinstance(out, nx.NamedTensor) else {}) == set(left)
+    if isinstance(out, nx.NamedTensor):
+        out = nx.positional(out, {i: n for i, n in enumerate(left)})
+    torch.testing.assert_close(out, ref(full, flat))
+
+
+@pytest.mark.parametrize("fn, ref", [(nx.softmax, torch.softmax), (nx.log_softmax, torch.log_softmax)])
+@pytest.mark.parametrize("dims", [("batch", 0), (0, "batch"), ("batch", "classes"), (0, 1),
+                                  ("classes", 1, "batch")])
+def test_softmax_over_a_tuple_of_axes(fn, ref, dims):
+    # reference: loop over the instances of the names not normalized over; within one,
+    # softmax over the flattened normalized dims (jax.nn.softmax(x, axis=(0, 1)) does this)
+    full = torch.randn(2, 3, 4, 5, dtype=torch.float64)   # batch, classes, p0, p1
+    x = nx.named(full, {0: "batch", 1: "classes"})
+    phys = sorted({"batch": 0, "classes": 1}.get(d, d + 2 if isinstance(d, int) else d)
+                  for d in dims)
+    rest = [d for d in range(4) if d not in phys]
+    moved = full.permute(rest + phys)
+    lead = moved.shape[:len(rest)]
+    want = ref(moved.reshape(*lead, -1), -1).reshape(moved.shape)
+    want = want.permute([(rest + phys).index(d) for d in range(4)])
+    out = fn(x, dims)
+    assert out.named_shape == {"batch": 2, "classes": 3}
+    torch.testing.assert_close(nx.positional(out, {0: "batch", 1: "classes"}), want)
+    # the method and F spellings agree
+    meth = getattr(x, fn.__name__)(dims)
+    torch.testing.assert_close(nx.positional(meth, {0: "batch", 1: "classes"}), want)
+
+
+def test_softmax_over_a_tuple_gradient_and_dtype():
+    full = torch.randn(2, 3, dtype=torch.float64, requires_grad=True)
+    x = nx.named(full, {0: "b"})
+    out = torch.nn.functional.softmax(x, dim=("b", 0), dtype=torch.float32)
+    assert out.dtype == torch.float32
+    w = torch.randn(2, 3, dtype=torch.float32)
+    (nx.positional(out, {0: "b"}) * w).sum().backward()
+    ref = full.detach().clone().requires_grad_()
+    (torch.softmax(ref.reshape(-1), 0, dtype=torch.float32).reshape(2, 3) * w).sum().backward()
+    torch.testing.assert_close(full.grad, ref.grad)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
