@@ -350,8 +350,9 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
     except RuntimeError as e:
         if not _unbatchable(e):
             raise
-        # functorch has no batching rule (or the op branches on values): loop instead
-        tensors = _loop(call, phys, member, U)
+        # functorch has no batching rule, the op branches on values, or its result's
+        # shape depends on the values (nonzero, unique, masked_select, ...): loop instead
+        tensors = _loop(call, phys, member, U, func)
     s, others = out_spec
     it = iter(tensors)
     out = tree_unflatten([next(it) if o is _SLOT else o for o in others], s)
@@ -362,7 +363,10 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
 
 _SLOT = object()  # marks where a tensor output goes back
 _UNBATCHABLE = ("Batching rule not implemented", "data-dependent control flow",
-                "We could not generate a fallback", "is not possible because there exists")
+                "We could not generate a fallback", "is not possible because there exists",
+                # dynamic shapes: functorch refuses them, or its per-example fallback
+                # (argwhere, bincount, ...) fails to stack unequal results
+                "dynamic shape", "differently shaped", "stack expects each tensor to be equal size")
 
 
 def _unbatchable(e: RuntimeError) -> bool:
@@ -370,22 +374,53 @@ def _unbatchable(e: RuntimeError) -> bool:
     return any(m in msg for m in _UNBATCHABLE)
 
 
-def _loop(call, phys, member, U):
-    """``call`` once per index of the named dims ``U`` (leading, in order), stacked."""
+def _loop(call, phys, member, U, func=None):
+    """``call`` once per index of the named dims ``U`` (leading, in order), stacked.
+
+    Exact when every instance's results have one shape; when an op's result shape
+    depends on the values and differs between instances, no named value can hold them
+    (one name, one size; one positional shape for every instance): a :class:`ShapeError`
+    says so."""
     import itertools
 
     sizes = {}
     for t, m in zip(phys, member):
         order = [n for n in U if n in m]
         sizes.update(zip(order, t.shape[:len(order)]))
-    outs = []
+    outs, where = [], []
     for index in itertools.product(*[range(sizes[n]) for n in U]):
         at = dict(zip(U, index))
         sliced = [t[tuple(at[n] for n in U if n in m)] for t, m in zip(phys, member)]
         outs.append(call(*sliced))
+        where.append(at)
+    op = op_name(func) if func is not None else "the op"
+    if not outs:
+        raise ShapeError(f"{op}: a named axis has size 0 ({_fmt_sizes(sizes)}), so the shape "
+                         f"of this op's result (which depends on the values) is unknown")
+    for j in range(len(outs[0])):
+        s0 = tuple(outs[0][j].shape)
+        for o, at in zip(outs, where):
+            if tuple(o[j].shape) != s0:
+                what = f"result {j}" if len(outs[0]) > 1 else "its result"
+                raise ShapeError(
+                    f"{op}: the shape of {what} depends on the values and differs between "
+                    f"instances of the named axes {_fmt_sizes(sizes)}: {s0} at "
+                    f"{_fmt_at(where[0])} but {tuple(o[j].shape)} at {_fmt_at(at)}; a named "
+                    f"value has one positional shape for every index of its named axes. "
+                    f"Use a fixed-size form (torch.nonzero_static(x, size=n), "
+                    f"torch.where(mask, x, fill), a mask instead of selecting), or make the "
+                    f"named axes positional first (nx.positional, lax.all_gather)")
     lead = tuple(sizes[n] for n in U)
     return tuple(torch.stack([o[j] for o in outs]).reshape(lead + tuple(outs[0][j].shape))
                  for j in range(len(outs[0])))
+
+
+def _fmt_sizes(sizes: dict) -> str:
+    return "{" + ", ".join(f"{n!r}: {s}" for n, s in sizes.items()) + "}"
+
+
+def _fmt_at(at: dict) -> str:
+    return "[" + ", ".join(f"{n!r}={i}" for n, i in at.items()) + "]"
 
 
 def _leaf_label(spec, i: int) -> str:

@@ -191,6 +191,15 @@ def _pointwise_rule(inplace: bool):
     return _pointwise_inplace if inplace else _pointwise
 
 
+def _where(func, args, kwargs):
+    """``torch.where(cond, x, y)`` is pointwise; ``torch.where(cond)`` alone is
+    ``nonzero(as_tuple=True)``, whose length depends on the values: that one runs per
+    instance of the named axes (the dispatcher's loop, which refuses unequal lengths)."""
+    if len(args) + len(kwargs) == 1:
+        return NotImplemented
+    return _pointwise(func, args, kwargs)
+
+
 def install_pointwise() -> None:
     for name in UNARY_POINTWISE + BINARY_POINTWISE:
         register(_spellings(name), _pointwise_rule(_inplace_name(name)))
@@ -198,6 +207,7 @@ def install_pointwise() -> None:
         f = getattr(_T, name, None)
         if f is not None:
             register([f], _pointwise_rule(_inplace_name(name)))
+    register(_spellings("where"), _where)
 
 
 # ---------------------------------------------------------------------------
