@@ -473,7 +473,8 @@ def logits_of(params, tokens):                            # tokens: () {batch, s
 def named_loss(params, tokens, targets):
     return lax.pmean(F.cross_entropy(logits_of(params, tokens), targets), ('batch', 'seq'))
 
-text = (Path.cwd().parent / 'examples' / 'data' / 'sonnets.txt').read_text()
+repo = Path(nx.__file__).resolve().parents[1]               # found from any working directory
+text = (repo / 'examples' / 'data' / 'sonnets.txt').read_text()
 chars = sorted(set(text)); stoi = {c: i for i, c in enumerate(chars)}
 data = torch.tensor([stoi[c] for c in text])
 V, D, H, T = len(chars), 32, 4, 32

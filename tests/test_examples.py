@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,10 +14,13 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def run_example(name: str, *args: str, steps: int = 60, timeout: int = 240) -> str:
+    """Run from a working directory outside the repository: scripts find their data
+    relative to themselves (``Path(__file__)``)."""
     env = dict(os.environ, NX_EXAMPLE_STEPS=str(steps), TQDM_DISABLE="1",
                OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    proc = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, cwd=EXAMPLES.parent)
+    with tempfile.TemporaryDirectory() as elsewhere:
+        proc = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True,
+                              text=True, timeout=timeout, env=env, cwd=elsewhere)
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 

@@ -17,13 +17,22 @@ pytest.importorskip("matplotlib")
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebooks_do_not_depend_on_the_working_directory(path):
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type == "code":
+            assert "Path.cwd()" not in cell.source and "'../" not in cell.source, cell.source
+
+
 def test_there_are_notebooks():
     assert {p.stem for p in NOTEBOOKS} >= {"xmap_tutorial", "per_example_grads", "transformer"}
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs(path, monkeypatch):
+def test_notebook_runs(path, monkeypatch, tmp_path):
+    """Run from a working directory outside the repository: notebooks find their data
+    relative to the package (``Path(nx.__file__)``), never ``Path.cwd()``."""
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
     nb = nbformat.read(path, as_version=4)
@@ -35,7 +44,7 @@ def test_notebook_runs(path, monkeypatch):
     argv = KernelSpecManager().get_kernel_spec(NATIVE_KERNEL_NAME).argv
     assert argv[0] in ("python", f"python{sys.version_info[0]}", sys.executable), argv
     client = nbclient.NotebookClient(nb, timeout=300, kernel_name=NATIVE_KERNEL_NAME,
-                                     resources={"metadata": {"path": str(path.parent)}})
+                                     resources={"metadata": {"path": str(tmp_path)}})
     client.execute()  # raises CellExecutionError on the first failing cell
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]
