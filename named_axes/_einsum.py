@@ -2,8 +2,9 @@
 
 One letter per positional axis, named axes in braces: ``'n{b,k},{k,m}->n{b,m}'``.
 Named axes listed in inputs but not in the output are contracted; an operand may
-list a name it lacks (it is replicated along it: broadcast).  A spec without braces
-treats every named axis as a batch axis (kept in the output).  The whole call is
+list a name it lacks (it is replicated along it: broadcast).  A named axis an operand
+carries but its term does not list is vectorized over, as by every other op (a batch
+axis, kept in the output); a spec without braces treats every named axis that way.  The whole call is
 translated once into a positional ``torch.einsum`` on the physical tensors, each
 named axis getting a fresh letter, so it is as fast (and as traceable) as plain einsum.
 
@@ -46,8 +47,16 @@ def parse_spec(spec: str) -> tuple:
     if s.count("->") > 1:
         raise AxisSpecError(f"einsum {spec!r}: more than one '->'")
     lhs, arrow, rhs = s.partition("->")
-    inputs = tuple(_parse_term(t, spec) for t in _split_terms(lhs))
-    output = _parse_term(rhs, spec) if arrow else None
+    inputs = tuple(_parse_term(t, spec, f"operand {i}")
+                   for i, t in enumerate(_split_terms(lhs)))
+    output = _parse_term(rhs, spec, "the output") if arrow else None
+    if output is not None:
+        seen = set()
+        for c in output[0]:
+            if c != "..." and c in seen:
+                raise AxisSpecError(f"einsum {spec!r}: the output term {rhs!r} repeats letter "
+                                    f"{c!r}; an output axis appears once")
+            seen.add(c)
     braced = "{" in s
     return inputs, output, braced
 
@@ -67,7 +76,7 @@ def _split_terms(lhs: str) -> list:
     return terms
 
 
-def _parse_term(term: str, spec: str) -> tuple:
+def _parse_term(term: str, spec: str, role: str = "") -> tuple:
     letters, names, rest = [], None, term
     while rest:
         if rest[0] == "{":
@@ -79,7 +88,9 @@ def _parse_term(term: str, spec: str) -> tuple:
                                     f"list all its named axes in one")
             names = tuple(n for n in rest[1:end].split(",") if n)
             if len(set(names)) != len(names):
-                raise AxisSpecError(f"einsum {spec!r}: term {term!r} repeats a named axis")
+                twice = next(n for n in names if names.count(n) > 1)
+                raise AxisSpecError(f"einsum {spec!r}: term {term!r} repeats a named axis: "
+                                    f"{twice!r} ({role}); a named axis appears once per term")
             rest = rest[end + 1:]
         elif rest.startswith("..."):
             letters.append("...")
@@ -105,8 +116,9 @@ def einsum(spec: str, *operands: Any) -> Any:
         braces, the union of the operands' names); a plain tensor if it has none.
 
     Raises:
-        AxisSpecError: a malformed spec, an output letter no input has, a named axis an
-            operand carries but its term skips.
+        AxisSpecError: a malformed spec, an output letter no input has or a repeated one,
+            a name one term lists while another operand carries it unlisted (batched).
+        UnboundAxisError: a braced name that no operand carries and no map binds.
         AxisSizeError: one letter or name with two sizes.
 
     >>> import torch, named_axes as nx
@@ -329,6 +341,7 @@ def _build_plan(spec: str, operands: tuple) -> tuple:
     name_dims: dict = {}      # axis name -> [(operand, physical dim)]
     letter_dims: dict = {}    # positional letter -> [(operand, physical dim)]
     terms, in_names = [], []
+    batch: dict = {}          # braced mode: name an operand carries unlisted -> operand
     for i, ((letters, listed), x) in enumerate(zip(inputs, operands)):
         if type(x) is _NT:
             data, carried, p = x._data, x._names, x.ndim
@@ -337,14 +350,13 @@ def _build_plan(spec: str, operands: tuple) -> tuple:
         else:
             raise AxisTypeError(f"{what}: operand {i} is a {type(x).__name__}, not a tensor")
         if braced:
+            # a named axis the operand carries but its term skips is vectorized over, as
+            # by every op (a batch axis, kept in the output): only listed names contract
             listed = listed or ()
-            skipped = [n for n in carried if n not in listed]
-            if skipped:
-                raise AxisSpecError(
-                    f"{what}: operand {i} carries named axis {skipped[0]!r} (named_shape "
-                    f"{fmt_named_shape(x.named_shape)}) but its term lists only "
-                    f"{{{','.join(map(str, listed))}}}; list every named axis it carries")
             names = listed
+            for n in carried:
+                if n not in listed:
+                    batch.setdefault(n, i)
         else:
             names = carried
         in_names.append(names)
@@ -365,6 +377,15 @@ def _build_plan(spec: str, operands: tuple) -> tuple:
         terms.append(phys + "".join(letters))
     # the output's named axes
     if braced:
+        for n, j in batch.items():
+            for i, names in enumerate(in_names):
+                if n in names:
+                    raise AxisSpecError(
+                        f"{what}: operand {j} carries named axis {n!r} (named_shape "
+                        f"{fmt_named_shape(operands[j].named_shape)}) and its term does not "
+                        f"list it, so the einsum is vectorized over {n!r}; but operand {i}'s "
+                        f"term lists {n!r} to contract or keep it. List {n!r} in the term of "
+                        f"every operand that carries it, or in none")
         if output is not None:
             out_names = output[1] or ()
         else:  # implicit mode: names that appear in exactly one term
@@ -373,17 +394,23 @@ def _build_plan(spec: str, operands: tuple) -> tuple:
                 for n in names:
                     counts[n] = counts.get(n, 0) + 1
             out_names = tuple(n for n in counts if counts[n] == 1)
+        out_names += tuple(n for n in batch if n not in out_names)
+        # the batch names join the terms of the operands that carry them
+        in_names = [names + tuple(n for n in (operands[i]._names if type(operands[i]) is _NT
+                                               else ()) if n in batch)
+                    for i, names in enumerate(in_names)]
     else:
         out_names = tuple(letter_of)
     listed_anywhere = {n for names in in_names for n in names}
     for n in out_names:
         if n not in listed_anywhere and n not in bound_axes():
-            raise AxisSpecError(f"{what}: the output lists named axis {n!r}, which no input "
-                                f"lists and no enclosing map binds")
+            raise UnboundEinsumAxisError(
+                f"{what}: the output lists named axis {n!r}, which no input lists and no "
+                f"enclosing map binds (bound: {fmt_names(bound_axes())})")
     # names listed but carried by no operand: a replicated axis (broadcast / scaled sum)
     for n in listed_anywhere | set(out_names):
         if n not in name_size:
-            _bound_size(n, what)
+            _bound_size(n, what, [i for i, names in enumerate(in_names) if n in names])
     env = tuple(n for n in listed_anywhere | set(out_names) if n not in name_size)
     expand = tuple(n for n in out_names if n not in name_size)
     scaled = tuple(n for n in env if n not in out_names)
@@ -439,12 +466,18 @@ def _check_positional(letters, p, i, shape, pos_size, what) -> None:
         d += 1
 
 
-def _bound_size(name: Hashable, what: str) -> int:
+def _bound_size(name: Hashable, what: str, where: list = ()) -> int:
     sizes = bound_axes()
     if name not in sizes:
+        by = "".join(f"; operand {i}'s term lists it" for i in where)
         raise UnboundAxisError(f"{what}: axis {name!r} is listed but no operand carries it "
-                               f"and it is not bound here (bound: {fmt_names(sizes)})")
+                               f"and it is not bound here (bound: {fmt_names(sizes)}){by}")
     return sizes[name]
+
+
+class UnboundEinsumAxisError(UnboundAxisError, AxisSpecError):
+    """An einsum output lists a name that nothing lists or binds: unbound (a NameError),
+    and a malformed spec (a ValueError)."""
 
 
 register([torch.einsum, getattr(torch.functional, "einsum", None)], _einsum_rule)

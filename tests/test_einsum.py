@@ -78,8 +78,11 @@ def test_implicit_mode_keeps_names_in_one_term():
 def test_errors():
     x = nx.named(_r(2, 3), 'b ...')
     w = nx.named(_r(4, 5), 'b ...')
-    with pytest.raises(nx.AxisSpecError, match=r"operand 0 carries named axis 'b' .* but its term lists only \{\}"):
-        nx.einsum('n,{b}->n', x, w)
+    with pytest.raises(nx.AxisSpecError, match=r"operand 0 carries named axis 'b' \(named_shape "
+                                               r"\{'b': 2\}\) and its term does not list it, so "
+                                               r"the einsum is vectorized over 'b'; but operand 1's "
+                                               r"term lists 'b'"):
+        nx.einsum('n,m{b}->n', x, nx.named(_r(2, 5), 'b ...'))
     with pytest.raises(nx.AxisSpecError, match="output letter 'q' appears in no input term"):
         nx.einsum('n{b}->q', x)
     with pytest.raises(nx.AxisSizeError, match=r"inconsistent sizes for axis 'b': 2 \(operand 0\) vs 4 \(operand 1\)"):
@@ -90,7 +93,10 @@ def test_errors():
         nx.einsum('nm{b}->{b}', x)
     with pytest.raises(nx.AxisSpecError, match="unexpected character '1'"):
         nx.einsum('n1{b}->{b}', x)
-    with pytest.raises(nx.UnboundAxisError, match="axis 'z' is listed but no operand carries it"):
+    with pytest.raises(nx.UnboundAxisError, match=r"einsum\('n\{b,z\}->n\{b\}'\): axis 'z' is "
+                                                  r"listed but no operand carries it and it is not "
+                                                  r"bound here \(bound: none\); operand 0's term "
+                                                  r"lists it"):
         nx.einsum('n{b,z}->n{b}', x)
 
 
@@ -139,3 +145,64 @@ def test_nn_softmax_over_names_and_positions():
                                torch.log_softmax(full, 0))
     st = nx.positional(nx.nn.standardize(x, axis='c'), 'c ...')
     torch.testing.assert_close(st, (full - full.mean(0)) / torch.sqrt(full.var(0, unbiased=False) + 1e-5))
+
+
+# -- named axes a term does not list are vectorized over (issue 11, item 6) -------------------
+# JAX 0.4.30's jnp.einsum has no braces ("Einstein sum subscript 'n{k}' does not contain the
+# correct number of indices"): the reference is the loop over the unlisted axis.
+
+def test_unlisted_named_axis_is_a_batch_axis():
+    X, W = _r(2, 3, 4), _r(3, 5, seed=1)                 # X: [b, k, n], W: [k, m]
+    x, w = nx.named(X, 'b k ...'), nx.named(W, 'k m ...')
+    ref = torch.stack([torch.einsum('kn,km->mn', X[b], W) for b in range(2)])   # [b, m, n]
+    for spec in ('n{k},{k,m}->n{m}', 'n{k},{k,m}', 'n{k},{k,m}->n{b,m}', 'n{k},{k,m}->n{m,b}'):
+        for fn in (nx.einsum, torch.einsum):
+            out = fn(spec, x, w)
+            assert out.named_shape == {'b': 2, 'm': 5} and out.shape == (4,), spec
+            torch.testing.assert_close(nx.positional(out, {0: 'b', 1: 'm'}), ref)
+
+
+def test_unlisted_axis_on_several_operands_pairs_by_name():
+    X, Y = _r(2, 3, 4), _r(2, 4, seed=1)                 # X: [b, k, n], Y: [b, n]
+    out = nx.einsum('n{k},n->{k}', nx.named(X, 'b k ...'), nx.named(Y, 'b ...'))
+    ref = torch.stack([torch.einsum('kn,n->k', X[b], Y[b]) for b in range(2)])   # [b, k]
+    assert out.named_shape == {'b': 2, 'k': 3}
+    torch.testing.assert_close(nx.positional(out, {0: 'b', 1: 'k'}), ref)
+    # a term without braces at all in a braced spec: every name it carries is a batch axis
+    out = nx.einsum('n{k},n->', nx.named(X, 'b k ...'), nx.named(Y, 'b ...'))
+    torch.testing.assert_close(nx.positional(out, {0: 'b'}), ref.sum(1))
+
+
+def test_unlisted_axis_inside_xmap_and_gradient():
+    X, C = _r(2, 3, 4), _r(3, seed=1)
+    f = nx.xmap(lambda a, c: torch.einsum('n{k},{k}->n', a, c),
+                in_axes=(['b', 'k', ...], ['k', ...]), out_axes=['b', ...])
+    Xg = X.clone().requires_grad_()
+    out = f(Xg, C)
+    torch.testing.assert_close(out, torch.einsum('bkn,k->bn', X, C))
+    out.sum().backward()
+    torch.testing.assert_close(Xg.grad, C[None, :, None].expand(2, 3, 4))
+
+
+def test_einsum_spec_errors_are_named_axis_errors():
+    x = nx.named(_r(2, 3, 4), 'b k ...')
+    # a repeated output letter (was torch's "output subscript n appears more than once")
+    with pytest.raises(nx.AxisSpecError, match=r"einsum 'n\{b,k\}->nn\{b\}': the output term "
+                                               r"'nn\{b\}' repeats letter 'n'"):
+        nx.einsum('n{b,k}->nn{b}', x)
+    with pytest.raises(nx.AxisSpecError, match=r"einsum 'n\{b,k\}->n\{b,b\}': term 'n\{b,b\}' "
+                                               r"repeats a named axis: 'b' \(the output\)"):
+        torch.einsum('n{b,k}->n{b,b}', x)
+    with pytest.raises(nx.AxisSpecError, match=r"repeats a named axis: 'k' \(operand 0\)"):
+        nx.einsum('n{k,k}->n', x)
+    # an unbound name in the output's braces: an UnboundAxisError (a NameError), and a
+    # malformed spec (a ValueError)
+    with pytest.raises(nx.UnboundAxisError, match=r"einsum\('n\{b,k\}->n\{z\}'\): the output "
+                                                  r"lists named axis 'z', which no input lists and "
+                                                  r"no enclosing map binds \(bound: none\)") as e:
+        nx.einsum('n{b,k}->n{z}', x)
+    assert isinstance(e.value, nx.AxisSpecError)
+    with pytest.raises(nx.UnboundAxisError, match=r"axis 'z' is listed but no operand carries it "
+                                                  r"and it is not bound here \(bound: none\); "
+                                                  r"operand 1's term lists it"):
+        nx.einsum('n{k},{k,z}->n', x, nx.named(_r(3), 'k ...'))
