@@ -16,6 +16,7 @@ one place.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ._dispatch import RULES
@@ -23,6 +24,8 @@ from ._errors import NamedAxisError
 from ._rules import (DUNDERS, UNARY_POINTWISE, _NO, _by_name, _finish, _inline_operand,
                      _pointwise, _pointwise_inplace)
 from ._tensor import NamedTensor
+
+_ndarray = np.ndarray
 
 _NT = NamedTensor
 _T = torch.Tensor
@@ -120,6 +123,8 @@ def _binary_operator(method, dispatch):
             d0 = self._data
             b = _inline_operand(other, d0, names)
             if b is _NO:
+                if type(other) is _ndarray:   # numpy operands act as tensors
+                    return op(self, torch.from_numpy(other))
                 if type(other) is _NT and other._names and not torch.compiler.is_compiling():
                     try:
                         out = _by_name(method, self, other)
@@ -146,6 +151,8 @@ def _inplace_operator(method, dispatch):
             d0 = self._data
             b = _inline_operand(other, d0, names)
             if b is _NO:
+                if type(other) is _ndarray:   # numpy operands act as tensors
+                    return op(self, torch.from_numpy(other))
                 return call((self, other), {})
             try:
                 method(d0, b)

@@ -190,9 +190,6 @@ def test_numpy_ufuncs_and_inplace_forms():
     assert isinstance(acc, nx.NamedTensor) and acc.named_shape == {"b": 2}
 
 
-@pytest.mark.xfail(strict=True, reason="needs the _bindings/_dispatch diff of issue 16 "
-                   "(in-place operators convert numpy operands; a NotImplemented from torch "
-                   "is not swallowed)")
 def test_inplace_operator_with_a_numpy_operand():
     x = nx.named(torch.arange(6.).reshape(2, 3), "b ...")
     y = x.clone()
