@@ -2,15 +2,24 @@
 
 Pure Python (no torch import).  A mapping names some positional axes of one array:
 
-- a dict ``{pos: name}`` whose keys are all ints (or that is empty), negative positions allowed;
+- a dict ``{pos: name}`` (negative positions allowed); ``{}`` names nothing;
 - a list or tuple of names ending with ``...``: names the leading axes;
-- a string ``'batch seq ...'``: the same, space separated (a trailing ``...`` is optional);
+- a list or tuple of names *without* ``...``: names every axis and asserts the rank
+  (``['i', 'j']`` is ``{0: 'i', 1: 'j'}`` on a rank-2 value, an error on any other);
+- ``None`` in a list skips a position (``[None, 'i']``: rank 2, ``i`` is dim 1);
+- a string ``'batch seq ...'``: names the leading axes, space separated (a trailing
+  ``...`` is optional);
 - ``None``: names nothing (like ``{}``).
 
-Any other list/tuple/dict is a *container* of specs (a pytree prefix).
+How a spec is read (as JAX 0.4.30 reads it): a list/tuple whose elements are all names,
+``None`` or ``...`` is one mapping (so is any list/tuple ending with ``...``); a dict whose
+values are all names (or that is empty) is one mapping; a string is one mapping; any other
+list/tuple/dict is a *container* of specs (a pytree prefix).
 
 >>> parse_mapping(['batch', 'seq', ...]).entries
 ((0, 'batch'), (1, 'seq'))
+>>> m = parse_mapping([None, 'i']); (m.entries, m.rank)
+(((1, 'i'),), 2)
 >>> parse_mapping({-1: 'feat'}).resolve(3, what='argument 0')
 ((2, 'feat'),)
 """
@@ -49,6 +58,7 @@ class AxisMapping:
 
     entries: tuple
     spelling: str
+    rank: int | None = None   # the rank a list without ``...`` asserts
 
     @property
     def names(self) -> tuple:
@@ -57,8 +67,14 @@ class AxisMapping:
     def resolve(self, ndim: int, *, what: str) -> tuple:
         """Positions normalized against ``ndim``, sorted by position.
 
-        Raises AxisSpecError when a position is out of range or two names share one.
+        Raises AxisSpecError when a position is out of range, two names share one, or
+        the mapping asserts a rank (a list without ``...``) that ``ndim`` is not.
         """
+        if self.rank is not None and ndim != self.rank:
+            raise AxisSpecError(
+                f"{what}: axis mapping {self.spelling} names every axis (a list without ...), "
+                f"which asserts rank {self.rank}, but the value has rank {ndim}; end the "
+                f"list with ... to name only the leading axes")
         out = []
         seen: dict = {}
         for pos, name in self.entries:
@@ -78,17 +94,39 @@ class AxisMapping:
         return tuple(sorted(out))
 
 
+def _is_name_like(x: Any) -> bool:
+    """An element that makes a list/tuple one mapping: a leaf of the spec tree (JAX: a
+    pytree leaf, i.e. not a container and not None) that is not an int (ints are never
+    names here: ``(3,)`` is a container holding the bad spec ``3``)."""
+    return x is not None and not isinstance(x, (list, tuple, dict, int))
+
+
 def is_mapping(spec: Any) -> bool:
-    """Whether ``spec`` is one axis mapping (as opposed to a container of specs)."""
+    """Whether ``spec`` is one axis mapping (as opposed to a container of specs).
+
+    JAX 0.4.30's reading (``maps._is_axes_leaf``): a list/tuple whose elements are all
+    names, ``None`` or ``...``, a dict whose values are all names (or that is empty), a
+    string.  A list/tuple ending with ``...`` is a mapping too (``...`` is never a spec,
+    so a bad name in it is reported as such rather than as a bad container).
+    """
     if spec is None or isinstance(spec, str):
         return True
     if isinstance(spec, (list, tuple)):
-        return len(spec) > 0 and spec[-1] is Ellipsis
+        if hasattr(spec, "_fields"):   # a namedtuple is a container
+            return False
+        return (len(spec) > 0 and spec[-1] is Ellipsis) or all(
+            x is None or _is_name_like(x) for x in spec)
     if isinstance(spec, dict):
+        # values all leaves (JAX's reading); with int keys a None or int value is a bad
+        # name of a {pos: name} mapping rather than a container
+        int_keys = all(isinstance(k, int) for k in spec)
+        if not all(not isinstance(v, (list, tuple, dict)) and (int_keys or v is not None)
+                   for v in spec.values()):
+            return False
         if any(isinstance(k, bool) for k in spec):
             raise AxisTypeError(f"axis mapping {spec!r}: {next(k for k in spec if isinstance(k, bool))!r} "
                                 f"is not a position (positions are ints)")
-        return all(isinstance(k, int) for k in spec)
+        return True
     return False
 
 
@@ -101,26 +139,35 @@ def compiling() -> bool:
     return torch is not None and torch.compiler.is_compiling()
 
 
-def _parse_hashable(kind: str, payload: tuple, spelling: str) -> AxisMapping:
+def _parse_hashable(kind: str, payload: tuple, spelling: str, rank: int | None = None
+                    ) -> AxisMapping:
     # a plain dict cache: dynamo warns about (and ignores) functools.lru_cache; keyed
     # by spelling too, which error messages quote ([...] and None parse alike)
     if compiling():
         # dynamo (torch 2.9) cannot hash the cache's keys when names are odd objects;
         # it traces this once per graph anyway
-        return _parse_uncached(kind, payload, spelling)
-    key = (kind, payload, spelling)
+        return _parse_uncached(kind, payload, spelling, rank)
+    key = (kind, payload, spelling, rank)
     hit = _CACHE.get(key)
     if hit is None:
-        hit = _CACHE[key] = _parse_uncached(kind, payload, spelling)
+        hit = _CACHE[key] = _parse_uncached(kind, payload, spelling, rank)
     return hit
 
 
-def _parse_uncached(kind: str, payload: tuple, spelling: str) -> AxisMapping:
+def _parse_uncached(kind: str, payload: tuple, spelling: str, rank: int | None = None
+                    ) -> AxisMapping:
     where = f"axis mapping {spelling}"
     if kind == "dict":
+        for pos, _ in payload:
+            if not isinstance(pos, int):
+                raise AxisTypeError(
+                    f"{where}: key {pos!r} is not a position; a dict mapping is {{position: "
+                    f"name}} with int positions (a dict of specs needs specs as values, e.g. "
+                    f"{{{pos!r}: [{payload[0][1]!r}, ...]}})")
         entries = tuple((pos, check_name(name, where=where)) for pos, name in payload)
-    else:
-        entries = tuple((i, check_name(name, where=where)) for i, name in enumerate(payload))
+    else:   # None skips a position
+        entries = tuple((i, check_name(name, where=where)) for i, name in enumerate(payload)
+                        if name is not None)
     names = [n for _, n in entries]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
@@ -129,7 +176,7 @@ def _parse_uncached(kind: str, payload: tuple, spelling: str) -> AxisMapping:
         positions = [p for p, _ in entries]
         if len(set(positions)) != len(positions):
             raise AxisSpecError(f"{where} repeats a position")
-    return AxisMapping(entries, spelling)
+    return AxisMapping(entries, spelling, rank)
 
 
 def parse_mapping(spec: Any) -> AxisMapping:
@@ -148,27 +195,39 @@ def parse_mapping(spec: Any) -> AxisMapping:
                 raise AxisSpecError(f"axis mapping {spelling}: '...' may only come last")
             return _parse_hashable("list", tuple(words), spelling)
         if isinstance(spec, dict) and is_mapping(spec):
-            return _parse_hashable("dict", tuple(sorted(spec.items())), spelling)
+            return _parse_hashable("dict", tuple(sorted(spec.items(), key=_dict_order)),
+                                   spelling)
         if isinstance(spec, (list, tuple)) and is_mapping(spec):
-            body = tuple(spec[:-1])
+            full = not spec or spec[-1] is not Ellipsis   # no ...: names every axis
+            body = tuple(spec) if full else tuple(spec[:-1])
             if any(n is Ellipsis for n in body):
                 raise AxisSpecError(f"axis mapping {spelling}: ... may only come last")
-            return _parse_hashable("list", body, spelling)
+            return _parse_hashable("list", body, spelling, len(body) if full else None)
     except TypeError:
-        # unhashable names reach lru_cache first: report them properly
-        for name in (spec.values() if isinstance(spec, dict) else list(spec)[:-1]):
-            check_name(name, where=f"axis mapping {spelling}")
+        # unhashable names reach the cache first: report them properly
+        for name in (spec.values() if isinstance(spec, dict) else list(spec)):
+            if name is not None and name is not Ellipsis:
+                check_name(name, where=f"axis mapping {spelling}")
         raise
     raise AxisSpecError(f"{spelling} is not an axis mapping (a dict {{pos: name}}, "
-                        f"a list of names ending with ..., or a string 'a b ...')")
+                        f"a list of names, optionally ending with ..., or a string 'a b ...')")
 
 
-def path_str(path: tuple) -> str:
-    """Spell a pytree path: ``(1, 'w') -> "argument 1['w']"``."""
+def _dict_order(item: tuple) -> tuple:
+    # positions are ints; a bad key is reported by _parse_uncached, not by sorted()
+    k = item[0]
+    return (0, k, "") if isinstance(k, int) else (1, 0, repr(k))
+
+
+def path_str(path: tuple, base: str = "argument") -> str:
+    """Spell a pytree path: ``(1, 'w') -> "argument 1['w']"``; with ``base='output'``:
+    ``(1, 'w') -> "output 1['w']"``, ``('q', 0) -> "output['q'][0]"``, ``() -> "the output"``.
+    """
     if not path:
-        return "the value"
+        return "the value" if base == "argument" else f"the {base}"
     head, rest = path[0], path[1:]
-    s = f"argument {head}" if isinstance(head, int) else f"[{head!r}]"
+    s = f"{base} {head}" if isinstance(head, int) else (
+        f"[{head!r}]" if base == "argument" else f"{base}[{head!r}]")
     return s + "".join(f"[{p!r}]" for p in rest)
 
 

@@ -15,7 +15,8 @@ from typing import Any, Callable, Hashable, Mapping
 import torch
 
 from . import _env
-from ._errors import AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError, fmt_names
+from ._errors import (AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape,
+                      fmt_names)
 from ._layout import apply_insert, insert_named, insert_plan, to_named, to_named_perm
 from ._parsing import check_name, match_prefix, parse_mapping, path_str
 from ._tensor import NamedTensor
@@ -43,7 +44,8 @@ def _as_torch(x: Any) -> Any:
     import numpy as np
 
     if isinstance(x, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(x))
+        # np.require keeps a 0-d array 0-d (np.ascontiguousarray makes it 1-d)
+        return torch.from_numpy(np.require(x, requirements="C"))
     return torch.as_tensor(x)   # numpy scalars
 
 
@@ -99,15 +101,18 @@ class _Plan:
     ``outs`` caches output plans by output structure key (False: not cacheable).
     """
 
-    __slots__ = ("ops", "src", "chk", "fixed_new", "fixed_chk", "names", "flat", "outs")
+    __slots__ = ("ops", "src", "chk", "fixed_new", "fixed_chk", "names", "flat", "outs",
+                 "carried")
 
     def __init__(self, record: list, axis_sizes: dict, flat: bool):
         self.ops, src, chk, seen = [], [], [], set()
+        carried: set = set()
         for i, rec in enumerate(record):
             if rec is None:
                 self.ops.append(None)
                 continue
             resolved, before, ndim = rec
+            carried.update(before)
             k = len(before)
             for pos, name in resolved:
                 (chk if name in seen else src).append((i, k + pos, name))
@@ -120,6 +125,8 @@ class _Plan:
         self.names = frozenset(seen)
         self.flat = flat
         self.outs: dict = {}
+        # names the arguments carried in (not bound here): they may pass out again
+        self.carried = frozenset(carried)
 
     def sizes(self, leaves: list) -> dict | None:
         """The axis sizes of this call, or None when a check fails (the slow path then
@@ -196,10 +203,10 @@ def _out_plan(out_axes, out: Any, what: str):
         if isinstance(leaf, (torch.Tensor, NamedTensor)):
             names = leaf._names if isinstance(leaf, NamedTensor) else ()
             ops.append(insert_plan(names, leaf.ndim, mapping, what=what))
-        elif mapping.entries:
-            return False   # a Python scalar becomes a tensor: rare, keep the slow path
-        else:
+        elif leaf is None or isinstance(leaf, str) or not (mapping.entries or mapping.rank):
             ops.append(None)
+        else:
+            return False   # a Python scalar becomes a tensor: rare, keep the slow path
     return ops
 
 
@@ -262,7 +269,7 @@ class _Xmapped:
         if type(out) is NamedTensor:   # the common single output, keyed as _flatten_key does
             data = out._data
             ops = plan.outs.get(((out._names, data.dim()),))
-            if ops:
+            if ops and not (ops[0][2] and _escapes(ops[0][2], plan.carried)):
                 return apply_insert(data, ops[0], sizes)
         leaves: list = []
         key: list = []
@@ -272,13 +279,15 @@ class _Xmapped:
             ops = plan.outs.get(key)
             if ops is None:
                 what = f"{self._spelling}(<inputs>)"
-                result = self._exit_slow(out, _flatten(out), sizes, what)
+                result = self._exit_slow(out, _flatten(out), sizes, what, plan.carried)
                 if len(plan.outs) >= _MAX_PLANS:
                     plan.outs.clear()
                 plan.outs[key] = _out_plan(self.out_axes, out, f"{what}: out_axes")
                 return result
-        if not ops:
-            return self._exit_slow(out, _flatten(out), sizes, f"{self._spelling}(<inputs>)")
+        if not ops or any(op is not None and op[2] and _escapes(op[2], plan.carried)
+                          for op in ops):
+            return self._exit_slow(out, _flatten(out), sizes, f"{self._spelling}(<inputs>)",
+                                   plan.carried)
         results = [x if op is None else apply_insert(x, op, sizes)
                    for x, op in zip(leaves, ops)]
         return results[0] if _is_leaf(out) else _unflatten(out, results)
@@ -294,7 +303,9 @@ class _Xmapped:
             if not -len(args) <= i < len(args):
                 raise AxisSpecError(f"{what}: donate_argnums={self.donate_argnums!r} names "
                                     f"argument {i}, but the call has {len(args)} arguments")
-        leaves, sizes, record = self._enter_slow(args, what)
+        pairs = self._conflicts_in_force() if self.axis_resources else _env.conflicts()
+        leaves, sizes, record = self._enter_slow(args, what, pairs)
+        carried = frozenset(n for rec in record if rec is not None for n in rec[1])
         plan = None
         if key is not None:
             if len(self._plans) >= _MAX_PLANS:   # structures that never repeat: start over
@@ -307,7 +318,7 @@ class _Xmapped:
         def body(named_leaves, engine=None):
             call_args = _unflatten(args, list(named_leaves))
             with _env.bind(sizes, resources=self.axis_resources, engine=engine,
-                           conflicts=self.conflicts):
+                           conflicts=pairs):
                 out = self.fun(*call_args)
             out_tree[:] = [out]
             return _flatten(out)
@@ -323,11 +334,51 @@ class _Xmapped:
         out = out_tree[0]
         if plan is not None:
             return self._exit(plan, out, sizes)
-        return self._exit_slow(out, out_leaves, sizes, what)
+        return self._exit_slow(out, out_leaves, sizes, what, carried, pairs)
 
-    def _enter_slow(self, args: tuple, what: str) -> tuple:
+    def _conflicts_in_force(self) -> frozenset:
+        """The resource-conflict pairs inside this xmap: its own, the enclosing ones', and
+        those between its axes and the enclosing xmaps' axes (JAX checks nested xmaps
+        against the outer axis_resources too)."""
+        pairs = self.conflicts | _env.conflicts()
+        merged: dict = {}
+        for frame in _env.frames():
+            if frame.resources:
+                merged.update(frame.resources)
+        if merged:
+            merged.update(self.axis_resources)
+            pairs = pairs | _resource_conflicts(merged)
+        return pairs
+
+    def _resources_in_force(self) -> dict:
+        merged: dict = {}
+        for frame in _env.frames():
+            merged.update(frame.resources)
+        merged.update(self.axis_resources)
+        return merged
+
+    def _check_conflicts(self, names, pairs: frozenset, what: str, how: str) -> None:
+        """Two axes mapped to one resource may not meet in one value (SPEC §5), whichever
+        way the value was formed: an argument, an output, an op."""
+        if not pairs or len(names) < 2:
+            return
+        names = set(names)
+        for pair in pairs:
+            if pair <= names:
+                a, b = sorted(pair, key=repr)
+                res = self._resources_in_force()
+                raise AxisResourceError(
+                    f"{what}: axes {a!r} and {b!r} are both mapped to resource "
+                    f"{_shared_resource(res.get(a), res.get(b))!r} and would meet in one "
+                    f"value ({how}); map them to different mesh axes, or keep them in "
+                    f"different values")
+
+    def _enter_slow(self, args: tuple, what: str, conflict_pairs: frozenset = frozenset()
+                    ) -> tuple:
         """Name the inputs' axes: ``(leaves, sizes, record)``, with ``record[i]`` None for
         a leaf passed as is, else ``(resolved, names before, physical ndim)``."""
+        # a single mapping at the top applies to the array arguments only
+        top_mapping = _is_mapping_safe(self._in_spec)
         pairs = match_prefix(self._in_spec, args, _is_leaf, what=what)
         sizes: dict = {}
         where: dict = {}
@@ -337,7 +388,7 @@ class _Xmapped:
         outer = _env.bound_axes()
         for path, leaf, mapping in pairs:
             if not _is_array(leaf):
-                if mapping.entries:
+                if mapping.entries and not top_mapping and leaf is not None:
                     raise AxisTypeError(
                         f"{what}: {path_str(path)} is {_article(type(leaf).__name__)}, which has "
                         f"no axes, but in_axes names {fmt_names(mapping.names)} for it")
@@ -365,6 +416,9 @@ class _Xmapped:
                     sizes[name] = s
                     where[name] = (path, pos)
             data, names = to_named(base, resolved, before)
+            if conflict_pairs:
+                self._check_conflicts(names, conflict_pairs, f"{what}: {path_str(path)}",
+                                      f"{path_str(path)} would carry both")
             leaves.append(NamedTensor._wrap(data, names))
             record.append((resolved, before, base.dim()))
         for name, s in self.axis_sizes.items():
@@ -384,23 +438,36 @@ class _Xmapped:
                                         f"(defined: {fmt_names(sizes)})")
         return leaves, sizes, record
 
-    def _exit_slow(self, out: Any, out_leaves: list, sizes: dict, what: str):
+    def _exit_slow(self, out: Any, out_leaves: list, sizes: dict, what: str,
+                   carried: frozenset = frozenset(), conflict_pairs: frozenset = frozenset()):
         out_pairs = match_prefix(self.out_axes, _unflatten(out, out_leaves), _is_leaf,
                                  what=f"{what}: out_axes")
         results = []
         for path, leaf, mapping in out_pairs:
-            label = "the output" if not path else "output" + path_str(path)[len("argument"):]
+            label = path_str(path, "output")
             for n in mapping.names:
                 if n not in sizes:
                     raise AxisSpecError(
                         f"{what}: out_axes places axis {n!r}, which this xmap does not define "
                         f"(defined: {fmt_names(sizes)}); name it in in_axes or axis_sizes")
+            if leaf is None or isinstance(leaf, str):
+                results.append(leaf)   # JAX: None is an empty subtree; strings pass
+                continue
+            if _is_array(leaf) and not isinstance(leaf, (torch.Tensor, NamedTensor)):
+                leaf = _as_torch(leaf)   # numpy arrays (0-d stays 0-d) and numpy scalars
             if isinstance(leaf, (torch.Tensor, NamedTensor)) or (
-                    mapping.entries and isinstance(leaf, (int, float, bool, complex))):
+                    (mapping.entries or mapping.rank) and isinstance(leaf, (int, float, bool, complex))):
                 if not isinstance(leaf, (torch.Tensor, NamedTensor)):
-                    leaf = torch.as_tensor(leaf)
+                    leaf = torch.as_tensor(leaf)   # JAX broadcasts a number like an array
                 if isinstance(leaf, torch.Tensor):
                     leaf = NamedTensor._wrap(leaf, ())
+                self._check_escape(leaf, mapping, sizes, carried, f"{what}: {label}")
+                if conflict_pairs:
+                    self._check_conflicts(
+                        set(leaf._names) | set(mapping.names), conflict_pairs,
+                        f"{what}: {label}",
+                        f"it carries {fmt_names(leaf._names)} and out_axes {mapping.spelling} "
+                        f"places {fmt_names(mapping.names)}")
                 leaf = insert_named(leaf, mapping, sizes=sizes, what=f"{what}: {label}",
                                     strict_names=sizes)
             elif mapping.entries:
@@ -408,6 +475,40 @@ class _Xmapped:
                                     f"places axes {fmt_names(mapping.names)} on it")
             results.append(leaf)
         return _unflatten(out, results)
+
+    @staticmethod
+    def _check_escape(leaf: NamedTensor, mapping, sizes: dict, carried: frozenset,
+                      label: str) -> None:
+        """An output may keep a named axis only if an enclosing xmap/vmap binds it (or an
+        argument carried it in); an axis created inside (``one_hot(..., dim='classes')``)
+        or closed over from no binding site would escape its scope."""
+        bound = _env._state.bound
+        placed = mapping.names
+        for n in leaf._names:
+            if n in placed or n in sizes or n in carried or n in bound:
+                continue
+            raise AxisSpecError(
+                f"{label} has named axis {n!r} (named_shape "
+                f"{fmt_named_shape(leaf.named_shape)}) that out_axes {mapping.spelling} does not "
+                f"place and no enclosing xmap binds (it was created inside the function or "
+                f"closed over); make it positional before returning (nx.positional), reduce "
+                f"it, or give it a size in axis_sizes and place it in out_axes")
+
+
+def _escapes(keep: tuple, carried: frozenset) -> bool:
+    """Whether an output's kept names include one that nothing outside binds."""
+    bound = _env._state.bound
+    for n in keep:
+        if n not in carried and n not in bound:
+            return True
+    return False
+
+
+def _shared_resource(ra, rb):
+    ra = ra if isinstance(ra, tuple) else (ra,)
+    rb = rb if isinstance(rb, tuple) else (rb,)
+    common = [r for r in ra if r in rb]
+    return common[0] if common else ra[0]
 
 
 def _where(site: tuple) -> str:

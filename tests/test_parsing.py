@@ -15,15 +15,53 @@ from named_axes._parsing import is_mapping, match_prefix, parse_mapping
     ('batch', ((0, 'batch'),)),
     ({}, ()),
     ([...], ()),
+    # JAX 0.4.30 reads a list/tuple of names (None skips a position) as ONE mapping
+    (['a', 'b'], ((0, 'a'), (1, 'b'))),
+    (('a',), ((0, 'a'),)),
+    ([None, 'a'], ((1, 'a'),)),
+    ([None, 'a', ...], ((1, 'a'),)),
+    ([], ()),
 ])
 def test_mapping_forms(spec, entries):
     assert is_mapping(spec)
     assert parse_mapping(spec).entries == entries
 
 
-@pytest.mark.parametrize("spec", [['a', 'b'], ('a',), {'w': {0: 'i'}}, [{0: 'i'}, {}]])
+@pytest.mark.parametrize("spec,rank", [
+    (['a', 'b'], 2), (('a',), 1), ([None, 'a'], 2), ([], 0), (['a', ...], None),
+    ({0: 'a'}, None), ('a b', None), ({}, None)])
+def test_rank_assertion(spec, rank):
+    # jax.experimental.maps._parse_entry: a list without ... is AxisNamePosWithRank
+    assert parse_mapping(spec).rank == rank
+
+
+def test_rank_mismatch_names_spec_and_ranks():
+    with pytest.raises(ValueError, match=r"argument 1: axis mapping \['i', 'j'\] names every "
+                                         r"axis .* asserts rank 2, but the value has rank 3"):
+        parse_mapping(['i', 'j']).resolve(3, what='argument 1')
+    assert parse_mapping(['i', 'j']).resolve(2, what='x') == ((0, 'i'), (1, 'j'))
+
+
+# JAX: _is_axes_leaf is False for these (an element/value that is a container or None)
+@pytest.mark.parametrize("spec", [{'w': {0: 'i'}}, [{0: 'i'}, {}], [['i', ...], ['j', ...]],
+                                  ({0: 'i'}, 'j'), {'w': None}, {0: ['i']}])
 def test_containers_are_not_mappings(spec):
     assert not is_mapping(spec)
+
+
+def test_dict_of_names_with_non_int_keys_is_a_bad_mapping():
+    # JAX: xmap(f, in_axes={'w': 'i'}, ...) -> TypeError "Value mapping specification ..."
+    assert is_mapping({'w': 'i'})
+    with pytest.raises(TypeError, match=r"key 'w' is not a position"):
+        parse_mapping({'w': 'i'})
+
+
+def test_output_path_labels():
+    from named_axes._parsing import path_str
+    assert path_str(('q', 0), 'output') == "output['q'][0]"
+    assert path_str((1, 'w'), 'output') == "output 1['w']"
+    assert path_str((), 'output') == "the output"
+    assert path_str((1, 'w')) == "argument 1['w']"
 
 
 def test_resolve_negative_and_sorted():
