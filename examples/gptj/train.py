@@ -33,10 +33,13 @@ from gptj.sampling import softmax_sample  # noqa: E402
 from gptj.transformer_shard import MESH_RESOURCES, CausalTransformer  # noqa: E402
 
 
-def make_model(config, serial=None, jit=False):
-    resources = MESH_RESOURCES if serial is None else {serial: nx.SerialLoop(2)}
+def make_model(config, serial=None, jit=False, init=True, mesh=True):
+    """The port for ``config`` with GPT-J's resources (``mesh``; call it inside a
+    ``('dp', 'mp')`` mesh), or ``serial`` (an axis name) as ``SerialLoop(2)``, or neither
+    (vectorized); ``jit``: every xmap under ``nx.jit``."""
+    resources = ({serial: nx.SerialLoop(2)} if serial else MESH_RESOURCES if mesh else None)
     config = dict(config, optimizer=make_optimizer(config), sampler=softmax_sample)
-    return CausalTransformer(config, axis_resources=resources, jit=jit)
+    return CausalTransformer(config, axis_resources=resources, jit=jit, init=init)
 
 
 def mesh_for(spec: str | None):
@@ -88,10 +91,12 @@ def main(argv=None):
         say(f"loss {losses[0]:.4f} -> {losses[-1]:.4f}; first step {times[0]:.2f} s, "
             f"later steps {1e3 * sum(later) / len(later):.1f} ms each")
         if args.sample:
-            ctx = corpus.encode("Shall I compare thee")[None, -config["seq"]:]
-            (_, _), (tokens, _) = model.generate(ctx, [ctx.shape[1]], args.sample,
-                                                 {"temp": torch.ones(1)})
-            say("sample:", repr(corpus.decode(tokens[0, :, 0] if tokens.dim() == 3 else tokens[0])))
+            prompts = ["Shall I compare thee to a", "When in disgrace with for"]
+            ctx = torch.stack([corpus.encode(p)[-config["seq"]:] for p in prompts])
+            (_, _), (tokens, _) = model.generate(ctx, [ctx.shape[1]] * len(prompts), args.sample,
+                                                 {"temp": torch.full((len(prompts),), 0.5)})
+            for p, t in zip(prompts, tokens):
+                say(f"sample: {p!r} -> {corpus.decode(t.reshape(-1))!r}")
 
 
 class _nothing:

@@ -307,7 +307,10 @@ class CausalTransformer:
         vocab = config["n_vocab"]
 
         key = prng.PRNGKey(seed)
-        example_shape = (1, seq,)
+        # (max(dp // jax.host_count(), 1), seq) in the original; any batch size works (the
+        # example only gives shapes) as long as resources divide it: SerialLoop(2) on
+        # `batch` needs 2, so take the per-replica batch
+        example_shape = (config["per_replica_batch"], seq,)
         x = (prng.uniform(key, example_shape) * vocab).to(torch.int64)  # batch, len
 
         head_print("key shape", prng.split(key, shards).shape)
