@@ -20,6 +20,7 @@ import json
 import math
 import os
 import resource
+import time
 from pathlib import Path
 
 import numpy as np
@@ -183,7 +184,7 @@ def main(argv=None) -> dict:
                    out_axes=[...], axis_resources=resources)
     opt = torch.optim.Adam(list(params.values()), lr=args.lr)
     gen = torch.Generator().manual_seed(args.seed)
-    history, comms = [], {}
+    history, comms, times = [], {}, []
     for step in range(args.steps):
         # the same global sample on every rank (B ints); each rank builds only its rows
         starts = torch.randint(0, len(data) - args.context - 1, (args.batch,), generator=gen)
@@ -192,6 +193,7 @@ def main(argv=None) -> dict:
         window = data[starts[rows, None] + torch.arange(args.context + 1)]
         tokens, targets = nx.make_array_from_process_local_data(
             sharding, (window[:, :-1], window[:, 1:]), axes=["batch", ...])
+        t0 = time.perf_counter()
         counting = mode == "mesh" and step == 1
         if counting:
             from torch.distributed.tensor.debug import CommDebugMode
@@ -210,6 +212,7 @@ def main(argv=None) -> dict:
             cdm.__exit__(None, None, None)
             comms = {str(k).split(".")[-1]: int(v) for k, v in cdm.get_comm_counts().items()}
         history.append(float(nx.device_get(value.detach())))
+        times.append(time.perf_counter() - t0)
         if rank == 0 and not args.quiet:
             print(f"step {step:3d}  loss {history[-1]:.6f}")
 
@@ -220,6 +223,7 @@ def main(argv=None) -> dict:
                    for p in params.values()]
     result = {
         "mode": mode, "losses": history, "comms_per_step": comms,
+        "step_time_s": sorted(times[2:] or times)[len(times[2:] or times) // 2],
         "param_bytes": pl, "param_bytes_single": pg, "opt_bytes": sl, "opt_bytes_single": sg,
         "memory_ratio": (pl + sl) / (pg + sg),
         "maxrss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
