@@ -1,7 +1,12 @@
 """The torch.distributed engine: named axes split over a ``DeviceMesh`` as DTensors.
 
-One process per device, launched by ``torchrun`` (gloo on CPU, nccl on GPU).  Every
-rank passes the full, global inputs.  Each input becomes a DTensor whose placements
+One process per device, launched by ``torchrun`` (gloo on CPU, nccl on GPU).  Inputs are
+either full, global values (the same on every rank) or DTensors already sharded over the
+mesh (``nx.NamedSharding``, :mod:`._sharded`): a DTensor laid out as the plan says is
+taken as it is, another is redistributed (counted in :data:`SUMMARY`) or refused
+(``Mesh(on_mismatch='error')``); its gradient comes back in its own layout
+(:class:`_KeepLayout`: no all-gather; partial sums over data-parallel axes share one flat
+all-reduce), and outputs stay sharded.  Each full input becomes a DTensor whose placements
 follow the plan (``Shard(d)`` on the mesh axes its named axes are mapped to,
 ``Replicate()`` elsewhere; made from the rank's own slice, so nothing moves), and the
 program then runs on DTensors: DTensor's sharding propagation and collectives do the
@@ -15,7 +20,7 @@ full gradient.  The partial sums (the gradients of replicated inputs, e.g. the w
 under data parallelism) share one flat all-reduce; sharded gradients are all-gathered.
 
 Communication per call, for a data-parallel step: the input check (one all-gather of an
-8-byte digest, before anything else), whatever the program's
+8-byte digest, before anything else; once per new input structure), whatever the program's
 ops need (the loss's all-reduce), and one all-reduce for all the weights' gradients —
 one collective fewer per extra weight than hand-written ``full_tensor()`` per gradient.
 """
