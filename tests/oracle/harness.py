@@ -1,0 +1,95 @@
+"""Run a corpus both ways: JAX in one ``.venv-jax`` subprocess, named_axes in this process.
+
+:func:`run_corpus` writes the corpus to JSON, starts ``jax_runner.py`` under the JAX
+python (``NX_ORACLE_JAX_PYTHON``) and, while it runs, interprets every program with
+named_axes (vectorized, then under each of its ``resources``), so the two sides use the
+two cores together.  JAX results are cached under ``tests/oracle/.cache`` keyed by a hash
+of the corpus, ``jax_runner.py`` and ``dsl.py`` (a fresh checkout recomputes them).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import compare
+import programs
+import torch_interp
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CACHE = os.path.join(HERE, ".cache")
+
+
+@dataclass
+class Outcome:
+    corpus: list
+    jax: dict
+    fails: list = field(default_factory=list)     # (prog, Diff)
+    seconds: dict = field(default_factory=dict)
+
+
+def _key(blob: str) -> str:
+    h = hashlib.sha256(blob.encode())
+    for f in ("jax_runner.py", "dsl.py"):
+        with open(os.path.join(HERE, f), "rb") as fh:
+            h.update(fh.read())
+    return h.hexdigest()[:16]
+
+
+def start_jax(corpus: list, python: str):
+    """Start the JAX subprocess (or find cached results); returns a ``finish()`` callable
+    giving ``(results, arrays)``."""
+    blob = json.dumps(corpus, sort_keys=True)
+    os.makedirs(CACHE, exist_ok=True)
+    stem = os.path.join(CACHE, _key(blob))
+    if os.path.exists(stem + ".json") and os.path.exists(stem + ".npz"):
+        proc = None
+    else:
+        with open(stem + ".corpus.json", "w") as f:
+            f.write(blob)
+        proc = subprocess.Popen([python, os.path.join(HERE, "jax_runner.py"),
+                                 stem + ".corpus.json", stem + ".tmp.json", stem + ".npz"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def finish():
+        if proc is not None:
+            out, _ = proc.communicate()
+            if proc.returncode != 0:
+                raise RuntimeError(f"jax_runner failed ({proc.returncode}):\n{out[-4000:]}")
+            os.replace(stem + ".tmp.json", stem + ".json")
+            os.remove(stem + ".corpus.json")
+        with open(stem + ".json") as f:
+            meta = json.load(f)
+        arrays = dict(np.load(stem + ".npz"))
+        return meta, arrays
+    return finish
+
+
+def run_corpus(n: int, seed: int, python: str) -> Outcome:
+    t0 = time.time()
+    corpus = programs.generate(n, seed)
+    finish = start_jax(corpus, python)
+    t1 = time.time()
+    vec, res_runs = {}, {}
+    for prog in corpus:
+        vec[prog["id"]] = torch_interp.run(prog)
+        res_runs[prog["id"]] = [(r, torch_interp.run(prog, r)) for r in prog.get("resources", ())]
+    t2 = time.time()
+    meta, arrays = finish()
+    t3 = time.time()
+    out = Outcome(corpus, meta, seconds={"generate": t1 - t0, "named_axes": t2 - t1,
+                                         "jax_wait": t3 - t2,
+                                         "jax_runner": meta.get("seconds", 0.0)})
+    for prog in corpus:
+        jres = meta["results"][prog["id"]]
+        for d in compare.vs_jax(prog, jres, arrays, vec[prog["id"]]):
+            out.fails.append((prog, d))
+        for r, rres in res_runs[prog["id"]]:
+            for d in compare.vs_vectorized(r, rres, vec[prog["id"]]):
+                out.fails.append((prog, d))
+    return out
