@@ -7,9 +7,13 @@ STAMP  := $(VENV)/.installed
 XVENV  := .venv-xla
 XBIN   := $(XVENV)/bin
 XSTAMP := $(XVENV)/.installed
+JVENV  := .venv-jax
+JSTAMP := $(JVENV)/.installed
+ORACLE_N ?= 2000
+FUZZ_N   ?= 20000
 PYTEST_FLAGS ?= -q
 
-.PHONY: demo test test-dist test-xla bench fuzz clean
+.PHONY: demo test test-dist test-xla test-oracle fuzz-oracle bench fuzz clean
 
 # pip shows what it collects and a progress bar for each download (no -q): the first
 # `make demo` downloads torch (~200 MB) and takes a few minutes.
@@ -46,6 +50,23 @@ $(XSTAMP): requirements-xla.txt setup.cfg pyproject.toml
 test-xla: $(XSTAMP)
 	PJRT_DEVICE=CPU CPU_NUM_DEVICES=4 $(XBIN)/python -m pytest $(PYTEST_FLAGS) -m "not distributed and not slow" -p no:randomly
 
+# The JAX 0.4.30 oracle env (tests/oracle runs its programs under xmap there).
+$(JSTAMP):
+	test -x $(JVENV)/bin/python || $(PYTHON) -m venv $(JVENV)
+	$(JVENV)/bin/pip install -q --disable-pip-version-check jax==0.4.30 jaxlib==0.4.30 numpy 'scipy<1.14'
+	touch $(JSTAMP)
+
+# Differential oracle: a fixed corpus of generated named programs, JAX xmap vs named_axes.
+test-oracle: $(STAMP) $(JSTAMP)
+	NX_ORACLE_JAX_PYTHON=$(abspath $(JVENV))/bin/python NX_ORACLE_N=$(ORACLE_N) NX_ORACLE_SEED=0 \
+		$(BIN)/python -m pytest $(PYTEST_FLAGS) -p no:randomly -o timeout=900 tests/oracle
+
+# Open-ended: a random seed (or FUZZ_SEED=...), many more programs.
+fuzz-oracle: $(STAMP) $(JSTAMP)
+	NX_ORACLE_JAX_PYTHON=$(abspath $(JVENV))/bin/python NX_ORACLE_N=$(FUZZ_N) \
+		NX_ORACLE_SEED=$${FUZZ_SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')} \
+		$(BIN)/python -m pytest $(PYTEST_FLAGS) -p no:randomly -o timeout=0 tests/oracle
+
 bench: $(STAMP)
 	$(BIN)/pip install -q --disable-pip-version-check -r benchmarks/requirements.txt
 	$(BIN)/python benchmarks/run.py --out benchmarks/RESULTS.md $(BENCH_FLAGS)
@@ -54,4 +75,4 @@ fuzz: $(STAMP)
 	NX_HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest $(PYTEST_FLAGS) -m "not distributed" tests/test_properties.py
 
 clean:
-	rm -rf $(VENV) $(XVENV) build *.egg-info
+	rm -rf $(VENV) $(XVENV) $(JVENV) tests/oracle/.cache build *.egg-info
