@@ -25,7 +25,8 @@ from typing import Any, Hashable
 import torch
 
 from ._dispatch import register, result
-from ._env import bound_axes
+from ._env import _state as _env_state
+from ._env import bound_axes, current_frame
 from ._errors import (AxisSizeError, AxisSpecError, AxisTypeError, UnboundAxisError,
                       fmt_named_shape, fmt_names)
 from ._tensor import NamedTensor
@@ -128,7 +129,7 @@ def einsum(spec: str, *operands: Any) -> Any:
     """
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
-    if not any(type(o) is _NT for o in operands):
+    if "{" not in spec and not any(type(o) is _NT for o in operands):
         return torch.einsum(spec, *operands)
     out = _named_einsum(spec, operands)
     if type(out) is _NT and not out._names:
@@ -160,7 +161,52 @@ def _named_einsum(spec: str, operands: tuple) -> Any:
         plan = _build_plan(spec, operands)   # raises on bad input
         if key is not None and len(_PLANS) < 1024:
             _PLANS[key] = plan
+    if _env_state.engine:   # an engine may compute some named axes in pieces
+        out = _run_split(plan, operands, bound)
+        if out is not None:
+            return out
     return _run_plan(plan, operands, bound)
+
+
+def _split_axes(names) -> tuple:
+    """The names among ``names`` that an engine in scope computes piece by piece (the
+    axes of a ``SerialLoop``: each chunk holds part of them)."""
+    out = []
+    for n in names:
+        frame = current_frame(n)
+        engine = frame.engine if frame is not None else None
+        splits = getattr(engine, "splits", None) if engine is not None else None
+        if splits is not None and splits(n):
+            out.append(n)
+    return tuple(out)
+
+
+def _run_split(plan: tuple, operands: tuple, bound: dict) -> Any:
+    """``_run_plan`` when a contracted or broadcast named axis is split by an engine, else
+    None.  A contraction over such an axis keeps it in the einsum and sums it with
+    ``nx.lax.psum``, which the engine makes exact (a SerialLoop replays it across its
+    chunks, as it does for pdot); an output axis broadcast from nothing gets the size
+    this piece holds."""
+    eq, _, _, _, scaled, expand, perm, names, contracted = plan
+    loop = _split_axes([n for n, _ in contracted])
+    grow = _split_axes(expand)
+    if not loop and not grow:
+        return None
+    sizes = dict(bound)
+    for n in grow:
+        sizes[n] = current_frame(n).engine.local_size(n)
+    if not loop:
+        return _run_plan(plan, operands, sizes)
+    from .lax import psum
+
+    # the einsum keeping the loop axes in front of its output [kept names..., positional]
+    lhs, out = eq.split("->")
+    lead = "".join(c for n, c in contracted if n in loop)
+    datas = [x._data if type(x) is _NT else x for x in operands]
+    data = torch.einsum(f"{lhs}->{lead}{out}", *datas)
+    kept = tuple(n for n in names if n not in expand)
+    summed = psum(NamedTensor._wrap(data, loop + kept), loop)
+    return _run_plan(plan, operands, sizes, summed._data if type(summed) is _NT else summed)
 
 
 def _plan_key(spec: str, operands: tuple):
@@ -178,7 +224,7 @@ def _plan_key(spec: str, operands: tuple):
 def _plan_holds(plan: tuple, operands: tuple, bound: dict) -> bool:
     """Whether the checks ``plan`` was built with still pass for these sizes and this
     axis environment (if not, rebuilding raises the error)."""
-    _, env, named, letters, _, _, _, _ = plan
+    env, named, letters = plan[1], plan[2], plan[3]
     for n in env:
         if n not in bound:
             return False
@@ -203,15 +249,20 @@ def _plan_holds(plan: tuple, operands: tuple, bound: dict) -> bool:
     return True
 
 
-def _run_plan(plan: tuple, operands: tuple, bound: dict) -> Any:
-    eq, _, _, _, scaled, expand, perm, names = plan
-    datas = [x._data if type(x) is _NT else x for x in operands]
-    if len(datas) == 2:
-        out = einsum2(eq, datas[0], datas[1])
-    elif len(datas) == 1 and not _is_compiling():  # torch.einsum's wrapper adds nothing
-        out = _VF.einsum(eq, datas)
+def _run_plan(plan: tuple, operands: tuple, bound: dict, out: Any = None) -> Any:
+    """Run ``plan`` (``out``: the einsum's result, when already computed)."""
+    eq, _, _, _, scaled, expand, perm, names, _ = plan
+    if out is not None:
+        pass
+    elif len(operands) == 2:
+        a, b = operands
+        out = einsum2(eq, a._data if type(a) is _NT else a, b._data if type(b) is _NT else b)
     else:
-        out = torch.einsum(eq, *datas)
+        datas = [x._data if type(x) is _NT else x for x in operands]
+        if len(datas) == 1 and not _is_compiling():  # torch.einsum's wrapper adds nothing
+            out = _VF.einsum(eq, datas)
+        else:
+            out = torch.einsum(eq, *datas)
     scale = 1
     for n in scaled:
         scale *= bound[n]
@@ -429,7 +480,9 @@ def _build_plan(spec: str, operands: tuple) -> tuple:
     # present the output names in the order the spec lists them
     perm = None if names == order else tuple(names.index(n) for n in order)
     groups = lambda dims: tuple(tuple(g) for g in dims.values() if len(g) > 1)  # noqa: E731
-    return eq, env, groups(name_dims), groups(letter_dims), scaled, expand, perm, order
+    contracted = tuple((n, letter_of[n]) for n in letter_of if n not in out_names)
+    return (eq, env, groups(name_dims), groups(letter_dims), scaled, expand, perm, order,
+            contracted)
 
 
 def _letter_dims(letters: tuple, p: int, i: int, k: int, out: dict) -> None:

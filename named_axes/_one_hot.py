@@ -15,6 +15,7 @@ from typing import Any, Hashable
 import torch
 
 from ._dispatch import result
+from ._env import _state as _env_state
 from ._env import bound_axes
 from ._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape
 from ._tensor import NamedTensor
@@ -86,8 +87,18 @@ def one_hot(labels: Any, num_classes: int, dim: Any = -1, *, axis: Any = None,
     # classes laid out after the labels' named dims (as F.one_hot puts them last): a
     # product with values laid out [..., classes] then needs no permute, and its
     # gradient stays contiguous
-    classes = torch.arange(num_classes, device=data.device)
+    classes = None
+    if _env_state.engine and name in bound:
+        # an engine may hold part of the axis here (a SerialLoop chunk): the classes are
+        # the indices it holds, as lax.axis_index gives them
+        from .lax._collectives import _engine_method
+
+        method = _engine_method("axis_index", (name,))
+        if method is not None:
+            classes = method((name,))._data.to(data.device)
+    if classes is None:
+        classes = torch.arange(num_classes, device=data.device)
     if p:
-        classes = classes.reshape((num_classes,) + (1,) * p)
+        classes = classes.reshape((classes.shape[0],) + (1,) * p)
     out = (data.unsqueeze(k) == classes).to(dtype)
     return result(out, names + (name,), one_hot)

@@ -122,6 +122,7 @@ class SerialEngine:
             self._known.append({k: reduce(fn, v) for k, v in self._pending.items()})
 
     def _run_chunk(self, body: Callable, sliced: list) -> list:
+        self._level = _functorch_level()
         if self.inner is not None:
             return self.inner.run(body, sliced, engine=self)
         return body(sliced, engine=self)
@@ -183,15 +184,28 @@ class SerialEngine:
 
         local = {n: self.chunk_size(n) for n in self.names
                  if any(_carries(a, n) for a in args[:2])}
-        with self._bypassed(), bind(local, kind="serial-chunk"):
-            try:
-                from .. import lax
-            except ImportError:
-                lax = None
-            fn = getattr(lax, op, None) if lax is not None else None
-            if fn is not None:
-                return fn(*args, **kwargs)
-            return _fallback(op, *args, **kwargs)
+        # this frame is the engine's own: a differentiated function running around it
+        # must not take its names for axes bound inside that function
+        from .._tensor import RECORDERS
+        from .._env import INNER
+
+        saved = [(rec, set(rec[INNER]) if INNER in rec else None) for rec in RECORDERS]
+        try:
+            with self._bypassed(), bind(local, kind="serial-chunk"):
+                try:
+                    from .. import lax
+                except ImportError:
+                    lax = None
+                fn = getattr(lax, op, None) if lax is not None else None
+                if fn is not None:
+                    return fn(*args, **kwargs)
+                return _fallback(op, *args, **kwargs)
+        finally:
+            for rec, inner in saved:
+                if inner is None:
+                    rec.pop(INNER, None)
+                else:
+                    rec[INNER] = inner
 
     def _reducing(self, op: str, *args, **kwargs):
         if op == "pdot":
@@ -206,6 +220,8 @@ class SerialEngine:
         if op == "pmean" and carried:
             total = self._reducing("psum", *args, **kwargs)
             return total / _prod(self.sizes.get(n) or _env_size(n) for n in names)
+        if carried:
+            self._check_not_differentiated(op, carried)
         local = self._default(op, *args, **kwargs)
         if not carried:
             return local
@@ -218,11 +234,39 @@ class SerialEngine:
                     f"{op}(axis_name={axis_name!r}) under SerialLoop: the program called "
                     f"collectives in a different order in another chunk ({self._sigs[j]}); "
                     f"SerialLoop needs the same sequence of collectives in every chunk")
-            return self._known[j][key]
+            known = self._known[j][key]
+            if _names_of(known) != _names_of(local):
+                raise SerialLoopError(
+                    f"{op}(axis_name={axis_name!r}) under SerialLoop: the value it combines "
+                    f"carries named axes {_names_of(local)} in this pass but "
+                    f"{_names_of(known)} in the pass that computed it (axes made afresh on "
+                    f"every call, as nx.vmap's, cannot be replayed); move the collective out "
+                    f"of the nx.vmap, or map its axis to a mesh axis")
+            return known
         if j == len(self._sigs):
             self._sigs.append((op, names))
         self._pending.setdefault(key, []).append(local)
         raise _Pause()
+
+    def _check_not_differentiated(self, op: str, carried: list) -> None:
+        """Refuse a loop collective inside a derivative taken within the body.
+
+        A replayed value comes from an earlier pass: outer autograd reaches the inputs
+        through that pass's graph, but a derivative taken inside the body (``nx.grad``,
+        ``vjp``, ``jvp``, torch.func transforms) would see a constant (a zero gradient),
+        and its transpose would need every chunk's cotangents at once."""
+        from ..transforms._instances import REGIONS
+        from .._env import INNER
+
+        inside = [r for r in REGIONS if not set(carried) <= set(r.seen.get(INNER, ()))]
+        if inside or _functorch_level() != self.__dict__.get("_level"):
+            n = carried[0]
+            raise SerialLoopError(
+                f"{op} over axis {n!r} inside a derivative taken within the xmap body: {n!r} "
+                f"is mapped to SerialLoop({self.loops[n]}), whose chunks run one after the "
+                f"other, so the derivative of a value combined across them cannot be taken "
+                f"chunk by chunk; take the gradient outside the xmap (nx.grad(xmap(...))), or "
+                f"map {n!r} to a mesh axis")
 
     def _unsupported(self, op: str, *args, **kwargs):
         axis_name = args[1] if len(args) > 1 else kwargs.get("axis_name")
@@ -250,6 +294,14 @@ class SerialEngine:
         c = self._chunk[self.names.index(n)]
         return NamedTensor._wrap(torch.arange(c * s, (c + 1) * s), (n,))
 
+    def splits(self, name: Hashable) -> bool:
+        """Whether ``name`` is computed in pieces here (each chunk holds part of it)."""
+        return name in self.loops and self.loops[name] > 1
+
+    def local_size(self, name: Hashable) -> int:
+        """How many entries of ``name`` the chunk running now holds."""
+        return self.chunk_size(name) if name in self.loops else self.sizes[name]
+
     def check_named_op(self, op: str, names: tuple) -> None:
         """Raise for an op (not a collective) that mixes values along a loop axis."""
         for n in names:
@@ -259,6 +311,14 @@ class SerialEngine:
                     f"each chunk holds {self.chunk_size(n)} of its {self.sizes[n]} entries; "
                     f"reduce it with nx.lax.psum/pmean/pmax/pmin (which combine the chunks) "
                     f"or map it to a mesh axis")
+
+
+def _names_of(x: Any) -> tuple:
+    return x._names if isinstance(x, NamedTensor) else ()
+
+
+def _functorch_level():
+    return torch._C._functorch.maybe_current_level()
 
 
 def _prod(xs) -> int:

@@ -120,3 +120,115 @@ def test_peak_memory_falls_with_k():
     assert peaks[1] >= 2 * full
     assert peaks[1] > peaks[2] > peaks[4] > peaks[8], peaks
     assert peaks[8] < 0.3 * peaks[1], peaks
+
+
+# -- ops that read across a loop axis: exact or SerialLoopError (issue 11, item 4) ----------
+
+def _both(fn, out_axes, *args, loops=2, axis_sizes=None):
+    """(vectorized, SerialLoop on 'b') results of the same program."""
+    f = lambda res: nx.xmap(fn, in_axes=[["b", ...]] * len(args), out_axes=out_axes,  # noqa
+                            axis_resources=res, axis_sizes=axis_sizes)
+    return f(None)(*args), f({"b": SerialLoop(loops)})(*args)
+
+
+_X, _Y = torch.randn(4, 3), torch.randn(4, 3)
+
+
+@pytest.mark.parametrize("spec", ["n{b},n{b}->n", "n{b},n{b}", "n{b},m{b}->nm",
+                                  "n{b},n{b},n->"])
+def test_einsum_contracting_a_loop_axis_is_exact(spec):
+    # was: one chunk's partial sum
+    extra = (torch.ones(3),) if spec.count(",") == 2 else ()
+    ref, out = _both(lambda v, w: nx.einsum(spec, v, w, *extra), [...], _X, _Y)
+    torch.testing.assert_close(out, ref)
+    # and differentiable (the gradient taken outside the xmap)
+    xs = [_X.clone().requires_grad_() for _ in range(2)]
+    for res, x in zip((None, {"b": SerialLoop(2)}), xs):
+        y = nx.xmap(lambda v, w: nx.einsum(spec, v, w, *extra), in_axes=[["b", ...]] * 2,
+                    out_axes=[...], axis_resources=res)(x, _Y)
+        (y ** 2).sum().backward()
+    torch.testing.assert_close(xs[1].grad, xs[0].grad)
+
+
+def test_einsum_broadcast_along_a_loop_axis_has_the_chunk_size():
+    ref, out = _both(lambda v, w: nx.einsum("n->n{b}", torch.arange(3.)) * v, ["b", ...], _X, _Y)
+    torch.testing.assert_close(out, ref)
+
+
+@pytest.mark.parametrize("labels", [torch.tensor([0, 1, 2]), torch.tensor([[0, 3], [3, 1]])])
+def test_one_hot_along_a_loop_axis_is_exact(labels):
+    # was: the classes axis doubled (each chunk built all 4 classes)
+    ref, out = _both(lambda v, w: nx.one_hot(labels, 4, dim="b") * 1.0, ["b", ...], _X, _Y)
+    assert out.shape == ref.shape == (4,) + tuple(labels.shape)
+    torch.testing.assert_close(out, ref)
+
+
+def test_pshuffle_over_a_loop_axis_raises_with_the_full_size():
+    # was: "perm must be a permutation of range(2)" (the chunk size)
+    f = nx.xmap(lambda v: lax.pshuffle(v, "b", [1, 2, 3, 0]), in_axes=["b", ...],
+                out_axes=["b", ...], axis_resources={"b": SerialLoop(2)})
+    with pytest.raises(SerialLoopError, match=r"pshuffle.*'b' \(size 4\) is mapped to SerialLoop\(2\)"):
+        f(_X)
+
+
+@pytest.mark.parametrize("op", [
+    lambda v: v.sum("b"), lambda v: nx.sum(v, ("b", 0)), lambda v: v.mean("b"),
+    lambda v: nx.logsumexp(v, "b"), lambda v: nx.argmax(v, "b"), lambda v: v.max("b")[0],
+    lambda v: nx.var(v, "b"), lambda v: v.prod("b"), lambda v: nx.norm(v, dim="b"),
+    lambda v: nx.all(v > 0, "b"),
+])
+def test_named_reductions_over_a_loop_axis_raise(op):
+    f = nx.xmap(op, in_axes=["b", ...], out_axes=[...], axis_resources={"b": SerialLoop(2)})
+    with pytest.raises(SerialLoopError, match=r"over axis 'b': 'b' is mapped to SerialLoop\(2\), so "
+                                              r"each chunk holds 2 of its 4 entries"):
+        f(_X)
+
+
+@pytest.mark.parametrize("op", [
+    lambda v: nx.softmax(v, "b"), lambda v: nx.log_softmax(v, ("b", 0)), lambda v: v.cumsum("b"),
+    lambda v: v.sort("b")[0], lambda v: torch.nn.functional.normalize(v, dim="b"),
+])
+def test_dimwise_ops_over_a_loop_axis_raise(op):
+    f = nx.xmap(op, in_axes=["b", ...], out_axes=["b", ...], axis_resources={"b": SerialLoop(2)})
+    with pytest.raises(SerialLoopError, match=r"over axis 'b': 'b' is mapped to SerialLoop\(2\)"):
+        f(_X)
+
+
+@pytest.mark.parametrize("fn, out_axes", [
+    (lambda v, w: lax.psum(v, ("b", 0)), [...]),          # positional ints (item 7)
+    (lambda v, w: lax.pmean(v, ("b", 0)), [...]),
+    (lambda v, w: lax.pmean((v > 0).long(), "b"), [...]),  # a float mean of integers
+    (lambda v, w: lax.pdot(v, w, ("b",)), [...]),
+    (lambda v, w: v * lax.psum(1, "b") + lax.axis_index("b"), ["b", ...]),
+    (lambda v, w: lax.psum(lax.axis_index("b"), "b") * 1.0, [...]),
+    (lambda v, w: nx.einsum("n{b}->n", torch.ones(3)), [...]),   # a replicated sum: x4
+])
+def test_collectives_over_a_loop_axis_are_exact(fn, out_axes):
+    ref, out = _both(fn, out_axes, _X, _Y)
+    torch.testing.assert_close(out, ref)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda v, w: nx.grad(lambda q: lax.psum((q * w).sum(), "b"))(v),
+    lambda v, w: nx.grad(lambda q: lax.pdot(q, w, "b").sum())(v),
+    lambda v, w: nx.grad(lambda q: nx.einsum("n{b},n{b}->", q, w))(v),
+])
+def test_gradient_inside_the_body_through_a_loop_collective_raises(fn):
+    # was: zeros (the replayed value is a constant for a gradient taken inside the body)
+    f = nx.xmap(fn, in_axes=[["b", ...]] * 2, out_axes=["b", ...],
+                axis_resources={"b": SerialLoop(2)})
+    with pytest.raises(SerialLoopError, match=r"over axis 'b' inside a derivative taken within "
+                                              r"the xmap body"):
+        f(_X, _Y)
+    # the gradient of the whole xmap is exact
+    g = lambda res: nx.grad(nx.xmap(lambda v, w: lax.psum((v * w).sum(), "b"),  # noqa
+                                    in_axes=[["b", ...]] * 2, out_axes=[...],
+                                    axis_resources=res))(_X, _Y)
+    torch.testing.assert_close(g({"b": SerialLoop(2)}), g(None))
+
+
+def test_collective_over_a_loop_axis_inside_nx_vmap_raises():
+    f = nx.xmap(lambda v, w: nx.vmap(lambda q: lax.psum(q * w, "b"))(v), in_axes=[["b", ...]] * 2,
+                out_axes=[...], axis_resources={"b": SerialLoop(2)})
+    with pytest.raises(SerialLoopError, match=r"axes made afresh on every call, as nx.vmap's"):
+        f(_X, _Y)
