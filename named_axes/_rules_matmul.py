@@ -86,14 +86,49 @@ def _matmul_folded(func, a, b, pa: int, pb: int):
         da = da.permute(perm_a)
     if perm_b is not None:
         db = db.permute(perm_b)
-    a2 = da.reshape(lead + (1,) * (B - ba) + tuple(a_pos[:ba]) + (fa * m, a_pos[-1]))
-    b2 = db.reshape(lead + (1,) * (B - bb) + tuple(b_pos[:bb])
-                    + (b_pos[-2] if pb >= 2 else b_pos[-1], fb * n))
+    a2 = _reshape(da, lead + (1,) * (B - ba) + tuple(a_pos[:ba]) + (fa * m, a_pos[-1]))
+    b2 = _reshape(db, lead + (1,) * (B - bb) + tuple(b_pos[:bb])
+                  + (b_pos[-2] if pb >= 2 else b_pos[-1], fb * n))
     out = torch.matmul(a2, b2)
     unfold = (tuple(out.shape[:S + B]) + tuple(sa[i] for i in only_a) + ((m,) if pa >= 2 else ())
               + tuple(sb[j] for j in only_b) + ((n,) if pb >= 2 else ()))
-    out = out.reshape(unfold)
+    out = _reshape(out, unfold)
     return result(out if out_perm is None else out.permute(out_perm), U, func)
+
+
+def _reshape(t: torch.Tensor, shape: tuple) -> torch.Tensor:
+    """``t.reshape(shape)``; for a tensor subclass (a DTensor) one that copies into a
+    contiguous layout first, forward and backward (:class:`_CopyReshape`).
+
+    A DTensor decides between a view and a copy from its global strides, then views its
+    local shard, which need not be viewable the same way (a shard of size 1, a gradient
+    laid out transposed): "view size is not compatible with input tensor's size and
+    stride" in the backward of a 2-D mesh program (issue 16).  Plain tensors (and the
+    functorch, fake and proxy tensors of tracing) keep ``reshape``."""
+    if type(t) is torch.Tensor or type(t).__name__ != "DTensor":
+        return t.reshape(shape)
+    return _CopyReshape.apply(t, shape)
+
+
+class _CopyReshape(torch.autograd.Function):
+    """``reshape`` that never views a non-contiguous layout: input and gradient are
+    copied to a contiguous layout (``clone``, which a DTensor runs on its shard) when
+    they are not already, then viewed."""
+
+    @staticmethod
+    def forward(ctx, t, shape):
+        ctx.shape = t.shape
+        return _contiguous(t).view(shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        return _contiguous(g).view(ctx.shape), None
+
+
+def _contiguous(t: torch.Tensor) -> torch.Tensor:
+    if type(t) is torch.Tensor:
+        return t.contiguous()
+    return t.clone(memory_format=torch.contiguous_format)   # the shard too, not the wrapper
 
 
 def _matmul_plan(na: tuple, nb: tuple, pa: int, pb: int) -> tuple:
