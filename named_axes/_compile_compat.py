@@ -43,6 +43,22 @@ def install() -> None:
         _remove_hook()
         _patch()
         _register_backend()
+        _bind_late_globals()
+
+
+def _bind_late_globals() -> None:
+    """Bind ``_tensor._dispatch`` (a stub that rebinds itself to ``_dispatch.dispatch``
+    on its first call) before dynamo can see the stub.  When the first named op ran
+    under ``torch.compile``, dynamo guarded on the stub's ``__code__``; the stub then
+    replaced itself, the guard's code object was freed and the compiled frame was
+    thrown away: one recompilation on the second call of a compiled model."""
+    try:
+        from . import _dispatch, _tensor
+    except ImportError:  # pragma: no cover - called while named_axes is being imported
+        return
+    if getattr(_tensor._dispatch, "__module__", None) == _tensor.__name__ and hasattr(
+            _dispatch, "dispatch"):
+        _tensor._dispatch = _dispatch.dispatch
 
 
 def _patch() -> None:

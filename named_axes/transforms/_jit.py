@@ -20,7 +20,7 @@ import threading
 from typing import Any, Callable, Sequence
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -260,21 +260,8 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
             dyn_args, st_vals = _split_static(args, static, donate, name)
         else:
             dyn_args, st_vals = args, ()
-        leaves: list = []
-        parts = []
-        for a in dyn_args:   # _flatten_key of the tuple, its first level unrolled
-            if type(a) is _Tensor:
-                leaves.append(a)
-                parts.append((a.shape, a.stride(), a.dtype, a.device, a.requires_grad))
-            else:
-                parts.append(_flatten_key(a, leaves))
-        struct = tuple(parts)
         bound = _env.bound_axes()
-        key = (struct, grad_on, st_vals, tuple(bound.items())) if bound or st_vals else (
-            struct, grad_on)
-        tied = len(leaves) > 1 and len(set(map(id, leaves))) != len(leaves)
-        if tied:   # the trace ties repeated tensors
-            key = (key, _repeats(leaves))
+        key, leaves, tied = key_of(dyn_args, st_vals, bound, grad_on)
         try:
             entry = cache.get(key)
         except TypeError:
@@ -284,10 +271,19 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
             if _must_inline(leaves):
                 counts[1] += 1
                 return fun(*args)
-            if not cache:
-                _ensure_compile_support()
-            entry = cache[key] = _build(fun, args, static, backend)
-        compiled, tensor_pos, rebuild, pure = entry
+            # a program computing its own gradients serves calls differing only in
+            # which inputs require grad (nn.Parameters first, its plain results next)
+            plain_key = None if tied else key_of(
+                [_detached(a) for a in dyn_args], st_vals, bound, False)[0]
+            entry = cache.get(plain_key)
+            if entry is None or not entry[4]:
+                if not cache:
+                    _ensure_compile_support()
+                entry = _build(fun, args, static, backend)
+                if entry[4] and plain_key is not None:
+                    cache.setdefault(plain_key, entry)
+            cache[key] = entry
+        compiled, tensor_pos, rebuild, pure, _ = entry
         if fast[1] is not entry and pure and not (static or bound or tied):
             fast[:] = [_tensor_guard(args), entry, grad_on]
         if tensor_pos is not None:
@@ -295,14 +291,49 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
         counts[0] += 1
         return rebuild(compiled(leaves))
 
-    run.cache_size = lambda: len(cache)  # type: ignore[attr-defined]
+    def key_of(dyn_args, st_vals, bound, grad_on) -> tuple:
+        """``(key, leaves, tied)`` of a call: see ``_flatten_key``."""
+        leaves: list = []
+        parts = []
+        for a in dyn_args:   # _flatten_key of the tuple, its first level unrolled
+            if type(a) is _Tensor:
+                leaves.append(a)
+                parts.append((a.shape, a.stride(), a.dtype, a.device, a.requires_grad))
+            else:
+                parts.append(_flatten_key(a, leaves))
+        struct = tuple(parts)
+        key = (struct, grad_on, st_vals, tuple(bound.items())) if bound or st_vals else (
+            struct, grad_on)
+        tied = len(leaves) > 1 and len(set(map(id, leaves))) != len(leaves)
+        if tied:   # the trace ties repeated tensors
+            key = (key, _repeats(leaves))
+        return key, leaves, tied
+
+    def n_programs() -> int:
+        return len({id(e) for e in cache.values()})
+
+    run.cache_size = n_programs  # type: ignore[attr-defined]
     run.clear_cache = cache.clear  # type: ignore[attr-defined]
     run.stats = lambda: {"compiled": counts[0], "inline": counts[1],  # type: ignore[attr-defined]
-                         "programs": len(cache)}
+                         "programs": n_programs()}
     return run
 
 
 _grad_enabled = torch.is_grad_enabled
+
+
+def _detached(tree: Any) -> Any:
+    """``tree`` with its tensors (and NamedTensors' data) detached: plain tensors."""
+    def leaf(x):
+        if type(x) is _NT:
+            d = x._data
+            return x if type(d) is _Tensor and not d.requires_grad else _NT._wrap(
+                d.detach(), x._names)
+        return x.detach() if isinstance(x, _Tensor) else x
+    t = type(tree)
+    if t is _Tensor and not tree.requires_grad:
+        return tree
+    return leaf(tree) if t is _NT or isinstance(tree, _Tensor) else tree_map(leaf, tree)
 
 
 def _split_static(args: tuple, static: tuple, donate: tuple, name: str) -> tuple:
@@ -317,11 +348,13 @@ def _split_static(args: tuple, static: tuple, donate: tuple, name: str) -> tuple
 
 
 def _build(fun: Callable, args: tuple, static: tuple, backend: str):
-    """Trace and compile ``fun``: ``(compiled, tensor_pos, rebuild, pure)``.
+    """Trace and compile ``fun``: ``(compiled, tensor_pos, rebuild, pure, values)``.
 
     ``tensor_pos`` picks the tensor leaves out of the flat leaves (None: all of them);
     ``rebuild`` turns the compiled function's flat outputs into ``fun``'s result;
-    ``pure``: the program mutates nothing.
+    ``pure``: the program mutates nothing; ``values``: it ran a backward while traced
+    (it computes its own gradients), so it runs with grad disabled and serves calls
+    whatever their inputs' ``requires_grad``.
     """
     n = len(args)
     st = {i % n for i in static}
@@ -349,9 +382,8 @@ def _build(fun: Callable, args: tuple, static: tuple, backend: str):
     is_tensor = [type(x) is _NT or isinstance(x, _Tensor) for x in tree_flatten(result[0])[0]]
     result.clear()
     example = [leaves[i] for i in tensor_pos]
-    if _grad_enabled() and probe.ran and (any(t.requires_grad for t in example)
-                                          or _grad_constants(gm)):
-        # the program computes its gradients itself: its results are values
+    values = probe.ran
+    if values:   # the program computes its gradients itself: its results are values
         with torch.no_grad():
             compiled = _no_grad_call(_compile(gm, [t.detach() for t in example], backend,
                                               grad_off=True))
@@ -365,7 +397,7 @@ def _build(fun: Callable, args: tuple, static: tuple, backend: str):
         compiled = _compile(gm, example, backend)
     all_tensors = len(tensor_pos) == len(leaves)
     return (compiled, None if all_tensors else tensor_pos, _output_builder(out_info, is_tensor),
-            _pure(gm))
+            _pure(gm), values)
 
 
 def _grad_constants(gm: torch.fx.GraphModule) -> bool:
