@@ -86,13 +86,17 @@ def _matmul_folded(func, a, b, pa: int, pb: int):
         da = da.permute(perm_a)
     if perm_b is not None:
         db = db.permute(perm_b)
-    a2 = _reshape(da, lead + (1,) * (B - ba) + tuple(a_pos[:ba]) + (fa * m, a_pos[-1]))
-    b2 = _reshape(db, lead + (1,) * (B - bb) + tuple(b_pos[:bb])
-                  + (b_pos[-2] if pb >= 2 else b_pos[-1], fb * n))
-    out = torch.matmul(a2, b2)
+    shape_a = lead + (1,) * (B - ba) + tuple(a_pos[:ba]) + (fa * m, a_pos[-1])
+    shape_b = lead + (1,) * (B - bb) + tuple(b_pos[:bb]) + (b_pos[-2] if pb >= 2 else b_pos[-1],
+                                                           fb * n)
+    plain = type(da) is torch.Tensor and type(db) is torch.Tensor
+    if plain:
+        out = torch.matmul(da.reshape(shape_a), db.reshape(shape_b))
+    else:
+        out = torch.matmul(_reshape(da, shape_a), _reshape(db, shape_b))
     unfold = (tuple(out.shape[:S + B]) + tuple(sa[i] for i in only_a) + ((m,) if pa >= 2 else ())
               + tuple(sb[j] for j in only_b) + ((n,) if pb >= 2 else ()))
-    out = _reshape(out, unfold)
+    out = out.reshape(unfold) if plain else _reshape(out, unfold)
     return result(out if out_perm is None else out.permute(out_perm), U, func)
 
 
