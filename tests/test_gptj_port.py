@@ -151,11 +151,13 @@ def jax_oracle(tmp_path_factory, corpus):
 
 
 JAX_MODES = {"vector": {"mesh": False}, "serial-batch": {"serial": "batch"},
+             # nx.jit: the first call compiles for minutes on CPU (inductor), hence slow
              "jit": {"mesh": False, "jit": True}}
 
 
-@pytest.mark.timeout(1200)
-@pytest.mark.parametrize("mode", list(JAX_MODES))
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("mode", [pytest.param(m, marks=pytest.mark.slow) if m == "jit" else m
+                                  for m in JAX_MODES])
 def test_loss_and_grads_match_jax(mode, jax_oracle):
     state, obs, target, want = jax_oracle
     model = make_model(JAX_CONFIG, init=False, **JAX_MODES[mode])
