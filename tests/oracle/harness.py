@@ -31,6 +31,7 @@ class Outcome:
     jax: dict
     fails: list = field(default_factory=list)     # (prog, Diff)
     seconds: dict = field(default_factory=dict)
+    runs: dict = field(default_factory=dict)      # "SerialLoop ok" etc. -> count
 
 
 def _key(blob: str) -> str:
@@ -90,6 +91,9 @@ def run_corpus(n: int, seed: int, python: str) -> Outcome:
         for d in compare.vs_jax(prog, jres, arrays, vec[prog["id"]]):
             out.fails.append((prog, d))
         for r, rres in res_runs[prog["id"]]:
+            what = "mesh" if any(isinstance(v, str) for v in r.values()) else "SerialLoop"
+            key = f"{what} {rres['status']}"
+            out.runs[key] = out.runs.get(key, 0) + 1
             for d in compare.vs_vectorized(r, rres, vec[prog["id"]]):
                 out.fails.append((prog, d))
     return out

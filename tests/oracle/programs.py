@@ -103,6 +103,8 @@ def cat_preduce(b):
         axes = rng.sample(list(b.axes), 2)
         axes = [a for a in axes if a in t.names] or [names[0]]
     elif r < 0.8 and t.shape:
+        if f == "pmean":    # JAX 0.4.30's pmean divides by psum(1, axes): no positions
+            f = rng.choice(["psum", "pmax", "pmin"])
         axes = [rng.choice(names), rng.choice([0, len(t.shape) - 1])]
         rng.shuffle(axes)
     elif r < 0.9:
@@ -272,8 +274,8 @@ def cat_nested(b):
         i = s.op(Ty({z: sz}, (), "i"), op="axis_index", axes=z)
         y = s.bin(y, i, "mul")
     ty = s.types[y]
-    from generator import out_mapping, mapping_for
-    in_map = mapping_for(rng, {zpos: z}, len(p))
+    from generator import destr, mapping_for, out_mapping
+    in_map = destr([mapping_for(rng, {zpos: z}, len(p))])[0]   # it sits in a tuple
     out_map = out_mapping(rng, Ty({k: v for k, v in ty.names.items() if k == z}, ty.shape),
                           [z])
     placed = _placed(out_map, len(ty.shape))
@@ -347,13 +349,17 @@ def cat_grad(b):
     if mode != "vjp":
         y = s.to_scalar(y)
     ty = s.types[y]
+    # reduce_axes=(n,) is JAX's psum of the gradient over n: the old reduce_axes meaning
+    # only for an axis the loss carries (per instance) and no parameter carries
+    reducible = [n for n in ty.names if not any(n in b.types[q].names for q in params)]
     if mode != "jvp" and ty.names and rng.random() < 0.6:
         y = s.coll(y, rng.choice(["psum", "pmean"]), rng.choice(list(ty.names)))
     elif mode != "jvp" and rng.random() < 0.3:
         n = rng.choice(list(b.axes))
         y = s.coll(y, "psum", n)
     ty = s.types[y]
-    red = [rng.choice(list(b.axes))] if mode in ("grad", "vg", "vjp") and rng.random() < 0.3 else []
+    red = [rng.choice(reducible)] if mode in ("grad", "vg", "vjp") and reducible \
+        and rng.random() < 0.4 else []
     if mode == "jvp":
         types = [Ty(dict(ty.names), ty.shape), Ty(None, ty.shape)]
     else:

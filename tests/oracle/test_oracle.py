@@ -34,7 +34,10 @@ def outcome(request):
         by_class[c] += 1
         progs_by_class[c].add(prog["id"])
     lines = [f"corpus: {len(out.corpus)} programs (seed {SEED}); "
-             + ", ".join(f"{k} {v:.1f}s" for k, v in out.seconds.items())]
+             + ", ".join(f"{k} {v:.1f}s" for k, v in out.seconds.items()),
+             "JAX: " + ", ".join(f"{k} {v}" for k, v in sorted(collections.Counter(
+                 r["status"] for r in out.jax["results"].values()).items()))
+             + "; resource runs: " + ", ".join(f"{k} {v}" for k, v in sorted(out.runs.items()))]
     for c in list(known.KNOWN_CLASSES) + ["UNKNOWN"]:
         lines.append(f"  {c}: {len(progs_by_class[c])} programs ({by_class[c]} differences)")
     info = [d for _, d in out.fails if d.kind in INFO]
