@@ -32,7 +32,7 @@ from .._env import axis_size, current_frame, bound_axes
 from .._errors import (AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape,
                        fmt_names)
 from .._layout import align, expand_to, union_names
-from .._tensor import NamedTensor
+from .._tensor import RECORDERS, NamedTensor
 
 __all__ = ["psum", "pmean", "pmax", "pmin", "pdot", "pshuffle", "ppermute", "all_gather",
            "all_to_all", "psum_scatter", "axis_index"]
@@ -523,7 +523,11 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
     x, y = _as_named(x, op), _as_named(y, op)
     method = _engine_method(op, names)
     if method is not None:
-        return method(x, y, names, pos_contract=pos_contract, pos_batch=pos_batch)
+        out = method(x, y, names, pos_contract=pos_contract, pos_batch=pos_batch)
+        if RECORDERS and isinstance(out, _NT):   # as in _pdot_run
+            out = NamedTensor._wrap(_ops.scale_grad(out._data, 1 / _contracted_size(names)),
+                                    out._names)
+        return out
     key, plan = None, None
     if not torch.compiler.is_compiling():  # (dynamo traces the plan once per graph anyway)
         try:
@@ -536,10 +540,10 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
         plan = _pdot_plan(x, y, names, pos_contract, pos_batch)   # raises on bad input
         if key is not None and len(_PDOT_PLANS) < 1024:
             _PDOT_PLANS[key] = plan
-    return _pdot_run(plan, x, y)
+    return _pdot_run(plan, x, y, names)
 
 
-def _pdot_run(plan: tuple, x: NamedTensor, y: NamedTensor) -> Any:
+def _pdot_run(plan: tuple, x: NamedTensor, y: NamedTensor, names: tuple) -> Any:
     eq, out_names, _, _, missing = plan
     data = _ops.pdot(x._data, y._data, eq)
     factor = 1
@@ -547,7 +551,16 @@ def _pdot_run(plan: tuple, x: NamedTensor, y: NamedTensor) -> Any:
         factor *= axis_size(n, op="pdot")
     if factor != 1:
         data = data * factor
+    if RECORDERS:   # inside a derivative: JAX transposes pdot without a psum
+        data = _ops.scale_grad(data, 1 / _contracted_size(names))
     return _out(data, out_names, pdot)
+
+
+def _contracted_size(names: tuple) -> int:
+    """How many instances the named contraction sums: a derivative taken inside a named
+    program counts a result lacking those axes once per instance (transforms/_instances),
+    where JAX's pdot transpose counts it once."""
+    return math.prod(axis_size(n, op="pdot") for n in names)
 
 
 def _pdot_cached(x: NamedTensor, y: NamedTensor, name: str, pos_contract, pos_batch):
@@ -560,7 +573,7 @@ def _pdot_cached(x: NamedTensor, y: NamedTensor, name: str, pos_contract, pos_ba
         return None
     if plan is None or not _pdot_plan_holds(plan, x, y):
         return None
-    return _pdot_run(plan, x, y)
+    return _pdot_run(plan, x, y, (name,))
 
 
 # (axis_name as given when a str else the names, x names, y names, x physical ndim,

@@ -434,6 +434,30 @@ def pdot(x: torch.Tensor, y: torch.Tensor, equation: str) -> torch.Tensor:
     return _PDot.apply(x, y, equation)
 
 
+class _ScaleGrad(_Fn):
+    """The identity, whose gradient is multiplied by ``scale``."""
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(x, scale):
+        return x.view_as(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.scale = inputs[1]
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.scale, None
+
+
+def scale_grad(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """``x``, with its gradient multiplied by ``scale`` (a no-op without autograd)."""
+    if not x.requires_grad and not torch._C._functorch.is_functorch_wrapped_tensor(x):
+        return x
+    return _ScaleGrad.apply(x, scale)
+
+
 # -- axis_index -----------------------------------------------------------------------------
 
 @custom_op("named_axes::axis_index", mutates_args=())

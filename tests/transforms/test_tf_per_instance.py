@@ -282,3 +282,20 @@ def test_gptj_like_under_jit_has_the_eager_named_shapes():
     torch.testing.assert_close(value, eager_value)
     for g, e in zip(grads, eager_grads):
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
+
+
+def test_pdot_transposes_without_a_psum():
+    # JAX 0.4.30: xmap(lambda v, w: grad(lambda q: pdot(q, w, 'b').sum())(v),
+    #   in_axes=[['b', ...]] * 2, out_axes=['b', ...]) is w.sum(-1) per instance
+    #   (x, y = RandomState(0).randn(4, 3), RandomState(1).randn(4, 3): [:, 0] is
+    #   [0.4844, -2.5091, 1.3026, -0.8474]); the psum form gives 4x that.
+    import numpy as np
+    x = torch.tensor(np.random.RandomState(0).randn(4, 3), dtype=torch.float32)
+    y = torch.tensor(np.random.RandomState(1).randn(4, 3), dtype=torch.float32)
+    f = nx.xmap(lambda v, w: nx.grad(lambda q: lax.pdot(q, w, 'b').sum())(v),
+                in_axes=[['b', ...]] * 2, out_axes=['b', ...])
+    torch.testing.assert_close(f(x, y)[:, 0], torch.tensor([0.4844, -2.5091, 1.3026, -0.8474]),
+                               rtol=1e-4, atol=1e-4)
+    g = nx.xmap(lambda v, w: nx.grad(lambda q: lax.psum((q * w).sum(), 'b'))(v),
+                in_axes=[['b', ...]] * 2, out_axes=['b', ...])
+    torch.testing.assert_close(g(x, y), 4 * y)
