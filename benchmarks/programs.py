@@ -9,6 +9,20 @@ Variant keys (table columns):
 - ``nx.xmap``        ``named_axes`` eager: ``nx.xmap(named program)`` + ``torch.autograd.grad``
 - ``nx.vg``          ``named_axes`` eager ``nx.value_and_grad(nx.xmap(...))`` (no jit)
 - ``nx.jit``         ``nx.jit(nx.value_and_grad(nx.xmap(...)))`` — the whole step, one graph
+- ``nx.jit.fb``      ``nx.jit(nx.xmap(...))`` forward, backward by ``torch.autograd.grad``
+                     (compiled forward + backward through AOT autograd)
+- ``nx.jit.det``     extra: ``nx.jit`` step with *detached* weights (requires_grad=False)
+
+All torch/named_axes variants hold their weights as ``nn.Parameter`` (requires_grad=True),
+as a user's model does, except the labelled ``nx.jit.det`` extra.
+
+Training steps (``*_train`` programs: forward, backward and an Adam update):
+
+- ``eager``          ``loss.backward()`` + ``torch.optim.Adam.step()`` on nn.Parameters
+- ``compile``        ``torch.compile`` of that same step function
+- ``nx.jit``         ``nx.jit`` of a functional step: ``nx.value_and_grad`` + hand-written
+                     Adam (new parameters and moments returned), one compiled program
+- ``jax.jit``        ``jax.jit`` of ``value_and_grad`` + the same hand-written Adam
 - ``jax.jit``        JAX ``jit(value_and_grad(vmap(...)))`` on CPU (when JAX is installed)
 - ``jax.xmap``       JAX 0.4.30's own ``xmap`` (when that JAX is installed)
 
@@ -177,7 +191,8 @@ def p1_named_loss(nx):
 
 def make_p1(batch, n_in, n_hidden, n_classes, *, rtol=1e-4, atol=1e-5) -> list[Variant]:
     w1, w2, images, labels = p1_data(batch, n_in, n_hidden, n_classes)
-    params = (w1.clone().requires_grad_(), w2.clone().requires_grad_())
+    # the weights as a user holds them: nn.Parameters (requires_grad=True)
+    params = (torch.nn.Parameter(w1.clone()), torch.nn.Parameter(w2.clone()))
 
     def eager():
         return _grad_step(p1_loss, params, images, labels)
@@ -217,13 +232,26 @@ def make_p1(batch, n_in, n_hidden, n_classes, *, rtol=1e-4, atol=1e-5) -> list[V
         need(nx, "xmap", "value_and_grad")
         f = nx.value_and_grad(nx.xmap(p1_named_loss(nx), in_axes=P1_IN_AXES, out_axes=[...]),
                               argnums=(0, 1))
-        return lambda: _flat_vg(f(w1, w2, images, labels))
+        return lambda: _flat_vg(f(*params, images, labels))
 
-    def nx_jit():
+    def _nx_jit_vg():
         nx = nx_module()
         need(nx, "xmap", "value_and_grad", "jit")
-        f = nx.jit(nx.value_and_grad(
+        return nx.jit(nx.value_and_grad(
             nx.xmap(p1_named_loss(nx), in_axes=P1_IN_AXES, out_axes=[...]), argnums=(0, 1)))
+
+    def nx_jit():
+        f = _nx_jit_vg()
+        return lambda: _flat_vg(f(*params, images, labels))
+
+    def nx_jit_fb():
+        nx = nx_module()
+        need(nx, "xmap", "jit")
+        f = nx.jit(nx.xmap(p1_named_loss(nx), in_axes=P1_IN_AXES, out_axes=[...]))
+        return _grad_step(f, params, images, labels)
+
+    def nx_jit_det():
+        f = _nx_jit_vg()
         return lambda: _flat_vg(f(w1, w2, images, labels))
 
     def jax_jit():
@@ -278,7 +306,8 @@ def _flat_vg(out):
 def _variants(ns: dict, rtol: float, atol: float) -> list[Variant]:
     table = [("eager", "eager"), ("compile", "compile_"), ("vmap", "vmap"), ("fdim", "fdim"),
              ("nx.xmap", "nx_xmap"), ("nx.vg", "nx_vg"), ("nx.jit", "nx_jit"),
-             ("jax.jit", "jax_jit"), ("jax.xmap", "jax_xmap_")]
+             ("nx.jit.fb", "nx_jit_fb"), ("jax.jit", "jax_jit"), ("jax.xmap", "jax_xmap_"),
+             ("nx.jit.det", "nx_jit_det")]
     return [Variant(key, ns[fn], rtol=rtol, atol=atol,
                     known_limit="JAX 0.4.30 xmap limitation" if key == "jax.xmap" else "")
             for key, fn in table if fn in ns]
@@ -386,7 +415,7 @@ def p2_named_loss(nx):
 def make_p2(*, rtol=2e-4, atol=2e-5, **sizes) -> list[Variant]:
     x, p = p2_data(**sizes)
     plist = tuple(p[k] for k in P2_PARAMS)
-    params = tuple(t.clone().requires_grad_() for t in plist)
+    params = tuple(torch.nn.Parameter(t.clone()) for t in plist)   # as a user holds them
     D = x.shape[-1]
 
     def eager():
@@ -429,12 +458,25 @@ def make_p2(*, rtol=2e-4, atol=2e-5, **sizes) -> list[Variant]:
         nx = nx_module()
         need(nx, "value_and_grad")
         f = nx.value_and_grad(_nx_f(nx), argnums=tuple(range(2, 2 + len(P2_PARAMS))))
-        return lambda: _flat_vg(f(x, x, *plist))
+        return lambda: _flat_vg(f(x, x, *params))
 
-    def nx_jit():
+    def _nx_jit_vg():
         nx = nx_module()
         need(nx, "value_and_grad", "jit")
-        f = nx.jit(nx.value_and_grad(_nx_f(nx), argnums=tuple(range(2, 2 + len(P2_PARAMS)))))
+        return nx.jit(nx.value_and_grad(_nx_f(nx), argnums=tuple(range(2, 2 + len(P2_PARAMS)))))
+
+    def nx_jit():
+        f = _nx_jit_vg()
+        return lambda: _flat_vg(f(x, x, *params))
+
+    def nx_jit_fb():
+        nx = nx_module()
+        need(nx, "jit")
+        f = nx.jit(_nx_f(nx))
+        return _grad_step(lambda *ps: f(x, x, *ps), params)
+
+    def nx_jit_det():
+        f = _nx_jit_vg()
         return lambda: _flat_vg(f(x, x, *plist))
 
     def jax_jit():
@@ -467,6 +509,159 @@ def make_p2(*, rtol=2e-4, atol=2e-5, **sizes) -> list[Variant]:
         return _jax_step(lambda: _flat_vg(vg(jps, jx)))
 
     return _variants(locals(), rtol, atol)
+
+
+# =================================================================================
+# Training steps: forward, backward and an Adam update
+# =================================================================================
+
+ADAM_LR, ADAM_B1, ADAM_B2, ADAM_EPS = 1e-3, 0.9, 0.999, 1e-8
+
+
+def _adam(params, grads, m, v, t, sqrt):
+    """A hand-written Adam update (torch.optim.Adam's formula); ``t`` is the new step."""
+    bc1 = 1 - ADAM_B1 ** t
+    bc2 = 1 - ADAM_B2 ** t
+    new_p, new_m, new_v = [], [], []
+    for p, g, mi, vi in zip(params, grads, m, v):
+        mi = ADAM_B1 * mi + (1 - ADAM_B1) * g
+        vi = ADAM_B2 * vi + (1 - ADAM_B2) * g * g
+        new_p.append(p - (ADAM_LR / bc1) * mi / (sqrt(vi) / sqrt(bc2) + ADAM_EPS))
+        new_m.append(mi)
+        new_v.append(vi)
+    return tuple(new_p), tuple(new_m), tuple(new_v)
+
+
+def _train_variants(loss, nx_vg_of, jax_loss_of, plist, data, rtol, atol) -> list[Variant]:
+    """Training-step variants: ``loss(*params, *data)`` (positional torch),
+    ``nx_vg_of(nx)`` -> ``vg(params, data) -> (loss, grads)``, ``jax_loss_of(jax, jnp)``
+    -> ``loss(params, data)``.  Each step returns (loss, *updated params)."""
+
+    def _torch_step():
+        params = [torch.nn.Parameter(t.clone()) for t in plist]
+        opt = torch.optim.Adam(params, lr=ADAM_LR, betas=(ADAM_B1, ADAM_B2), eps=ADAM_EPS)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            out = loss(*params, *data)
+            out.backward()
+            opt.step()
+            return (out.detach(), *[p.detach() for p in params])
+        return step
+
+    def eager():
+        return _torch_step()
+
+    def compile_():
+        torch._dynamo.reset()
+        return torch.compile(_torch_step())
+
+    def nx_jit():
+        nx = nx_module()
+        need(nx, "value_and_grad", "jit")
+        vg = nx_vg_of(nx)
+
+        def step(params, m, v, t, data):
+            value, grads = vg(params, data)
+            t = t + 1
+            params, m, v = _adam(params, grads, m, v, t, torch.sqrt)
+            return value, params, m, v, t
+        f = nx.jit(step)
+        state = [tuple(torch.nn.Parameter(t.clone()) for t in plist),
+                 tuple(torch.zeros_like(t) for t in plist),
+                 tuple(torch.zeros_like(t) for t in plist), torch.tensor(0.0)]
+
+        def run():
+            value, *state[:] = f(*state, data)
+            return (value, *state[0])
+        return run
+
+    def jax_jit():
+        jax, jnp = jax_modules()
+        vg = jax.value_and_grad(jax_loss_of(jax, jnp))
+
+        def step(params, m, v, t, data):
+            value, grads = vg(params, data)
+            t = t + 1
+            params, m, v = _adam(params, grads, m, v, t, jnp.sqrt)
+            return value, params, m, v, t
+        f = jax.jit(step)
+        ps = tuple(jnp.asarray(_np(t)) for t in plist)
+        state = [ps, tuple(jnp.zeros_like(t) for t in ps), tuple(jnp.zeros_like(t) for t in ps),
+                 jnp.asarray(0.0, dtype=jnp.float32)]
+        jdata = tuple(jnp.asarray(_np(t)) for t in data)
+
+        def run():
+            value, *state[:] = f(*state, jdata)
+            return jax.block_until_ready((value, *state[0]))
+        return run
+
+    return [Variant(k, fn, rtol=rtol, atol=atol) for k, fn in
+            (("eager", eager), ("compile", compile_), ("nx.jit", nx_jit), ("jax.jit", jax_jit))]
+
+
+def make_p1_train(batch, n_in, n_hidden, n_classes, *, rtol=1e-4, atol=1e-5) -> list[Variant]:
+    w1, w2, images, labels = p1_data(batch, n_in, n_hidden, n_classes)
+
+    def nx_vg_of(nx):
+        need(nx, "xmap")
+        vg = nx.value_and_grad(nx.xmap(p1_named_loss(nx), in_axes=P1_IN_AXES, out_axes=[...]),
+                               argnums=(0, 1))
+        return lambda ps, data: vg(*ps, *data)
+
+    def jax_loss_of(jax, jnp):
+        from jax.nn import one_hot, relu
+        from jax.scipy.special import logsumexp
+
+        def example_loss(w1, w2, image, label):
+            logits = relu(image @ w1) @ w2
+            return jnp.sum(one_hot(label, n_classes) * (logits - logsumexp(logits)))
+
+        def loss(ps, data):
+            return -jnp.mean(jax.vmap(example_loss, (None, None, 0, 0))(*ps, *data))
+        return loss
+    return _train_variants(p1_loss, nx_vg_of, jax_loss_of, (w1, w2), (images, labels),
+                           rtol, atol)
+
+
+def make_p2_train(*, rtol=2e-4, atol=2e-5, **sizes) -> list[Variant]:
+    x, p = p2_data(**sizes)
+    plist = tuple(p[k] for k in P2_PARAMS)
+    n = x.shape[1] * x.shape[2]
+
+    def nx_vg_of(nx):
+        need(nx, "xmap")
+        f = nx.xmap(p2_named_loss(nx), in_axes=P2_IN_AXES, out_axes=[...])
+        vg = nx.value_and_grad(f, argnums=tuple(range(2, 2 + len(P2_PARAMS))))
+        return lambda ps, data: vg(data[0], data[0], *ps)
+
+    def jax_loss_of(jax, jnp):
+        example = _p2_jax_example(jax, jnp)
+
+        def loss(ps, data):
+            return jax.vmap(example, (0,) + (None,) * len(P2_PARAMS))(data[0], *ps).mean() / n
+        return loss
+    return _train_variants(p2_loss, nx_vg_of, jax_loss_of, plist, (x,), rtol, atol)
+
+
+def _p2_jax_example(jax, jnp):
+    def layer_norm(t, g, b):
+        mu = t.mean(-1, keepdims=True)
+        var = ((t - mu) ** 2).mean(-1, keepdims=True)
+        return (t - mu) / jnp.sqrt(var + 1e-5) * g + b
+
+    def example(x, g1, b1, wq, wk, wv, wo, g2, b2, w1, c1, w2, c2):
+        K = wq.shape[-1]
+        h = layer_norm(x, g1, b1)
+        q = jnp.einsum("sd,dhk->hsk", h, wq)
+        k = jnp.einsum("sd,dhk->hsk", h, wk)
+        v = jnp.einsum("sd,dhk->hsk", h, wv)
+        a = jax.nn.softmax(q @ jnp.swapaxes(k, -1, -2) / math.sqrt(K), axis=-1)
+        x = x + jnp.einsum("hsk,hkd->sd", a @ v, wo)
+        h2 = layer_norm(x, g2, b2)
+        x = x + jax.nn.gelu(h2 @ w1 + c1, approximate=False) @ w2 + c2
+        return (x * x).sum()
+    return example
 
 
 # =================================================================================
@@ -556,4 +751,10 @@ PROGRAMS: dict[str, tuple[str, Callable[[], list[Variant]]]] = {
     "p2_attention": ("P2 attention + MLP block fwd+bwd (8, 128, 8×32, 256)",
                      lambda: make_p2()),
     "p3_chain": ("P3 50 elementwise ops on (8, 16), forward", lambda: make_p3()),
+    "p1_small_train": ("P1 small training step: loss, grads, Adam update",
+                       lambda: make_p1_train(8, 16, 16, 4)),
+    "p1_tutorial_train": ("P1 tutorial-size training step: loss, grads, Adam update",
+                          lambda: make_p1_train(128, 784, 512, 10, rtol=1e-3, atol=1e-5)),
+    "p2_attention_train": ("P2 attention block training step: loss, grads, Adam update",
+                           lambda: make_p2_train()),
 }

@@ -19,15 +19,19 @@ RUN = os.path.join(ROOT, "benchmarks", "run.py")
 @pytest.mark.timeout(600)
 def test_quick_benchmark_runs(tmp_path):
     out = tmp_path / "RESULTS.md"
-    variants = "eager,vmap,fdim,nx.xmap,nx.vg,nx.jit,jax.jit"
+    variants = "eager,vmap,fdim,nx.xmap,nx.vg,nx.jit,nx.jit.fb,nx.jit.det,jax.jit"
     proc = subprocess.run(
-        [sys.executable, RUN, "--quick", "--programs", "p1_small,p3_chain",
+        [sys.executable, RUN, "--quick", "--programs", "p1_small,p3_chain,p1_small_train",
          "--variants", variants, "--no-p4", "--no-parallel", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=580,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     text = out.read_text()
-    assert "| p1_small |" in text and "| p3_chain |" in text
+    assert "| p1_small |" in text and "| p3_chain |" in text and "| p1_small_train |" in text
+    # the user's form: weights that require grad, forward + compiled backward, and the
+    # detached-weights row as a labelled extra
+    assert "| p1_small | nx.jit.fb | ok |" in text and "| p1_small | nx.jit.det | ok |" in text
+    assert "| p1_small_train | nx.jit | ok |" in text
     assert "torch eager" in text and "torch " in text and "command:" in text
     # every variant is checked against plain torch before timing: none may be wrong
     assert "| WRONG |" not in text and "| wrong |" not in text, text
