@@ -195,10 +195,17 @@ def _flatten_items(items, leaves: list, key: list) -> bool:
     return True
 
 
+class _OutOps(list):
+    """Per-leaf output plans; ``kept``: the names some leaf keeps named (checked per call
+    against what binds them outside, see :func:`_escapes`)."""
+
+    kept: tuple = ()
+
+
 def _out_plan(out_axes, out: Any, what: str):
     """The per-leaf :func:`insert_plan` for an output that the slow path accepted (None
     for a leaf passed as is), or False where an output leaf needs the slow path."""
-    ops = []
+    ops = _OutOps()
     for path, leaf, mapping in match_prefix(out_axes, out, _is_leaf, what=what):
         if isinstance(leaf, (torch.Tensor, NamedTensor)):
             names = leaf._names if isinstance(leaf, NamedTensor) else ()
@@ -207,6 +214,7 @@ def _out_plan(out_axes, out: Any, what: str):
             ops.append(None)
         else:
             return False   # a Python scalar becomes a tensor: rare, keep the slow path
+    ops.kept = tuple({n: None for op in ops if op is not None for n in op[2]})
     return ops
 
 
@@ -284,8 +292,7 @@ class _Xmapped:
                     plan.outs.clear()
                 plan.outs[key] = _out_plan(self.out_axes, out, f"{what}: out_axes")
                 return result
-        if not ops or any(op is not None and op[2] and _escapes(op[2], plan.carried)
-                          for op in ops):
+        if not ops or (ops.kept and _escapes(ops.kept, plan.carried)):
             return self._exit_slow(out, _flatten(out), sizes, f"{self._spelling}(<inputs>)",
                                    plan.carried)
         results = [x if op is None else apply_insert(x, op, sizes)
