@@ -18,7 +18,7 @@ from typing import Any, Callable, Hashable, Mapping
 import torch
 
 from ._env import axis_size, bound_axes
-from ._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape
+from ._errors import AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape
 from ._parsing import AxisMapping, parse_mapping
 from ._tensor import NamedTensor
 
@@ -283,7 +283,15 @@ def positional(nt: Any, axes: Any = ...) -> torch.Tensor:
         axes = list(nt._names) + [...]
     mapping = parse_mapping(axes)
     sizes = dict(bound_axes())
-    sizes.update(nt.named_shape)
+    physical = dict(zip(nt._names, nt._data.shape))
+    for n, size in physical.items():
+        if sizes.get(n, size) != size:   # a SerialLoop chunk: the rest of the axis is not here
+            raise AxisResourceError(
+                f"positional(): axis {n!r} is computed in chunks here (this chunk holds "
+                f"{size} of its {sizes[n]} indices, axis_resources maps it to a SerialLoop); "
+                f"a value positional along it would need every chunk. Reduce over it with "
+                f"nx.lax (psum, pmax, ...) or let xmap's out_axes place it")
+    sizes.update(physical)
     out = insert_named(nt, mapping, sizes=sizes, what="positional()",
                        strict_names=set(nt._names))
     return out

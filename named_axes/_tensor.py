@@ -85,7 +85,15 @@ class NamedTensor:
     @property
     def named_shape(self) -> dict:
         """The named shape: a dict name -> size (its order carries no meaning)."""
-        return dict(zip(self._names, self._data.shape))
+        shape = dict(zip(self._names, self._data.shape))
+        from ._env import _state
+        if _state.engine:   # a SerialLoop chunk holds part of an axis: report the axis size
+            bound = _state.bound
+            for n in shape:
+                size = bound.get(n)
+                if size is not None:
+                    shape[n] = size
+        return shape
 
     @property
     def names(self) -> tuple:

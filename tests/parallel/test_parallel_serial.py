@@ -232,3 +232,18 @@ def test_collective_over_a_loop_axis_inside_nx_vmap_raises():
                 out_axes=[...], axis_resources={"b": SerialLoop(2)})
     with pytest.raises(SerialLoopError, match=r"axes made afresh on every call, as nx.vmap's"):
         f(_X, _Y)
+
+
+def test_named_shape_in_a_chunk_is_the_axis_size_and_positional_refuses():
+    """A chunk's value reports the axis size where it is bound (not the chunk's); making
+    a loop axis positional inside the body would read across chunks: refused."""
+    x = torch.arange(4.)
+    for res in ({}, {'b': nx.SerialLoop(2)}):
+        f = nx.xmap(lambda v: v * v.named_shape['b'], in_axes=['b', ...],
+                    out_axes=['b', ...], axis_resources=res)
+        torch.testing.assert_close(f(x), x * 4)
+    g = nx.xmap(lambda v: nx.positional(v, {0: 'b'}).sum() + 0 * v, in_axes=['b', ...],
+                out_axes=['b', ...], axis_resources={'b': nx.SerialLoop(2)})
+    with pytest.raises(nx.AxisResourceError, match=r"positional\(\): axis 'b' is computed "
+                                                    r"in chunks here \(this chunk holds 2 of its 4"):
+        g(x)
