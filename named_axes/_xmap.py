@@ -384,6 +384,12 @@ class _Xmapped:
                     ) -> tuple:
         """Name the inputs' axes: ``(leaves, sizes, record)``, with ``record[i]`` None for
         a leaf passed as is, else ``(resolved, names before, physical ndim)``."""
+        if type(self._in_spec) is tuple and not self._in_spec and args:
+            # JAX: a top-level in_axes=() is the empty argument list, not a rank-0 mapping
+            raise AxisSpecError(
+                f"{what}: in_axes=() describes an empty argument list, but the call has "
+                f"{len(args)} arguments; give one axis mapping per argument, or a single "
+                f"mapping for all ([] asserts rank 0, [...] names nothing)")
         # a single mapping at the top applies to the array arguments only
         top_mapping = _is_mapping_safe(self._in_spec)
         pairs = match_prefix(self._in_spec, args, _is_leaf, what=what)
@@ -599,6 +605,10 @@ def xmap(fun: Callable, in_axes: Any, out_axes: Any, *, axis_sizes: Mapping | No
         check_name(name, where="xmap axis_resources")
     _validate_spec_tree(in_axes, "in_axes")
     _validate_spec_tree(out_axes, "out_axes")
+    if type(out_axes) is tuple and not out_axes:
+        # JAX 0.4.30: ValueError("xmapped functions cannot have no return values")
+        raise AxisSpecError("xmap out_axes=(): xmapped functions cannot have no return values "
+                            "(a rank-0 output is out_axes=[] or {})")
     return _Xmapped(fun, in_axes, out_axes, axis_sizes, axis_resources, donate_argnums, backend)
 
 

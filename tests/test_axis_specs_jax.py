@@ -90,6 +90,33 @@ def test_empty_list_asserts_rank_zero():
     assert torch.equal(f(torch.tensor(3.)), torch.tensor(3.))
 
 
+def test_empty_sequences():
+    # nested [] and () are rank-0 mappings in JAX:
+    # xmap(lambda a, b: a * b, in_axes=(['i', ...], ()), out_axes=['i', ...])(x, jnp.float32(2))
+    # -> 2 * x;  with jnp.ones(3) instead -> ValueError: ... in_axes specification of (), which
+    #    asserts that it should be of rank 0, but the argument has rank 1
+    for empty in ((), []):
+        f = nx.xmap(lambda a, b: a * b, in_axes=(['i', ...], empty), out_axes=['i', ...])
+        assert torch.equal(f(X, torch.tensor(2.)), X * 2)
+        with pytest.raises(ValueError, match=r"asserts rank 0, but the value has rank 1"):
+            f(X, torch.ones(3))
+    # top-level in_axes=() is the empty argument list:
+    # xmap(lambda a: a, in_axes=(), out_axes=[...])(jnp.float32(2)) -> ValueError: xmap in_axes
+    #   specification must be a tree prefix of the corresponding value, got specification ()
+    # xmap(lambda: jnp.ones(2), in_axes=(), out_axes=[...])() -> [1., 1.]
+    with pytest.raises(nx.AxisSpecError, match=r"in_axes=\(\) describes an empty argument list, "
+                                               r"but the call has 1 arguments"):
+        nx.xmap(lambda a: a, in_axes=(), out_axes=[...])(torch.tensor(2.))
+    assert torch.equal(nx.xmap(lambda: torch.ones(2), in_axes=(), out_axes=[...])(), torch.ones(2))
+    # top-level in_axes=[] is a rank-0 mapping:
+    # xmap(lambda a: a, in_axes=[], out_axes=[...])(jnp.float32(2)) -> 2.0
+    assert float(nx.xmap(lambda a: a, in_axes=[], out_axes=[...])(torch.tensor(2.))) == 2.0
+    # xmap(lambda a: a.sum(), in_axes=['i', ...], out_axes=())
+    # -> ValueError: xmapped functions cannot have no return values
+    with pytest.raises(nx.AxisSpecError, match=r"cannot have no return values"):
+        nx.xmap(lambda a: a.sum(), in_axes=['i', ...], out_axes=())
+
+
 def test_out_axes_list_without_ellipsis_asserts_output_rank():
     # xmap(lambda a: a, in_axes=['i', ...], out_axes=['i', 'j'], axis_sizes={'j': 4})(x)
     # -> ValueError: xmap output has an out_axes specification of ['i', 'j'], which asserts
