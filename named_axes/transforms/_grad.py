@@ -225,9 +225,9 @@ def _autograd_ok(prepared: list) -> bool:
         return False
     for leaves, _, _ in prepared:
         for x in leaves:
-            t = type(x)
-            if not ((t is _Tensor or t is _Parameter)
-                    and (x.is_floating_point() or x.is_complex())):
+            # plain tensors, and subclasses such as DTensor (whose engine saves tensors
+            # for the backward through saved-tensor hooks, which torch.func refuses)
+            if not (isinstance(x, _Tensor) and (x.is_floating_point() or x.is_complex())):
                 return False
     return True
 

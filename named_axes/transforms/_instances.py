@@ -114,8 +114,9 @@ def lacking(axes: dict, names: tuple) -> dict:
 
 def _concrete(t) -> bool:
     """Whether ``t`` holds real values we may read (not traced, fake or batched)."""
-    return ((type(t) is torch.Tensor or type(t) is torch.nn.Parameter)
-            and not _is_wrapped(t) and not _dispatch_depth()
+    # plain tensors and subclasses that hold real values (DTensor: every rank runs the
+    # same comparison); fake and proxy tensors only exist under a dispatch mode
+    return (isinstance(t, torch.Tensor) and not _is_wrapped(t) and not _dispatch_depth()
             and not torch.compiler.is_compiling())
 
 
