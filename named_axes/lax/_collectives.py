@@ -28,7 +28,7 @@ from torch.utils._pytree import tree_map
 from . import _ops
 from .._dispatch import result
 from .._env import _state as _env_state
-from .._env import axis_size, current_frame, bound_axes
+from .._env import INNER, axis_size, current_frame, bound_axes
 from .._errors import (AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape,
                        fmt_names)
 from .._layout import align, expand_to, union_names
@@ -524,9 +524,9 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
     method = _engine_method(op, names)
     if method is not None:
         out = method(x, y, names, pos_contract=pos_contract, pos_batch=pos_batch)
-        if RECORDERS and isinstance(out, _NT):   # as in _pdot_run
-            out = NamedTensor._wrap(_ops.scale_grad(out._data, 1 / _contracted_size(names)),
-                                    out._names)
+        size = _contracted_size(names) if RECORDERS and isinstance(out, _NT) else 1
+        if size != 1:   # as in _pdot_run
+            out = NamedTensor._wrap(_ops.scale_grad(out._data, 1 / size), out._names)
         return out
     key, plan = None, None
     if not torch.compiler.is_compiling():  # (dynamo traces the plan once per graph anyway)
@@ -552,15 +552,19 @@ def _pdot_run(plan: tuple, x: NamedTensor, y: NamedTensor, names: tuple) -> Any:
     if factor != 1:
         data = data * factor
     if RECORDERS:   # inside a derivative: JAX transposes pdot without a psum
-        data = _ops.scale_grad(data, 1 / _contracted_size(names))
+        size = _contracted_size(names)
+        if size != 1:
+            data = _ops.scale_grad(data, 1 / size)
     return _out(data, out_names, pdot)
 
 
 def _contracted_size(names: tuple) -> int:
-    """How many instances the named contraction sums: a derivative taken inside a named
-    program counts a result lacking those axes once per instance (transforms/_instances),
-    where JAX's pdot transpose counts it once."""
-    return math.prod(axis_size(n, op="pdot") for n in names)
+    """How many instances the named contraction sums, as the innermost derivative taken
+    around this call counts them: that derivative seeds a result lacking those axes once
+    per instance (transforms/_instances), where JAX's pdot transpose counts it once.
+    Axes bound inside it (an xmap within ``grad``) are ordinary sums there: 1."""
+    inner = RECORDERS[-1].get(INNER, ())
+    return math.prod(axis_size(n, op="pdot") for n in names if n not in inner)
 
 
 def _pdot_cached(x: NamedTensor, y: NamedTensor, name: str, pos_contract, pos_batch):
