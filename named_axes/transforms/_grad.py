@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
+from .._env import bound_axes
 from .._errors import AxisSpecError, AxisTypeError, fmt_named_shape
 from .._layout import align
 from .._tensor import NamedTensor
@@ -81,6 +82,31 @@ def _prepare(args: Sequence, nums: tuple, sizes: dict, reduce_axes) -> list:
         arg = tree_map(lambda leaf: expand_over(leaf, sizes, reduce_axes), a)
         prepared.append(unbox(arg))
     return prepared
+
+
+def _chunked(axes: dict, reduce_axes: tuple) -> dict:
+    """The ``reduce_axes`` this call sees only a chunk of (a ``SerialLoop`` axis): name ->
+    chunk size."""
+    if not reduce_axes:
+        return {}
+    bound = bound_axes()
+    return {n: axes[n] for n in reduce_axes
+            if n in axes and n in bound and bound[n] != axes[n]}
+
+
+def _sum_over_chunks(g: Any, chunked: dict) -> Any:
+    """A gradient summed over this chunk's instances of the ``chunked`` axes, summed over
+    every chunk: one instance per chunk holds the chunk's sum, ``psum`` (which the loop
+    engine replays chunk by chunk) adds them."""
+    if not isinstance(g, (torch.Tensor, _NT)):
+        return g
+    from ..lax import axis_index, psum
+    names = tuple(n for n in chunked if not (type(g) is _NT and n in g._names))
+    for n in names:
+        first = (axis_index(n) % chunked[n] == 0).to(
+            g._data.dtype if type(g) is _NT else g.dtype)
+        g = psum(g * first, n)
+    return g
 
 
 def _names_of(leaf: Any) -> tuple:
@@ -189,6 +215,9 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
                     phys_fun, argnums=tuple(range(len(nums))), has_aux=True)(
                         *[p[0] for p in prepared])
         grads = tuple([_rebox(gl, spec, names) for gl, (_, spec, names) in zip(g, prepared)])
+        chunked = _chunked(region.axes, reduce_axes)
+        if chunked:   # a SerialLoop chunk summed its own instances: add the other chunks'
+            grads = tree_map(lambda gr: _sum_over_chunks(gr, chunked), grads)
         added = tuple(n for n in sizes if n not in reduce_axes)
         if added:   # fold copies made by the broadcast that JAX computes once
             code = getattr(fun, "__code__", fun)
@@ -414,6 +443,10 @@ def _vjp_once(fun, primals, has_aux, reduce_axes, sizes, first_run):
     out_leaves, vjp_phys = res[0], res[1]
     spec, names = out_box
     out = rebox(out_leaves, spec, names)
+    added = tuple(n for n in sizes if n not in reduce_axes)
+    if added:   # copies of a value JAX computes once (the cotangents still align to
+        code = getattr(fun, "__code__", fun)   # the physical outputs)
+        out = tree_map(lambda o: drop_replicated(o, added, (code, "vjp")), out)
 
     def vjp_fn(cotangent):
         cts, ct_spec = tree_flatten(cotangent)

@@ -299,3 +299,24 @@ def test_pdot_transposes_without_a_psum():
     g = nx.xmap(lambda v, w: nx.grad(lambda q: lax.psum((q * w).sum(), 'b'))(v),
                 in_axes=[['b', ...]] * 2, out_axes=['b', ...])
     torch.testing.assert_close(g(x, y), 4 * y)
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 4])
+def test_reduce_axes_over_a_serial_loop_axis(chunks):
+    # JAX: psum(grad(lambda w: (x * w).sum())(w), 'c') over arange(4.) -> [6.]
+    x, w = torch.arange(4.).reshape(4, 1), torch.ones(1)
+    res = {'c': nx.SerialLoop(chunks)} if chunks > 1 else {}
+    f = nx.xmap(lambda x, w: nx.grad(lambda w: (x * w).sum(), reduce_axes=('c',))(w),
+                in_axes=(['c', ...], [...]), out_axes=[...], axis_resources=res)
+    torch.testing.assert_close(f(x, w), torch.tensor([6.]))
+
+
+def test_vjp_primal_output_keeps_jax_named_shape():
+    # JAX: vjp(loss, w)[0] with an unused `w + xb` inside is 5.0, no 'b'
+    def body(xb, w):
+        def loss(w):
+            _ = w + xb
+            return (w * w).sum()
+        return nx.vjp(loss, w)[0]
+    out = nx.xmap(body, in_axes=(['b', ...], [...]), out_axes=[...])(XB, torch.tensor([1., 2., 0.]))
+    torch.testing.assert_close(out, torch.tensor(5.))
