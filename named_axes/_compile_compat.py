@@ -94,8 +94,12 @@ def _register_backend() -> None:
     except Exception:  # pragma: no cover - dynamo unavailable on this platform
         return
     # not list_backends(): it imports every backend module (AOT autograd and more)
-    if "named_axes" not in getattr(registry, "_COMPILER_FNS", {}):
-        registry.register_backend(named_axes_backend, name="named_axes")
+    if "named_axes" in getattr(registry, "_COMPILER_FNS", {}):
+        return
+    # torch is loading our torch_dynamo_backends entry point and registers it itself
+    if getattr(registry, "_BACKENDS", {}).get("named_axes") is not None:
+        return
+    registry.register_backend(named_axes_backend, name="named_axes")
 
 
 class _DynamoHook:

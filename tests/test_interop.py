@@ -212,9 +212,6 @@ def test_setup_cfg_declares_the_dynamo_backend_entry_point():
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.xfail(strict=False, reason="the in-flight _compile_compat._register_backend registers "
-                   "'named_axes' while torch loads the entry point (duplicate name): it must skip "
-                   "when registry._BACKENDS holds our entry point (see issue 15 report)")
 def test_compile_backend_found_without_importing_named_axes():
     if not _has_entry_point():
         pytest.skip("the installed metadata predates the entry point: re-run `make` "
