@@ -8,12 +8,18 @@ known ones by class.
 """
 import collections
 import os
+import sys
 
 import pytest
 
 if not os.environ.get("NX_ORACLE_JAX_PYTHON"):
     pytest.skip("NX_ORACLE_JAX_PYTHON is not set (make test-oracle sets it)",
                 allow_module_level=True)
+
+# The oracle modules import each other by bare name (``import dsl``), as the JAX runner
+# (a script run under .venv-jax) does.  (No conftest.py here: pytest would import it as
+# ``conftest`` and shadow tests/conftest.py, which other test modules import by name.)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import harness  # noqa: E402
 import known  # noqa: E402
