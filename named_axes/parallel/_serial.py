@@ -35,6 +35,7 @@ from typing import Any, Callable, Hashable
 import torch
 
 from .._errors import AxisResourceError
+from .._layout import align
 from .._tensor import NamedTensor
 
 __all__ = ["SerialEngine", "SerialLoopError"]
@@ -42,6 +43,48 @@ __all__ = ["SerialEngine", "SerialLoopError"]
 
 class SerialLoopError(AxisResourceError):
     """A collective over a ``SerialLoop`` axis that cannot be computed chunk by chunk."""
+
+
+def _same_layout(outs: list, j: int) -> list:
+    """The chunks' ``j``-th outputs laid out alike.  A chunk may return a value without an
+    axis that another chunk's carries (the grad family folds copies that are all equal,
+    which one chunk may see and another not): broadcast it along that axis."""
+    items = [o[j] for o in outs]
+    named = [x for x in items if isinstance(x, NamedTensor)]
+    if not named or all(x._names == named[0]._names for x in items):
+        return outs
+    union: dict = {}
+    for x in named:
+        for n, size in zip(x._names, x._data.shape):
+            union.setdefault(n, size)
+    names = tuple(union)
+    fixed = []
+    for o in outs:
+        x = o[j]
+        data = x._data if isinstance(x, NamedTensor) else torch.as_tensor(x)
+        have = x._names if isinstance(x, NamedTensor) else ()
+        p = data.dim() - len(have)
+        data = align(data, have, p, names, p)
+        data = data.expand(tuple(union.values()) + tuple(data.shape[len(names):]))
+        fixed.append(list(o[:j]) + [NamedTensor._wrap(data, names)] + list(o[j + 1:]))
+    return fixed
+
+
+def _check_replicated(items: list, j: int, loop_names: tuple) -> None:
+    """An output lacking the loop axes is one value for every chunk: taken from the first
+    chunk only if every chunk computed it (never a silent partial result)."""
+    first = items[0]
+    data0 = first._data if isinstance(first, NamedTensor) else first
+    if not isinstance(data0, torch.Tensor) or type(data0) is not torch.Tensor:
+        return   # numbers, or values that cannot be read (tracing)
+    for c, x in enumerate(items[1:], 1):
+        data = x._data if isinstance(x, NamedTensor) else x
+        if not (type(data) is torch.Tensor and data.shape == data0.shape
+                and torch.equal(data, data0)):
+            raise SerialLoopError(
+                f"output {j} lacks the SerialLoop axes {loop_names} but chunk {c} computed "
+                f"a different value than chunk 0: it depends on the chunk. Reduce across "
+                f"the loop axis with nx.lax (psum, pmean, ...) or let out_axes place it")
 
 
 class _Pause(BaseException):
@@ -132,8 +175,11 @@ class SerialEngine:
             return []
         index = {c: i for i, c in enumerate(grid)}
         result = []
-        for j, first in enumerate(outs[0]):
+        for j in range(len(outs[0])):
+            outs = _same_layout(outs, j)
+            first = outs[0][j]
             if not isinstance(first, NamedTensor) or not any(n in first._names for n in self.names):
+                _check_replicated([o[j] for o in outs], j, self.names)
                 result.append(first)
                 continue
 
