@@ -376,3 +376,11 @@ def test_agrees_with_jax_vmap(kind):
     # replicated, so broadcast ours back (xmap's out_axes does exactly that).
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     assert keeps_axis or np.allclose(want, want[:1])
+
+
+def test_make_graph_shows_a_collective_over_a_replicated_value():
+    # jax.xla_computation(lambda x: psum(x, 'i'), axis_env=[('i', 4)]) has an all-reduce;
+    # our graph has the named op, not an anonymous multiply by 4
+    g = nx.make_graph(lambda x: nx.lax.psum(x, 'i') * 2, axis_env=[('i', 4)])(torch.ones(3))
+    assert "named_axes.psum" in g.code and "mul.Tensor(arg0_1, 4)" not in g.code
+    torch.testing.assert_close(g(torch.ones(3))[0], torch.full((3,), 8.))

@@ -215,6 +215,8 @@ def _reduce(x: Any, axis_name: Any, op: str, kind: str) -> Any:
     for n in missing:
         factor *= axis_size(n, op=op)   # also checks that the name is bound
     if type(x) is not _NT:
+        if isinstance(x, torch.Tensor) and missing and _ops._tracing():
+            return _replicated_in_graph(x, missing, kind, op)
         if isinstance(x, torch.Tensor) or isinstance(x, (bool, int, float, complex)):
             return x * factor if kind == "psum" and factor != 1 else x
         raise AxisTypeError(f"{op}: expected a tensor, NamedTensor or number, got "
@@ -225,9 +227,19 @@ def _reduce(x: Any, axis_name: Any, op: str, kind: str) -> Any:
     if carried:
         dims = [x._names.index(n) for n in carried]
         data = getattr(_ops, kind)(data, dims)
-    if kind == "psum" and factor != 1:
+    if missing and _ops._tracing():
+        data = _replicated_in_graph(data, missing, kind, op)
+    elif kind == "psum" and factor != 1:
         data = data * factor
     return _out(data, tuple(n for n in x._names if n not in carried), _OPS[kind])
+
+
+def _replicated_in_graph(data: torch.Tensor, missing: list, kind: str, op: str):
+    """A collective over axes the value is replicated along, written into a traced graph
+    as the named op on the broadcast value (``make_graph`` shows ``psum``, not ``mul``)."""
+    sizes = tuple(axis_size(n, op=op) for n in missing)
+    wide = data.reshape((1,) * len(sizes) + tuple(data.shape)).expand(sizes + tuple(data.shape))
+    return getattr(_ops, kind)(wide, list(range(len(sizes))))
 
 
 def _reduce_one(x: NamedTensor, name: str, kind: str) -> Any:
