@@ -13,7 +13,7 @@ ORACLE_N ?= 2000
 FUZZ_N   ?= 20000
 PYTEST_FLAGS ?= -q
 
-.PHONY: demo test test-dist test-xla test-oracle fuzz-oracle bench fuzz clean
+.PHONY: demo test test-slow test-dist test-xla test-oracle fuzz-oracle bench fuzz clean
 
 # pip shows what it collects and a progress bar for each download (no -q): the first
 # `make demo` downloads torch (~200 MB) and takes a few minutes.
@@ -31,10 +31,14 @@ demo: $(STAMP)
 	@echo ">>> training the xmap tutorial's named MLP (examples/tutorial_mlp.py)"
 	$(BIN)/python examples/tutorial_mlp.py
 
-# pytest prints one character per test as it goes; the slowest tests are listed at the end
+# pytest prints one character per test as it goes; the slowest tests are listed at the end.
+# Tests marked `slow` (GPT-J's 20-step SerialLoop curve, its nx.jit compile) run in test-slow.
 test: $(STAMP)
 	@echo ">>> running the test suite (notebooks included; a few minutes on 2 cores)"
-	$(BIN)/python -m pytest $(PYTEST_FLAGS) --durations=10
+	$(BIN)/python -m pytest $(PYTEST_FLAGS) -m "not slow" --durations=10
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_FLAGS) -m slow --durations=10
 
 test-dist: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_FLAGS) -m distributed
