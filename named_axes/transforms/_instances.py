@@ -125,6 +125,7 @@ def _concrete(t) -> bool:
 # compiled program has the named shapes an eager call of it had.
 _FOLDS: dict = {}
 _FOLDS_MAX = 4096
+FOLD_MISSES = [0]   # lookups under tracing that found no eager decision
 
 
 def drop_replicated(value, candidates, key=None) -> object:
@@ -148,7 +149,10 @@ def drop_replicated(value, candidates, key=None) -> object:
         return value
     full = (key, names, candidates) if key is not None else None
     if not _concrete(data):
-        folded = _FOLDS.get(full, ()) if full is not None else ()
+        folded = _FOLDS.get(full) if full is not None else ()
+        if folded is None:   # no eager call decided it yet: nx.jit makes one and retraces
+            FOLD_MISSES[0] += 1
+            folded = ()
         for n in folded:
             d = names.index(n)
             data = data.select(d, 0)

@@ -26,9 +26,10 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import _env
-from .._errors import AxisSpecError, AxisTypeError
+from .._errors import AxisSpecError, AxisTypeError, NamedAxisError
 from .._tensor import NamedTensor
 from ._graph import trace_flat
+from ._instances import FOLD_MISSES
 
 __all__ = ["jit", "disable_jit"]
 
@@ -279,7 +280,17 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
             if entry is None or not entry[4]:
                 if not cache:
                     _ensure_compile_support()
-                entry = _build(fun, args, static, backend)
+                misses = FOLD_MISSES[0]
+                try:
+                    entry = _build(fun, args, static, backend)
+                except NamedAxisError:   # e.g. an unfolded copy met out_axes
+                    if FOLD_MISSES[0] == misses:
+                        raise
+                if FOLD_MISSES[0] != misses:
+                    # a gradient inside decides its named shape by value (see
+                    # _instances.drop_replicated): one eager call on copies, then retrace
+                    fun(*_copies(args))
+                    entry = _build(fun, args, static, backend)
                 if entry[4] and plain_key is not None:
                     cache.setdefault(plain_key, entry)
             cache[key] = entry
@@ -320,6 +331,15 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
 
 
 _grad_enabled = torch.is_grad_enabled
+
+
+def _copies(args: tuple) -> tuple:
+    """``args`` with every tensor leaf cloned (an eager warm-up call must not mutate them)."""
+    return tree_map(lambda x: x.detach().clone().requires_grad_(x.requires_grad)
+                    if isinstance(x, torch.Tensor) else
+                    NamedTensor._wrap(x._data.detach().clone(), x._names)
+                    if isinstance(x, NamedTensor) else x, args,
+                    is_leaf=lambda x: isinstance(x, NamedTensor))
 
 
 def _detached(tree: Any) -> Any:

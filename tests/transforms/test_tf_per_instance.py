@@ -320,3 +320,21 @@ def test_vjp_primal_output_keeps_jax_named_shape():
         return nx.vjp(loss, w)[0]
     out = nx.xmap(body, in_axes=(['b', ...], [...]), out_axes=[...])(XB, torch.tensor([1., 2., 0.]))
     torch.testing.assert_close(out, torch.tensor(5.))
+
+
+def test_jit_makes_one_eager_call_when_a_named_shape_is_decided_by_value():
+    """With no earlier eager call, nx.jit's trace cannot fold the replicated copies; it
+    runs the program once eagerly (on copies of the inputs) and traces again."""
+    from named_axes.transforms import _instances
+    _instances._FOLDS.clear()
+    params, x = _gptj_like_inputs()
+    step = nx.jit(nx.xmap(_gptj_like_step,
+                          in_axes=((['shard', ...], ['shard', ...], [...]), ['batch', ...]),
+                          out_axes=([...], (['shard', ...], ['shard', ...], [...]))))
+    value, grads = step(params, x)
+    ref_value, ref_grads = _gptj_like_reference(params, x)
+    torch.testing.assert_close(value, ref_value)
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
+    step(params, x)
+    assert step.stats()['programs'] == 1
