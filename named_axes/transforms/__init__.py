@@ -7,8 +7,8 @@ Autodiff and batching are torch.func's; this package only carries names across.
 from __future__ import annotations
 
 from ._vmap import vmap
-from ._grad import (grad, hessian, jacfwd, jacrev, jvp, linear_transpose, linearize,
-                    value_and_grad, vjp)
+from ._grad import grad, jvp, linear_transpose, linearize, value_and_grad, vjp
+from ._jacobian import hessian, jacfwd, jacrev
 from ._graph import NamedGraphModule, make_graph, named_call
 from ._jit import disable_jit, jit
 from ._custom import closure_convert, custom_jvp, custom_vjp

@@ -29,7 +29,7 @@ from .._errors import AxisSpecError, AxisTypeError
 from .._layout import align
 from .._tensor import NamedTensor
 from . import _instances
-from ._tree import box_leaf, rebox, unbox
+from ._tree import rebox, unbox
 
 __all__ = ["custom_vjp", "custom_jvp", "closure_convert"]
 

@@ -39,8 +39,6 @@ tensor([[1., 2.],
 from __future__ import annotations
 
 import math
-from typing import Hashable
-
 import torch
 
 from .._env import INNER, bound_axes
