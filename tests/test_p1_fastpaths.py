@@ -10,7 +10,7 @@ import torch
 import named_axes as nx
 from named_axes import _env
 from named_axes._einsum import einsum2_eager
-from named_axes.lax import _collectives
+from named_axes.lax import _pdot
 
 
 def _r(*shape, seed=0):
@@ -84,7 +84,7 @@ def test_pdot_cached_plan_str_and_tuple_names_agree_and_errors_stay():
     bad = nx.named(_r(6, 3, seed=1), "k h ...")
     with pytest.raises(nx.AxisSizeError):
         nx.lax.pdot(x, bad, "k")
-    _collectives._PDOT_PLANS.clear()
+    _pdot._PDOT_PLANS.clear()
     with pytest.raises(nx.AxisSizeError) as cold:
         nx.lax.pdot(x, bad, "k")
     nx.lax.pdot(x, w, "k")

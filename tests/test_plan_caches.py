@@ -14,7 +14,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import named_axes as nx
 from named_axes import _einsum
-from named_axes.lax import _collectives, _ops
+from named_axes.lax import _ops, _pdot
 
 
 def _r(*shape, seed=0):
@@ -29,7 +29,7 @@ def _nt(*shape):
 def _error(fn, cold: bool):
     if cold:
         _einsum._PLANS.clear()
-        _collectives._PDOT_PLANS.clear()
+        _pdot._PDOT_PLANS.clear()
     with pytest.raises(Exception) as e:
         fn()
     return type(e.value), str(e.value)

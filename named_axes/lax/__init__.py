@@ -11,8 +11,9 @@ tensor([3., 3.])
 """
 from __future__ import annotations
 
-from ._collectives import (all_gather, all_to_all, axis_index, pdot, pmax, pmean, pmin,
-                           ppermute, pshuffle, psum, psum_scatter)
+from ._collectives import (all_gather, all_to_all, axis_index, pmax, pmean, pmin, ppermute,
+                           pshuffle, psum, psum_scatter)
+from ._pdot import pdot
 
 __all__ = ["psum", "pmean", "pmax", "pmin", "pdot", "pshuffle", "ppermute", "all_gather",
            "all_to_all", "psum_scatter", "axis_index"]

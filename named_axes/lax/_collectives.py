@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-import string
 from typing import Any, Hashable, Sequence
 
 import torch
@@ -28,13 +27,13 @@ from torch.utils._pytree import tree_map
 from . import _ops
 from .._dispatch import result
 from .._env import _state as _env_state
-from .._env import INNER, axis_size, current_frame, bound_axes
+from .._env import axis_size, current_frame, bound_axes
 from .._errors import (AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape,
                        fmt_names)
-from .._layout import align, expand_to, union_names
-from .._tensor import RECORDERS, NamedTensor
+from .._layout import align, expand_to
+from .._tensor import NamedTensor
 
-__all__ = ["psum", "pmean", "pmax", "pmin", "pdot", "pshuffle", "ppermute", "all_gather",
+__all__ = ["psum", "pmean", "pmax", "pmin", "pshuffle", "ppermute", "all_gather",
            "all_to_all", "psum_scatter", "axis_index"]
 
 _NT = NamedTensor
@@ -509,158 +508,6 @@ def axis_index(axis_name: Any) -> NamedTensor:
     if len(names) != 1:
         data = data.reshape(sizes)   # (no names: the index 0 in a group of one, as in JAX)
     return result(data, names, axis_index) if names else data
-
-
-def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=((), ()),
-         precision: Any = None) -> Any:
-    """``psum(dot_general(x, y, (pos_contract, pos_batch)), axis_name)`` in one op.
-
-    Contracts the named axes ``axis_name`` and the positional pairs ``pos_contract``;
-    ``pos_batch`` pairs are batch axes.  Other named axes broadcast by name.  Output
-    positional axes: batch, then ``x``'s free axes, then ``y``'s.
-
-    >>> import torch, named_axes as nx
-    >>> x = nx.named(torch.ones(2, 3), 'b k ...')
-    >>> w = nx.named(torch.ones(3, 4), 'k h ...')
-    >>> nx.lax.pdot(x, w, 'k').named_shape
-    {'b': 2, 'h': 4}
-    """
-    if type(x) is _NT and type(y) is _NT and type(axis_name) is str \
-            and not _env_state.engine and not torch.compiler.is_compiling():
-        out = _pdot_cached(x, y, axis_name, pos_contract, pos_batch)
-        if out is not None:
-            return out
-    op = "pdot"
-    names = _axis_names(axis_name, op)
-    x, y = _as_named(x, op), _as_named(y, op)
-    method = _engine_method(op, names)
-    if method is not None:
-        out = method(x, y, names, pos_contract=pos_contract, pos_batch=pos_batch)
-        size = _contracted_size(names) if RECORDERS and isinstance(out, _NT) else 1
-        if size != 1:   # as in _pdot_run
-            out = NamedTensor._wrap(_ops.scale_grad(out._data, 1 / size), out._names)
-        return out
-    key, plan = None, None
-    if not torch.compiler.is_compiling():  # (dynamo traces the plan once per graph anyway)
-        try:
-            key = (axis_name if type(axis_name) is str else names, x._names, y._names,
-                   x._data.dim(), y._data.dim(), pos_contract, pos_batch)
-            plan = _PDOT_PLANS.get(key)
-        except TypeError:  # unhashable (lists): no caching
-            key = None
-    if plan is None or not _pdot_plan_holds(plan, x, y):
-        plan = _pdot_plan(x, y, names, pos_contract, pos_batch)   # raises on bad input
-        if key is not None and len(_PDOT_PLANS) < 1024:
-            _PDOT_PLANS[key] = plan
-    return _pdot_run(plan, x, y, names)
-
-
-def _pdot_run(plan: tuple, x: NamedTensor, y: NamedTensor, names: tuple) -> Any:
-    eq, out_names, _, _, missing = plan
-    data = _ops.pdot(x._data, y._data, eq)
-    factor = 1
-    for n in missing:
-        factor *= axis_size(n, op="pdot")
-    if factor != 1:
-        data = data * factor
-    if RECORDERS:   # inside a derivative: JAX transposes pdot without a psum
-        size = _contracted_size(names)
-        if size != 1:
-            data = _ops.scale_grad(data, 1 / size)
-    return _out(data, out_names, pdot)
-
-
-def _contracted_size(names: tuple) -> int:
-    """How many instances the named contraction sums, as the innermost derivative taken
-    around this call counts them: that derivative seeds a result lacking those axes once
-    per instance (transforms/_instances), where JAX's pdot transpose counts it once.
-    Axes bound inside it (an xmap within ``grad``) are ordinary sums there: 1."""
-    inner = RECORDERS[-1].get(INNER, ())
-    return math.prod(axis_size(n, op="pdot") for n in names if n not in inner)
-
-
-def _pdot_cached(x: NamedTensor, y: NamedTensor, name: str, pos_contract, pos_batch):
-    """``pdot`` over one axis name by a plan that this call's layout already checked, or
-    None (the general path builds and caches it, or raises)."""
-    try:
-        plan = _PDOT_PLANS.get((name, x._names, y._names, x._data.dim(), y._data.dim(),
-                                pos_contract, pos_batch))
-    except TypeError:  # unhashable (lists)
-        return None
-    if plan is None or not _pdot_plan_holds(plan, x, y):
-        return None
-    return _pdot_run(plan, x, y, (name,))
-
-
-# (axis_name as given when a str else the names, x names, y names, x physical ndim,
-# y physical ndim, pos_contract, pos_batch) -> _pdot_plan(...)
-_PDOT_PLANS: dict = {}
-
-
-def _pdot_plan_holds(plan: tuple, x: NamedTensor, y: NamedTensor) -> bool:
-    """Whether the sizes checked when ``plan`` was built still agree (else rebuild: the
-    rebuild raises the error)."""
-    shapes = (x._data.shape, y._data.shape)
-    for i, a, j, b in plan[2]:
-        if shapes[i][a] != shapes[j][b]:
-            return False
-    bound = bound_axes()
-    for i, a, n in plan[3]:
-        if n in bound and bound[n] != shapes[i][a]:
-            return False
-    return True
-
-
-def _pdot_plan(x: NamedTensor, y: NamedTensor, names: tuple, pos_contract, pos_batch) -> tuple:
-    """Check ``pdot``'s arguments and build ``(equation, out names, equal-size pairs of
-    (operand, dim), bound-size checks (operand, dim, name), contracted names no operand
-    carries)``; operand 0 is ``x``, 1 is ``y``, dims are physical."""
-    op = "pdot"
-    union_names([("x", x), ("y", y)], op=op)
-    (cx, cy), (bx, by) = [tuple(map(tuple, pair)) for pair in (pos_contract, pos_batch)]
-    if len(cx) != len(cy) or len(bx) != len(by):
-        raise AxisSpecError(f"pdot: pos_contract={pos_contract!r} / pos_batch={pos_batch!r} "
-                            f"must pair equally many axes of x and y")
-    cx = [_norm(d, x.ndim, op, "pos_contract (x)") for d in cx]
-    bx = [_norm(d, x.ndim, op, "pos_batch (x)") for d in bx]
-    cy = [_norm(d, y.ndim, op, "pos_contract (y)") for d in cy]
-    by = [_norm(d, y.ndim, op, "pos_batch (y)") for d in by]
-    letters = iter(string.ascii_letters)
-    named_letter = {}
-    for n in x._names + y._names:
-        if n not in named_letter:
-            named_letter[n] = next(letters)
-    tx = [named_letter[n] for n in x._names] + [None] * x.ndim
-    ty = [named_letter[n] for n in y._names] + [None] * y.ndim
-    kx, ky = len(x._names), len(y._names)
-    same = [(0, i, 1, y._names.index(n)) for i, n in enumerate(x._names) if n in y._names]
-    for a, b in list(zip(cx, cy)) + list(zip(bx, by)):
-        if x.shape[a] != y.shape[b]:
-            raise AxisSizeError(f"pdot: x positional dim {a} (size {x.shape[a]}) is paired "
-                                f"with y positional dim {b} (size {y.shape[b]})")
-        tx[kx + a] = ty[ky + b] = next(letters)
-        same.append((0, kx + a, 1, ky + b))
-    batch = "".join(tx[kx + a] for a in bx)
-    for t, k in ((tx, kx), (ty, ky)):
-        for i in range(k, len(t)):
-            if t[i] is None:
-                t[i] = next(letters)
-    free_x = "".join(tx[kx + a] for a in range(x.ndim) if a not in cx and a not in bx)
-    free_y = "".join(ty[ky + b] for b in range(y.ndim) if b not in cy and b not in by)
-    out_names = tuple(n for n in named_letter if n not in names)
-    missing, bound_checks = [], []
-    for n in names:
-        if n not in named_letter:
-            axis_size(n, op=op)   # checks that the name is bound
-            missing.append(n)
-        else:
-            for i, v in enumerate((x, y)):
-                if n in v._names:
-                    _check_bound_size(v, n, op)
-                    bound_checks.append((i, v._names.index(n), n))
-    eq = (f"{''.join(tx)},{''.join(ty)}->"
-          f"{''.join(named_letter[n] for n in out_names)}{batch}{free_x}{free_y}")
-    return eq, out_names, tuple(same), tuple(bound_checks), tuple(missing)
 
 
 _OPS = {"psum": psum, "pmean": pmean, "pmax": pmax, "pmin": pmin}
