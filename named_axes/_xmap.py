@@ -20,57 +20,9 @@ from ._errors import (AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeE
 from ._layout import apply_insert, insert_named, insert_plan, to_named, to_named_perm
 from ._parsing import check_name, match_prefix, parse_mapping, path_str
 from ._tensor import NamedTensor
+from ._xmap_tree import _as_torch, _flatten, _flatten_key, _is_array, _is_leaf, _unflatten
 
 __all__ = ["xmap"]
-
-
-def _is_leaf(x: Any) -> bool:
-    return not isinstance(x, (tuple, list, dict)) or _is_namedtuple_leaf(x)
-
-
-def _is_namedtuple_leaf(x: Any) -> bool:
-    return False
-
-
-def _is_array(x: Any) -> bool:
-    if isinstance(x, (torch.Tensor, NamedTensor)):
-        return True
-    return type(x).__module__ == "numpy" and hasattr(x, "shape") and hasattr(x, "dtype")
-
-
-def _as_torch(x: Any) -> Any:
-    if isinstance(x, (torch.Tensor, NamedTensor)):
-        return x
-    import numpy as np
-
-    if isinstance(x, np.ndarray):
-        # np.require keeps a 0-d array 0-d (np.ascontiguousarray makes it 1-d)
-        return torch.from_numpy(np.require(x, requirements="C"))
-    return torch.as_tensor(x)   # numpy scalars
-
-
-def _unflatten(tree: Any, leaves: list, it=None) -> Any:
-    """Rebuild ``tree`` (tuples/lists/dicts) with ``leaves`` in flattening order."""
-    if it is None:
-        it = iter(leaves)
-    if _is_leaf(tree):
-        return next(it)
-    if isinstance(tree, dict):
-        return {k: _unflatten(v, leaves, it) for k, v in tree.items()}
-    items = [_unflatten(v, leaves, it) for v in tree]
-    if hasattr(tree, "_fields"):
-        return type(tree)(*items)
-    return type(tree)(items)
-
-
-def _flatten(tree: Any) -> list:
-    if _is_leaf(tree):
-        return [tree]
-    vals = tree.values() if isinstance(tree, dict) else tree
-    out = []
-    for v in vals:
-        out += _flatten(v)
-    return out
 
 
 def _resource_conflicts(axis_resources: Mapping) -> frozenset:
@@ -155,44 +107,6 @@ class _Plan:
                 x = NamedTensor._wrap(x if perm is None else torch.permute(x, perm), names)
             out.append(x)
         return out
-
-
-def _flatten_key(tree: Any, leaves: list, key: list) -> bool:
-    """Flatten ``tree`` like :func:`_flatten`, appending the physical tensor of each array
-    leaf to ``leaves`` and a structure token to ``key``: ``(type, len or keys)`` for a
-    container, ``ndim`` for a tensor, ``(names, ndim)`` for a NamedTensor, the type of any
-    other leaf.  False for leaves the plans do not cover (numpy values)."""
-    if isinstance(tree, torch.Tensor):
-        leaves.append(tree)
-        key.append(tree.dim())
-        return True
-    if isinstance(tree, NamedTensor):
-        data = tree._data
-        leaves.append(data)
-        key.append((tree._names, data.dim()))
-        return True
-    t = type(tree)
-    if isinstance(tree, (tuple, list)):
-        key.append((t, len(tree)))
-        return _flatten_items(tree, leaves, key)
-    if isinstance(tree, dict):
-        key.append((t, tuple(tree)))
-        return _flatten_items(tree.values(), leaves, key)
-    if t.__module__ == "numpy":
-        return False
-    leaves.append(tree)
-    key.append(t)
-    return True
-
-
-def _flatten_items(items, leaves: list, key: list) -> bool:
-    for v in items:
-        if type(v) is torch.Tensor:   # the common leaf, inline
-            leaves.append(v)
-            key.append(v.dim())
-        elif not _flatten_key(v, leaves, key):
-            return False
-    return True
 
 
 class _OutOps(list):
