@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import bools, check_op, const, ints, real
-from named_axes import _rules
+from named_axes import _rules, _rules_dimwise
 
 # torch.nn.GRU itself: importing torch_xla swaps nn.GRU for its scan-based ScanGRU
 _GRU = torch.nn.modules.rnn.GRU
@@ -210,7 +210,7 @@ DIMWISE_CALLS = {
     "unflatten": lambda f: lambda x: f(x, 1, (2, 2)),
     "msort": lambda f: lambda x: f(x),
 }
-for _name in _rules.DIMWISE:
+for _name in _rules_dimwise.DIMWISE:
     for _label, _f in _spellings(_name):
         case(f"{_label}.{_name}", DIMWISE_CALLS[_name](_f), real(3, 4))
 case("torch.softmax-kwdim", lambda x: torch.softmax(x, dim=0), real(3, 4))

@@ -287,8 +287,8 @@ def _plain_inference(g: torch.fx.GraphModule, n_inputs: int) -> bool:
 
 
 def _grad_constants(gm: torch.fx.GraphModule) -> bool:
-    """Whether the graph holds constants that require grad (the wrapper turns grad off)."""
-    for v in gm.parameters():
+    """Whether the graph holds constants (closed-over tensors) that require grad."""
+    for v in list(gm.parameters()) + list(gm.buffers()):
         if v.requires_grad:
             return True
     for node in gm.graph.nodes:

@@ -28,6 +28,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .. import _env
 from .._errors import AxisSpecError, AxisTypeError, NamedAxisError
 from .._tensor import NamedTensor
+from ._backend import _grad_constants
 from ._graph import trace_flat
 from ._instances import FOLD_MISSES
 
@@ -418,19 +419,6 @@ def _build(fun: Callable, args: tuple, static: tuple, backend: str):
     all_tensors = len(tensor_pos) == len(leaves)
     return (compiled, None if all_tensors else tensor_pos, _output_builder(out_info, is_tensor),
             _pure(gm), values)
-
-
-def _grad_constants(gm: torch.fx.GraphModule) -> bool:
-    """Whether the graph holds constants (closed-over tensors) that require grad."""
-    for v in list(gm.parameters()) + list(gm.buffers()):
-        if v.requires_grad:
-            return True
-    for node in gm.graph.nodes:
-        if node.op == "get_attr":
-            v = getattr(gm, node.target, None)
-            if isinstance(v, torch.Tensor) and v.requires_grad:
-                return True
-    return False
 
 
 def _pure(gm: torch.fx.GraphModule) -> bool:

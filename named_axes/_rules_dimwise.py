@@ -1,0 +1,132 @@
+"""Dim-wise rules: ops with one dim argument whose result keeps the rest of the value's
+shape (softmax, cumsum, sort, split, ...).  ``dim`` is translated to the physical layout;
+where ``names_ok`` an axis name (softmax family: a tuple of names and ints) may be given.
+
+>>> import torch, named_axes as nx
+>>> x = nx.named(torch.zeros(2, 3), {0: 'b'})
+>>> x.softmax('b').named_shape
+{'b': 2}
+"""
+from __future__ import annotations
+
+import torch
+
+from ._dispatch import op_name, register, result
+from ._errors import AxisSpecError
+from ._rules import _NT, _dims_of, _finish, _spellings
+
+__all__ = ["DIMWISE", "install"]
+
+
+# name -> (index of the dim argument, whether an axis name may be given)
+DIMWISE = {
+    "softmax": (1, True), "log_softmax": (1, True), "softmin": (1, True),
+    "cumsum": (1, True), "cumprod": (1, True), "logcumsumexp": (1, True),
+    "cummax": (1, True), "cummin": (1, True), "sort": (1, True), "argsort": (1, True),
+    "normalize": (2, True), "glu": (1, False),
+    "narrow": (1, False), "select": (1, False), "unbind": (1, False), "split": (2, False),
+    "chunk": (2, False), "tensor_split": (2, False), "topk": (2, False), "kthvalue": (2, False),
+    "diff": (2, False), "index_select": (1, False), "repeat_interleave": (2, False),
+    "unflatten": (1, False), "msort": (None, False),
+}
+
+
+def _dimwise(name: str, dim_index: int, names_ok: bool):
+    defaults = {"unbind": 0, "sort": -1, "argsort": -1, "topk": -1, "kthvalue": -1,
+                "diff": -1, "split": 0, "chunk": 0, "tensor_split": 0, "normalize": 1,
+                "glu": -1}
+
+    def rule(func, args, kwargs):
+        x = args[0]
+        if type(x) is not _NT:
+            return NotImplemented
+        if len(args) == 2 and not kwargs and dim_index == 1:
+            # x.softmax(d): one memoised translation, one call
+            d = args[1]
+            if type(d) is int or (names_ok and type(d) is str):
+                x, (phys, _, _, _) = _dims_of(x, d, func)
+                return _finish(func(x._data, phys[0]), x._names, func)
+        rest = list(args[1:])
+        kwargs = dict(kwargs)
+        if "axis" in kwargs and "dim" not in kwargs:
+            kwargs["dim"] = kwargs.pop("axis")
+        if any(isinstance(a, _NT) for a in rest) or any(isinstance(v, _NT) for v in kwargs.values()):
+            return NotImplemented
+        key = "dim"
+        pos = dim_index - 1
+        if len(rest) > pos:
+            d = rest[pos]
+            where = ("arg", pos)
+        elif key in kwargs:
+            d = kwargs[key]
+            where = ("kw", key)
+        elif name in defaults and defaults[name] is not None:
+            d = defaults[name]
+            where = ("kw", key)
+        else:
+            return NotImplemented  # legacy implicit dim: let vmap handle it
+        if d is None:
+            return NotImplemented
+        if isinstance(d, (tuple, list)):
+            if name in _SOFTMAXES:
+                return _softmax_over(name, func, x, d, rest, kwargs, where)
+            return NotImplemented
+        if not names_ok and any(not isinstance(e, int) for e in (d if isinstance(d, (list, tuple)) else [d])):
+            raise AxisSpecError(
+                f"{op_name(func)}: named axis {d!r} can't be used here: this op changes the "
+                f"size of that dimension, and a named axis has one size; use a positional "
+                f"dimension"
+            )
+        x, (phys, _, _, _) = _dims_of(x, d, func)
+        newd = phys[0]
+        if where[0] == "arg":
+            rest[where[1]] = newd
+        else:
+            kwargs[where[1]] = newd
+        out = func(x._data, *rest, **kwargs)
+        return result(out, x._names, func)
+    return rule
+
+
+_SOFTMAXES = ("softmax", "log_softmax", "softmin")
+
+
+def _softmax_over(name: str, func, x: _NT, dims, rest: list, kwargs: dict, where: tuple):
+    """``softmax`` / ``log_softmax`` / ``softmin`` over several dims at once (ints, names,
+    or both; ``()``: each entry alone, as in JAX): one normalization over all of them.
+
+    The value gets a trailing axis of size 1 that is always among the dims normalized
+    over, so an empty tuple never means "every dim" to torch's reductions."""
+    kwargs = dict(kwargs)
+    if where[0] == "arg":
+        del rest[where[1]]
+    else:
+        kwargs.pop(where[1], None)
+    dtype = kwargs.pop("dtype", None)
+    kwargs.pop("_stacklevel", None)
+    for a in rest:   # torch.softmax(x, dim, dtype) / F.softmax(x, dim, _stacklevel, dtype)
+        if isinstance(a, torch.dtype):
+            dtype = a
+        elif a is not None and not isinstance(a, int):
+            return NotImplemented
+    if kwargs:
+        return NotImplemented
+    x, (phys, _, _, _) = _dims_of(x, tuple(dims), func)
+    data = x._data if dtype is None else x._data.to(dtype)
+    data = data.unsqueeze(-1)
+    dims = list(phys) + [data.dim() - 1]
+    if name == "softmin":
+        data = -data
+    if name == "log_softmax":
+        out = data - torch.logsumexp(data, dims, keepdim=True)
+    else:
+        e = torch.exp(data - data.amax(dims, keepdim=True).detach())
+        out = e / e.sum(dims, keepdim=True)
+    return result(out.squeeze(-1), x._names, func)
+
+
+def install() -> None:
+    for name, (idx, names_ok) in DIMWISE.items():
+        if idx is None:
+            continue
+        register(_spellings(name), _dimwise(name, idx, names_ok))
