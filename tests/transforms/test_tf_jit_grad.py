@@ -196,8 +196,10 @@ def test_module_trains_under_jit_and_torch_compile_without_recompiling():
         "m = M(); j = nx.jit(m)\n"
         "got_j = train(j, m)\n"
         "print(j.cache_size(), j.stats()['inline'])\n"
-        "torch.testing.assert_close(got_j, ref)\n"
-        "torch.testing.assert_close(got[0], ref[0])\n")
+        # Python floats compare at float64 tolerance; the losses are float32 (a compiled
+        # graph may round differently in the last bit).
+        "torch.testing.assert_close(got_j, ref, rtol=1e-5, atol=1e-6)\n"
+        "torch.testing.assert_close(got[0], ref[0], rtol=1e-5, atol=1e-6)\n")
     assert out.split() == ["True", "1", "0"]
 
 
