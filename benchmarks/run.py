@@ -464,6 +464,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-p4", action="store_true", help="skip trace+compile timing")
     ap.add_argument("--no-overhead", action="store_true", help="skip per-op overhead table")
     ap.add_argument("--no-parallel", action="store_true", help="skip bench_parallel.main()")
+    ap.add_argument("--no-startup", action="store_true",
+                    help="skip bench_startup (import time, first call cold/warm, fresh processes)")
     args = ap.parse_args(argv[1:])
 
     if args.threads:
@@ -504,6 +506,10 @@ def main(argv=None) -> int:
     if not args.no_p4 and (keys is None or {"compile", "nx.jit"} & keys):
         report += ["## P4: trace + compile time", ""]
         report += run_p4(1 if args.quick else 3, log)
+
+    if not args.no_startup and not args.quick:
+        import bench_startup
+        report += bench_startup.main(log)
 
     if not args.no_parallel and not args.quick:
         report += run_parallel(log)

@@ -58,3 +58,19 @@ def test_harness_reports_missing_pieces_as_na():
     assert res["same"].status == "ok" and res["same"].rounds == 2
     assert res["bad"].status == "wrong"
     assert res["absent"].status == "n/a" and "frobnicate" in res["absent"].note
+
+
+def test_startup_bench_measures_imports_and_reports_targets():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import bench_startup
+    finally:
+        sys.path.pop(0)
+    imports = bench_startup.measure_import(reps=1)  # two real child processes
+    assert 0 < imports["torch"] and 0 < imports["named_axes"]
+    first = {("nx.jit", "cold"): 3.0, ("nx.jit", "warm"): 1.0, ("JAX jit", "cold"): 0.4,
+             ("torch.compile", "cold"): 4.0}
+    text = "\n".join(bench_startup.report({"torch": 2.0, "named_axes": 2.2}, first))
+    assert "| 1.10 | meets target ≤ 1.3× |" in text
+    assert "MISSES target ≤ 2× JAX first call (2.50×)" in text
+    assert "meets target ≤ torch.compile cold (0.75×)" in text

@@ -1,0 +1,137 @@
+"""Start-up costs, each measured in fresh processes: ``import`` and the first compiled call.
+
+Issue 12's targets: ``import named_axes`` ≤ 1.3× ``import torch`` (wall, same run); the
+first call of ``nx.jit`` on the P1 small training step (loss + gradients, weights that
+require grad) with a warm inductor cache ≤ 2× JAX's first call, and with a cold cache ≤
+``torch.compile``'s cold first call. "Cold" is a fresh ``TORCHINDUCTOR_CACHE_DIR``; "warm"
+is a second process reusing the directory the cold run filled (what a user's second
+training run sees). JAX has no on-disk cache here: every JAX first call is cold.
+
+Run alone: ``python benchmarks/bench_startup.py`` (prints the markdown section).
+
+>>> callable(main)
+True
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# One child process per measurement; it prints one JSON line {"s": seconds}.
+_FIRST_CALL = r"""
+import json, os, sys, time
+sys.path[:0] = [{here!r}, {root!r}]
+import torch
+torch.set_num_threads(1)
+import programs
+variants = {{v.key: v for v in programs.make_p1(8, 16, 16, 4)}}
+v = variants[{key!r}]
+if {key!r}.startswith("jax"):
+    programs.jax_modules()
+elif {key!r}.startswith("nx"):
+    programs.nx_module()
+t0 = time.perf_counter()
+step = v.build()
+step()
+print(json.dumps({{"s": time.perf_counter() - t0}}))
+"""
+
+FIRST_CALLS = [("torch.compile", "compile"), ("nx.jit", "nx.jit"), ("JAX jit", "jax.jit")]
+
+
+def _child(code: str, env: dict | None = None, timeout: float = 600) -> float:
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, **(env or {})}, timeout=timeout, cwd=ROOT)
+    if res.returncode != 0:
+        raise RuntimeError(res.stderr.strip().splitlines()[-1] if res.stderr.strip()
+                           else f"exit {res.returncode}")
+    return json.loads(res.stdout.strip().splitlines()[-1])["s"]
+
+
+def _wall(code: str) -> float:
+    t0 = time.perf_counter()
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=ROOT,
+                         timeout=300)
+    if res.returncode != 0:
+        raise RuntimeError(res.stderr.decode()[-500:])
+    return time.perf_counter() - t0
+
+
+def measure_import(reps: int = 7) -> dict[str, float]:
+    """Median wall time of a process that imports torch, and one that also imports us."""
+    torch_only, both = [], []
+    for _ in range(reps):  # interleaved, so load drifts hit both alike
+        torch_only.append(_wall("import torch"))
+        both.append(_wall("import torch, named_axes"))
+    return {"torch": statistics.median(torch_only), "named_axes": statistics.median(both)}
+
+
+def measure_first_calls(reps: int = 2, log=print) -> dict[tuple[str, str], float]:
+    """Median first-call seconds per (variant, cache state); a variant that fails is left out."""
+    times: dict[tuple[str, str], list[float]] = {}
+    for _ in range(reps):
+        for label, key in FIRST_CALLS:
+            code = _FIRST_CALL.format(here=HERE, root=ROOT, key=key)
+            try:
+                if key.startswith("jax"):
+                    times.setdefault((label, "cold"), []).append(_child(code))
+                    continue
+                with tempfile.TemporaryDirectory(prefix="nx-bench-inductor-") as cache:
+                    env = {"TORCHINDUCTOR_CACHE_DIR": cache}
+                    times.setdefault((label, "cold"), []).append(_child(code, env))
+                    times.setdefault((label, "warm"), []).append(_child(code, env))
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                log(f"   {label}: {e}")
+    return {k: statistics.median(v) for k, v in times.items() if v}
+
+
+def _verdict(ok: bool) -> str:
+    return "meets target" if ok else "MISSES target"
+
+
+def report(imports: dict[str, float], first: dict[tuple[str, str], float]) -> list[str]:
+    ratio = imports["named_axes"] / imports["torch"]
+    lines = ["## Start-up: import and first call (fresh processes)", "",
+             "| measurement | time (median) | ratio | target |", "|---|---|---|---|",
+             f"| `python -c 'import torch'` | {imports['torch']:.2f} s | 1.0 | |",
+             f"| `python -c 'import torch, named_axes'` | {imports['named_axes']:.2f} s | "
+             f"{ratio:.2f} | {_verdict(ratio <= 1.3)} ≤ 1.3× |"]
+    jax_first = first.get(("JAX jit", "cold"))
+    compile_cold = first.get(("torch.compile", "cold"))
+    for (label, state), s in sorted(first.items()):
+        target = ""
+        if label == "nx.jit" and state == "warm" and jax_first:
+            target = f"{_verdict(s <= 2 * jax_first)} ≤ 2× JAX first call ({s / jax_first:.2f}×)"
+        if label == "nx.jit" and state == "cold" and compile_cold:
+            target = (f"{_verdict(s <= compile_cold)} ≤ torch.compile cold "
+                      f"({s / compile_cold:.2f}×)")
+        lines.append(f"| P1 small train step, {label}, first call, {state} cache | "
+                     f"{s:.2f} s | | {target} |")
+    lines += ["", "First call = building the step, tracing, compiling (forward and backward) and "
+              "one run, in a fresh process after its imports. Cold: an empty "
+              "`TORCHINDUCTOR_CACHE_DIR`; warm: a second process on the directory the cold run "
+              "filled. JAX: `jax.jit(value_and_grad)` of the same loss, no persistent cache.", ""]
+    return lines
+
+
+def main(log=print) -> list[str]:
+    log("== start-up: import times")
+    imports = measure_import()
+    log(f"   import torch {imports['torch']:.2f} s, + named_axes {imports['named_axes']:.2f} s")
+    log("== start-up: first calls (fresh processes, cold / warm inductor cache)")
+    first = measure_first_calls(log=log)
+    for k, s in sorted(first.items()):
+        log(f"   {k[0]:14s} {k[1]:5s} {s:.2f} s")
+    return report(imports, first)
+
+
+if __name__ == "__main__":
+    print("\n".join(main(log=lambda m: print(m, file=sys.stderr))))
