@@ -200,17 +200,40 @@ def _addmm(prev: Callable | None) -> Callable:
 
 
 def _decompositions(flat: bool = False) -> dict:
-    from torch._inductor.decomposition import select_decomp_table
+    return _DecompositionTable(flat)
 
-    decomps = dict(select_decomp_table())
-    decomps.update(collective_decompositions())
-    if flat:   # static shapes (nx.jit): size-dependent choices add no guards
-        for op, batched in ((torch.ops.aten.bmm.default, True),
-                            (torch.ops.aten.mm.default, False)):
-            decomps[op] = _matmul(decomps.get(op), batched)
-        addmm = torch.ops.aten.addmm.default
-        decomps[addmm] = _addmm(decomps.get(addmm))
-    return decomps
+
+def _source_digest() -> str:
+    import hashlib
+
+    with open(__file__, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+class _DecompositionTable(dict):
+    """Inductor's table plus the collectives' own code (and, for ``nx.jit``, matmul by size).
+
+    Inductor hashes the decomposition table into its on-disk cache keys by pickling it;
+    the table holds closures and C++ functions that do not pickle, which would turn the
+    FX-graph cache off. The table pickles as what builds it: this class, ``flat`` and a
+    digest of this module's source (a changed rule gives a new key).
+    """
+
+    def __init__(self, flat: bool, digest: str = "") -> None:
+        from torch._inductor.decomposition import select_decomp_table
+
+        super().__init__(select_decomp_table())
+        self.update(collective_decompositions())
+        if flat:   # static shapes (nx.jit): size-dependent choices add no guards
+            for op, batched in ((torch.ops.aten.bmm.default, True),
+                                (torch.ops.aten.mm.default, False)):
+                self[op] = _matmul(self.get(op), batched)
+            addmm = torch.ops.aten.addmm.default
+            self[addmm] = _addmm(self.get(addmm))
+        self.flat = flat
+
+    def __reduce__(self):
+        return (_DecompositionTable, (self.flat, _source_digest()))
 
 
 def compile_named(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callable:
@@ -259,14 +282,33 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
         return out
 
     patches = {"size_asserts": False} if hasattr(config, "size_asserts") else {}
-    full = compile_fx(gm, example, inner_compile=inner, config_patches=patches,
-                      decompositions=_decompositions(flat=True))
+    # AOT autograd's own cache would skip ``inner`` on a hit (and with it the direct
+    # call below); inductor's FX-graph cache under it still saves the code generation.
+    with torch._functorch.config.patch(enable_autograd_cache=False):
+        full = compile_fx(gm, _fake_inputs(example), inner_compile=inner,
+                          config_patches=patches, decompositions=_decompositions(flat=True))
     differentiable = torch.is_grad_enabled() and (
         any(t.requires_grad for t in example) or (not grad_off and _grad_constants(gm)))
     direct = None if differentiable else _direct_callable(captured, example)
     if direct is not None:
         return direct
     return lambda args: full(*args)
+
+
+def _fake_inputs(example: list) -> list:
+    """The example inputs as fake tensors of a fake mode with a shape environment.
+
+    Inductor's FX-graph cache and AOT autograd's cache are used only when the compile
+    sees a shape environment (dynamo's backends always do); a graph traced by ``nx.jit``
+    has none, so without this every process recompiled from scratch. Static shapes: the
+    guards on sizes are the ones ``nx.jit``'s own cache key already checks.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
+    return [mode.from_tensor(t, static_shapes=True) if isinstance(t, torch.Tensor) else t
+            for t in example]
 
 
 def _plain_inference(g: torch.fx.GraphModule, n_inputs: int) -> bool:

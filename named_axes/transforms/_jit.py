@@ -201,6 +201,9 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
     Returns:
         The compiled function; ``.cache_size()`` tells how many programs it holds,
         ``.stats()`` how many calls ran compiled and how many inline.
+        Compiled code is also kept in inductor's on-disk cache
+        (``TORCHINDUCTOR_CACHE_DIR``), so a second process compiles the same program
+        faster (tracing still runs).
 
     Gradients.  Calls whose inputs (or closed-over tensors such as a module's
     ``nn.Parameter`` weights) require grad, with grad enabled, are compiled too:

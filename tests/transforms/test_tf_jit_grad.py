@@ -1,4 +1,5 @@
 """nx.jit on inputs that require grad: compiled forward + backward, training steps."""
+import os
 import subprocess
 import sys
 
@@ -203,9 +204,9 @@ def test_module_trains_under_jit_and_torch_compile_without_recompiling():
     assert out.split() == ["True", "1", "0"]
 
 
-def _run(code: str) -> str:
+def _run(code: str, env: dict | None = None) -> str:
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=600)
+                         timeout=600, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     return res.stdout
 
@@ -221,3 +222,24 @@ def test_import_is_lazy_and_torch_compile_still_patched():
         "g = torch.compile(lambda a: (a * 2).sum(), backend='named_axes', fullgraph=True)\n"
         "print(float(g(torch.ones(3))))\n")
     assert out.split() == ["False", "False", "6.0"]
+
+
+def test_second_process_reuses_inductors_cache(tmp_path):
+    # nx.jit compiles a graph dynamo never saw: it must still key inductor's on-disk
+    # FX-graph cache (shape env present, decomposition table hashable), so a user's
+    # second run starts warm.
+    code = (
+        "import torch, named_axes as nx\n"
+        "from torch._dynamo.utils import counters\n"
+        "w = torch.nn.Parameter(torch.linspace(-1, 1, 12).reshape(4, 3))\n"
+        "f = nx.jit(nx.xmap(lambda x, w: ((x @ w).tanh() ** 2).sum(), in_axes=(['b', ...], {}),\n"
+        "                   out_axes=['b', ...]))\n"
+        "x = torch.linspace(0, 1, 20).reshape(5, 4)\n"
+        "f(x, w).sum().backward()\n"
+        "c = counters['inductor']\n"
+        "print(c['fxgraph_cache_hit'], c['fxgraph_cache_bypass'], float(w.grad.sum()))\n")
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    first = _run(code, env).split()
+    second = _run(code, env).split()
+    assert first[1] == "0" and second[1] == "0", (first, second)   # never bypassed
+    assert int(second[0]) >= 1 and second[2] == first[2], (first, second)
