@@ -641,7 +641,9 @@ def make_p2_train(*, rtol=2e-4, atol=2e-5, **sizes) -> list[Variant]:
         def loss(ps, data):
             return jax.vmap(example, (0,) + (None,) * len(P2_PARAMS))(data[0], *ps).mean() / n
         return loss
-    return _train_variants(p2_loss, nx_vg_of, jax_loss_of, plist, (x,), rtol, atol)
+    def loss(*args):   # (*params, x): the training step's order; p2_loss takes x first
+        return p2_loss(args[-1], *args[:-1])
+    return _train_variants(loss, nx_vg_of, jax_loss_of, plist, (x,), rtol, atol)
 
 
 def _p2_jax_example(jax, jnp):
@@ -754,7 +756,9 @@ PROGRAMS: dict[str, tuple[str, Callable[[], list[Variant]]]] = {
     "p1_small_train": ("P1 small training step: loss, grads, Adam update",
                        lambda: make_p1_train(8, 16, 16, 4)),
     "p1_tutorial_train": ("P1 tutorial-size training step: loss, grads, Adam update",
-                          lambda: make_p1_train(128, 784, 512, 10, rtol=1e-3, atol=1e-5)),
+                          # Adam divides by sqrt(v): a gradient entry near 0 turns float
+                          # rounding into up to lr-sized differences in the updated weight
+                          lambda: make_p1_train(128, 784, 512, 10, rtol=1e-3, atol=1e-4)),
     "p2_attention_train": ("P2 attention block training step: loss, grads, Adam update",
                            lambda: make_p2_train()),
 }

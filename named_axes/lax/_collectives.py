@@ -264,7 +264,11 @@ def _reduce_tree(x: Any, axis_name: Any, op: str) -> Any:
     machinery."""
     if type(x) is _NT or isinstance(x, (torch.Tensor, int, float, complex)):
         return _reduce(x, axis_name, op, op)
-    return tree_map(lambda v: _reduce(v, axis_name, op, op), x)
+    tree = _engine_method("tree", _split_axes(axis_name, op)[0])
+    if tree is None:
+        return tree_map(lambda v: _reduce(v, axis_name, op, op), x)
+    with tree():   # an engine that replays (SerialLoop) reduces all leaves in one pass
+        return tree_map(lambda v: _reduce(v, axis_name, op, op), x)
 
 
 def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:

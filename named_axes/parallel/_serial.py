@@ -119,7 +119,8 @@ class SerialEngine:
         self.inner = inner
         self._known: list = []       # per collective index: {key: combined value}
         self._sigs: list = []        # per collective index: (op, names) for a sanity check
-        self._pending: dict = {}
+        self._pending: dict = {}     # per collective index: {key: [chunk partials]}
+        self._deferring, self._paused_tree = 0, False
         self._chunk: tuple = ()
         self._call = 0
         self._bypass = 0
@@ -147,6 +148,7 @@ class SerialEngine:
         while True:
             self.passes += 1
             self._pending, paused = {}, False
+            self._deferring, self._paused_tree = 0, False
             outs = []
             for lin, chunk in enumerate(grid):
                 self._chunk, self._call = chunk, 0
@@ -159,10 +161,10 @@ class SerialEngine:
                     paused = True
             if not paused:
                 return self._assemble(outs, grid)
-            op, _ = self._sigs[len(self._known)]
-            how = _REDUCING[op]
-            fn = {"sum": torch.add, "max": torch.maximum, "min": torch.minimum}[how]
-            self._known.append({k: reduce(fn, v) for k, v in self._pending.items()})
+            for j in sorted(self._pending):   # one or (a pytree's leaves) several
+                op, _ = self._sigs[j]
+                fn = {"sum": torch.add, "max": torch.maximum, "min": torch.minimum}[_REDUCING[op]]
+                self._known.append({k: reduce(fn, v) for k, v in self._pending[j].items()})
 
     def _run_chunk(self, body: Callable, sliced: list) -> list:
         self._level = _functorch_level()
@@ -291,8 +293,29 @@ class SerialEngine:
             return known
         if j == len(self._sigs):
             self._sigs.append((op, names))
-        self._pending.setdefault(key, []).append(local)
+        self._pending.setdefault(j, {}).setdefault(key, []).append(local)
+        if self._deferring:   # inside tree(): the pause waits for the last leaf
+            self._paused_tree = True
+            return local
         raise _Pause()
+
+    @contextlib.contextmanager
+    def tree(self):
+        """Collectives over the leaves of one pytree (``psum(grads, 'batch')``) share a pass.
+
+        The leaves' results are not read until the whole tree is reduced, so each unknown
+        one records its chunk's partial and returns it as a stand-in; the pass pauses at
+        the end of the tree, and the next pass answers every leaf. A gradient tree with
+        ``L`` leaves costs one replay, not ``L``.
+        """
+        self._deferring += 1
+        try:
+            yield
+        finally:
+            self._deferring -= 1
+        if not self._deferring and self._paused_tree:
+            self._paused_tree = False
+            raise _Pause()
 
     def _check_not_differentiated(self, op: str, carried: list) -> None:
         """Refuse a loop collective inside a derivative taken within the body.

@@ -72,6 +72,51 @@ def test_passes_are_bounded_by_the_collectives():
     assert float(out[0]) == 18.0 and eng.passes == 3
 
 
+@pytest.mark.parametrize("op", ["psum", "pmean", "pmax"])
+def test_a_pytree_collective_costs_one_replay_for_all_its_leaves(op):
+    # pmean of a gradient tree over a loop axis (GPT-J's step): one pass for the tree
+    from named_axes.parallel._serial import SerialEngine
+
+    eng = SerialEngine({"i": 2}, {"i": 4})
+    x = nx.named(torch.arange(8.0).reshape(4, 2), ["i", ...])
+
+    def body(leaves, engine=None):
+        from named_axes._env import bind
+
+        with bind({"i": 4}, engine=engine):
+            v = leaves[0]
+            tree = {"a": v, "b": (v * 2, v.sum()), "c": [v - 1, 3.0 * v]}
+            out = getattr(lax, op)(tree, "i")
+            return [out["a"] + out["b"][0], out["b"][1], out["c"][0], out["c"][1],
+                    getattr(lax, op)(v + out["c"][1], "i")]
+    out = eng.run(body, [x])
+    assert eng.passes == 3   # the tree, then the collective that reads it, then done
+    full = torch.arange(8.0).reshape(4, 2)
+    red = {"psum": lambda t: t.sum(0), "pmean": lambda t: t.mean(0),
+           "pmax": lambda t: t.amax(0)}[op]
+    c1 = red(3.0 * full)
+    torch.testing.assert_close(out[0], red(full) + red(2 * full))
+    torch.testing.assert_close(out[1], red(full.sum(1)))
+    torch.testing.assert_close(out[2], red(full - 1))
+    torch.testing.assert_close(out[3], c1)
+    torch.testing.assert_close(out[4], red(full + c1))
+
+
+def test_serial_loop_tree_collectives_match_vectorized_with_gradients():
+    def step(w, x):
+        def loss(w):
+            return ((x @ w["a"]).tanh() @ w["b"]).pow(2).sum()
+        g = nx.grad(loss)(w)
+        return lax.pmean(g, "batch")
+    w = {"a": torch.randn(3, 4), "b": torch.randn(4, 2)}
+    x = torch.randn(6, 3)
+    spec = dict(in_axes=({}, ["batch", ...]), out_axes={})
+    ref = nx.xmap(step, **spec)(w, x)
+    got = nx.xmap(step, **spec, axis_resources={"batch": SerialLoop(3)})(w, x)
+    for k in ref:
+        torch.testing.assert_close(got[k], ref[k])
+
+
 class PeakMemory(TorchDispatchMode):
     """Bytes of tensor storage created inside the block and still alive: the peak."""
 
