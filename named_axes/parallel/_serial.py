@@ -11,8 +11,8 @@ up to the first such collective, records its chunk-local partial result and stop
 there; the partials are combined (sum / max / min); the next pass runs every chunk
 again, now answering that collective with the combined value, up to the next one; and
 so on.  A program with ``c`` collectives over loop axes costs at most ``c + 1``
-partial passes and stays exact and differentiable.  ``axis_index`` gives each chunk
-its global indices.  Collectives whose result is not a reduction (``all_gather``,
+partial passes (a collective over a pytree counts once) and stays exact and
+differentiable.  ``axis_index`` gives each chunk its global indices.  Collectives whose result is not a reduction (``all_gather``,
 ``ppermute``, ``pshuffle``, ``all_to_all``, ``psum_scatter``) over a loop axis raise
 :class:`SerialLoopError`.
 
