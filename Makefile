@@ -32,7 +32,7 @@ demo: $(STAMP)
 	$(BIN)/python examples/tutorial_mlp.py
 
 # pytest prints one character per test as it goes; the slowest tests are listed at the end.
-# Tests marked `slow` (GPT-J's 20-step SerialLoop curve, its nx.jit compile) run in test-slow.
+# Tests marked `slow` (GPT-J under nx.jit against JAX: minutes of inductor) run in test-slow.
 test: $(STAMP)
 	@echo ">>> running the test suite (notebooks included; a few minutes on 2 cores)"
 	$(BIN)/python -m pytest $(PYTEST_FLAGS) -m "not slow" --durations=10

@@ -107,9 +107,10 @@ def test_twenty_steps_match_plain_torch(corpus):
     assert curve[-1] < 0.8 * curve[0], curve  # it learns
 
 
-@pytest.mark.timeout(1800)
-@pytest.mark.parametrize("steps", [pytest.param(20, marks=pytest.mark.slow), 2])
-def test_serial_batch_curve_equals_vectorized(steps, corpus):
+@pytest.mark.timeout(900)
+def test_serial_batch_curve_equals_vectorized(corpus):
+    # 20 steps: one replay per step for the gradient tree's pmean (~10 s on 2 cores)
+    steps = 20
     vec = _curve(model_for("vector"), corpus, steps)
     loop = _curve(model_for("serial-batch"), corpus, steps)
     np.testing.assert_allclose(loop, vec, rtol=1e-5)
