@@ -19,8 +19,9 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ._env import conflicts
-from ._errors import AxisResourceError, AxisSizeError, NamedAxisError, describe
+from ._errors import AxisResourceError, AxisSizeError, NamedAxisError
 from ._layout import align, union_names
+from ._shape_errors import positional_failure
 from ._tensor import NamedTensor
 
 __all__ = ["dispatch", "register", "RULES", "vmap_fallback", "wrap", "op_name", "ShapeError"]
@@ -96,17 +97,8 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
     except NamedAxisError:
         raise
     except (RuntimeError, IndexError, ValueError) as e:
-        # A positional problem: say which op and which shapes, named and positional.
-        if "vmap" in str(e) and "randomness" not in str(e):
-            msg = str(e)
-        else:
-            msg = str(e)
-        operands = [f"args[{i}]: {describe(a)}" for i, a in enumerate(args)
-                    if isinstance(a, (_NT, _Tensor))]
-        raise ShapeError(
-            f"{op_name(func)} on named values ({'; '.join(operands)}) failed on the "
-            f"positional axes: {msg}"
-        ) from e
+        # A positional problem: torch's message on the user's shapes, and a fix.
+        raise ShapeError(positional_failure(op_name(func), func, args, kwargs, e)) from e
 
 
 def _unwrap_unnamed(func: Callable, args: tuple, kwargs: dict) -> tuple:

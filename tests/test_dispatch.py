@@ -41,7 +41,7 @@ def test_positional_errors_inside_ops_name_the_op_and_shapes(call, op):
     with pytest.raises(RuntimeError, match=op) as info:
         call(x)
     msg = str(info.value)
-    assert "shape=(" in msg and "'batch': 2" in msg, msg
+    assert "positional shape (" in msg and "{'batch': 2}" in msg and "\nfix: " in msg, msg
     assert isinstance(info.value, nx.ShapeError) and isinstance(info.value, ValueError)
 
 

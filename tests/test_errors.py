@@ -448,11 +448,34 @@ def test_index_assignment_would_broadcast_a_named_axis():
 
 def test_positional_shape_error_names_the_op_and_both_shapes():
     x = nx.named(torch.zeros(5, 3, 4), {0: 'i'})
-    with _raises(RuntimeError, r"Tensor.__matmul__ on named values \(args\[0\]: NamedTensor\("
-                               r"shape=\(3, 4\), named_shape=\{'i': 5\}\); args\[1\]: "
-                               r"Tensor\(shape=\(5, 2\)\)\) failed on the positional axes") as e:
+    with _raises(RuntimeError, r"(?s)Tensor.__matmul__ failed on the positional shapes: .*"
+                               r"\[3, 4\] X \[5, 2\].*args\[0\]: positional shape \(3, 4\), "
+                               r"named shape \{'i': 5\}\n  args\[1\]: positional shape \(5, 2\)"
+                               r".*\nfix: ") as e:
         x @ torch.zeros(5, 2)
     assert isinstance(e.value, ValueError)   # ShapeError is both
+
+
+# The user's shapes, never the internal layout's (named axes leading), and a fix.
+@pytest.mark.parametrize("body, shape, says, fix", [
+    (lambda x: x.reshape(8, 5), (8, 5), "shape '[8, 5]' is invalid for input of size 5",
+     "nx.positional"),
+    (lambda x: x @ torch.zeros(4, 3), (8, 5), "[1, 5] X [4, 3]", "lax.pdot"),
+    (lambda x: x + torch.zeros(4), (8, 5), "broadcast a dimension of length 4",
+     "matched by name"),
+    (lambda x: torch.stack([x, torch.zeros(4)]), (8, 5), "stack expects each tensor to be "
+     "equal size", "positional"),
+    (lambda x: x.view(-1, 3), (8, 5), "shape '[-1, 3]' is invalid for input of size 5",
+     "nx.positional"),
+])
+def test_shape_errors_speak_in_the_users_shapes(body, shape, says, fix):
+    f = nx.xmap(body, in_axes=['batch', ...], out_axes=['batch', ...])
+    with pytest.raises(nx.ShapeError) as e:
+        f(torch.zeros(shape))
+    msg = str(e.value)
+    assert says in msg and fix in msg, msg
+    assert "named shape {'batch': 8}" in msg and "positional shape (5,)" in msg, msg
+    assert "[8, 8" not in msg and "40" not in msg, msg   # no physical-layout numbers
 
 
 # -- einsum ------------------------------------------------------------------------------

@@ -1,0 +1,120 @@
+"""Positional failures of an op on named values, told in the user's shapes.
+
+An op on named values runs on a physical layout (named axes as leading dims), so
+torch's own message names shapes the user never wrote (``shape '[8, 8, 5]' is invalid
+for input of size 40`` for ``x.reshape(8, 5)`` on a ``(5,)`` value with ``{batch: 8}``).
+:func:`positional_failure` re-runs the op once on *meta* tensors of the operands'
+positional shapes (one instance of the named axes: no data, no compute) to get torch's
+message for the shapes the user sees, and adds each operand's positional and named
+shape and a fix.
+
+>>> import torch, named_axes as nx
+>>> f = nx.xmap(lambda x: x.reshape(8, 5), in_axes=['batch', ...], out_axes=['batch', ...])
+>>> try:
+...     f(torch.randn(8, 5))
+... except nx.ShapeError as e:
+...     print(str(e).splitlines()[0])
+Tensor.reshape failed on the positional shapes: shape '[8, 5]' is invalid for input of size 5
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from ._errors import fmt_named_shape
+
+__all__ = ["positional_failure"]
+
+# (substring of torch's message, the fix to suggest)
+_FIXES = (
+    ("is invalid for input of size",
+     "reshape/view see only the positional shape of one instance; named axes are not part "
+     "of it. To reshape a named axis, make it positional first (nx.positional(x, name))"),
+    ("same reduction dim",
+     "the contracted (last / second-to-last) positional dims must match; named axes are not "
+     "positional dims: contract a named axis with lax.pdot or an einsum with {braces}"),
+    ("cannot be multiplied",
+     "the contracted (last / second-to-last) positional dims must match; named axes are not "
+     "positional dims: contract a named axis with lax.pdot or an einsum with {braces}"),
+    ("broadcast a dimension",
+     "positional dims broadcast as in torch, right-aligned; a named axis is matched by name, "
+     "never by position: check the positional shapes, or name the dim (nx.named)"),
+    ("must match the size of tensor",
+     "positional dims broadcast as in torch, right-aligned; a named axis is matched by name, "
+     "never by position: check the positional shapes, or name the dim (nx.named)"),
+    ("Sizes of tensors must match",
+     "concatenation needs equal positional sizes in every other dim (named axes are matched "
+     "by name and need not be listed)"),
+    ("out of range", "dims count positional axes only (x.ndim); name a named axis by its name"),
+    ("Dimension out of range",
+     "dims count positional axes only (x.ndim); name a named axis by its name"),
+)
+_DEFAULT_FIX = ("positional shapes are per instance: the named axes are not dims of x.shape. "
+                "Check the positional shapes, or make a named axis positional with "
+                "nx.positional / lax.all_gather")
+
+
+def positional_failure(op: str, func: Callable, args: tuple, kwargs: dict,
+                       error: BaseException) -> str:
+    """The message for ``func`` failing on the positional axes of named operands."""
+    operands = []
+    for i, a in enumerate(args):
+        for j, leaf in _tensors(a):
+            where = f"args[{i}]" + (f"[{j}]" if j is not None else "")
+            operands.append(f"  {where}: {_user_shape(leaf)}")
+    for k, v in kwargs.items():
+        for j, leaf in _tensors(v):
+            operands.append(f"  {k}{f'[{j}]' if j is not None else ''}: {_user_shape(leaf)}")
+    torch_says = _on_positional_shapes(func, args, kwargs)
+    if torch_says is None:   # the positional shapes alone are fine: the named layout is not
+        torch_says = f"{_first_line(error)} (on the internal layout, named axes leading)"
+    fix = next((f for key, f in _FIXES if key in torch_says), _DEFAULT_FIX)
+    return (f"{op} failed on the positional shapes: {torch_says}\n"
+            f"operands (positional shape, named shape):\n" + "\n".join(operands)
+            + f"\nfix: {fix}")
+
+
+def _user_shape(value: Any) -> str:
+    named = getattr(value, "named_shape", None)
+    if named is None:
+        return f"positional shape {tuple(value.shape)}, unnamed tensor"
+    return f"positional shape {tuple(value.shape)}, named shape {fmt_named_shape(named)}"
+
+
+def _tensors(value: Any):
+    """(index or None, tensor) for a tensor argument or the tensors of a list of them."""
+    if isinstance(value, torch.Tensor) or hasattr(value, "named_shape"):
+        yield None, value
+    elif isinstance(value, (list, tuple)):
+        for j, v in enumerate(value):
+            if isinstance(v, torch.Tensor) or hasattr(v, "named_shape"):
+                yield j, v
+
+
+def _meta(value: Any) -> Any:
+    if hasattr(value, "named_shape") or isinstance(value, torch.Tensor):
+        return torch.empty(tuple(value.shape), dtype=value.dtype, device="meta")
+    if isinstance(value, (list, tuple)) and any(
+            hasattr(v, "named_shape") or isinstance(v, torch.Tensor) for v in value):
+        return type(value)(_meta(v) for v in value)
+    return value
+
+
+def _on_positional_shapes(func: Callable, args: tuple, kwargs: dict) -> str | None:
+    """torch's own message for one instance (meta tensors of the positional shapes), or
+    None when that runs (or the op has no meta kernel)."""
+    try:
+        func(*[_meta(a) for a in args], **{k: _meta(v) for k, v in kwargs.items()})
+    except NotImplementedError:
+        return None
+    except (RuntimeError, IndexError, ValueError, TypeError) as e:
+        if "meta" in str(e).lower():
+            return None
+        return _first_line(e)
+    return None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
