@@ -29,6 +29,9 @@ from ._functions import (all, amax, amin, any, argmax, argmin, log_softmax, logs
 from . import _compile_compat as _compile_compat  # noqa: F401  (dynamo fix for `named @ tensor`,
 #   installed lazily: the first time torch._dynamo is imported or nx.jit compiles)
 from ._interop import collate  # DataLoader collation, torch.load safe globals, numpy interop
+from . import _torch_func as _torch_func_module
+
+_torch_func_module.install()  # torch.func transforms on named values run as nx's
 
 __version__ = "0.1.0"
 

@@ -23,6 +23,7 @@ from ._errors import AxisResourceError, AxisSizeError, NamedAxisError
 from ._layout import align, union_names
 from ._shape_errors import positional_failure
 from ._tensor import NamedTensor
+from ._torch_func import ORIGINAL as _functorch
 
 __all__ = ["dispatch", "register", "RULES", "vmap_fallback", "wrap", "op_name", "ShapeError"]
 
@@ -336,7 +337,7 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
     f = call
     for name in reversed(U):
         in_dims = tuple(0 if name in m else None for m in member)
-        f = torch.func.vmap(f, in_dims=in_dims, randomness="different")
+        f = _functorch["vmap"](f, in_dims=in_dims, randomness="different")
     try:
         tensors = f(*phys)
     except RuntimeError as e:

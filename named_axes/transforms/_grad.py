@@ -25,6 +25,7 @@ from .._layout import align
 from .._tensor import NamedTensor
 from ._instances import Redo, Region, drop_replicated
 from ._tree import box_leaf, expand_over, named_axes_of, rebox, unbox
+from .._torch_func import ORIGINAL as _functorch
 
 __all__ = ["grad", "value_and_grad", "vjp", "jvp", "linearize", "linear_transpose"]
 
@@ -210,7 +211,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
             if _autograd_ok(prepared):
                 g, (value, aux_tensors) = _autograd_grad_and_value(phys_fun, prepared)
             else:
-                g, (_, (value, aux_tensors)) = torch.func.grad_and_value(
+                g, (_, (value, aux_tensors)) = _functorch["grad_and_value"](
                     phys_fun, argnums=tuple(range(len(nums))), has_aux=True)(
                         *[p[0] for p in prepared])
         grads = tuple([_rebox(gl, spec, names) for gl, (_, spec, names) in zip(g, prepared)])

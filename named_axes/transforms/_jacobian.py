@@ -17,8 +17,10 @@ from typing import Callable, Sequence
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
+from .._errors import AxisTypeError
 from .._layout import align
 from .._tensor import NamedTensor
+from .._torch_func import ORIGINAL as _functorch
 from ._grad import _argnums
 from ._tree import named_axes_of
 
@@ -29,13 +31,15 @@ _NT = NamedTensor
 
 def _jac(kind: str, fun: Callable, argnums, has_aux: bool) -> Callable:
     """Jacobian of ``fun`` per named index: ``out.shape + in.shape`` positionally."""
-    jac = torch.func.jacrev if kind == "rev" else torch.func.jacfwd
+    jac = _functorch["jacrev"] if kind == "rev" else _functorch["jacfwd"]
+    what = f"jac{kind}({getattr(fun, '__name__', 'fun')})"
+    fun = _plain_outputs(fun, what)
 
     @functools.wraps(fun)
     def run(*args):
-        what = f"jac{kind}({getattr(fun, '__name__', 'fun')})"
         _argnums(argnums, len(args), what)   # checks argnums
-        if not named_axes_of(args):
+        if not named_axes_of(args):   # (NamedTensors without names: their data)
+            args = tree_map(lambda a: a._data if type(a) is NamedTensor else a, args)
             return jac(fun, argnums=argnums, has_aux=has_aux)(*args)
         # Per named index: map the named axes away (torch.func.vmap), differentiate the
         # positional program, and put the names back.
@@ -58,12 +62,31 @@ def _jac(kind: str, fun: Callable, argnums, has_aux: bool) -> Callable:
         f = per_index
         for n in reversed(order):
             dims = tuple(0 if m is not None and n in m else None for m in member)
-            f = torch.func.vmap(f, in_dims=dims)
+            f = _functorch["vmap"](f, in_dims=dims)
         out = f(*phys)
         return tree_map(lambda t: NamedTensor._wrap(t, order)
                         if isinstance(t, torch.Tensor) else t, out)
 
     return run
+
+
+def _plain_outputs(fun: Callable, what: str) -> Callable:
+    """``fun`` with results that carry no named axis as plain tensors (a closed-over
+    value inside xmap is a NamedTensor with no names; functorch takes tensors only)."""
+    def unname(v):
+        if type(v) is not NamedTensor:
+            return v
+        if v._names:
+            raise AxisTypeError(
+                f"{what}: the function's result carries named axes {v.named_shape} that no "
+                f"argument brought (a closed-over named value); pass that value as an "
+                f"argument, or use nx.grad / nx.vjp, which differentiate per instance")
+        return v._data
+
+    @functools.wraps(fun)
+    def call(*args):
+        return tree_map(unname, fun(*args))
+    return call
 
 
 def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
@@ -96,4 +119,5 @@ def hessian(fun: Callable, argnums: int | Sequence[int] = 0) -> Callable:
     tensor([[ 6.,  0.],
             [ 0., 12.]])
     """
-    return _jac("fwd", torch.func.jacrev(fun, argnums=argnums), argnums, False)
+    inner = _functorch["jacrev"](_plain_outputs(fun, "hessian"), argnums=argnums)
+    return _jac("fwd", inner, argnums, False)

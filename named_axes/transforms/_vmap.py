@@ -25,6 +25,7 @@ from .._layout import insert_named
 from .._parsing import parse_mapping
 from .._tensor import NamedTensor
 from ._tree import is_named
+from .._torch_func import ORIGINAL as _functorch
 
 __all__ = ["vmap"]
 
@@ -127,7 +128,7 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
     spelling = (f"vmap({getattr(fun, '__name__', 'fun')}, in_dims={in_dims!r}, "
                 f"out_dims={out_dims!r}" + (f", axis_name={axis_name!r}" if axis_name is not None
                                             else "") + ")")
-    plain = torch.func.vmap(fun, in_dims, out_dims, randomness=randomness,
+    plain = _functorch["vmap"](fun, in_dims, out_dims, randomness=randomness,
                             chunk_size=chunk_size)
 
     @functools.wraps(fun)

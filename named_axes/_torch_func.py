@@ -1,0 +1,134 @@
+"""``torch.func`` transforms on named values run as their named_axes counterparts.
+
+functorch accepts plain tensors only: ``torch.func.grad(f)(w)`` on a NamedTensor (every
+argument inside ``nx.xmap`` is one) raised ``ValueError: Thing passed to transform API
+must be Tensor``. At ``import named_axes`` the transforms in ``torch.func`` (and
+``torch.vmap``) are wrapped: a call whose arguments hold a NamedTensor runs
+``nx.grad`` / ``nx.value_and_grad`` / ``nx.vjp`` / ``nx.jvp`` / ``nx.vmap`` /
+``nx.jacrev`` / ``nx.jacfwd`` / ``nx.hessian`` with torch's argument and result
+conventions (``grad_and_value`` returns ``(grad, value)``); any other call goes to
+torch's own transform untouched. Inside ``xmap`` this gives JAX's per-instance
+gradients (SPEC §4), as ``nx.grad`` does. A transform imported by name before
+``import named_axes`` (``from torch.func import grad``) is torch's own.
+
+named_axes's own modules call torch's transforms through :data:`ORIGINAL` (never the
+wrappers).
+
+>>> import torch, named_axes as nx
+>>> def per_example(x, w):
+...     return torch.func.grad(lambda w: (x * w).sum())(w)
+>>> g = nx.xmap(per_example, in_axes=(['b', ...], [...]), out_axes=['b', ...])
+>>> g(torch.tensor([[1., 2.], [3., 4.]]), torch.zeros(2))
+tensor([[1., 2.],
+        [3., 4.]])
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+import torch.func
+from torch.utils._pytree import tree_flatten
+
+from ._tensor import NamedTensor
+
+__all__ = ["ORIGINAL", "install"]
+
+_NAMES = ("grad", "grad_and_value", "vjp", "jvp", "vmap", "jacrev", "jacfwd", "hessian")
+ORIGINAL: dict[str, Callable] = {n: getattr(torch.func, n) for n in _NAMES}
+
+
+def _named(*values: Any) -> bool:
+    return any(type(leaf) is NamedTensor for leaf in tree_flatten(values)[0])
+
+
+def _transform(name: str, build_named: Callable) -> Callable:
+    """``torch.func.<name>(func, ...)`` whose result dispatches per call on its arguments."""
+    original = ORIGINAL[name]
+
+    @functools.wraps(original)
+    def transform(func: Callable, *t_args: Any, **t_kwargs: Any) -> Callable:
+        plain = original(func, *t_args, **t_kwargs)
+
+        @functools.wraps(func)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if _named(args, kwargs):
+                return build_named(func, *t_args, **t_kwargs)(*args, **kwargs)
+            return plain(*args, **kwargs)
+        return call
+    return transform
+
+
+def _grad(func, argnums=0, has_aux=False):
+    from .transforms import grad
+
+    return grad(func, argnums, has_aux)
+
+
+def _grad_and_value(func, argnums=0, has_aux=False):
+    from .transforms import value_and_grad
+
+    vg = value_and_grad(func, argnums, has_aux)
+
+    def call(*args, **kwargs):
+        value, g = vg(*args, **kwargs)
+        return g, value   # torch's order; with has_aux, value is (value, aux) in both
+    return call
+
+
+def _vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
+    from .transforms import vmap
+
+    return vmap(func, in_dims, out_dims, randomness=randomness, chunk_size=chunk_size)
+
+
+def _jac(kind: str) -> Callable:
+    def build(func, argnums=0, has_aux=False, **_options):   # chunk_size etc.: speed only
+        from . import transforms
+
+        return getattr(transforms, kind)(func, argnums, has_aux)
+    return build
+
+
+def _hessian(func, argnums=0):
+    from .transforms import hessian
+
+    return hessian(func, argnums)
+
+
+def _vjp(func: Callable, *primals: Any, has_aux: bool = False):
+    if _named(primals):
+        from .transforms import vjp
+
+        return vjp(func, *primals, has_aux=has_aux)
+    return ORIGINAL["vjp"](func, *primals, has_aux=has_aux)
+
+
+def _jvp(func: Callable, primals: Any, tangents: Any, *, strict: bool = False,
+         has_aux: bool = False):
+    if _named(primals, tangents):
+        from .transforms import jvp
+
+        return jvp(func, primals, tangents, has_aux=has_aux)
+    return ORIGINAL["jvp"](func, primals, tangents, strict=strict, has_aux=has_aux)
+
+
+def install() -> None:
+    """Wrap ``torch.func``'s transforms (idempotent)."""
+    if getattr(torch.func.grad, "_named_axes", False):
+        return
+    wrapped = {
+        "grad": _transform("grad", _grad),
+        "grad_and_value": _transform("grad_and_value", _grad_and_value),
+        "vmap": _transform("vmap", _vmap),
+        "jacrev": _transform("jacrev", _jac("jacrev")),
+        "jacfwd": _transform("jacfwd", _jac("jacfwd")),
+        "hessian": _transform("hessian", _hessian),
+        "vjp": functools.wraps(ORIGINAL["vjp"])(_vjp),
+        "jvp": functools.wraps(ORIGINAL["jvp"])(_jvp),
+    }
+    for name, fn in wrapped.items():
+        fn._named_axes = True
+        setattr(torch.func, name, fn)
+    torch.vmap = wrapped["vmap"]
