@@ -23,6 +23,7 @@ from ._dispatch import RULES
 from ._errors import NamedAxisError
 from ._rules import (DUNDERS, UNARY_POINTWISE, _NO, _by_name, _finish, _inline_operand,
                      _pointwise, _pointwise_inplace)
+from ._switches import FASTPATH
 from ._tensor import NamedTensor
 
 _ndarray = np.ndarray
@@ -70,10 +71,12 @@ def _direct(func, rule, dispatch):
 
 
 def bind_all() -> None:
-    """Install the direct paths (called once the rule tables are filled)."""
+    """Install the direct paths (called once the rule tables are filled); none with
+    ``NAMED_AXES_NO_FASTPATH=1`` (every op then goes through the dispatcher)."""
     _bind_operators()
-    _bind_methods()
-    _bind_functions()
+    if FASTPATH:
+        _bind_methods()
+        _bind_functions()
 
 
 def _bind_operators() -> None:
@@ -86,7 +89,9 @@ def _bind_operators() -> None:
         if method is None:
             continue
         rule = RULES.get(method)
-        if rule is _pointwise and name not in ("__neg__", "__pos__", "__abs__", "__invert__"):
+        if not FASTPATH:
+            op = _dispatched(method, dispatch)
+        elif rule is _pointwise and name not in ("__neg__", "__pos__", "__abs__", "__invert__"):
             op = _binary_operator(method, dispatch)
         elif rule is _pointwise_inplace:
             op = _inplace_operator(method, dispatch)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
@@ -24,6 +25,8 @@ from ._layout import align, union_names
 from ._shape_errors import positional_failure
 from ._tensor import NamedTensor
 from ._torch_func import ORIGINAL as _functorch
+
+_ndarray = np.ndarray
 
 __all__ = ["dispatch", "register", "RULES", "vmap_fallback", "wrap", "op_name", "ShapeError"]
 
@@ -209,6 +212,10 @@ def result(out: Any, names: tuple, func: Callable) -> Any:
 
 def pointwise(func: Callable, args: tuple, kwargs: dict, inplace: bool = False) -> Any:
     """Elementwise/broadcasting ops: the result has the union of the operands' names."""
+    for a in args:   # numpy operands act as tensors (torch's in-place ops ignore them)
+        if type(a) is _ndarray:
+            args = tuple(torch.from_numpy(v) if type(v) is _ndarray else v for v in args)
+            break
     # Fast path: the first argument is the only NamedTensor, the rest are scalars or
     # plain tensors that broadcast within its positional part.
     a0 = args[0] if args else None

@@ -17,6 +17,7 @@ from ._env import _state as _env_state
 from ._env import bound_axes, current_frame
 from ._errors import AxisSpecError, AxisTypeError, UnboundAxisError, unbound_message
 from ._layout import align_plan, apply_align, expand_to
+from ._switches import FASTPATH
 from ._tensor import NamedTensor
 
 _NT = NamedTensor
@@ -153,7 +154,7 @@ def _pointwise(func, args, kwargs):
     """The RULES entry of out-of-place elementwise ops: the 1- and 2-argument cases
     inline, everything else through :func:`named_axes._dispatch.pointwise`."""
     n = len(args)
-    if n and n <= 2 and not kwargs:
+    if n and n <= 2 and not kwargs and FASTPATH:
         a0 = args[0]
         if type(a0) is _NT:
             d0 = a0._data
@@ -177,7 +178,7 @@ def _pointwise(func, args, kwargs):
 
 def _pointwise_inplace(func, args, kwargs):
     """``_pointwise`` for in-place ops: the target keeps its names and is returned."""
-    if len(args) == 2 and not kwargs:
+    if len(args) == 2 and not kwargs and FASTPATH:
         a0, b = args
         if type(a0) is _NT:
             phys = _inline_operand(b, a0._data, a0._names)

@@ -196,3 +196,20 @@ def test_compiled_fullgraph_with_unnamed_inputs():
     xe = x[:, :, None, :]
     ref = (xe + w) * w.exp() + (w - xe) + (xe + w) + (x @ w).sum(1)[:, None, None, :]
     torch.testing.assert_close(f(x, w), ref)
+
+
+def test_no_fastpath_switch_turns_every_direct_lane_off():
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch, named_axes as nx\n"
+            "from named_axes import _tensor, _switches\n"
+            "x = nx.named(torch.ones(2, 3), 'b ...')\n"
+            "print(_switches.FASTPATH, len(_tensor._DIRECT), getattr(nx.NamedTensor.tanh, "
+            "'_dispatched', False), float((x + x).sum('b').sum()))\n")
+    env = {**os.environ, "NAMED_AXES_NO_FASTPATH": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "0", "True", "12.0"]
