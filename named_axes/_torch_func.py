@@ -6,7 +6,8 @@ must be Tensor``. At ``import named_axes`` the transforms in ``torch.func`` (and
 ``torch.vmap``) are wrapped: a call whose arguments hold a NamedTensor runs
 ``nx.grad`` / ``nx.value_and_grad`` / ``nx.vjp`` / ``nx.jvp`` / ``nx.vmap`` /
 ``nx.jacrev`` / ``nx.jacfwd`` / ``nx.hessian`` with torch's argument and result
-conventions (``grad_and_value`` returns ``(grad, value)``); any other call goes to
+conventions (so does any call inside a named program, where a closure may bring named
+values) (``grad_and_value`` returns ``(grad, value)``); any other call goes to
 torch's own transform untouched. Inside ``xmap`` this gives JAX's per-instance
 gradients (SPEC §4), as ``nx.grad`` does. A transform imported by name before
 ``import named_axes`` (``from torch.func import grad``) is torch's own.
@@ -31,6 +32,7 @@ import torch
 import torch.func
 from torch.utils._pytree import tree_flatten
 
+from ._env import _state as _env_state
 from ._tensor import NamedTensor
 
 __all__ = ["ORIGINAL", "install"]
@@ -40,7 +42,10 @@ ORIGINAL: dict[str, Callable] = {n: getattr(torch.func, n) for n in _NAMES}
 
 
 def _named(*values: Any) -> bool:
-    return any(type(leaf) is NamedTensor for leaf in tree_flatten(values)[0])
+    """A NamedTensor among ``values``, or a named program in progress (a closure may
+    bring named values into a function whose arguments are plain)."""
+    return bool(_env_state.bound) or any(
+        type(leaf) is NamedTensor for leaf in tree_flatten(values)[0])
 
 
 def _transform(name: str, build_named: Callable) -> Callable:

@@ -28,6 +28,7 @@ from .._env import bound_axes, frames, pop, push
 from .._errors import AxisSpecError, AxisTypeError
 from .._layout import align
 from .._tensor import NamedTensor
+from .._torch_func import ORIGINAL as _functorch
 from . import _instances
 from ._tree import rebox, unbox
 
@@ -274,7 +275,7 @@ class custom_jvp:
                 prim = list(ctx.inputs)
                 zeros = [torch.zeros_like(p) if isinstance(p, torch.Tensor) else p
                          for p in prim]
-                _, pull = torch.func.vjp(lambda *t: tangent_phys(prim, list(t)), *zeros)
+                _, pull = _functorch["vjp"](lambda *t: tangent_phys(prim, list(t)), *zeros)
                 return pull(tuple(gs))
 
         out = Fn.apply(*leaves)

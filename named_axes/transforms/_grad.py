@@ -439,7 +439,7 @@ def _vjp_once(fun, primals, has_aux, reduce_axes, sizes, first_run):
     else:
         target = _phys_outputs(settled, out_box)
     with region:
-        res = torch.func.vjp(target, *[b[0] for b in boxes])
+        res = _functorch["vjp"](target, *[b[0] for b in boxes])
     out_leaves, vjp_phys = res[0], res[1]
     spec, names = out_box
     out = rebox(out_leaves, spec, names)
@@ -499,7 +499,7 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
         target = _phys_outputs(split, out_box)
     else:
         target = _phys_outputs(inner, out_box)
-    out, t_out = torch.func.jvp(target, tuple(b[0] for b in boxes), tuple(tan_phys))
+    out, t_out = _functorch["jvp"](target, tuple(b[0] for b in boxes), tuple(tan_phys))
     spec, names = out_box
     result = rebox(out, spec, names), rebox(t_out, spec, names)
     if has_aux:
@@ -566,7 +566,7 @@ def linearize(fun: Callable, *primals: Any):
             return rebox(jvp_phys(*flat_t), spec, names)
         run = jvp_phys
         for _ in ext:
-            run = torch.func.vmap(run)
+            run = _functorch["vmap"](run)
         outs = run(*flat_t)
         outs = outs if isinstance(outs, (tuple, list)) else (outs,)
         leaves_out = [NamedTensor._wrap(o, ext + tuple(n or ())) for o, n in zip(outs, names)]
