@@ -16,12 +16,14 @@ tensor([-1.,  1.])
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import operator
-from typing import Any, Hashable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 import torch
+import torch.fx.traceback as fx_traceback
 from torch.utils._pytree import tree_map
 
 from . import _ops
@@ -33,6 +35,25 @@ from .._errors import (AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_sh
 from .._layout import align, expand_to
 from .._switches import FASTPATH
 from .._tensor import NamedTensor
+
+
+# While nx.make_graph traces (and only then), each collective's nodes carry the axis
+# names it was called with (node.meta["custom"]["axis_name"]), so the printed graph
+# shows `psum ... # over 'b'`, not only the physical dims.
+LABEL_AXES = [False]
+
+
+def _shows_axes(position: int = 1) -> Callable:
+    def decorate(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            if not LABEL_AXES[0]:
+                return fn(*args, **kwargs)
+            name = args[position] if len(args) > position else kwargs.get("axis_name")
+            with fx_traceback.annotate({"axis_name": name, "collective": fn.__name__}):
+                return fn(*args, **kwargs)
+        return call
+    return decorate
 
 __all__ = ["psum", "pmean", "pmax", "pmin", "pshuffle", "ppermute", "all_gather",
            "all_to_all", "psum_scatter", "axis_index"]
@@ -272,6 +293,7 @@ def _reduce_tree(x: Any, axis_name: Any, op: str) -> Any:
         return tree_map(lambda v: _reduce(v, axis_name, op, op), x)
 
 
+@_shows_axes()
 def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     """Sum ``x`` (a pytree) over the named axes ``axis_name``, which leave its named shape.
 
@@ -288,6 +310,7 @@ def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     return _reduce_tree(x, axis_name, "psum")
 
 
+@_shows_axes()
 def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     """Mean of ``x`` (a pytree) over the named axes ``axis_name``.
 
@@ -299,6 +322,7 @@ def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     return _reduce_tree(x, axis_name, "pmean")
 
 
+@_shows_axes()
 def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     """Maximum of ``x`` (a pytree) over the named axes ``axis_name``.
 
@@ -310,6 +334,7 @@ def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     return _reduce_tree(x, axis_name, "pmax")
 
 
+@_shows_axes()
 def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     """Minimum of ``x`` (a pytree) over the named axes ``axis_name``.
 
@@ -323,6 +348,7 @@ def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
 
 # -- data movement ----------------------------------------------------------------------
 
+@_shows_axes()
 def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0,
                tiled: bool = False) -> Any:
     """Gather ``x`` from every index of ``axis_name`` into a new positional axis ``axis``.
@@ -349,6 +375,7 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
     return _out(_ops.all_gather(data, 0, len(rest) + a, bool(tiled)), rest, all_gather)
 
 
+@_shows_axes()
 def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
                  axis_index_groups: Any = None, tiled: bool = False) -> Any:
     """``psum`` over ``axis_name``, then split positional axis ``scatter_dimension``
@@ -381,6 +408,7 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
     return _unmerged(out, names, sizes, rest, psum_scatter)
 
 
+@_shows_axes()
 def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
                axis_index_groups: Any = None, tiled: bool = False) -> Any:
     """Split positional axis ``split_axis`` among the indices of ``axis_name`` and stack
@@ -416,6 +444,7 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
     return _unmerged(out, names, sizes, rest, all_to_all)
 
 
+@_shows_axes()
 def ppermute(x: Any, axis_name: Any, perm: Sequence) -> Any:
     """Send ``x`` at index ``src`` of ``axis_name`` to index ``dst`` for each ``(src, dst)``
     in ``perm``; indices that receive nothing get zeros.  The result keeps ``axis_name``.
@@ -465,6 +494,7 @@ def _perm_pairs(perm: Any, axis_name: Any) -> list:
     return pairs
 
 
+@_shows_axes()
 def pshuffle(x: Any, axis_name: Any, perm: Sequence[int]) -> Any:
     """Index ``j`` of ``axis_name`` receives ``x`` from index ``perm[j]`` (a permutation).
 
@@ -494,6 +524,7 @@ def pshuffle(x: Any, axis_name: Any, perm: Sequence[int]) -> Any:
     return ppermute(x, axis_name, [(src, dst) for dst, src in enumerate(perm)])
 
 
+@_shows_axes(0)
 def axis_index(axis_name: Any) -> NamedTensor:
     """The index along ``axis_name``: a value with named shape ``{axis_name: size}``.
 

@@ -20,13 +20,14 @@ from .._errors import AxisSizeError, AxisSpecError
 from .._layout import union_names
 from .._tensor import RECORDERS, NamedTensor
 from ._collectives import (_as_named, _axis_names, _check_bound_size, _engine_method, _norm,
-                           _out)
+                           _out, _shows_axes)
 
 __all__ = ["pdot"]
 
 _NT = NamedTensor
 
 
+@_shows_axes(2)
 def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=((), ()),
          precision: Any = None) -> Any:
     """``psum(dot_general(x, y, (pos_contract, pos_batch)), axis_name)`` in one op.

@@ -20,10 +20,12 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx
+import torch.fx.traceback as fx_traceback
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from .. import _env
 from .._errors import AxisSpecError, AxisTypeError
+from ..lax._collectives import LABEL_AXES
 from ._tree import rebox, unbox
 
 __all__ = ["make_graph", "named_call", "NamedGraphModule", "trace_flat"]
@@ -42,13 +44,31 @@ class NamedGraphModule(torch.fx.GraphModule):
     def __str__(self) -> str:
         head = (f"# inputs' named axes:  {self.in_names}\n"
                 f"# outputs' named axes: {self.out_names}")
-        return head + self.code
+        return head + _with_axis_names(self)
 
     def _repr_html_(self) -> str:
         return f"<pre>{html.escape(str(self))}</pre>"
 
 
-def trace_flat(fun: Callable, args: tuple, *, axis_env: Sequence = (), mode: str = "real"):
+def _with_axis_names(gm: torch.fx.GraphModule) -> str:
+    """The graph's code, each collective's line ending with the axis names it was called
+    with (``psum = torch.ops.named_axes.psum.default(mul, [0])  # psum over 'b'``)."""
+    labels = {}
+    for node in gm.graph.nodes:
+        custom = node.meta.get("custom") or {}
+        if "axis_name" in custom and "named_axes." in str(node.target):
+            labels[node.name] = f"{custom['collective']} over {custom['axis_name']!r}"
+    if not labels:
+        return gm.code
+    lines = []
+    for line in gm.code.split("\n"):
+        name = line.strip().split(" = ", 1)[0]
+        lines.append(f"{line}  # {labels[name]}" if name in labels and " = " in line else line)
+    return "\n".join(lines)
+
+
+def trace_flat(fun: Callable, args: tuple, *, axis_env: Sequence = (), mode: str = "real",
+               label_axes: bool = False):
     """Trace ``fun(*args)`` into an aten graph over the flat physical leaves.
 
     Returns ``(graph_module, leaves, (spec, names), out_info)`` where ``out_info`` is
@@ -70,11 +90,26 @@ def trace_flat(fun: Callable, args: tuple, *, axis_env: Sequence = (), mode: str
         return [o for o in o_leaves if isinstance(o, torch.Tensor)]
 
     env = dict(axis_env)
-    with _env.bind(env, kind="make_graph") if env else contextlib.nullcontext():
+    with contextlib.ExitStack() as stack:
+        if env:
+            stack.enter_context(_env.bind(env, kind="make_graph"))
+        if label_axes:   # collectives record their axis names in node.meta (make_graph)
+            stack.enter_context(fx_traceback.preserve_node_meta())
+            stack.enter_context(_labelling())
         # closed-over real tensors (parameters) are constants of the graph, also when faking
         gm = make_fx(flat_fun, tracing_mode=mode, _allow_non_fake_inputs=mode != "real")(
             *[leaves[i] for i in tensor_pos])
     return gm, leaves, (spec, names, tensor_pos), out_info
+
+
+@contextlib.contextmanager
+def _labelling():
+    before = LABEL_AXES[0]
+    LABEL_AXES[0] = True
+    try:
+        yield
+    finally:
+        LABEL_AXES[0] = before
 
 
 def rebuild_output(flat_out: Sequence, out_info: list) -> Any:
@@ -109,7 +144,8 @@ def make_graph(fun: Callable, *, axis_env: Sequence | None = None) -> Callable:
 
     @functools.wraps(fun)
     def build(*args):
-        gm, leaves, (_, names, tensor_pos), out_info = trace_flat(fun, args, axis_env=env)
+        gm, leaves, (_, names, tensor_pos), out_info = trace_flat(fun, args, axis_env=env,
+                                                                  label_axes=True)
         out = NamedGraphModule(gm, gm.graph, class_name=f"named_graph_"
                                f"{getattr(fun, '__name__', 'fun').strip('<>')}")
         out.in_names = [names[i] for i in tensor_pos]

@@ -144,3 +144,17 @@ def test_named_axes_backend_with_collective():
     torch.testing.assert_close(c(x), x / x.exp().sum(0))
     j = nx.jit(f)   # inductor with the collectives inlined
     torch.testing.assert_close(j(x), x / x.exp().sum(0))
+
+
+def test_make_graph_shows_each_collective_by_axis_name():
+    from named_axes import lax
+
+    f = nx.xmap(lambda x, w: lax.psum(x * 2, "b") + lax.pmean(x, ("b",))
+                + lax.pdot(x, w, "b").sum(), in_axes=(["b", ...], ["b", ...]), out_axes=[...])
+    text = str(nx.make_graph(f)(torch.ones(4, 3), torch.ones(4, 3)))
+    assert "named_axes.psum.default(mul, [0]);  mul = None  # psum over 'b'" in text, text
+    assert "# pmean over ('b',)" in text and "# pdot over 'b'" in text, text
+    inner = str(nx.make_graph(lambda y: lax.pmax(y, "i"), axis_env=[("i", 4)])(torch.ones(3)))
+    assert "# pmax over 'i'" in inner, inner
+    # labels only while make_graph traces: torch.compile and eager code see no annotation
+    assert lax._collectives.LABEL_AXES == [False]
