@@ -50,8 +50,17 @@ def _shows_axes(position: int = 1) -> Callable:
             if not LABEL_AXES[0]:
                 return fn(*args, **kwargs)
             name = args[position] if len(args) > position else kwargs.get("axis_name")
-            with fx_traceback.annotate({"axis_name": name, "collective": fn.__name__}):
+            # fx_traceback.annotate's effect, spelled so torch 2.9 (no annotate) has it too
+            meta = fx_traceback.current_meta
+            before = meta.get("custom")
+            meta["custom"] = {**(before or {}), "axis_name": name, "collective": fn.__name__}
+            try:
                 return fn(*args, **kwargs)
+            finally:
+                if before is None:
+                    meta.pop("custom", None)
+                else:
+                    meta["custom"] = before
         return call
     return decorate
 
