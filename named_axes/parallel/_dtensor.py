@@ -196,7 +196,8 @@ _registered = False
 
 
 def register_collectives() -> None:
-    """Let DTensor run nx.lax's registered collective ops by their plain-torch definitions.
+    """Let DTensor run nx.lax's registered collective ops by their plain-torch definitions
+    (and the one op forward-mode AD needs that DTensor lacks).
 
     Each collective is a ``torch.library`` custom op on physical tensors (so graphs show it
     by name); DTensor has no sharding rule for it.  On DTensors we run the op's own
@@ -222,6 +223,11 @@ def register_collectives() -> None:
             impl = value._init_fn
             handlers[value._opoverload] = (
                 lambda op_call, args, kwargs, impl=impl: impl(*args, **kwargs))
+    # Forward-mode AD (nx.jvp) checks a tangent's storage against its primal's, an op
+    # DTensor has no rule for: compare the local shards (same layouts, same answer).
+    same = torch.ops.aten._has_same_storage_numel.default
+    handlers.setdefault(same, lambda op_call, args, kwargs: same(
+        *[getattr(a, "_local_tensor", a) for a in args], **kwargs))
     _registered = True
 
 
@@ -239,7 +245,7 @@ class _Distribute(torch.autograd.Function):
     def forward(dm, placements, *xs):
         from torch.distributed.tensor import distribute_tensor
 
-        return tuple(distribute_tensor(x.detach(), dm, p, src_data_rank=None)
+        return tuple(distribute_tensor(x.detach().contiguous(), dm, p, src_data_rank=None)
                      for x, p in zip(xs, placements))
 
     @staticmethod
@@ -259,8 +265,9 @@ def distribute_many(xs: list, dm, placements: list) -> list:
     out = list(xs)
     grad = [i for i, x in enumerate(xs) if x.requires_grad] if torch.is_grad_enabled() else []
     for i, x in enumerate(xs):
-        if i not in grad:
-            out[i] = distribute_tensor(x, dm, placements[i], src_data_rank=None)
+        if i not in grad:   # contiguous: a DTensor keeps its input's global strides, and
+            # DTensor's decompositions (a 3-operand einsum's views) refuse a chunk's strides
+            out[i] = distribute_tensor(x.contiguous(), dm, placements[i], src_data_rank=None)
     if grad:
         dts = _Distribute.apply(dm, [placements[i] for i in grad], *[xs[i] for i in grad])
         for i, dt in zip(grad, dts):
@@ -378,21 +385,39 @@ class _KeepLayout(torch.autograd.Function):
 
 
 def _saved_as_dtensors(dm):
-    """Saved-tensor hooks for the program's forward: a plain tensor that an op saves for
-    the backward (a causal mask made with ``torch.arange``, mixed with DTensors under
+    """A torch-function mode for the program's forward: a plain tensor that an op saves
+    for the backward (a causal mask made with ``torch.arange``, mixed with DTensors under
     ``implicit_replication()``) is saved as the replicated DTensor the forward treated it
     as, so the backward -- which runs outside the engine, where DTensor refuses to mix
-    plain tensors and DTensors -- sees DTensors only."""
+    plain tensors and DTensors -- sees DTensors only.
+
+    The saved-tensor hooks are pushed around each op, not around the whole program:
+    ``torch.func.grad``/``vjp``/``jvp`` (``nx.vjp``, ``nx.jvp``, per-example gradients)
+    refuse to start while a saved-tensor hook is set, and inside them (where they
+    disable the hooks) none is pushed: their own backward runs inside the engine."""
     from torch.distributed.tensor import DTensor, Replicate
+    from torch.overrides import TorchFunctionMode
 
     rep = [Replicate()] * dm.ndim
+    hooks_disabled = torch._C._autograd._saved_tensors_hooks_get_disabled_error_message
 
     def pack(t):
         if type(t) is torch.Tensor and not t.requires_grad:
             return DTensor.from_local(t, dm, rep, run_check=False)
         return t
 
-    return torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+    def unpack(t):
+        return t
+
+    class _SaveAsDTensors(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if hooks_disabled() is not None or not torch.is_grad_enabled():
+                return func(*args, **kwargs)
+            with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+                return func(*args, **kwargs)
+
+    return _SaveAsDTensors()
 
 
 def _fmt_place(placements) -> str:

@@ -21,6 +21,28 @@ def uses(prog, pred) -> bool:
 
 
 KNOWN_CLASSES: dict = {}
+
+# -- found by the mesh runs (tests/oracle/mesh_runs.py: DTensor over 4 gloo ranks) ------
+_DTENSOR_JVP_REPRO = """\
+torch's DTensor, not named_axes: forward-mode AD through an op whose other operand is
+not a dual tensor (nx.jvp of `w * y` with `y` closed over, on the DTensor engine) makes
+a zero tangent with aten.to.dtype_layout(device='meta'), and DTensor's C++ fast path
+takes it for an out= variant (torch 2.13):
+
+    # torchrun --nproc-per-node=4
+    dm = init_device_mesh("cpu", (4,))
+    x = distribute_tensor(torch.arange(8.0), dm, [Shard(0)])
+    y = distribute_tensor(torch.arange(8.0) + 1, dm, [Shard(0)])
+    torch.func.jvp(lambda v: v * y, (x,), (torch.ones_like(x),))
+    # AssertionError: out variant should have at least one out arg
+
+named_axes (vectorized, SerialLoop, one-device mesh) gives the tangent; only the
+DTensor engine raises.  Fix: upstream, or a DTensor handler for to.dtype_layout on meta."""
+KNOWN_CLASSES["dtensor_jvp_non_dual_operand"] = (
+    lambda prog, d: (d.kind == "resources_raw_error"
+                     and "out variant should have at least one out arg" in d.msg
+                     and uses(prog, lambda op: op.get("mode") == "jvp")),
+    _DTENSOR_JVP_REPRO)
 # Fixed and removed (their programs must now pass): empty_sequence_spec (a top-level
 # in_axes=() is "no arguments", out_axes=() refused, a nested () a rank-0 mapping),
 # vjp_primal_gains_closure_axes (vjp's primal output folds replicated copies),

@@ -1,0 +1,119 @@
+"""One gloo rank of the oracle-on-DTensor test (launched by test_oracle_dtensor.py).
+
+argv: ``OUT_DIR N SEED PER_PROG``.  Every rank generates the same sample of oracle
+programs, runs each under every assignment of ``mesh_runs.assignments`` on a 2x2 and a
+1-d mesh of the 4 ranks (the DTensor engine), compares with its own vectorized run, and
+after each run checks (one ``all_gather_object``) that all ranks ran the same program and
+ended the same way.  Writes ``rank{R}.json`` (``runs``, ``fails``, ``seconds``) and, before
+each run, ``rank{R}.progress`` (the run about to start: what hung, if the ranks hang).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from datetime import timedelta
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "oracle"))
+
+import numpy as np  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+import mesh_runs  # noqa: E402
+import torch  # noqa: E402
+
+import named_axes as nx  # noqa: E402
+from named_axes import parallel as P  # noqa: E402
+
+def _vjp(f, x):
+    out, pullback = nx.vjp(f, x)
+    return pullback(torch.cos(out) + 0.5)[0]
+
+
+# Bugs the sample found, pinned one by one: (program, in_axes, out_axes, axis_resources).
+PINS = {
+    # nx.vjp / nx.jvp (torch.func) inside the engine: its saved-tensor hooks (a plain
+    # tensor saved for the backward is saved as a DTensor) made torch.func refuse to start
+    "vjp": (lambda x: _vjp(lambda v: nx.lax.psum(torch.sin(v), "c"), x),
+            (["c", ...],), ["c", ...], {"c": "x"}),
+    "vjp_loop": (lambda x: _vjp(lambda v: (torch.sin(v) * v).sum(0), x),
+                 (["c", "a", ...],), ["c", "a", ...], {"c": "x", "a": nx.SerialLoop(2)}),
+    # forward-mode AD on DTensors: DTensor had no rule for aten._has_same_storage_numel
+    "jvp": (lambda x: nx.jvp(torch.tanh, (x,), (torch.cos(x),))[1],
+            (["c", ...],), ["c", ...], {"c": "x"}),
+    # a 3-operand einsum on a SerialLoop chunk: the chunk's strides became the DTensor's
+    # global strides, and DTensor's einsum decomposition refused to view it
+    "einsum3_loop": (lambda xy, z: nx.einsum("{d,c,a},pn{c,a},pn{a}->p{a}", *xy, z),
+                     ((["a", "c", "d"], [None, "a", "c", ...]), [None, None, "a", ...]),
+                     ["a", ...], {"d": "x", "a": nx.SerialLoop(3)}),
+}
+PIN_ARGS = {"vjp": lambda: (torch.linspace(-1, 1, 4 * 3).reshape(4, 3),),
+            "vjp_loop": lambda: (torch.linspace(-1, 1, 4 * 2 * 3).reshape(4, 2, 3),),
+            "jvp": lambda: (torch.linspace(-1, 1, 4 * 3).reshape(4, 3),),
+            "einsum3_loop": lambda: ((torch.linspace(-1, 1, 24).reshape(3, 4, 2),
+                                      torch.linspace(-2, 1, 48).reshape(2, 3, 4, 2)),
+                                     torch.linspace(-1, 2, 12).reshape(2, 2, 3))}
+
+
+def pins(mesh) -> dict:
+    """Each pin's max abs error against the vectorized run (or the error it raised)."""
+    out = {}
+    for name, (fn, in_axes, out_axes, res) in PINS.items():
+        args = PIN_ARGS[name]()
+        ref = nx.xmap(fn, in_axes=in_axes, out_axes=out_axes)(*args)
+        try:
+            with mesh:
+                got = nx.xmap(fn, in_axes=in_axes, out_axes=out_axes, axis_resources=res)(*args)
+            out[name] = float((got - ref).abs().max())
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            out[name] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def main(out: str, n: int, seed: int, per_prog: int) -> None:
+    dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    result: dict = {}
+    progress_path = os.path.join(out, f"rank{rank}.progress")
+
+    def progress(text: str) -> None:
+        with open(progress_path, "w") as f:
+            f.write(text)
+
+    def sync(tag: str):
+        tags = [None] * world
+        dist.all_gather_object(tags, tag)
+        if len(set(tags)) > 1:
+            return "ranks disagree: " + " | ".join(f"rank {r}: {t}" for r, t in enumerate(tags))
+        return None
+
+    try:
+        t0 = time.time()
+        progs = mesh_runs.sample(n, seed)
+        devs = np.array(P.devices())
+        meshes = {"xy": P.Mesh(devs.reshape(2, 2), ("x", "y")), "w": P.Mesh(devs, ("w",))}
+        pinned = pins(meshes["xy"])
+        result = mesh_runs.run_sample(progs, seed, per_prog, meshes, sync=sync,
+                                      progress=progress)
+        result["pins"] = pinned
+        result["programs"] = len(progs)
+        result["seconds"] = time.time() - t0
+    except BaseException:
+        result["exception"] = traceback.format_exc()
+        if os.path.exists(progress_path):
+            with open(progress_path) as f:
+                result["exception"] += f"\nwhile running: {f.read()}"
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(result, f)
+    if "exception" not in result:
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)   # no C++ static destructors (gloo threads have aborted at exit)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
