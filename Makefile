@@ -13,7 +13,7 @@ ORACLE_N ?= 2000
 FUZZ_N   ?= 20000
 PYTEST_FLAGS ?= -q
 
-.PHONY: demo test test-nofastpath test-slow test-dist test-xla test-oracle fuzz-oracle bench fuzz clean
+.PHONY: demo test test-nofastpath test-slow test-dist test-xla test-oracle fuzz-oracle fuzz-oracle-mesh bench fuzz clean
 
 # pip shows what it collects and a progress bar for each download (no -q): the first
 # `make demo` downloads torch (~200 MB) and takes a few minutes.
@@ -83,6 +83,21 @@ fuzz-oracle: $(STAMP) $(JSTAMP)
 	NX_ORACLE_JAX_PYTHON=$(abspath $(JVENV))/bin/python NX_ORACLE_N=$(FUZZ_N) \
 		NX_ORACLE_SEED=$${FUZZ_SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')} \
 		$(BIN)/python -m pytest $(PYTEST_FLAGS) -p no:randomly -o timeout=0 tests/oracle
+
+# The same generated programs on real meshes (tests/oracle/mesh_runs.py): the DTensor
+# engine on 4 gloo ranks and the torch-xla engine on 4 CPU devices, every sensible
+# axis_resources of each, against the vectorized run.  CI samples 200 / 100 programs (3
+# assignments each; `make test` / `make test-xla`); here MESH_N programs (env
+# NX_ORACLE_MESH_N), every assignment (NX_ORACLE_MESH_PER_PROG=0), a random seed (or
+# FUZZ_SEED=..., NX_ORACLE_MESH_SEED), the DTensor launch bounded by NX_ORACLE_MESH_TIMEOUT.
+MESH_N ?= 1000
+fuzz-oracle-mesh: $(STAMP) $(XSTAMP)
+	seed=$${FUZZ_SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}; echo ">>> seed $$seed"; \
+	export NX_ORACLE_MESH_N=$(MESH_N) NX_ORACLE_MESH_SEED=$$seed NX_ORACLE_MESH_PER_PROG=0 \
+		NX_ORACLE_MESH_TIMEOUT=3600; \
+	$(BIN)/python -m pytest $(PYTEST_FLAGS) -p no:randomly -o timeout=0 tests/parallel/test_oracle_dtensor.py; \
+	r=$$?; PJRT_DEVICE=CPU CPU_NUM_DEVICES=4 $(XBIN)/python -m pytest $(PYTEST_FLAGS) -p no:randomly \
+		-o timeout=0 tests/parallel/test_oracle_xla.py && exit $$r
 
 bench: $(STAMP)
 	$(BIN)/pip install -q --disable-pip-version-check -r benchmarks/requirements.txt

@@ -32,6 +32,7 @@ import torch
 
 from .._errors import AxisResourceError
 from .._tensor import NamedTensor
+from ._dtensor_autograd import _saved_as_dtensors
 
 __all__ = ["DTensorEngine", "device_mesh"]
 
@@ -382,42 +383,6 @@ class _KeepLayout(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *gs):
         return (None, None, *reduce_to(gs, ctx.placements, ctx.dm))
-
-
-def _saved_as_dtensors(dm):
-    """A torch-function mode for the program's forward: a plain tensor that an op saves
-    for the backward (a causal mask made with ``torch.arange``, mixed with DTensors under
-    ``implicit_replication()``) is saved as the replicated DTensor the forward treated it
-    as, so the backward -- which runs outside the engine, where DTensor refuses to mix
-    plain tensors and DTensors -- sees DTensors only.
-
-    The saved-tensor hooks are pushed around each op, not around the whole program:
-    ``torch.func.grad``/``vjp``/``jvp`` (``nx.vjp``, ``nx.jvp``, per-example gradients)
-    refuse to start while a saved-tensor hook is set, and inside them (where they
-    disable the hooks) none is pushed: their own backward runs inside the engine."""
-    from torch.distributed.tensor import DTensor, Replicate
-    from torch.overrides import TorchFunctionMode
-
-    rep = [Replicate()] * dm.ndim
-    hooks_disabled = torch._C._autograd._saved_tensors_hooks_get_disabled_error_message
-
-    def pack(t):
-        if type(t) is torch.Tensor and not t.requires_grad:
-            return DTensor.from_local(t, dm, rep, run_check=False)
-        return t
-
-    def unpack(t):
-        return t
-
-    class _SaveAsDTensors(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            if hooks_disabled() is not None or not torch.is_grad_enabled():
-                return func(*args, **kwargs)
-            with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-                return func(*args, **kwargs)
-
-    return _SaveAsDTensors()
 
 
 def _fmt_place(placements) -> str:

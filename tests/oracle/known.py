@@ -22,32 +22,42 @@ def uses(prog, pred) -> bool:
 
 KNOWN_CLASSES: dict = {}
 
-# -- found by the mesh runs (tests/oracle/mesh_runs.py: DTensor over 4 gloo ranks) ------
-_DTENSOR_JVP_REPRO = """\
-torch's DTensor, not named_axes: forward-mode AD through an op whose other operand is
-not a dual tensor (nx.jvp of `w * y` with `y` closed over, on the DTensor engine) makes
-a zero tangent with aten.to.dtype_layout(device='meta'), and DTensor's C++ fast path
-takes it for an out= variant (torch 2.13):
+# -- found by the mesh runs (tests/oracle/mesh_runs.py) ----------------------------------
+_LOOP_GRAD_NAMES_REPRO = """\
+named_axes/transforms (grad's per-example region), not an engine: under a SerialLoop on
+axis 'c', a gradient whose loss does not depend on 'c' still carries 'c' (replicated)
+when the differentiated function computes anything from a closed-over value carrying
+'c'.  Values agree (a psum over 'c' multiplies by its size either way); only the named
+shape seen inside the xmap differs (make test-oracle does not compare it there; the mesh
+runs do).  Same on one process, without a mesh:
 
-    # torchrun --nproc-per-node=4
-    dm = init_device_mesh("cpu", (4,))
-    x = distribute_tensor(torch.arange(8.0), dm, [Shard(0)])
-    y = distribute_tensor(torch.arange(8.0) + 1, dm, [Shard(0)])
-    torch.func.jvp(lambda v: v * y, (x,), (torch.ones_like(x),))
-    # AssertionError: out variant should have at least one out arg
+    def loss(w, y, z):
+        unused = z * z            # z carries 'c'
+        return (w * y).sum()
+    def f(w, y, z):
+        g = nx.grad(lambda w: loss(w, y, z))(w)
+        print(g.named_shape)
+        return g
+    kw = dict(in_axes=(['b', ...], ['b', 'a', ...], ['c', ...]),
+              out_axes=['a', 'b', 'c', ...])
+    args = (torch.randn(2), torch.randn(2, 4), torch.randn(3))
+    nx.xmap(f, **kw)(*args)                                         # {'a': 4, 'b': 2}
+    nx.xmap(f, axis_resources={'c': nx.SerialLoop(3)}, **kw)(*args)  # {'c': 3, 'a': 4, 'b': 2}
 
-named_axes (vectorized, SerialLoop, one-device mesh) gives the tangent; only the
-DTensor engine raises.  Fix: upstream, or a DTensor handler for to.dtype_layout on meta."""
-KNOWN_CLASSES["dtensor_jvp_non_dual_operand"] = (
-    lambda prog, d: (d.kind == "resources_raw_error"
-                     and "out variant should have at least one out arg" in d.msg
-                     and uses(prog, lambda op: op.get("mode") == "jvp")),
-    _DTENSOR_JVP_REPRO)
+grad's `added` axes are dropped by drop_replicated, which cannot see that a loop-chunked
+gradient is the same in every chunk (_chunked/_sum_over_chunks in transforms/_grad.py)."""
+KNOWN_CLASSES["serial_loop_grad_keeps_loop_axis"] = (
+    lambda prog, d: (d.kind == "resources_named_shape" and "SerialLoop" in d.where
+                     and uses(prog, lambda op: op.get("op") == "grad")),
+    _LOOP_GRAD_NAMES_REPRO)
 # Fixed and removed (their programs must now pass): empty_sequence_spec (a top-level
 # in_axes=() is "no arguments", out_axes=() refused, a nested () a rank-0 mapping),
 # vjp_primal_gains_closure_axes (vjp's primal output folds replicated copies),
 # serial_loop_grad (reduce_axes over a SerialLoop axis adds every chunk's part; chunk
-# outputs with differing layouts are broadcast alike before they are joined).
+# outputs with differing layouts are broadcast alike before they are joined),
+# dtensor_jvp_non_dual_operand (nx.jvp on the DTensor engine where DTensor's forward-mode
+# AD fails -- an operand that is not a dual tensor, a tangent of a SerialLoop chunk --
+# now raises AxisResourceError, not a raw AssertionError/NotImplementedError).
 
 
 def classify(prog, diff) -> str | None:

@@ -44,6 +44,10 @@ PINS = {
     # forward-mode AD on DTensors: DTensor had no rule for aten._has_same_storage_numel
     "jvp": (lambda x: nx.jvp(torch.tanh, (x,), (torch.cos(x),))[1],
             (["c", ...],), ["c", ...], {"c": "x"}),
+    # forward-mode AD with an operand that is not a dual tensor: DTensor fails inside
+    # (torch 2.13); the engine says so with an AxisResourceError, not a raw AssertionError
+    "jvp_closure_raises": (lambda x, y: nx.jvp(lambda v: v * y, (x,), (torch.cos(x),))[1],
+                           (["c", ...], ["c", ...]), ["c", ...], {"c": "x"}),
     # a 3-operand einsum on a SerialLoop chunk: the chunk's strides became the DTensor's
     # global strides, and DTensor's einsum decomposition refused to view it
     "einsum3_loop": (lambda xy, z: nx.einsum("{d,c,a},pn{c,a},pn{a}->p{a}", *xy, z),
@@ -53,6 +57,8 @@ PINS = {
 PIN_ARGS = {"vjp": lambda: (torch.linspace(-1, 1, 4 * 3).reshape(4, 3),),
             "vjp_loop": lambda: (torch.linspace(-1, 1, 4 * 2 * 3).reshape(4, 2, 3),),
             "jvp": lambda: (torch.linspace(-1, 1, 4 * 3).reshape(4, 3),),
+            "jvp_closure_raises": lambda: (torch.linspace(-1, 1, 4 * 3).reshape(4, 3),
+                                           torch.linspace(0, 1, 4 * 3).reshape(4, 3)),
             "einsum3_loop": lambda: ((torch.linspace(-1, 1, 24).reshape(3, 4, 2),
                                       torch.linspace(-2, 1, 48).reshape(2, 3, 4, 2)),
                                      torch.linspace(-1, 2, 12).reshape(2, 2, 3))}

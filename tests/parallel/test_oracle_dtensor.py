@@ -27,7 +27,7 @@ from _ranks import free_port  # noqa: E402
 TIMEOUT = float(os.environ.get("NX_ORACLE_MESH_TIMEOUT", "400"))
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(TIMEOUT + 60)]
 NPROC = 4
-N, SEED, PER_PROG = mesh_runs.knobs(default_n=150, default_per_prog=3)
+N, SEED, PER_PROG = mesh_runs.knobs(default_n=200, default_per_prog=3)
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +86,15 @@ def test_pinned_bugs_stay_fixed(ranks, pin):
             pytest.skip("a rank failed (test_ranks_finish reports it)")
         got = res["pins"][pin]
         assert isinstance(got, float) and got < 1e-5, (r, got)
+
+
+def test_jvp_dtensor_cannot_run_is_a_named_axis_error(ranks):
+    for r, res in enumerate(ranks):
+        if "exception" in res:
+            pytest.skip("a rank failed (test_ranks_finish reports it)")
+        got = res["pins"]["jvp_closure_raises"]
+        assert isinstance(got, str) and got.startswith("AxisResourceError: nx.jvp on the "
+                                                       "DTensor engine"), (r, got)
 
 
 def test_sample_runs_on_the_mesh(ranks):

@@ -1,0 +1,68 @@
+"""The DTensor engine's autograd glue: what the program's forward saves for the backward.
+
+The backward of a program run on DTensors runs outside the engine (after ``xmap``
+returned), where DTensor refuses to mix plain tensors and DTensors; the forward mixes
+them under ``implicit_replication()``.  :func:`_saved_as_dtensors` makes every plain
+tensor an op saves for the backward the replicated DTensor the forward treated it as.
+"""
+from __future__ import annotations
+
+import torch
+
+from .._errors import AxisResourceError
+
+__all__ = ["_saved_as_dtensors"]
+
+
+def _saved_as_dtensors(dm):
+    """A torch-function mode for the program's forward: a plain tensor that an op saves
+    for the backward (a causal mask made with ``torch.arange``, mixed with DTensors under
+    ``implicit_replication()``) is saved as the replicated DTensor the forward treated it
+    as, so the backward -- which runs outside the engine, where DTensor refuses to mix
+    plain tensors and DTensors -- sees DTensors only.
+
+    The saved-tensor hooks are pushed around each op, not around the whole program:
+    ``torch.func.grad``/``vjp``/``jvp`` (``nx.vjp``, ``nx.jvp``, per-example gradients)
+    refuse to start while a saved-tensor hook is set, and inside them (where they
+    disable the hooks) none is pushed: their own backward runs inside the engine."""
+    from torch.distributed.tensor import DTensor, Replicate
+    from torch.overrides import TorchFunctionMode
+
+    rep = [Replicate()] * dm.ndim
+    hooks_disabled = torch._C._autograd._saved_tensors_hooks_get_disabled_error_message
+
+    def pack(t):
+        if type(t) is torch.Tensor and not t.requires_grad:
+            return DTensor.from_local(t, dm, rep, run_check=False)
+        return t
+
+    def unpack(t):
+        return t
+
+    class _SaveAsDTensors(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            try:
+                if hooks_disabled() is not None or not torch.is_grad_enabled():
+                    return func(*args, **kwargs)
+                with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+                    return func(*args, **kwargs)
+            except (AssertionError, NotImplementedError, RuntimeError) as e:
+                if not _in_forward_ad():
+                    raise
+                raise AxisResourceError(
+                    f"nx.jvp on the DTensor engine: DTensor cannot run forward-mode AD "
+                    f"through {getattr(func, '__name__', func)} here ({type(e).__name__}: "
+                    f"{str(e)[:160]}); compute this jvp without mapping its axes to mesh "
+                    f"axes (vectorized or SerialLoop), or on backend='xla'") from None
+
+    return _SaveAsDTensors()
+
+
+def _in_forward_ad() -> bool:
+    """Whether a ``torch.func.jvp`` level is active (DTensor's forward-mode AD is partial:
+    an operand that is not a dual tensor fails inside DTensor, torch 2.13)."""
+    from torch._C._functorch import TransformType
+    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+
+    return any(i.key() == TransformType.Jvp for i in retrieve_all_functorch_interpreters())
