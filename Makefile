@@ -86,7 +86,7 @@ fuzz-oracle: $(STAMP) $(JSTAMP)
 
 # The same generated programs on real meshes (tests/oracle/mesh_runs.py): the DTensor
 # engine on 4 gloo ranks and the torch-xla engine on 4 CPU devices, every sensible
-# axis_resources of each, against the vectorized run.  CI samples 200 / 100 programs (3
+# axis_resources of each, against the vectorized run.  CI samples 200 / 250 programs (3
 # assignments each; `make test` / `make test-xla`); here MESH_N programs (env
 # NX_ORACLE_MESH_N), every assignment (NX_ORACLE_MESH_PER_PROG=0), a random seed (or
 # FUZZ_SEED=..., NX_ORACLE_MESH_SEED), the DTensor launch bounded by NX_ORACLE_MESH_TIMEOUT.

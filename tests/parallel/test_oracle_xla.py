@@ -28,7 +28,7 @@ import mesh_runs  # noqa: E402
 
 from named_axes import parallel as P  # noqa: E402
 
-N, SEED, PER_PROG = mesh_runs.knobs(default_n=100, default_per_prog=3)
+N, SEED, PER_PROG = mesh_runs.knobs(default_n=250, default_per_prog=3)
 
 
 @pytest.fixture(scope="module")
