@@ -118,6 +118,17 @@ def _concrete(t) -> bool:
             and not torch.compiler.is_compiling())
 
 
+def _same_in_every_chunk(value: NamedTensor, name: str) -> bool:
+    """Whether ``value``'s slices along the loop axis ``name`` are all equal, across
+    every chunk: the largest and smallest instance agree (one replayed collective, so
+    every chunk reads the same answer)."""
+    from ..lax import pmax
+    with torch.no_grad():
+        hi, neg_lo = pmax((value, -value), name)
+    hi, neg_lo = (t._data if type(t) is NamedTensor else t for t in (hi, neg_lo))
+    return torch.equal(hi, -neg_lo)
+
+
 # (function code, output tag, names, candidates) -> the axes folded on the last call
 # whose values could be read; used when they cannot (tracing), so that a traced or
 # compiled program has the named shapes an eager call of it had.
@@ -135,9 +146,9 @@ def drop_replicated(value, candidates, key=None) -> object:
     copies equal; they are folded back to one.  Reading values is only possible on
     real tensors.  Under tracing (make_fx, nx.jit, torch.compile, torch.func) the axes
     folded by the last eager call with the same ``key`` are folded again (nx.jit makes
-    one eager call first); with no such call, and for a chunk of a ``SerialLoop`` axis,
-    the copies are kept, which changes named shapes (an output may then need to place
-    the axis), never values.
+    one eager call first); with no such call the copies are kept, which changes named
+    shapes (an output may then need to place the axis), never values.  On a chunk of a
+    ``SerialLoop`` axis the comparison spans every chunk (one replayed ``pmax``).
     """
     if type(value) is not NamedTensor or not candidates:
         return value
@@ -161,7 +172,13 @@ def drop_replicated(value, candidates, key=None) -> object:
     for n in candidates:
         d = names.index(n)
         if data.shape[d] != bound.get(n, data.shape[d]):
-            continue   # a chunk of a SerialLoop axis: the other chunks are not here
+            # a chunk of a SerialLoop axis: every chunk must make the same decision
+            if not _same_in_every_chunk(NamedTensor._wrap(data, names), n):
+                continue
+            data = data.select(d, 0)
+            names = names[:d] + names[d + 1:]
+            folded.append(n)
+            continue
         first = data.narrow(d, 0, 1)
         if torch.equal(data, first.expand_as(data)):
             data = first.squeeze(d)

@@ -208,7 +208,7 @@ def test_gptj_like_loop_on_shard_is_exact_or_refused():
     try:
         value, grads = step(params, x)
     except nx.NamedAxisError:
-        return   # the replicated gradient of `e` keeps 'shard' per chunk: refused
+        return   # psum over the loop axis inside the derivative: SerialLoopError
     torch.testing.assert_close(value, ref_value)
     for g, r in zip(grads, ref_grads):
         torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
@@ -338,3 +338,23 @@ def test_jit_makes_one_eager_call_when_a_named_shape_is_decided_by_value():
         torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
     step(params, x)
     assert step.stats()['programs'] == 1
+
+
+@pytest.mark.parametrize("loop", [1, 3], ids=["chunk1", "whole"])
+def test_serial_loop_grad_has_the_vectorized_named_shape(loop):
+    """A gradient that does not vary along a loop axis (a closed-over value carries it,
+    the loss ignores it) folds it as the vectorized run does: the decision spans every
+    chunk, so resources change neither values nor named shapes."""
+    shapes = []
+
+    def f(w, y, z):
+        g = nx.grad(lambda w: (w * y).sum() + 0 * (z * z).sum())(w)
+        shapes.append(dict(g.named_shape))
+        return g
+
+    kw = dict(in_axes=(['b', ...], ['b', 'a', ...], ['c', ...]), out_axes=['a', 'b', ...])
+    args = (torch.randn(2), torch.randn(2, 4), torch.randn(3))
+    want = nx.xmap(f, **kw)(*args)
+    got = nx.xmap(f, axis_resources={'c': nx.SerialLoop(loop)}, **kw)(*args)
+    torch.testing.assert_close(got, want)
+    assert all(s == {'a': 4, 'b': 2} for s in shapes), shapes
