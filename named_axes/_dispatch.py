@@ -22,6 +22,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from ._env import conflicts
 from ._errors import AxisResourceError, AxisSizeError, NamedAxisError
 from ._layout import align, union_names
+from ._plancache import clear_all
 from ._shape_errors import positional_failure
 from ._tensor import NamedTensor
 from ._torch_func import ORIGINAL as _functorch
@@ -43,15 +44,29 @@ class ShapeError(AxisSizeError, RuntimeError):
 
 
 def register(funcs, rule: Callable) -> None:
-    """Use ``rule`` for every function in ``funcs`` (skipping names torch lacks)."""
+    """Use ``rule`` for every function in ``funcs`` (skipping names torch lacks).
+
+    One rule per function: registering another rule for it is refused.  The index by
+    name (for dynamo) grows here, and remembered plans are forgotten.
+    """
     for f in funcs:
-        if f is not None:
-            RULES[f] = rule
-            _OP_NAMES[f] = _spell(f)
+        if f is None:
+            continue
+        old = RULES.get(f)
+        if old is not None and old is not rule:
+            raise ValueError(f"register: {_spell(f)} already has the rule {old!r}, not {rule!r}")
+        RULES[f] = rule
+        spelled = _OP_NAMES[f] = _spell(f)
+        name = getattr(f, "__name__", None)
+        same = tuple(e for e in _RULES_BY_NAME.get(name, ()) if e[0] is not f)
+        _RULES_BY_NAME[name] = same + ((f, rule, spelled),)
+    clear_all()
 
 
 # Spelled once at registration: rules run under dynamo, which can't trace str methods.
 _OP_NAMES: dict = {}
+# function name -> ((function, rule, spelling), ...): how rules are found under dynamo
+_RULES_BY_NAME: dict = {}
 
 
 def op_name(func: Any) -> str:
@@ -157,27 +172,12 @@ def _rule_while_compiling(func: Callable):
     return None
 
 
-_RULES_BY_NAME: dict = {}
-
-
-def finalize_rules() -> None:
-    """Called once the tables are installed: index the rules by function name (dynamo)."""
-    _RULES_BY_NAME.clear()
-    for f, r in RULES.items():
-        _RULES_BY_NAME.setdefault(getattr(f, "__name__", None), []).append((f, r, op_name(f)))
-    for k, v in _RULES_BY_NAME.items():
-        _RULES_BY_NAME[k] = tuple(v)
-
-
 def wrap(out: Any, names: tuple) -> Any:
     """Wrap every tensor in ``out`` (a tensor, tuple, list or torch.return_types) with ``names``."""
     if isinstance(out, _Tensor):
         return _wrap_nt(out, names)
     if isinstance(out, (tuple, list)):
-        items = [wrap(o, names) for o in out]
-        if type(out) in (tuple, list):
-            return type(out)(items)
-        return type(out)(items)  # structseq / namedtuple-like
+        return type(out)([wrap(o, names) for o in out])   # tuple, list, structseq
     return out
 
 

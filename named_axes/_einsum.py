@@ -17,10 +17,9 @@ named axis getting a fresh letter, so it is as fast (and as traceable) as plain 
 """
 from __future__ import annotations
 
-import functools
 import math
 import string
-from typing import Any, Hashable
+from typing import Any, Hashable, NamedTuple
 
 import torch
 
@@ -29,6 +28,7 @@ from ._env import _state as _env_state
 from ._env import bound_axes, current_frame
 from ._errors import (AxisSizeError, AxisSpecError, AxisTypeError, UnboundAxisError,
                       fmt_named_shape, fmt_names)
+from ._plancache import PlanCache
 from ._tensor import NamedTensor
 
 __all__ = ["einsum", "parse_spec"]
@@ -37,13 +37,8 @@ _NT = NamedTensor
 _LETTERS = string.ascii_letters
 
 
-@functools.lru_cache(maxsize=512)
-def parse_spec(spec: str) -> tuple:
-    """Split ``spec`` into ``(inputs, output, braced)``.
-
-    Each term is ``(positional letters, named tuple | None)``; ``output`` is None in
-    implicit mode (no ``->``).  ``braced`` says whether any term uses braces.
-    """
+def _parse_spec(spec: str) -> tuple:
+    """``parse_spec``, uncached."""
     s = spec.replace(" ", "")
     if s.count("->") > 1:
         raise AxisSpecError(f"einsum {spec!r}: more than one '->'")
@@ -60,6 +55,18 @@ def parse_spec(spec: str) -> tuple:
             seen.add(c)
     braced = "{" in s
     return inputs, output, braced
+
+
+_SPECS = PlanCache("einsum specs", _parse_spec, maxsize=512)
+
+
+def parse_spec(spec: str) -> tuple:
+    """Split ``spec`` into ``(inputs, output, braced)``.
+
+    Each term is ``(positional letters, named tuple | None)``; ``output`` is None in
+    implicit mode (no ``->``).  ``braced`` says whether any term uses braces.
+    """
+    return _SPECS(spec)
 
 
 def _split_terms(lhs: str) -> list:
@@ -146,21 +153,15 @@ def _einsum_rule(func, args, kwargs):
     return _named_einsum(args[0], ops)
 
 
-# (spec, per operand (names it carries, positional ndim)) -> _build_plan(...)
-_PLANS: dict = {}
 _VF = torch._C._VariableFunctions
 _is_compiling = torch.compiler.is_compiling
 
 
 def _named_einsum(spec: str, operands: tuple) -> Any:
-    # dynamo traces the plan once per graph anyway (and older ones cannot hash the key)
-    key = None if _is_compiling() else _plan_key(spec, operands)
-    plan = _PLANS.get(key) if key is not None else None
     bound = bound_axes()
-    if plan is None or not _plan_holds(plan, operands, bound):
-        plan = _build_plan(spec, operands)   # raises on bad input
-        if key is not None and len(_PLANS) < 1024:
-            _PLANS[key] = plan
+    key = _plan_key(spec, operands)
+    plan = _PLANS.plan(key, spec, operands, bound) if key is not None else \
+        _build_plan(spec, operands)
     if _env_state.engine:   # an engine may compute some named axes in pieces
         out = _run_split(plan, operands, bound)
         if out is not None:
@@ -224,7 +225,7 @@ def _plan_key(spec: str, operands: tuple):
 def _plan_holds(plan: tuple, operands: tuple, bound: dict) -> bool:
     """Whether the checks ``plan`` was built with still pass for these sizes and this
     axis environment (if not, rebuilding raises the error)."""
-    env, named, letters = plan[1], plan[2], plan[3]
+    env, named, letters = plan.env, plan.name_groups, plan.letter_groups
     for n in env:
         if n not in bound:
             return False
@@ -298,7 +299,7 @@ def einsum2_eager(eq: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     if plan is not None:
         dt = x.dtype
         if dt is y.dtype and dt.is_floating_point:
-            if plan[9]:   # x [M, K] @ y [K, N] as they are
+            if plan.plain_mm:   # x [M, K] @ y [K, N] as they are
                 sx, sy = x.shape, y.shape
                 if sx[1] == sy[0]:
                     return torch.mm(x, y)
@@ -308,8 +309,22 @@ def einsum2_eager(eq: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return _VF.einsum(eq, (x, y))
 
 
-@functools.lru_cache(maxsize=1024)
-def _matmul_plan(eq: str):
+class MatmulPlan(NamedTuple):
+    """A two-operand einsum as one ``mm``/``bmm``: x -> [batch, x-free, contracted],
+    y -> [batch, contracted, y-free]."""
+    xsum: tuple         # dims of x summed away first
+    ysum: tuple         # dims of y summed away first
+    pairs: tuple        # (x dim, y dim) pairs whose sizes must agree
+    x_perm: tuple | None
+    y_perm: tuple | None
+    nbatch: int
+    nxfree: int
+    ncontract: int
+    out_perm: tuple | None
+    plain_mm: bool      # x [M, K] @ y [K, N] as they are
+
+
+def _build_matmul_plan(eq: str):
     """``eq`` (two operands, no ellipsis, no repeated letter in a term) as ``(dims summed
     in x, in y, equal-size dim pairs, x perm, y perm, #batch, #x-free, #contracted,
     output perm, plain mm)``: x → [batch, x-free, contracted], y → [batch, contracted,
@@ -338,8 +353,11 @@ def _matmul_plan(eq: str):
     mm = (not xsum and not ysum and not batch and len(tx) == len(ty) == len(out) == 2
           and len(xfree) == len(yfree) == len(contract) == 1
           and ident(px) is None and ident(py) is None and ident(po) is None)
-    return (xsum, ysum, pairs, ident(px), ident(py), len(batch), len(xfree), len(contract),
-            ident(po), mm)
+    return MatmulPlan(xsum, ysum, pairs, ident(px), ident(py), len(batch), len(xfree),
+                      len(contract), ident(po), mm)
+
+
+_matmul_plan = PlanCache("einsum matmul", _build_matmul_plan, maxsize=1024)
 
 
 def _matmul_einsum(plan: tuple, x: torch.Tensor, y: torch.Tensor):
@@ -369,6 +387,19 @@ def _matmul_einsum(plan: tuple, x: torch.Tensor, y: torch.Tensor):
     if nb > 1 or nm != 1 or len(ns) != 1:
         out = out.reshape(tuple(bs) + tuple(ms) + tuple(ns))
     return out if po is None else out.permute(po)
+
+
+class EinsumPlan(NamedTuple):
+    """A named einsum translated to one torch einsum over the physical dims."""
+    eq: str
+    env: tuple            # listed names no operand carries (sized by the environment)
+    name_groups: tuple    # equal-size (operand, dim) groups per named axis
+    letter_groups: tuple  # the same per positional letter
+    scaled: tuple         # replicated names that scale the sum
+    expand: tuple         # replicated names the output gets by expansion
+    perm: tuple | None    # output permutation
+    names: tuple          # output names
+    contracted: tuple     # (name, letter) of named axes summed
 
 
 def _build_plan(spec: str, operands: tuple) -> tuple:
@@ -481,8 +512,15 @@ def _build_plan(spec: str, operands: tuple) -> tuple:
     perm = None if names == order else tuple(names.index(n) for n in order)
     groups = lambda dims: tuple(tuple(g) for g in dims.values() if len(g) > 1)  # noqa: E731
     contracted = tuple((n, letter_of[n]) for n in letter_of if n not in out_names)
-    return (eq, env, groups(name_dims), groups(letter_dims), scaled, expand, perm, order,
-            contracted)
+    return EinsumPlan(eq, env, groups(name_dims), groups(letter_dims), scaled, expand, perm,
+                      order, contracted)
+
+
+# (spec, per operand (names it carries, positional ndim)) -> _build_plan(...), used
+# while the sizes it checked still agree
+_PLANS = PlanCache("einsum", lambda spec, operands, bound: _build_plan(spec, operands),
+                   maxsize=1024,
+                   validate=lambda plan, spec, operands, bound: _plan_holds(plan, operands, bound))
 
 
 def _letter_dims(letters: tuple, p: int, i: int, k: int, out: dict) -> None:

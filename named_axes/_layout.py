@@ -13,13 +13,14 @@ torch.Size([3, 2])
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable, Mapping
+from typing import Any, Hashable, Mapping
 
 import torch
 
 from ._env import axis_size, bound_axes
 from ._errors import AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape
 from ._parsing import AxisMapping, parse_mapping
+from ._plancache import PlanCache
 from ._tensor import NamedTensor
 
 __all__ = ["align", "align_to", "named", "positional", "to_named", "to_named_perm", "insert_named",
@@ -45,30 +46,7 @@ def _make_plan(names: tuple, p: int, U: tuple, P: int):
     return perm, template
 
 
-class Plans:
-    """``plans(*args)`` is ``build(*args)``, remembered per ``args`` (a per-layout plan).
-
-    While dynamo traces, the cache is left alone: dynamo would guard on the dict, and
-    torch 2.9's dynamo cannot hash its lazily tracked keys; it traces the plan once per
-    graph instead.
-    """
-
-    __slots__ = ("build", "cache")
-
-    def __init__(self, build: Callable) -> None:
-        self.build = build
-        self.cache: dict = {}
-
-    def __call__(self, *args):
-        if torch.compiler.is_compiling():
-            return self.build(*args)
-        plan = self.cache.get(args)
-        if plan is None:
-            plan = self.cache[args] = self.build(*args)
-        return plan
-
-
-_ALIGN_PLANS = Plans(_make_plan)
+_ALIGN_PLANS = PlanCache("align", _make_plan)
 
 
 def align(data: torch.Tensor, names: tuple, p: int, U: tuple, P: int) -> torch.Tensor:

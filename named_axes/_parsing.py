@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
 from ._errors import AxisSpecError, AxisTypeError
+from ._plancache import PlanCache
 
 __all__ = ["AxisMapping", "is_mapping", "parse_mapping", "check_name", "match_prefix", "path_str"]
 
@@ -130,28 +131,10 @@ def is_mapping(spec: Any) -> bool:
     return False
 
 
-_CACHE: dict = {}
-
-
-def compiling() -> bool:
-    """Whether dynamo is tracing (torch is looked up only if something imported it)."""
-    torch = sys.modules.get("torch")
-    return torch is not None and torch.compiler.is_compiling()
-
-
 def _parse_hashable(kind: str, payload: tuple, spelling: str, rank: int | None = None
                     ) -> AxisMapping:
-    # a plain dict cache: dynamo warns about (and ignores) functools.lru_cache; keyed
-    # by spelling too, which error messages quote ([...] and None parse alike)
-    if compiling():
-        # dynamo (torch 2.9) cannot hash the cache's keys when names are odd objects;
-        # it traces this once per graph anyway
-        return _parse_uncached(kind, payload, spelling, rank)
-    key = (kind, payload, spelling, rank)
-    hit = _CACHE.get(key)
-    if hit is None:
-        hit = _CACHE[key] = _parse_uncached(kind, payload, spelling, rank)
-    return hit
+    # keyed by spelling too, which error messages quote ([...] and None parse alike)
+    return _PARSED.plan((kind, payload, spelling, rank), kind, payload, spelling, rank)
 
 
 def _parse_uncached(kind: str, payload: tuple, spelling: str, rank: int | None = None
@@ -177,6 +160,9 @@ def _parse_uncached(kind: str, payload: tuple, spelling: str, rank: int | None =
         if len(set(positions)) != len(positions):
             raise AxisSpecError(f"{where} repeats a position")
     return AxisMapping(entries, spelling, rank)
+
+
+_PARSED = PlanCache("axis mappings", _parse_uncached)
 
 
 def parse_mapping(spec: Any) -> AxisMapping:

@@ -7,7 +7,7 @@ Functions not listed run under the vmap fallback (:mod:`named_axes._dispatch`).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +17,7 @@ from ._env import _state as _env_state
 from ._env import bound_axes, current_frame
 from ._errors import AxisSpecError, AxisTypeError, UnboundAxisError, unbound_message
 from ._layout import align_plan, apply_align, expand_to
+from ._plancache import PlanCache
 from ._switches import FASTPATH
 from ._tensor import NamedTensor
 
@@ -46,8 +47,8 @@ isfinite isposinf isneginf isreal nan_to_num neg negative positive rad2deg recip
 round rsqrt sigmoid sign sgn signbit sin sinc sinh sqrt square tan tanh trunc
 relu relu6 gelu silu mish elu selu celu leaky_relu hardtanh hardsigmoid hardswish
 hardshrink softshrink tanhshrink softplus softsign logsigmoid threshold rrelu
-expit erfcx log_ndtr ndtr ndtri xlogy xlog1py entr i0e i1 i1e polygamma multigammaln
-dropout alpha_dropout bernoulli
+expit erfcx log_ndtr ndtr ndtri xlog1py entr i0e i1 i1e polygamma multigammaln
+bernoulli
 zeros_like ones_like empty_like full_like rand_like randn_like randint_like
 clone detach contiguous float double half bfloat16 int long short bool byte char cpu cuda to
 type type_as requires_grad_ detach_ zero_ fill_ normal_ uniform_ bernoulli_ exponential_
@@ -62,9 +63,9 @@ float_power atan2 arctan2 hypot maximum minimum fmax fmin copysign nextafter lde
 logaddexp logaddexp2 bitwise_and bitwise_or bitwise_xor bitwise_left_shift
 bitwise_right_shift logical_and logical_or logical_xor logical_not eq ne lt le gt ge
 greater greater_equal less less_equal not_equal heaviside isclose lerp addcmul addcdiv
-where masked_fill xlogy rsub gcd lcm
+masked_fill xlogy rsub gcd lcm
 add_ sub_ mul_ div_ pow_ lerp_ addcmul_ addcdiv_ masked_fill_ copy_ clamp_min_ clamp_max_
-remainder_ fmod_ maximum minimum atan2_ hypot_ logical_and_ logical_or_ eq_ ne_
+remainder_ fmod_ atan2_ hypot_ logical_and_ logical_or_ eq_ ne_
 """.split()
 
 DUNDERS = """
@@ -118,26 +119,30 @@ def _finish(out, names: tuple, func):
     return _wrap_nt(out, names) if type(out) is _T else wrap(out, names)
 
 
-# (names of a, ndim of a, names of b, ndim of b) -> (union names, positional rank,
-# (i, j) index pairs of the names both carry): the plan of ``_by_name``
-_BY_NAME: dict = {}
+class ByNamePlan(NamedTuple):
+    """How ``_by_name`` lays out a and b."""
+    names: tuple        # the union of their names, a's first
+    pairs: tuple        # (i, j): a's dim i and b's dim j carry the same name
+    align_a: tuple | None   # align_plan of a into the common layout (None: as it is)
+    align_b: tuple | None
+
+
+def _by_name_plan(na: tuple, ndim_a: int, nb: tuple, ndim_b: int) -> ByNamePlan:
+    pa, pb = ndim_a - len(na), ndim_b - len(nb)
+    U = na + tuple(n for n in nb if n not in na)
+    P = max(pa, pb)
+    return ByNamePlan(U, tuple((i, nb.index(n)) for i, n in enumerate(na) if n in nb),
+                      align_plan(na, pa, U, P), align_plan(nb, pb, U, P))
+
+
+_BY_NAME = PlanCache("by_name", _by_name_plan)
 
 
 def _by_name(func, a: _NT, b: _NT):
     """``func(a, b)`` broadcast by name (the dispatcher's general path, planned once per
     layout); None when the shared names' sizes differ, to let that path raise."""
     da, db = a._data, b._data
-    na, nb = a._names, b._names
-    key = (na, da.dim(), nb, db.dim())
-    plan = _BY_NAME.get(key)
-    if plan is None:
-        if len(_BY_NAME) > 4096:
-            _BY_NAME.clear()
-        pa, pb = da.dim() - len(na), db.dim() - len(nb)
-        U = na + tuple(n for n in nb if n not in na)
-        P = max(pa, pb)
-        plan = _BY_NAME[key] = (U, tuple((i, nb.index(n)) for i, n in enumerate(na) if n in nb),
-                                align_plan(na, pa, U, P), align_plan(nb, pb, U, P))
+    plan = _BY_NAME(a._names, da.dim(), b._names, db.dim())
     U, pairs, plan_a, plan_b = plan
     sa, sb = da.shape, db.shape
     for i, j in pairs:
@@ -317,9 +322,18 @@ _DEFAULT_DIM = {"mode": -1}
 _VALUES_ONLY = {"max", "min", "median", "nanmedian"}
 
 
-# (names, physical ndim, dim spec) -> (physical dims, reduced named dims, names left,
-# names asked for): what translate_dims works out, for values that lack none of the names
-_DIMS: dict = {}
+class DimsPlan(NamedTuple):
+    """What ``translate_dims`` works out for a dim argument."""
+    phys: tuple         # physical dims
+    named: tuple        # the dims of named axes among them
+    names_left: tuple   # names after reducing the named dims
+    asked: tuple        # names the argument asked for
+
+
+# (names, physical ndim, dim spec) -> DimsPlan, for values that lack none of the names
+# (stored by _dims_of: a plan for a value broadcast along a bound name depends on the
+# environment, so it is not kept)
+_DIMS = PlanCache("dims")
 
 
 def _plain_spec(dims) -> bool:
@@ -344,22 +358,20 @@ def _dims_of(x: _NT, dims, op):
     while dynamo traces (a global dict it would guard on).
     """
     key = None
-    if _plain_spec(dims) and not torch.compiler.is_compiling():
+    if _plain_spec(dims):
         key = (x._names, x._data.dim(), dims)
-        hit = _DIMS.get(key)
+        hit = _DIMS.lookup(key)
         if hit is not None:
-            if hit[3]:
-                _check_engines(hit[3], op)
+            if hit.asked:
+                _check_engines(hit.asked, op)
             return x, hit
     x2, phys, named = translate_dims(x, dims, op)
     items = dims if isinstance(dims, (tuple, list)) else (dims,)
-    entry = (tuple(phys), tuple(named),
-             tuple(n for i, n in enumerate(x2._names) if i not in named),
-             tuple(d for d in items if not isinstance(d, int)))
+    entry = DimsPlan(tuple(phys), tuple(named),
+                     tuple(n for i, n in enumerate(x2._names) if i not in named),
+                     tuple(d for d in items if not isinstance(d, int)))
     if key is not None and x2 is x:
-        if len(_DIMS) > 4096:
-            _DIMS.clear()
-        _DIMS[key] = entry
+        _DIMS.store(key, entry)
     return x2, entry
 
 
@@ -514,6 +526,3 @@ def install() -> None:
     from ._bindings import bind_all
 
     bind_all()
-    from ._dispatch import finalize_rules
-
-    finalize_rules()

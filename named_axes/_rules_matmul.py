@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 
 from ._dispatch import ShapeError, op_name, pointwise, register, result
-from ._layout import Plans, union_names
+from ._layout import union_names
+from ._plancache import PlanCache
 from ._tensor import NamedTensor
 
 _NT = NamedTensor
@@ -167,7 +168,7 @@ def _unless_identity(perm: tuple):
     return None if perm == tuple(range(len(perm))) else perm
 
 
-_MATMUL_PLANS = Plans(_matmul_plan)
+_MATMUL_PLANS = PlanCache("matmul", _matmul_plan)
 
 
 def _linear(func, args, kwargs):

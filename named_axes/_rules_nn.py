@@ -185,6 +185,7 @@ def install() -> None:
     register([F.layer_norm, F.rms_norm], _layer_norm)
     register([F.pad], _pad)
     register([F.embedding, F.one_hot, F.dropout, F.alpha_dropout, torch.dropout,
+              torch.alpha_dropout,
               torch.bucketize, torch.nn.functional.pixel_shuffle,
               torch.nn.functional.pixel_unshuffle], _first_named_only)
     for n in (1, 2, 3):

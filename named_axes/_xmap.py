@@ -19,6 +19,7 @@ from ._errors import (AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeE
                       fmt_names)
 from ._layout import apply_insert, insert_named, insert_plan, to_named, to_named_perm
 from ._parsing import check_name, match_prefix, parse_mapping, path_str
+from ._plancache import PlanCache
 from ._tensor import NamedTensor
 from ._xmap_tree import _as_torch, _flatten, _flatten_key, _is_array, _is_leaf, _unflatten
 
@@ -76,7 +77,7 @@ class _Plan:
         self.fixed_chk = tuple((n, s) for n, s in axis_sizes.items() if n in seen)
         self.names = frozenset(seen)
         self.flat = flat
-        self.outs: dict = {}
+        self.outs = PlanCache("xmap outputs", maxsize=_MAX_PLANS)
         # names the arguments carried in (not bound here): they may pass out again
         self.carried = frozenset(carried)
 
@@ -154,7 +155,7 @@ class _Xmapped:
         self._in_spec = (tuple(in_axes) if isinstance(in_axes, list) and not _is_mapping_safe(in_axes)
                          else in_axes)
         # call plans by argument structure; partitioned / device-moving calls go slow
-        self._plans: dict = {}
+        self._plans = PlanCache(f"xmap {self._spelling[:40]}", maxsize=_MAX_PLANS)
         self._plannable = not self.axis_resources and backend is None
 
     def __repr__(self) -> str:
@@ -172,7 +173,7 @@ class _Xmapped:
         if not _flatten_key(args, leaves, key):
             return self._call_slow(args, kwargs)
         key = tuple(key)
-        plan = self._plans.get(key)
+        plan = self._plans.lookup(key)
         if plan is None:
             return self._call_slow(args, kwargs, key)
         sizes = plan.sizes(leaves)
@@ -190,7 +191,7 @@ class _Xmapped:
         """Place the output's named axes per out_axes, by the cached output plan."""
         if type(out) is NamedTensor:   # the common single output, keyed as _flatten_key does
             data = out._data
-            ops = plan.outs.get(((out._names, data.dim()),))
+            ops = plan.outs.lookup(((out._names, data.dim()),))
             if ops and not (ops[0][2] and _escapes(ops[0][2], plan.carried)):
                 return apply_insert(data, ops[0], sizes)
         leaves: list = []
@@ -198,13 +199,11 @@ class _Xmapped:
         ops = None
         if _flatten_key(out, leaves, key):
             key = tuple(key)
-            ops = plan.outs.get(key)
+            ops = plan.outs.lookup(key)
             if ops is None:
                 what = f"{self._spelling}(<inputs>)"
                 result = self._exit_slow(out, _flatten(out), sizes, what, plan.carried)
-                if len(plan.outs) >= _MAX_PLANS:
-                    plan.outs.clear()
-                plan.outs[key] = _out_plan(self.out_axes, out, f"{what}: out_axes")
+                plan.outs.store(key, _out_plan(self.out_axes, out, f"{what}: out_axes"))
                 return result
         if not ops or (ops.kept and _escapes(ops.kept, plan.carried)):
             return self._exit_slow(out, _flatten(out), sizes, f"{self._spelling}(<inputs>)",
@@ -229,10 +228,9 @@ class _Xmapped:
         carried = frozenset(n for rec in record if rec is not None for n in rec[1])
         plan = None
         if key is not None:
-            if len(self._plans) >= _MAX_PLANS:   # structures that never repeat: start over
-                self._plans.clear()
             flat = all(_is_leaf(a) for a in args)
-            plan = self._plans[key] = _Plan(record, self.axis_sizes, flat)
+            plan = _Plan(record, self.axis_sizes, flat)
+            self._plans.store(key, plan)
 
         out_tree: list = []
 

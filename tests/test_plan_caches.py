@@ -164,3 +164,57 @@ def test_einsum2_matmul_lowering_matches_torch_einsum():
     # sizes that broadcast (1 against n) go to torch.einsum
     x, y = torch.randn(1, 3), torch.randn(4, 3)
     torch.testing.assert_close(einsum2("ab,ab->a", x, y), torch.einsum("ab,ab->a", x, y))
+
+
+# -- the one cache policy (named_axes/_plancache.py) --------------------------------
+
+def test_plan_cache_policy():
+    from named_axes._plancache import PlanCache, clear_all
+    built = []
+
+    def build(n):
+        built.append(n)
+        return None if n == 0 else n * n
+
+    cache = PlanCache("test squares", build, maxsize=3, validate=lambda plan, n: n != 7)
+    assert [cache(2), cache(2), cache(0), cache(0)] == [4, 4, None, None]
+    assert built == [2, 0]                       # a None plan is a plan
+    cache.plan([1], 3)                           # an unhashable key: built, not kept
+    cache.plan([1], 3)
+    assert built == [2, 0, 3, 3] and len(cache) == 2
+    cache(7)                                     # the third plan: full
+    cache(7)                                     # validate fails: rebuilt, starts over
+    assert built[-2:] == [7, 7]
+    assert len(cache) == 1 and cache.lookup((7,)) == 49 and cache.lookup((2,)) is None
+    clear_all()
+    assert len(cache) == 0
+
+
+def test_plan_cache_is_left_alone_while_dynamo_traces():
+    from named_axes._plancache import PlanCache
+    cache = PlanCache("test traced", lambda n: n + 1)
+
+    @torch.compile(backend="eager", fullgraph=True)
+    def f(x):
+        return x * cache(2)
+
+    torch.testing.assert_close(f(torch.ones(2)), torch.full((2,), 3.))
+    assert len(cache) == 0
+
+
+def test_one_rule_per_function_and_every_rule_found_by_name():
+    from named_axes import _dispatch
+    with pytest.raises(ValueError, match="already has the rule"):
+        _dispatch.register([torch.add], lambda func, args, kwargs: NotImplemented)
+    # the index dynamo uses grows with every registration: torch.einsum's rule (made
+    # after the tables) is found by name too
+    for f, rule in _dispatch.RULES.items():
+        assert _dispatch._rule_while_compiling(f) is rule, f
+
+
+def test_named_torch_einsum_under_torch_compile_uses_its_rule():
+    x, w = nx.named(_r(4, 3), 'b ...'), _r(3, 2)
+    f = torch.compile(lambda x, w: torch.einsum('k,kh->h', x, w), backend="eager")
+    got = f(x, w)
+    assert got.named_shape == {'b': 4}
+    torch.testing.assert_close(nx.positional(got, 'b ...'), _r(4, 3) @ _r(3, 2))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import string
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -18,6 +18,7 @@ from .._env import INNER, axis_size, bound_axes
 from .._env import _state as _env_state
 from .._errors import AxisSizeError, AxisSpecError
 from .._layout import union_names
+from .._plancache import PlanCache
 from .._tensor import RECORDERS, NamedTensor
 from ._collectives import (_as_named, _axis_names, _check_bound_size, _engine_method, _norm,
                            _out, _shows_axes)
@@ -57,18 +58,9 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
         if size != 1:   # as in _pdot_run
             out = NamedTensor._wrap(_ops.scale_grad(out._data, 1 / size), out._names)
         return out
-    key, plan = None, None
-    if not torch.compiler.is_compiling():  # (dynamo traces the plan once per graph anyway)
-        try:
-            key = (axis_name if type(axis_name) is str else names, x._names, y._names,
-                   x._data.dim(), y._data.dim(), pos_contract, pos_batch)
-            plan = _PDOT_PLANS.get(key)
-        except TypeError:  # unhashable (lists): no caching
-            key = None
-    if plan is None or not _pdot_plan_holds(plan, x, y):
-        plan = _pdot_plan(x, y, names, pos_contract, pos_batch)   # raises on bad input
-        if key is not None and len(_PDOT_PLANS) < 1024:
-            _PDOT_PLANS[key] = plan
+    key = (axis_name if type(axis_name) is str else names, x._names, y._names,
+           x._data.dim(), y._data.dim(), pos_contract, pos_batch)
+    plan = _PDOT_PLANS.plan(key, x, y, names, pos_contract, pos_batch)   # raises on bad input
     return _pdot_run(plan, x, y, names)
 
 
@@ -99,33 +91,34 @@ def _contracted_size(names: tuple) -> int:
 def _pdot_cached(x: NamedTensor, y: NamedTensor, name: str, pos_contract, pos_batch):
     """``pdot`` over one axis name by a plan that this call's layout already checked, or
     None (the general path builds and caches it, or raises)."""
-    try:
-        plan = _PDOT_PLANS.get((name, x._names, y._names, x._data.dim(), y._data.dim(),
-                                pos_contract, pos_batch))
-    except TypeError:  # unhashable (lists)
-        return None
+    plan = _PDOT_PLANS.lookup((name, x._names, y._names, x._data.dim(), y._data.dim(),
+                               pos_contract, pos_batch))
     if plan is None or not _pdot_plan_holds(plan, x, y):
         return None
     return _pdot_run(plan, x, y, (name,))
-
-
-# (axis_name as given when a str else the names, x names, y names, x physical ndim,
-# y physical ndim, pos_contract, pos_batch) -> _pdot_plan(...)
-_PDOT_PLANS: dict = {}
 
 
 def _pdot_plan_holds(plan: tuple, x: NamedTensor, y: NamedTensor) -> bool:
     """Whether the sizes checked when ``plan`` was built still agree (else rebuild: the
     rebuild raises the error)."""
     shapes = (x._data.shape, y._data.shape)
-    for i, a, j, b in plan[2]:
+    for i, a, j, b in plan.same:
         if shapes[i][a] != shapes[j][b]:
             return False
     bound = bound_axes()
-    for i, a, n in plan[3]:
+    for i, a, n in plan.bound_checks:
         if n in bound and bound[n] != shapes[i][a]:
             return False
     return True
+
+
+class PdotPlan(NamedTuple):
+    """``pdot`` as one einsum over the physical dims (operand 0 is x, 1 is y)."""
+    eq: str
+    out_names: tuple
+    same: tuple           # (operand, dim, operand, dim) pairs whose sizes must agree
+    bound_checks: tuple   # (operand, dim, name): sizes that must equal the bound size
+    missing: tuple        # contracted names no operand carries (scale by their size)
 
 
 def _pdot_plan(x: NamedTensor, y: NamedTensor, names: tuple, pos_contract, pos_batch) -> tuple:
@@ -177,4 +170,11 @@ def _pdot_plan(x: NamedTensor, y: NamedTensor, names: tuple, pos_contract, pos_b
                     bound_checks.append((i, v._names.index(n), n))
     eq = (f"{''.join(tx)},{''.join(ty)}->"
           f"{''.join(named_letter[n] for n in out_names)}{batch}{free_x}{free_y}")
-    return eq, out_names, tuple(same), tuple(bound_checks), tuple(missing)
+    return PdotPlan(eq, out_names, tuple(same), tuple(bound_checks), tuple(missing))
+
+
+# (axis_name as given when a str else the names, x names, y names, x physical ndim,
+# y physical ndim, pos_contract, pos_batch) -> _pdot_plan(...), used while the sizes it
+# checked still agree
+_PDOT_PLANS = PlanCache("pdot", _pdot_plan, maxsize=1024,
+                        validate=lambda plan, x, y, *_: _pdot_plan_holds(plan, x, y))

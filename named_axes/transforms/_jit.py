@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
@@ -260,7 +260,7 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
             if hit:
                 entry = fast[1]
                 counts[0] += 1
-                return entry[2](entry[0](list(args)))
+                return entry.rebuild(entry.compiled(list(args)))
         if static or donate:
             dyn_args, st_vals = _split_static(args, static, donate, name)
         else:
@@ -281,7 +281,7 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
             plain_key = None if tied else key_of(
                 [_detached(a) for a in dyn_args], st_vals, bound, False)[0]
             entry = cache.get(plain_key)
-            if entry is None or not entry[4]:
+            if entry is None or not entry.values:
                 if not cache:
                     _ensure_compile_support()
                 misses = FOLD_MISSES[0]
@@ -295,7 +295,7 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
                     # _instances.drop_replicated): one eager call on copies, then retrace
                     fun(*_copies(args))
                     entry = _build(fun, args, static, backend)
-                if entry[4] and plain_key is not None:
+                if entry.values and plain_key is not None:
                     cache.setdefault(plain_key, entry)
             cache[key] = entry
         compiled, tensor_pos, rebuild, pure, _ = entry
@@ -371,8 +371,17 @@ def _split_static(args: tuple, static: tuple, donate: tuple, name: str) -> tuple
     return dyn_args, tuple(args[i] for i in sorted(st))
 
 
+class Program(NamedTuple):
+    """One compiled program of a jitted function (see :func:`_build`)."""
+    compiled: Callable
+    tensor_pos: Any
+    rebuild: Callable
+    pure: bool
+    values: bool
+
+
 def _build(fun: Callable, args: tuple, static: tuple, backend: str):
-    """Trace and compile ``fun``: ``(compiled, tensor_pos, rebuild, pure, values)``.
+    """Trace and compile ``fun`` into a :class:`Program`.
 
     ``tensor_pos`` picks the tensor leaves out of the flat leaves (None: all of them);
     ``rebuild`` turns the compiled function's flat outputs into ``fun``'s result;
@@ -420,8 +429,8 @@ def _build(fun: Callable, args: tuple, static: tuple, backend: str):
     else:
         compiled = _compile(gm, example, backend)
     all_tensors = len(tensor_pos) == len(leaves)
-    return (compiled, None if all_tensors else tensor_pos, _output_builder(out_info, is_tensor),
-            _pure(gm), values)
+    return Program(compiled, None if all_tensors else tensor_pos,
+                   _output_builder(out_info, is_tensor), _pure(gm), values)
 
 
 def _pure(gm: torch.fx.GraphModule) -> bool:

@@ -1,0 +1,123 @@
+"""One cache policy for every plan named_axes remembers.
+
+A *plan* is what an op works out once per layout signature (the names and ranks of its
+operands, a spec string, an axis mapping) so that later calls with the same signature
+only run it: an alignment's permutation, a reduction's physical dims, an einsum's
+equation.  Every such cache is a :class:`PlanCache`, with one policy:
+
+- keyed by a hashable signature; a key that cannot be hashed (lists, odd objects) is
+  not cached, the plan is built for that call;
+- while dynamo traces, nothing is read or stored: dynamo would guard on the dict (and
+  torch 2.9's dynamo cannot hash lazily tracked keys); the plan is traced into the
+  graph instead, once per graph;
+- a plan that checked sizes when it was built carries a ``validate(plan, *args)``:
+  a hit that fails it is rebuilt (so the rebuild raises the user's error);
+- when ``maxsize`` plans are held the cache starts over (layouts that never repeat
+  cannot grow it without bound);
+- :func:`clear_all` empties every cache (tests; after a rule is registered).
+
+>>> from named_axes._plancache import PlanCache
+>>> squares = PlanCache("squares", lambda n: n * n, maxsize=2)
+>>> squares(3), squares(3), len(squares)
+(9, 9, 1)
+"""
+from __future__ import annotations
+
+import sys
+import weakref
+from typing import Any, Callable
+
+__all__ = ["PlanCache", "clear_all"]
+
+_MISSING = object()
+CACHES: weakref.WeakSet = weakref.WeakSet()   # every live PlanCache, for clear_all
+
+
+def _compiling_before_torch() -> bool:
+    """Whether dynamo is tracing; binds ``compiling`` to torch's own check once torch is
+    imported (this module is pure Python: axis-spec parsing runs before torch is)."""
+    global compiling
+    torch = sys.modules.get("torch")
+    if torch is None or not hasattr(torch, "compiler"):
+        return False
+    compiling = torch.compiler.is_compiling
+    return compiling()
+
+
+compiling = _compiling_before_torch
+
+
+class PlanCache:
+    """``cache.plan(key, *args)`` is ``build(*args)``, remembered per ``key``;
+    ``cache(*args)`` uses ``args`` as the key.
+
+    ``validate(plan, *args)``, when given, must hold for a remembered plan to be used.
+    ``lookup(key)`` reads without building, for a fast lane whose miss goes to the
+    general path (which builds, or raises); ``store(key, plan)`` is for plans made as a
+    side effect of a checked run (an xmap call, a reduction whose operand needed no
+    broadcast), which no ``build`` function can make alone (such a cache has no
+    ``build``).
+    """
+
+    __slots__ = ("name", "build", "maxsize", "validate", "plans", "__weakref__")
+
+    def __init__(self, name: str, build: Callable | None = None, maxsize: int = 4096,
+                 validate: Callable | None = None) -> None:
+        self.name = name
+        self.build = build
+        self.maxsize = maxsize
+        self.validate = validate
+        self.plans: dict = {}
+        CACHES.add(self)
+
+    def plan(self, key: Any, *args) -> Any:
+        if compiling():
+            return self.build(*args)
+        try:
+            plan = self.plans.get(key, _MISSING)
+        except TypeError:   # an unhashable key: no caching
+            return self.build(*args)
+        if plan is _MISSING or (self.validate is not None and not self.validate(plan, *args)):
+            plan = self.build(*args)   # raises on bad input
+            self.store(key, plan)
+        return plan
+
+    def __call__(self, *args) -> Any:
+        return self.plan(args, *args)
+
+    def lookup(self, key: Any) -> Any:
+        """The remembered plan for ``key`` or None (never built here; not validated: a
+        cache read this way does not store None plans)."""
+        if compiling():
+            return None
+        try:
+            return self.plans.get(key)
+        except TypeError:
+            return None
+
+    def store(self, key: Any, plan: Any) -> None:
+        """Remember ``plan`` for ``key`` (outside dynamo; an unhashable key is dropped)."""
+        if compiling():
+            return
+        plans = self.plans
+        if len(plans) >= self.maxsize:
+            plans.clear()
+        try:
+            plans[key] = plan
+        except TypeError:
+            pass
+
+    def clear(self) -> None:
+        self.plans.clear()
+
+    def __len__(self) -> int:
+        return len(self.plans)
+
+    def __repr__(self) -> str:
+        return f"PlanCache({self.name!r}, {len(self.plans)}/{self.maxsize} plans)"
+
+
+def clear_all() -> None:
+    """Forget every remembered plan."""
+    for cache in CACHES:
+        cache.clear()
