@@ -7,7 +7,7 @@ types ``TypeError`` subclasses, an unbound axis name an :class:`UnboundAxisError
 """
 from __future__ import annotations
 
-from typing import Any, Hashable, Iterable, Mapping
+from typing import Hashable, Iterable, Mapping
 
 __all__ = [
     "NamedAxisError",
@@ -63,17 +63,6 @@ def fmt_names(names: Iterable[Hashable]) -> str:
 def fmt_named_shape(named_shape: Mapping[Hashable, int]) -> str:
     """Spell a named shape as a dict literal: ``{'batch': 8, 'hidden': 16}``."""
     return "{" + ", ".join(f"{k!r}: {v}" for k, v in named_shape.items()) + "}"
-
-
-def describe(value: Any) -> str:
-    """A short description of an argument value for error messages."""
-    shape = getattr(value, "shape", None)
-    named = getattr(value, "named_shape", None)
-    if named is not None:
-        return f"NamedTensor(shape={tuple(shape)}, named_shape={fmt_named_shape(named)})"
-    if shape is not None:
-        return f"{type(value).__name__}(shape={tuple(shape)})"
-    return type(value).__name__
 
 
 def unbound_message(name: Hashable, bound: Iterable[Hashable], *, op: str | None = None,

@@ -27,7 +27,7 @@ torch.Size([3, 2, 4])
 """
 from __future__ import annotations
 
-from typing import Any, Hashable
+from typing import Any
 
 import torch
 

@@ -25,7 +25,6 @@ list/tuple/dict is a *container* of specs (a pytree prefix).
 """
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 

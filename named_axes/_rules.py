@@ -7,7 +7,7 @@ Functions not listed run under the vmap fallback (:mod:`named_axes._dispatch`).
 """
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -238,10 +238,6 @@ def _norm_pos(d: int, p: int, op) -> int:
 
 class _AxisIndexError(AxisSpecError, IndexError):
     """A positional dim out of range (a ValueError subclass, and an IndexError like torch's)."""
-
-
-def _is_name(d: Any) -> bool:
-    return not isinstance(d, (int, type(None))) and not isinstance(d, (tuple, list))
 
 
 def _with_names(x: _NT, wanted, op) -> _NT:

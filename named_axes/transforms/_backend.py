@@ -351,11 +351,3 @@ def _direct_callable(captured: list, example: list) -> Callable | None:
     # run once through the OutputCode (its first call finishes compile-time bookkeeping)
     out(list(example))
     return out.current_callable
-
-
-def _register() -> None:
-    """Register the backend now (importing ``torch._dynamo``); otherwise
-    ``named_axes._compile_compat`` registers it when dynamo is first imported."""
-    from .. import _compile_compat
-
-    _compile_compat.install()
