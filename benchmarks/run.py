@@ -491,6 +491,12 @@ def main(argv=None) -> int:
         report += ["**Quick smoke run: these timings mean nothing.**", ""]
     report += environment(argv) + [""]
 
+    # One core for the in-process comparisons: XLA keeps helper threads even with its Eigen
+    # pool single-threaded (a transposed dot used 1.5 cores), so with --threads 1 the whole
+    # process is pinned while P1-P4 run; the fresh processes later get every core again.
+    all_cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    if args.threads == 1 and all_cpus:
+        os.sched_setaffinity(0, {max(all_cpus)})
     all_results = run_programs(names, keys, rounds, block_s, warmup, log)
     report += ["## P1–P3: ratio to plain torch eager (lower is faster)", ""]
     report += program_tables(all_results)
@@ -506,6 +512,9 @@ def main(argv=None) -> int:
     if not args.no_p4 and (keys is None or {"compile", "nx.jit"} & keys):
         report += ["## P4: trace + compile time", ""]
         report += run_p4(1 if args.quick else 3, log)
+
+    if all_cpus:
+        os.sched_setaffinity(0, all_cpus)
 
     if not args.no_startup and not args.quick:
         import bench_startup
@@ -525,7 +534,9 @@ def main(argv=None) -> int:
         "median per-call time. torch.compile compiles the loss (forward) and gets its "
         "backward from AOT autograd; `nx.jit` traces value_and_grad of the named program "
         "into one graph. JAX runs on CPU in the same process (`block_until_ready`); "
-        "with `--threads 1` XLA's Eigen pool is single-threaded too. On a shared, "
+        "with `--threads 1` XLA's Eigen pool is single-threaded too and the process is pinned "
+        "to one CPU while P1–P4 run (XLA's other threads would otherwise use a second core: "
+        "measured 1.5 cores on a transposed dot). On a shared, "
         "loaded machine use `--threads 1`: with 2 threads torch's OpenMP barriers stall "
         "for milliseconds whenever another process holds a core.",
         "",
