@@ -19,6 +19,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from . import _isa_probe
+
 __all__ = ["compile_named", "compile_flat", "collective_decompositions", "BACKEND_NAME"]
 
 BACKEND_NAME = "named_axes"
@@ -240,7 +242,10 @@ def compile_named(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callabl
     """Compile an FX graph (torch IR or aten) with inductor, collectives inlined."""
     from torch._inductor.compile_fx import compile_fx
 
-    return compile_fx(gm, list(example_inputs), decompositions=_decompositions())
+    _isa_probe.before_compile()
+    out = compile_fx(gm, list(example_inputs), decompositions=_decompositions())
+    _isa_probe.after_compile()
+    return out
 
 
 def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
@@ -284,9 +289,11 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
     patches = {"size_asserts": False} if hasattr(config, "size_asserts") else {}
     # AOT autograd's own cache would skip ``inner`` on a hit (and with it the direct
     # call below); inductor's FX-graph cache under it still saves the code generation.
+    _isa_probe.before_compile()
     with torch._functorch.config.patch(enable_autograd_cache=False):
         full = compile_fx(gm, _fake_inputs(example), inner_compile=inner,
                           config_patches=patches, decompositions=_decompositions(flat=True))
+    _isa_probe.after_compile()
     differentiable = torch.is_grad_enabled() and (
         any(t.requires_grad for t in example) or (not grad_off and _grad_constants(gm)))
     direct = None if differentiable else _direct_callable(captured, example)
