@@ -1,9 +1,9 @@
 """Direct bindings: operators, common Tensor methods and builtin torch pointwise functions
 go straight to their rule, without the dispatcher's table lookup and frames.
 
-The rules themselves live in :mod:`named_axes._rules` (and ``_rules_shape``,
-``_rules_matmul``, ``_rules_nn``); this module only wires NamedTensor's methods and the
-``__torch_function__`` hook to them once the tables are filled.  Each direct path runs
+The bindings are made from the op registry (:mod:`named_axes._registry`) once
+:mod:`named_axes.rules` has filled it, and never import a rule module: the inline lanes
+are the pointwise kernel's own functions (:mod:`named_axes._pointwise`).  Each direct path runs
 the common case inline (same-layout operands, scalars, plain tensors that fit the
 positional part) and hands everything else — unnamed NamedTensors, declined calls,
 positional errors — to :func:`named_axes._dispatch.dispatch`, so errors are raised in
@@ -19,14 +19,20 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ._dispatch import RULES
+from ._dispatch import dispatch
 from ._errors import NamedAxisError
-from ._rules import (DUNDERS, UNARY_POINTWISE, _NO, _by_name, _finish, _inline_operand,
-                     _pointwise, _pointwise_inplace)
+from ._pointwise import NO as _NO
+from ._pointwise import by_name as _by_name
+from ._pointwise import finish as _finish
+from ._pointwise import inline_operand as _inline_operand
+from ._pointwise import pointwise_rule
+from ._registry import RECORDS
 from ._switches import FASTPATH
 from ._tensor import NamedTensor
 
 _ndarray = np.ndarray
+_pointwise = pointwise_rule(False)
+_pointwise_inplace = pointwise_rule(True)
 
 _NT = NamedTensor
 _T = torch.Tensor
@@ -82,25 +88,25 @@ def bind_all() -> None:
 def _bind_operators() -> None:
     """Point NamedTensor's operators straight at their rules: no table lookup per call
     (faster, and dynamo then needs no guard on the rule table)."""
-    from ._dispatch import dispatch
-
-    for name in DUNDERS + ["__matmul__", "__rmatmul__"]:
-        method = getattr(_T, name, None)
-        if method is None:
-            continue
-        rule = RULES.get(method)
+    for name, method, rec in _operators():
         if not FASTPATH:
             op = _dispatched(method, dispatch)
-        elif rule is _pointwise and name not in ("__neg__", "__pos__", "__abs__", "__invert__"):
-            op = _binary_operator(method, dispatch)
-        elif rule is _pointwise_inplace:
-            op = _inplace_operator(method, dispatch)
-        elif rule is None:
-            op = _dispatched(method, dispatch)
+        elif rec.kind == "pointwise" and rec.arity == 2:
+            op = (_inplace_operator if rec.inplace else _binary_operator)(method, dispatch)
         else:
-            op = _generic_operator(method, rule, dispatch)
+            op = _generic_operator(method, rec.impl, dispatch)
         op.__name__ = op.__qualname__ = name
         setattr(NamedTensor, name, op)
+
+
+def _operators():
+    """``(name, Tensor method, record)`` of the operators with a rule: the pointwise
+    ones and ``@``."""
+    for f, rec in list(RECORDS.items()):
+        name = getattr(f, "__name__", "") or ""
+        if name.startswith("__") and getattr(_T, name, None) is f and (
+                rec.kind == "pointwise" or name in ("__matmul__", "__rmatmul__")):
+            yield name, f, rec
 
 
 def _dispatched(method, dispatch):
@@ -195,20 +201,17 @@ def _rule_method(method, rule, dispatch):
 def _bind_methods() -> None:
     """The Tensor methods that have a rule call it directly (see ``_direct``); the rest
     keep the dispatching methods ``_tensor`` bound at import."""
-    from ._dispatch import dispatch
-
-    unary = set(UNARY_POINTWISE)
     for name, attr in list(vars(NamedTensor).items()):
         if not getattr(attr, "_dispatched", False) or name in _NOT_DIRECT:
             continue
         method = getattr(_T, name)
-        rule = RULES.get(method)
-        if rule is None:
+        rec = RECORDS.get(method)
+        if rec is None:
             continue
-        if name in unary and rule in (_pointwise, _pointwise_inplace):
-            m = _unary_method(method, dispatch, rule is _pointwise_inplace)
+        if rec.kind == "pointwise" and rec.arity == 1:
+            m = _unary_method(method, dispatch, rec.inplace)
         else:
-            m = _rule_method(method, rule, dispatch)
+            m = _rule_method(method, rec.impl, dispatch)
         m.__name__ = m.__qualname__ = name
         m.__doc__ = attr.__doc__
         setattr(NamedTensor, name, m)
@@ -218,10 +221,9 @@ def _bind_functions() -> None:
     """``torch.tanh(x)`` and the other builtin torch functions with a pointwise rule: the
     ``__torch_function__`` hook calls them directly (see ``_tensor._DIRECT``)."""
     from . import _tensor
-    from ._dispatch import dispatch
 
-    for f, rule in RULES.items():
-        if type(f) is _tensor._BUILTIN and rule is _pointwise:
+    for f, rec in RECORDS.items():
+        if type(f) is _tensor._BUILTIN and rec.kind == "pointwise" and not rec.inplace:
             _tensor._DIRECT[f] = _direct_pointwise(f, dispatch)
 
 

@@ -1,7 +1,7 @@
 """The dispatcher: every torch call that sees a NamedTensor comes here.
 
-``dispatch(func, args, kwargs)`` looks ``func`` up in the rule tables
-(:mod:`named_axes._rules`); a rule computes the result with one call on the physical
+``dispatch(func, args, kwargs)`` looks ``func`` up in the op registry
+(:mod:`named_axes._registry`, filled by :mod:`named_axes.rules`); a rule computes the result with one call on the physical
 tensors (or returns ``NotImplemented``).  Anything without a rule runs under
 ``torch.func.vmap`` over the named dims (:func:`vmap_fallback`) — correct for every op
 functorch can batch, with ``randomness='different'`` so random ops draw independently
@@ -22,80 +22,27 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from ._env import conflicts
 from ._errors import AxisResourceError, AxisSizeError, NamedAxisError
 from ._layout import align, union_names
-from ._plancache import clear_all
+from ._registry import RULES, op_name, rule_while_compiling
+from ._registry import is_inplace as _is_inplace
 from ._shape_errors import positional_failure
 from ._tensor import NamedTensor
 from ._torch_func import ORIGINAL as _functorch
 
 _ndarray = np.ndarray
 
-__all__ = ["dispatch", "register", "RULES", "vmap_fallback", "wrap", "op_name", "ShapeError"]
+__all__ = ["dispatch", "vmap_fallback", "wrap", "result", "check_conflicts", "ShapeError"]
 
 _Tensor = torch.Tensor
 _NT = NamedTensor
 _wrap_nt = NamedTensor._wrap
 
-# func -> rule(func, args, kwargs) -> result | NotImplemented
-RULES: dict[Callable, Callable] = {}
-
-
 class ShapeError(AxisSizeError, RuntimeError):
     """A positional shape problem inside an op on NamedTensors (also a RuntimeError, like torch's)."""
 
 
-def register(funcs, rule: Callable) -> None:
-    """Use ``rule`` for every function in ``funcs`` (skipping names torch lacks).
-
-    One rule per function: registering another rule for it is refused.  The index by
-    name (for dynamo) grows here, and remembered plans are forgotten.
-    """
-    for f in funcs:
-        if f is None:
-            continue
-        old = RULES.get(f)
-        if old is not None and old is not rule:
-            raise ValueError(f"register: {_spell(f)} already has the rule {old!r}, not {rule!r}")
-        RULES[f] = rule
-        spelled = _OP_NAMES[f] = _spell(f)
-        name = getattr(f, "__name__", None)
-        same = tuple(e for e in _RULES_BY_NAME.get(name, ()) if e[0] is not f)
-        _RULES_BY_NAME[name] = same + ((f, rule, spelled),)
-    clear_all()
-
-
-# Spelled once at registration: rules run under dynamo, which can't trace str methods.
-_OP_NAMES: dict = {}
-# function name -> ((function, rule, spelling), ...): how rules are found under dynamo
-_RULES_BY_NAME: dict = {}
-
-
-def op_name(func: Any) -> str:
-    """How a user spells ``func``: ``torch.add``, ``Tensor.sum``, ``F.softmax``."""
-    if torch.compiler.is_compiling():
-        # dynamo may not hash `func` (see _rule_while_compiling): look up by name.
-        for f, _, spelled in _RULES_BY_NAME.get(getattr(func, "__name__", None), ()):
-            if func is f:
-                return spelled
-    name = _OP_NAMES.get(func)
-    return name if name is not None else _spell(func)
-
-
-def _spell(func: Any) -> str:
-    name = getattr(func, "__name__", None) or repr(func)
-    qual = getattr(func, "__qualname__", "") or ""
-    mod = getattr(func, "__module__", None) or ""
-    if qual.startswith("TensorBase.") or qual.startswith("Tensor.") or mod == "torch._tensor":
-        return f"Tensor.{name}"
-    if mod.startswith("torch.nn.functional") or mod == "torch._C._nn":
-        return f"F.{name}"
-    if mod.startswith("torch") and mod != "torch._C._VariableFunctions":
-        return f"{mod}.{name}"
-    return f"torch.{name}"
-
-
 def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
     """Run ``func(*args, **kwargs)`` where some arguments are NamedTensors."""
-    rule = _rule_while_compiling(func) if torch.compiler.is_compiling() else RULES.get(func)
+    rule = rule_while_compiling(func) if torch.compiler.is_compiling() else RULES.get(func)
     a, kw = args, kwargs
     for v in args:
         if type(v) is _NT and not v._names:
@@ -150,7 +97,7 @@ _KEEPS_TARGET: dict = {}
 
 def _keeps_target(func: Callable) -> bool:
     """Does ``func`` write into (or hook onto) its first argument?  (Under dynamo: assume
-    so — a lookup keyed by the function can fail its guards, see _rule_while_compiling.)"""
+    so — a lookup keyed by the function can fail its guards, see _registry.rule_while_compiling.)"""
     if torch.compiler.is_compiling():
         return True
     r = _KEEPS_TARGET.get(func)
@@ -158,18 +105,6 @@ def _keeps_target(func: Callable) -> bool:
         r = _KEEPS_TARGET[func] = _is_inplace(func) or func in (
             _Tensor.__setitem__, _Tensor.backward, _Tensor.register_hook)
     return r
-
-
-def _rule_while_compiling(func: Callable):
-    # Under dynamo, `func` may be a value dynamo cannot hash: a sourceless reverse operator
-    # (`named - tensor` -> `Tensor.__rsub__(tensor, named)`, whose `func in RULES` guard
-    # fails on torch 2.13) or a lazily tracked Tensor method (`RULES.get(Tensor.sum)`
-    # raises "unhashable LazyVariableTracker" on torch 2.9).  So look up by the function's
-    # name (a constant string) and compare identities among the few rules of that name.
-    for f, rule, _ in _RULES_BY_NAME.get(getattr(func, "__name__", None), ()):
-        if func is f:
-            return rule
-    return None
 
 
 def wrap(out: Any, names: tuple) -> Any:
@@ -204,100 +139,6 @@ def result(out: Any, names: tuple, func: Callable) -> Any:
     if conflicts():
         check_conflicts(names, op_name(func))
     return wrap(out, names)
-
-
-# ---------------------------------------------------------------------------
-# pointwise engine: align by name, pad positional rank, call once
-# ---------------------------------------------------------------------------
-
-def pointwise(func: Callable, args: tuple, kwargs: dict, inplace: bool = False) -> Any:
-    """Elementwise/broadcasting ops: the result has the union of the operands' names."""
-    for a in args:   # numpy operands act as tensors (torch's in-place ops ignore them)
-        if type(a) is _ndarray:
-            args = tuple(torch.from_numpy(v) if type(v) is _ndarray else v for v in args)
-            break
-    # Fast path: the first argument is the only NamedTensor, the rest are scalars or
-    # plain tensors that broadcast within its positional part.
-    a0 = args[0] if args else None
-    if type(a0) is _NT and not kwargs:
-        names = a0._names
-        p = a0._data.dim() - len(names)
-        simple = True
-        for a in args[1:]:
-            t = type(a)
-            if t is _NT:
-                if a._names != names or a._data.dim() != a0._data.dim() \
-                        or a._data.shape[:len(names)] != a0._data.shape[:len(names)]:
-                    simple = False
-                    break
-            elif t is _Tensor or isinstance(a, _Tensor):
-                if a.dim() > p:
-                    simple = False
-                    break
-            elif t in (list, tuple) and any(type(e) is _NT for e in a):
-                return NotImplemented
-        if simple:
-            data = [a._data if type(a) is _NT else a for a in args]
-            out = func(*data)
-            if inplace:
-                return a0
-            if conflicts():
-                check_conflicts(names, op_name(func))
-            return wrap(out, names)
-    return _pointwise_general(func, args, kwargs, inplace)
-
-
-def _pointwise_general(func, args, kwargs, inplace):
-    operands = []
-    P = 0
-    for i, a in enumerate(args):
-        if type(a) is _NT:
-            operands.append((f"args[{i}]", a))
-            P = max(P, a.ndim)
-        elif isinstance(a, _Tensor):
-            P = max(P, a.dim())
-        elif isinstance(a, (list, tuple)) and any(isinstance(e, _NT) for e in a):
-            return NotImplemented
-    for k, v in kwargs.items():
-        if type(v) is _NT:
-            if k == "out":
-                return NotImplemented
-            operands.append((k, v))
-            P = max(P, v.ndim)
-        elif isinstance(v, _Tensor):
-            P = max(P, v.dim())
-    U = union_names(operands, op=func)
-    if inplace:
-        target = args[0]
-        if not isinstance(target, _NT):
-            return NotImplemented
-        extra = [n for n in U if n not in target._names]
-        if extra:
-            sizes = {}
-            for _, o in operands:
-                sizes.update(o.named_shape)
-            raise AxisSizeError(
-                f"{op_name(func)}: in-place update of a value with named shape "
-                f"{target.named_shape} by a value with named axis {extra[0]!r} (size "
-                f"{sizes[extra[0]]}) would broadcast that axis into a value that lacks it; "
-                f"use the out-of-place op instead"
-            )
-        U = target._names
-        if target.ndim < P:
-            raise ShapeError(
-                f"{op_name(func)}: in-place update of a value with positional shape "
-                f"{tuple(target.shape)} by operands with {P} positional dims"
-            )
-
-    def phys(a):
-        if type(a) is _NT:
-            return align(a._data, a._names, a._data.dim() - len(a._names), U, P)
-        return a
-
-    out = func(*[phys(a) for a in args], **{k: phys(v) for k, v in kwargs.items()})
-    if inplace:
-        return args[0]
-    return result(out, U, func)
 
 
 # ---------------------------------------------------------------------------
@@ -427,7 +268,3 @@ def _leaf_label(spec, i: int) -> str:
     return f"operand {i}"
 
 
-def _is_inplace(func: Callable) -> bool:
-    name = getattr(func, "__name__", "")
-    return (name.endswith("_") and not name.endswith("__")) or (
-        name.startswith("__i") and name.endswith("__") and name not in ("__index__", "__init__", "__iter__", "__int__", "__invert__"))

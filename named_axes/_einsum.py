@@ -23,7 +23,8 @@ from typing import Any, Hashable, NamedTuple
 
 import torch
 
-from ._dispatch import register, result
+from ._dispatch import result
+from ._registry import register
 from ._env import _state as _env_state
 from ._env import bound_axes, current_frame
 from ._errors import (AxisSizeError, AxisSpecError, AxisTypeError, UnboundAxisError,
@@ -571,4 +572,4 @@ class UnboundEinsumAxisError(UnboundAxisError, AxisSpecError):
     and a malformed spec (a ValueError)."""
 
 
-register([torch.einsum, getattr(torch.functional, "einsum", None)], _einsum_rule)
+register([torch.einsum, getattr(torch.functional, "einsum", None)], _einsum_rule, kind="einsum")

@@ -21,6 +21,7 @@ from ._env import axis_size, bound_axes
 from ._errors import AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape
 from ._parsing import AxisMapping, parse_mapping
 from ._plancache import PlanCache
+from ._registry import op_name
 from ._tensor import NamedTensor
 
 __all__ = ["align", "align_to", "named", "positional", "to_named", "to_named_perm", "insert_named",
@@ -100,8 +101,6 @@ def union_names(operands, *, op) -> tuple:
             if n in sizes:
                 if sizes[n] != s:
                     if not isinstance(op, str):  # spelled only when needed (dynamo-friendly)
-                        from ._dispatch import op_name
-
                         op = op_name(op)
                     raise AxisSizeError(
                         f"{op}: inconsistent sizes for axis {n!r}: {sizes[n]} ({where[n]}) vs "

@@ -29,7 +29,7 @@ __all__ = ["NamedTensor"]
 
 _Tensor = torch.Tensor
 _BUILTIN = type(torch.tanh)
-# builtin torch function -> call(args, kwargs), filled by named_axes._rules.install
+# builtin torch function -> call(args, kwargs), filled by named_axes._bindings.bind_all
 _DIRECT: dict = {}
 # Open name recorders (dicts name -> size), innermost last: the grad family notes which
 # named axes a differentiated function's values carry (see transforms/_grad.py).
@@ -461,7 +461,7 @@ def _make_method(name: str, method):
         return _dispatch(method, (self, *args), kwargs)
     bound.__name__ = bound.__qualname__ = name
     bound.__doc__ = f"``Tensor.{name}`` on the positional axes (names allowed where a dim goes)."
-    bound._dispatched = True   # _rules may rebind it straight to the op's rule
+    bound._dispatched = True   # _bindings may rebind it straight to the op's rule
     return bound
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 import named_axes as nx
-from named_axes._rules_matmul import _CopyReshape, _reshape
+from named_axes.rules.matmul import _CopyReshape, _reshape
 
 
 def test_copy_reshape_takes_non_contiguous_inputs_and_gradients():

@@ -1,6 +1,6 @@
 """Every op on NamedTensors equals the op looped over the named-axis indices (SPEC §1).
 
-Cases come from the rule tables (:mod:`named_axes._rules`: a new table entry is tested
+Cases come from the rule tables (:mod:`named_axes.rules`: a new table entry is tested
 automatically) plus explicit lists for the shape/nn rules and for ops no table covers
 (those run through the vmap fallback and must be right too).  Each case draws 1-3
 named axes of random sizes, lays every operand out in a random physical order, leaves
@@ -13,7 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from conftest import bools, check_op, const, ints, real
-from named_axes import _rules, _rules_dimwise
+from named_axes.rules import dimwise as _rules_dimwise
+from named_axes.rules import pointwise as _pointwise_tables
+from named_axes.rules import reductions as _reductions
 
 # torch.nn.GRU itself: importing torch_xla swaps nn.GRU for its scan-based ScanGRU
 _GRU = torch.nn.modules.rnn.GRU
@@ -69,7 +71,7 @@ def _spellings(name):
     return out
 
 
-for _name in _rules.UNARY_POINTWISE:
+for _name in _pointwise_tables.UNARY_POINTWISE:
     if _name in SKIP:
         continue
     _extra = EXTRA.get(_name, ())
@@ -91,7 +93,7 @@ TERNARY = {"lerp": lambda f: (lambda x, y, w: f(x, y, w)),
 BIN_SKIP = {"logical_not"}  # unary, covered below
 
 
-for _name in _rules.BINARY_POINTWISE:
+for _name in _pointwise_tables.BINARY_POINTWISE:
     if _name in BIN_SKIP:
         continue
     for _label, _f in _spellings(_name):
@@ -134,7 +136,7 @@ for _name in _rules.BINARY_POINTWISE:
 INT_DUNDERS = {"__and__", "__rand__", "__or__", "__ror__", "__xor__", "__rxor__", "__lshift__",
                "__rlshift__", "__rshift__", "__rrshift__", "__invert__", "__iand__", "__ior__",
                "__ixor__", "__ilshift__", "__irshift__"}
-for _name in _rules.DUNDERS:
+for _name in _pointwise_tables.DUNDERS:
     if not hasattr(T, _name):
         continue
     inplace = _name.startswith("__i") and _name != "__invert__"
@@ -165,7 +167,7 @@ case("torch.where-scalar", lambda c, x: torch.where(c, x, 0.0), bools(3, 4), rea
 # -- reductions, from the table ---------------------------------------------------------
 
 BOOL_RED = {"all", "any"}
-for _name, (_idx, _multi) in _rules.REDUCTIONS.items():
+for _name, (_idx, _multi) in _reductions.REDUCTIONS.items():
     make = bools(3, 4, 5) if _name in BOOL_RED else real(3, 4, 5)
     pre = (2,) if _name == "norm" else ()
     for _label, _f in [(lbl, f) for lbl, f in _spellings(_name) if lbl in ("torch", "Tensor")]:

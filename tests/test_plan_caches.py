@@ -203,13 +203,13 @@ def test_plan_cache_is_left_alone_while_dynamo_traces():
 
 
 def test_one_rule_per_function_and_every_rule_found_by_name():
-    from named_axes import _dispatch
+    from named_axes import _dispatch, _registry
     with pytest.raises(ValueError, match="already has the rule"):
-        _dispatch.register([torch.add], lambda func, args, kwargs: NotImplemented)
+        _registry.register([torch.add], lambda func, args, kwargs: NotImplemented)
     # the index dynamo uses grows with every registration: torch.einsum's rule (made
     # after the tables) is found by name too
-    for f, rule in _dispatch.RULES.items():
-        assert _dispatch._rule_while_compiling(f) is rule, f
+    for f, rule in _registry.RULES.items():
+        assert _registry.rule_while_compiling(f) is rule, f
 
 
 def test_named_torch_einsum_under_torch_compile_uses_its_rule():

@@ -1,243 +1,29 @@
-"""Rule tables: which torch functions take which fast path.
+"""Reductions and dim translation: a dim argument may name axes (SPEC §1).
 
-Each table lists functions; :func:`install` registers a rule for every entry
-(torch function, Tensor method and ``torch.nn.functional`` spelling alike).  Adding
-an op is adding a name to a table; tests are parametrized from these tables.
-Functions not listed run under the vmap fallback (:mod:`named_axes._dispatch`).
+``translate_dims`` turns an int, a name or a tuple mixing both into physical dims
+(broadcasting a value along a bound name it lacks); the reduction rules reduce named
+dims and drop them from the named shape, with torch's return conventions.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 
-from ._dispatch import check_conflicts, op_name, pointwise, register, result, wrap
-from ._env import _state as _env_state
-from ._env import bound_axes, current_frame
-from ._errors import AxisSpecError, AxisTypeError, UnboundAxisError, unbound_message
-from ._layout import align_plan, apply_align, expand_to
-from ._plancache import PlanCache
-from ._switches import FASTPATH
-from ._tensor import NamedTensor
+from .._dispatch import result
+from .._env import _state as _env_state
+from .._env import bound_axes, current_frame
+from .._errors import AxisSpecError, AxisTypeError, UnboundAxisError, unbound_message
+from .._layout import expand_to
+from .._plancache import PlanCache
+from .._pointwise import finish, pointwise
+from .._registry import op_name, register
+from .._tensor import NamedTensor
+from ._common import _norm_pos, _spelled
 
 _NT = NamedTensor
 _T = torch.Tensor
 _wrap_nt = NamedTensor._wrap
-
-
-def _get(owner, name):
-    return getattr(owner, name, None)
-
-
-def _spellings(name: str) -> list:
-    """torch.name, Tensor.name, F.name and torch.special/linalg spellings, where they exist."""
-    return [_get(torch, name), _get(_T, name), _get(F, name), _get(torch.special, name)]
-
-
-# ---------------------------------------------------------------------------
-# elementwise
-# ---------------------------------------------------------------------------
-
-UNARY_POINTWISE = """
-abs absolute acos arccos acosh arccosh angle asin arcsin asinh arcsinh atan arctan atanh
-arctanh bitwise_not ceil clamp clip conj conj_physical cos cosh deg2rad digamma erf erfc
-erfinv exp exp2 expm1 fix floor frac lgamma log log10 log1p log2 logit i0 isnan isinf
-isfinite isposinf isneginf isreal nan_to_num neg negative positive rad2deg reciprocal
-round rsqrt sigmoid sign sgn signbit sin sinc sinh sqrt square tan tanh trunc
-relu relu6 gelu silu mish elu selu celu leaky_relu hardtanh hardsigmoid hardswish
-hardshrink softshrink tanhshrink softplus softsign logsigmoid threshold rrelu
-expit erfcx log_ndtr ndtr ndtri xlog1py entr i0e i1 i1e polygamma multigammaln
-bernoulli
-zeros_like ones_like empty_like full_like rand_like randn_like randint_like
-clone detach contiguous float double half bfloat16 int long short bool byte char cpu cuda to
-type type_as requires_grad_ detach_ zero_ fill_ normal_ uniform_ bernoulli_ exponential_
-geometric_ log_normal_ cauchy_ random_ clamp_ clamp_min clamp_max nan_to_num_ sign_ abs_
-neg_ exp_ log_ sqrt_ relu_ sigmoid_ tanh_ round_ floor_ ceil_ trunc_ frac_ reciprocal_
-pin_memory cfloat cdouble resolve_conj resolve_neg
-""".split()
-
-BINARY_POINTWISE = """
-add sub subtract mul multiply div divide true_divide floor_divide remainder fmod pow
-float_power atan2 arctan2 hypot maximum minimum fmax fmin copysign nextafter ldexp
-logaddexp logaddexp2 bitwise_and bitwise_or bitwise_xor bitwise_left_shift
-bitwise_right_shift logical_and logical_or logical_xor logical_not eq ne lt le gt ge
-greater greater_equal less less_equal not_equal heaviside isclose lerp addcmul addcdiv
-masked_fill xlogy rsub gcd lcm
-add_ sub_ mul_ div_ pow_ lerp_ addcmul_ addcdiv_ masked_fill_ copy_ clamp_min_ clamp_max_
-remainder_ fmod_ atan2_ hypot_ logical_and_ logical_or_ eq_ ne_
-""".split()
-
-DUNDERS = """
-__add__ __radd__ __sub__ __rsub__ __mul__ __rmul__ __truediv__ __rtruediv__ __floordiv__
-__rfloordiv__ __mod__ __rmod__ __pow__ __rpow__ __and__ __rand__ __or__ __ror__ __xor__
-__rxor__ __lshift__ __rlshift__ __rshift__ __rrshift__ __eq__ __ne__ __lt__ __le__ __gt__
-__ge__ __neg__ __pos__ __abs__ __invert__ __div__ __rdiv__
-__iadd__ __isub__ __imul__ __itruediv__ __ifloordiv__ __imod__ __ipow__ __iand__ __ior__
-__ixor__ __ilshift__ __irshift__ __idiv__
-""".split()
-
-
-def _inplace_name(name: str) -> bool:
-    return (name.endswith("_") and not name.endswith("__")) or (
-        name.startswith("__i") and name != "__invert__")
-
-
-def _same_layout(a: _NT, d0: torch.Tensor, names: tuple) -> bool:
-    """Does NamedTensor ``a`` line up with ``d0`` (named ``names``) dim for dim?"""
-    an = a._names
-    if an is not names and an != names:
-        return False
-    ad = a._data
-    # equal names need equal sizes: a shared names tuple doesn't promise that (vmap's
-    # chunk_size narrows a named dim and keeps the tuple), so the sizes are compared too
-    return ad.shape == d0.shape or (ad.dim() == d0.dim()
-                                    and ad.shape[:len(names)] == d0.shape[:len(names)])
-
-
-_NO = object()   # "this operand does not line up": take the general path
-
-
-def _inline_operand(b, d0: torch.Tensor, names: tuple):
-    """The physical operand to pair with ``d0`` (named ``names``) dim for dim: a scalar,
-    a NamedTensor with the same layout, or a plain tensor no wider than the positional
-    part; ``_NO`` for anything else."""
-    t = type(b)
-    if t is _NT:
-        return b._data if _same_layout(b, d0, names) else _NO
-    if t is float or t is int or t is bool:
-        return b
-    if isinstance(b, _T) and b.dim() <= d0.dim() - len(names):
-        return b
-    return _NO
-
-
-def _finish(out, names: tuple, func):
-    """Wrap a pointwise result; the resource-conflict check only when a rule is in force."""
-    if _env_state.conflicts and len(names) > 1:
-        check_conflicts(names, op_name(func))
-    return _wrap_nt(out, names) if type(out) is _T else wrap(out, names)
-
-
-class ByNamePlan(NamedTuple):
-    """How ``_by_name`` lays out a and b."""
-    names: tuple        # the union of their names, a's first
-    pairs: tuple        # (i, j): a's dim i and b's dim j carry the same name
-    align_a: tuple | None   # align_plan of a into the common layout (None: as it is)
-    align_b: tuple | None
-
-
-def _by_name_plan(na: tuple, ndim_a: int, nb: tuple, ndim_b: int) -> ByNamePlan:
-    pa, pb = ndim_a - len(na), ndim_b - len(nb)
-    U = na + tuple(n for n in nb if n not in na)
-    P = max(pa, pb)
-    return ByNamePlan(U, tuple((i, nb.index(n)) for i, n in enumerate(na) if n in nb),
-                      align_plan(na, pa, U, P), align_plan(nb, pb, U, P))
-
-
-_BY_NAME = PlanCache("by_name", _by_name_plan)
-
-
-def _by_name(func, a: _NT, b: _NT):
-    """``func(a, b)`` broadcast by name (the dispatcher's general path, planned once per
-    layout); None when the shared names' sizes differ, to let that path raise."""
-    da, db = a._data, b._data
-    plan = _BY_NAME(a._names, da.dim(), b._names, db.dim())
-    U, pairs, plan_a, plan_b = plan
-    sa, sb = da.shape, db.shape
-    for i, j in pairs:
-        if sa[i] != sb[j]:
-            return None
-    if plan_a is not None:
-        da = apply_align(da, plan_a)
-    if plan_b is not None:
-        db = apply_align(db, plan_b)
-    return _finish(func(da, db), U, func)
-
-
-def _pointwise(func, args, kwargs):
-    """The RULES entry of out-of-place elementwise ops: the 1- and 2-argument cases
-    inline, everything else through :func:`named_axes._dispatch.pointwise`."""
-    n = len(args)
-    if n and n <= 2 and not kwargs and FASTPATH:
-        a0 = args[0]
-        if type(a0) is _NT:
-            d0 = a0._data
-            names = a0._names
-            if n == 1:
-                return _finish(func(d0), names, func)
-            b = args[1]
-            phys = _inline_operand(b, d0, names)
-            if phys is not _NO:
-                return _finish(func(d0, phys), names, func)
-            t = type(b)
-            if t is _NT:
-                if names and b._names and not torch.compiler.is_compiling():
-                    out = _by_name(func, a0, b)
-                    if out is not None:
-                        return out
-            elif not isinstance(b, _T) and t is not list and t is not tuple:
-                return _finish(func(d0, b), names, func)   # other scalars (complex, ...)
-    return pointwise(func, args, kwargs)
-
-
-def _pointwise_inplace(func, args, kwargs):
-    """``_pointwise`` for in-place ops: the target keeps its names and is returned."""
-    if len(args) == 2 and not kwargs and FASTPATH:
-        a0, b = args
-        if type(a0) is _NT:
-            phys = _inline_operand(b, a0._data, a0._names)
-            if phys is not _NO:
-                func(a0._data, phys)
-                return a0
-    return pointwise(func, args, kwargs, True)
-
-
-def _pointwise_rule(inplace: bool):
-    return _pointwise_inplace if inplace else _pointwise
-
-
-def _where(func, args, kwargs):
-    """``torch.where(cond, x, y)`` is pointwise; ``torch.where(cond)`` alone is
-    ``nonzero(as_tuple=True)``, whose length depends on the values: that one runs per
-    instance of the named axes (the dispatcher's loop, which refuses unequal lengths)."""
-    if len(args) + len(kwargs) == 1:
-        return NotImplemented
-    return _pointwise(func, args, kwargs)
-
-
-def install_pointwise() -> None:
-    for name in UNARY_POINTWISE + BINARY_POINTWISE:
-        register(_spellings(name), _pointwise_rule(_inplace_name(name)))
-    for name in DUNDERS:
-        f = getattr(_T, name, None)
-        if f is not None:
-            register([f], _pointwise_rule(_inplace_name(name)))
-    register(_spellings("where"), _where)
-
-
-# ---------------------------------------------------------------------------
-# dims: translating an int or a name into a physical dim
-# ---------------------------------------------------------------------------
-
-def _spelled(op) -> str:
-    """``op`` as users spell it; rules pass the torch function itself so that the spelling
-    (a dict lookup keyed by the function, which dynamo on torch 2.9 cannot trace) happens
-    only when an error is raised."""
-    return op if isinstance(op, str) else op_name(op)
-
-
-def _norm_pos(d: int, p: int, op) -> int:
-    if not -max(p, 1) <= d < max(p, 1):
-        raise _AxisIndexError(
-            f"{_spelled(op)}: dimension {d} is out of range for a value with {p} positional "
-            f"dimension(s) (expected one in [{-max(p, 1)}, {max(p, 1) - 1}], or an axis name)"
-        )
-    return d + p if d < 0 else d
-
-
-class _AxisIndexError(AxisSpecError, IndexError):
-    """A positional dim out of range (a ValueError subclass, and an IndexError like torch's)."""
 
 
 def _with_names(x: _NT, wanted, op) -> _NT:
@@ -296,10 +82,6 @@ def translate_dims(x: _NT, dims, op):
         raise AxisSpecError(f"{_spelled(op)}: dimension spec {dims!r} names one dimension twice")
     return x, phys, named
 
-
-# ---------------------------------------------------------------------------
-# reductions
-# ---------------------------------------------------------------------------
 
 # name -> (index of the dim argument, whether it accepts several dims)
 REDUCTIONS = {
@@ -386,7 +168,7 @@ def _reduction(name: str, dim_index: int, multi: bool):
             if dims is not None and not isinstance(dims, (_NT, _T)):
                 x2, (phys, named, names_left, _) = _dims_of(x, dims, func)
                 if phys and (multi or len(phys) == 1):
-                    return _finish(func(x2._data, phys if multi else phys[0]), names_left, func)
+                    return finish(func(x2._data, phys if multi else phys[0]), names_left, func)
         rest = list(args[1:])
         kw = dict(kwargs) if kwargs else {}
         if "axis" in kw:
@@ -453,7 +235,7 @@ def _reduction(name: str, dim_index: int, multi: bool):
         else:
             # named dims lead and reduced dims vanish: keepdim=False gives the layout
             out = _call_at(func, x._data, dim_arg, rest, kw, pos, keepdim, has_keepdim)
-        return _finish(out, names_left, func)
+        return finish(out, names_left, func)
     return rule
 
 
@@ -500,25 +282,11 @@ def _reshape_out(out, shape):
     return type(out)([_reshape_out(o, shape) for o in out])
 
 
-def install_reductions() -> None:
+def install() -> None:
     for name, (idx, multi) in REDUCTIONS.items():
         if idx is None:
             continue
         rule = _reduction(name, idx, multi)
-        register([_get(torch, name), _get(_T, name)], rule)
-    register([torch.linalg.vector_norm], _reduction("vector_norm", 2, True))
-    register([torch.special.logsumexp], _reduction("logsumexp", 1, True))
-
-
-def install() -> None:
-    install_pointwise()
-    install_reductions()
-    from . import _rules_dimwise, _rules_matmul, _rules_nn, _rules_shape
-
-    _rules_dimwise.install()
-    _rules_shape.install()
-    _rules_matmul.install()
-    _rules_nn.install()
-    from ._bindings import bind_all
-
-    bind_all()
+        register([getattr(torch, name, None), getattr(_T, name, None)], rule, kind="reduction")
+    register([torch.linalg.vector_norm], _reduction("vector_norm", 2, True), kind="reduction")
+    register([torch.special.logsumexp], _reduction("logsumexp", 1, True), kind="reduction")

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import torch
 
-from ._dispatch import op_name, register, result
-from ._errors import AxisSpecError
-from ._rules import _NT, _dims_of, _finish, _spellings
+from .._dispatch import result
+from .._registry import op_name, register, spellings
+from .._errors import AxisSpecError
+from .._pointwise import finish
+from .._tensor import NamedTensor
+from .reductions import _dims_of
+
+_NT = NamedTensor
 
 __all__ = ["DIMWISE", "install"]
 
@@ -45,7 +50,7 @@ def _dimwise(name: str, dim_index: int, names_ok: bool):
             d = args[1]
             if type(d) is int or (names_ok and type(d) is str):
                 x, (phys, _, _, _) = _dims_of(x, d, func)
-                return _finish(func(x._data, phys[0]), x._names, func)
+                return finish(func(x._data, phys[0]), x._names, func)
         rest = list(args[1:])
         kwargs = dict(kwargs)
         if "axis" in kwargs and "dim" not in kwargs:
@@ -125,8 +130,12 @@ def _softmax_over(name: str, func, x: _NT, dims, rest: list, kwargs: dict, where
     return result(out.squeeze(-1), x._names, func)
 
 
+def _declare(funcs, impl) -> None:
+    register(funcs, impl, kind="dimwise")
+
+
 def install() -> None:
     for name, (idx, names_ok) in DIMWISE.items():
         if idx is None:
             continue
-        register(_spellings(name), _dimwise(name, idx, names_ok))
+        _declare(spellings(name), _dimwise(name, idx, names_ok))

@@ -18,10 +18,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ._dispatch import ShapeError, op_name, pointwise, register, result
-from ._layout import union_names
-from ._plancache import PlanCache
-from ._tensor import NamedTensor
+from .._dispatch import ShapeError, result
+from .._pointwise import pointwise
+from .._registry import op_name, register
+from .._layout import union_names
+from .._plancache import PlanCache
+from .._tensor import NamedTensor
 
 _NT = NamedTensor
 
@@ -190,9 +192,13 @@ def _outer(func, args, kwargs):
         pointwise(torch.Tensor.__rmul__, (b.unsqueeze(-2), a.unsqueeze(-1)), {})
 
 
+def _declare(funcs, impl) -> None:
+    register(funcs, impl, kind="matmul")
+
+
 def install() -> None:
     T = torch.Tensor
-    register([torch.matmul, T.matmul, T.__matmul__, T.__rmatmul__, torch.mm, T.mm,
+    _declare([torch.matmul, T.matmul, T.__matmul__, T.__rmatmul__, torch.mm, T.mm,
               torch.bmm, T.bmm, torch.mv, T.mv, torch.dot, T.dot, torch.vdot, T.vdot], _matmul)
-    register([F.linear], _linear)
-    register([torch.outer, T.outer, torch.ger, T.ger], _outer)
+    _declare([F.linear], _linear)
+    _declare([torch.outer, T.outer, torch.ger, T.ger], _outer)

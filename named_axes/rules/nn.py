@@ -14,11 +14,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ._dispatch import ShapeError, op_name, register, result
-from ._errors import AxisSpecError
-from ._layout import union_names
-from ._rules_shape import _first_only, _full_layout, _named_sizes
-from ._tensor import NamedTensor
+from .._dispatch import ShapeError, result
+from .._registry import op_name, register
+from .._errors import AxisSpecError
+from .._layout import union_names
+from .shape import _first_only, _full_layout, _named_sizes
+from .._tensor import NamedTensor
 
 _NT = NamedTensor
 _T = torch.Tensor
@@ -181,24 +182,28 @@ def _class_loss(func, args, kwargs):
     return result(total / denom, U, func)
 
 
+def _declare(funcs, impl) -> None:
+    register(funcs, impl, kind="nn")
+
+
 def install() -> None:
-    register([F.layer_norm, F.rms_norm], _layer_norm)
-    register([F.pad], _pad)
-    register([F.embedding, F.one_hot, F.dropout, F.alpha_dropout, torch.dropout,
+    _declare([F.layer_norm, F.rms_norm], _layer_norm)
+    _declare([F.pad], _pad)
+    _declare([F.embedding, F.one_hot, F.dropout, F.alpha_dropout, torch.dropout,
               torch.alpha_dropout,
               torch.bucketize, torch.nn.functional.pixel_shuffle,
               torch.nn.functional.pixel_unshuffle], _first_named_only)
     for n in (1, 2, 3):
-        register([getattr(F, f"conv{n}d"), getattr(F, f"conv_transpose{n}d"),
+        _declare([getattr(F, f"conv{n}d"), getattr(F, f"conv_transpose{n}d"),
                   getattr(F, f"max_pool{n}d"), getattr(F, f"avg_pool{n}d"),
                   getattr(F, f"adaptive_avg_pool{n}d"), getattr(F, f"adaptive_max_pool{n}d"),
                   getattr(F, f"max_pool{n}d_with_indices", None),
                   getattr(F, f"adaptive_max_pool{n}d_with_indices", None),
                   getattr(F, f"lp_pool{n}d", None)], _fold_batch(n))
-    register([F.group_norm, F.instance_norm, F.local_response_norm], _fold_batch(1, False))
-    register([F.interpolate, F.upsample], _fold_batch(2, False))
-    register([F.scaled_dot_product_attention], _sdpa)
-    register([F.mse_loss, F.l1_loss, F.smooth_l1_loss, F.huber_loss, F.binary_cross_entropy,
+    _declare([F.group_norm, F.instance_norm, F.local_response_norm], _fold_batch(1, False))
+    _declare([F.interpolate, F.upsample], _fold_batch(2, False))
+    _declare([F.scaled_dot_product_attention], _sdpa)
+    _declare([F.mse_loss, F.l1_loss, F.smooth_l1_loss, F.huber_loss, F.binary_cross_entropy,
               F.binary_cross_entropy_with_logits, F.kl_div, F.soft_margin_loss,
               F.poisson_nll_loss, F.gaussian_nll_loss], _losses)
-    register([F.cross_entropy, F.nll_loss], _class_loss)
+    _declare([F.cross_entropy, F.nll_loss], _class_loss)

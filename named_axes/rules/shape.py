@@ -3,8 +3,8 @@
 Each rule rewrites the call for the physical layout ``[named..., positional...]``:
 positional dims shift by the number of named dims and shapes gain the named sizes in
 front.  A rule returns ``NotImplemented`` to hand the call to the vmap fallback.
-(The matmul family lives in :mod:`named_axes._rules_matmul`, nn.functional rules in
-:mod:`named_axes._rules_nn`.)
+(The matmul family lives in :mod:`named_axes.rules.matmul`, nn.functional rules in
+:mod:`named_axes.rules.nn`.)
 
 >>> import torch, named_axes as nx
 >>> x = nx.named(torch.zeros(2, 3, 4), {0: 'b'})
@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import torch
 
-from ._dispatch import ShapeError, op_name, register, result, wrap
-from ._errors import AxisSizeError, AxisSpecError, AxisTypeError
-from ._layout import align, union_names
-from ._rules import _norm_pos
-from ._tensor import NamedTensor
+from .._dispatch import ShapeError, result, wrap
+from .._registry import op_name, register
+from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
+from .._layout import align, union_names
+from ._common import _norm_pos
+from .._tensor import NamedTensor
 
 _NT = NamedTensor
 _T = torch.Tensor
@@ -390,7 +391,7 @@ def _backward(func, args, kwargs):
     if grad is None and x.ndim == 0:
         grad = torch.ones_like(x._data)   # a named scalar: the loop of backward() calls, summed
     elif grad is not None:
-        from ._layout import align_to
+        from .._layout import align_to
 
         grad = align_to(grad, x._names, x.ndim, what="Tensor.backward gradient")
         grad = grad.expand_as(x._data)
@@ -427,40 +428,44 @@ def _autograd_grad(func, args, kwargs):
     return tuple(out)
 
 
+def _declare(funcs, impl) -> None:
+    register(funcs, impl, kind="shape")
+
+
 def install() -> None:
     T = torch.Tensor
-    register([T.view, T.reshape, torch.reshape], _view)
-    register([T.view_as, T.reshape_as], _view_as)
-    register([T.expand, T.expand_as, torch.broadcast_to, T.broadcast_to], _expand)
-    register([T.permute, torch.permute], _permute)
-    register([T.transpose, torch.transpose, T.swapaxes, torch.swapaxes, T.swapdims,
+    _declare([T.view, T.reshape, torch.reshape], _view)
+    _declare([T.view_as, T.reshape_as], _view_as)
+    _declare([T.expand, T.expand_as, torch.broadcast_to, T.broadcast_to], _expand)
+    _declare([T.permute, torch.permute], _permute)
+    _declare([T.transpose, torch.transpose, T.swapaxes, torch.swapaxes, T.swapdims,
               torch.swapdims, T.transpose_], _transpose)
-    register([T.t, torch.t], _t)
-    register([T.flatten, torch.flatten], _flatten)
-    register([T.squeeze, torch.squeeze, T.squeeze_], _squeeze)
-    register([T.unsqueeze, torch.unsqueeze, T.unsqueeze_], _unsqueeze)
-    register([T.movedim, torch.movedim, T.moveaxis, torch.moveaxis], _movedim)
-    register([T.flip, torch.flip], _flip)
-    register([T.roll, torch.roll], _roll)
-    register([T.repeat, T.tile, torch.tile], _repeat)
-    register([T.diagonal, torch.diagonal], _diagonal)
-    register([T.tril, torch.tril, T.triu, torch.triu, torch.linalg.det, torch.det, T.det,
+    _declare([T.t, torch.t], _t)
+    _declare([T.flatten, torch.flatten], _flatten)
+    _declare([T.squeeze, torch.squeeze, T.squeeze_], _squeeze)
+    _declare([T.unsqueeze, torch.unsqueeze, T.unsqueeze_], _unsqueeze)
+    _declare([T.movedim, torch.movedim, T.moveaxis, torch.moveaxis], _movedim)
+    _declare([T.flip, torch.flip], _flip)
+    _declare([T.roll, torch.roll], _roll)
+    _declare([T.repeat, T.tile, torch.tile], _repeat)
+    _declare([T.diagonal, torch.diagonal], _diagonal)
+    _declare([T.tril, torch.tril, T.triu, torch.triu, torch.linalg.det, torch.det, T.det,
               torch.linalg.inv, torch.inverse, T.inverse, torch.linalg.slogdet,
               torch.logdet, torch.linalg.matrix_exp, torch.matrix_exp, torch.linalg.cholesky,
               torch.linalg.eigh, torch.linalg.eigvalsh, torch.linalg.svd, torch.linalg.svdvals,
               torch.linalg.qr, torch.linalg.pinv, torch.linalg.matrix_norm,
               torch.linalg.matrix_power, T.tril_, T.triu_], _trailing(2))
-    register([torch.cat, torch.concat, torch.concatenate], _cat(False))
-    register([torch.stack], _cat(True))
-    register([T.__getitem__], _getitem)
-    register([T.__setitem__], _setitem)
-    register([T.is_floating_point, torch.is_floating_point, T.is_complex, torch.is_complex,
+    _declare([torch.cat, torch.concat, torch.concatenate], _cat(False))
+    _declare([torch.stack], _cat(True))
+    _declare([T.__getitem__], _getitem)
+    _declare([T.__setitem__], _setitem)
+    _declare([T.is_floating_point, torch.is_floating_point, T.is_complex, torch.is_complex,
               T.is_contiguous, T.element_size, T.get_device, T.data_ptr, T.storage_offset,
               T.is_signed, T.untyped_storage, T.is_pinned, T.is_shared, T.is_set_to,
               torch.is_nonzero, T.retain_grad, torch.is_tensor, T.__format__], _query)
-    register([T.stride], _stride)
-    register([T.numel, torch.numel, T.nelement], _numel)
-    register([T.new_zeros, T.new_ones, T.new_empty, T.new_full, T.new_tensor], _new_plain)
-    register([T.backward], _backward)
-    register([T.register_hook], _register_hook)
-    register([torch.autograd.grad], _autograd_grad)
+    _declare([T.stride], _stride)
+    _declare([T.numel, torch.numel, T.nelement], _numel)
+    _declare([T.new_zeros, T.new_ones, T.new_empty, T.new_full, T.new_tensor], _new_plain)
+    _declare([T.backward], _backward)
+    _declare([T.register_hook], _register_hook)
+    _declare([torch.autograd.grad], _autograd_grad)

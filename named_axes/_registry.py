@@ -1,0 +1,118 @@
+"""The op registry: one :class:`OpRule` per torch function that has a named rule.
+
+Rule modules (:mod:`named_axes.rules`) declare their ops here with :func:`register`;
+the dispatcher looks rules up here (:data:`RULES`), the direct bindings
+(:mod:`named_axes._bindings`) are made from the records (:data:`RECORDS`), and this is
+where an op's user-facing spelling (``torch.add``, ``Tensor.sum``, ``F.softmax``) is
+decided.  One rule per function: a second registration is refused.  The index by name
+that dynamo needs grows with every registration, and every remembered plan is
+forgotten (a new rule may change what a plan meant).
+
+>>> import torch
+>>> from named_axes import _registry
+>>> rec = _registry.RECORDS[torch.Tensor.__add__]
+>>> rec.kind, rec.arity, rec.spelled
+('pointwise', 2, 'Tensor.__add__')
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from ._plancache import clear_all
+
+__all__ = ["OpRule", "RULES", "RECORDS", "register", "spellings", "op_name", "is_inplace", "is_inplace_name",
+           "rule_while_compiling"]
+
+
+class OpRule(NamedTuple):
+    """What the library knows about one torch function."""
+    func: Callable
+    impl: Callable      # impl(func, args, kwargs) -> result | NotImplemented
+    kind: str           # "pointwise", "reduction", "dimwise", "shape", "matmul", "nn", ...
+    inplace: bool       # writes into its first argument
+    arity: int | None   # positional tensor operands of a pointwise op (None: any)
+    spelled: str        # how users write it (error messages)
+
+
+RULES: dict[Callable, Callable] = {}   # func -> impl: the dispatcher's hot lookup
+RECORDS: dict[Callable, OpRule] = {}
+# function name -> ((function, impl, spelling), ...): how rules are found under dynamo
+_BY_NAME: dict = {}
+_OP_NAMES: dict = {}   # spelled once at registration: dynamo can't trace str methods
+
+
+def spellings(name: str) -> list:
+    """``torch.name``, ``Tensor.name``, ``F.name`` and ``torch.special.name``, where they
+    exist (None where not: :func:`register` skips those)."""
+    return [getattr(owner, name, None) for owner in (torch, torch.Tensor, F, torch.special)]
+
+
+def is_inplace(func: Callable) -> bool:
+    """Whether ``func`` writes into its first argument (``add_``, ``__iadd__``)."""
+    return is_inplace_name(getattr(func, "__name__", "") or "")
+
+
+def is_inplace_name(name: str) -> bool:
+    return (name.endswith("_") and not name.endswith("__")) or (
+        name.startswith("__i") and name.endswith("__") and name not in (
+            "__index__", "__init__", "__iter__", "__int__", "__invert__"))
+
+
+def register(funcs, impl: Callable, *, kind: str = "op", arity: int | None = None) -> None:
+    """Use ``impl`` for every function in ``funcs`` (skipping names torch lacks)."""
+    for f in funcs:
+        if f is None:
+            continue
+        old = RULES.get(f)
+        if old is not None and old is not impl:
+            raise ValueError(f"register: {_spell(f)} already has the rule {old!r}, not {impl!r}")
+        spelled = _OP_NAMES[f] = _spell(f)
+        RULES[f] = impl
+        RECORDS[f] = OpRule(f, impl, kind, is_inplace(f), arity, spelled)
+        name = getattr(f, "__name__", None)
+        same = tuple(e for e in _BY_NAME.get(name, ()) if e[0] is not f)
+        _BY_NAME[name] = same + ((f, impl, spelled),)
+    clear_all()
+
+
+def rule_while_compiling(func: Callable):
+    """``RULES.get(func)`` for code dynamo traces.
+
+    Under dynamo, ``func`` may be a value dynamo cannot hash: a sourceless reverse
+    operator (``named - tensor`` -> ``Tensor.__rsub__(tensor, named)``, whose
+    ``func in RULES`` guard fails on torch 2.13) or a lazily tracked Tensor method
+    (``RULES.get(Tensor.sum)`` raises "unhashable LazyVariableTracker" on torch 2.9).
+    So look up by the function's name (a constant string) and compare identities among
+    the few rules of that name.
+    """
+    for f, impl, _ in _BY_NAME.get(getattr(func, "__name__", None), ()):
+        if func is f:
+            return impl
+    return None
+
+
+def op_name(func: Any) -> str:
+    """How a user spells ``func``: ``torch.add``, ``Tensor.sum``, ``F.softmax``."""
+    if torch.compiler.is_compiling():
+        # dynamo may not hash `func` (see rule_while_compiling): look up by name.
+        for f, _, spelled in _BY_NAME.get(getattr(func, "__name__", None), ()):
+            if func is f:
+                return spelled
+    name = _OP_NAMES.get(func)
+    return name if name is not None else _spell(func)
+
+
+def _spell(func: Any) -> str:
+    name = getattr(func, "__name__", None) or repr(func)
+    qual = getattr(func, "__qualname__", "") or ""
+    mod = getattr(func, "__module__", None) or ""
+    if qual.startswith("TensorBase.") or qual.startswith("Tensor.") or mod == "torch._tensor":
+        return f"Tensor.{name}"
+    if mod.startswith("torch.nn.functional") or mod == "torch._C._nn":
+        return f"F.{name}"
+    if mod.startswith("torch") and mod != "torch._C._VariableFunctions":
+        return f"{mod}.{name}"
+    return f"torch.{name}"

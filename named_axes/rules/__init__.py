@@ -1,0 +1,25 @@
+"""The named rules of torch ops, declared into the op registry (:mod:`named_axes._registry`).
+
+One module per family: ``pointwise`` (tables of elementwise ops), ``reductions`` (dim
+arguments that name axes), ``dimwise`` (softmax-like ops along a dim), ``shape``
+(views, indexing, concatenation), ``matmul`` and ``nn`` (``torch.nn.functional``).
+A function no module declares runs under the dispatcher's vmap fallback.  Each
+module only declares :class:`~named_axes._registry.OpRule`s; the direct bindings are
+made from the registry afterwards (rules -> registry -> bindings).
+
+>>> import torch
+>>> from named_axes._registry import RECORDS
+>>> RECORDS[torch.Tensor.sum].kind, RECORDS[torch.softmax].kind
+('reduction', 'dimwise')
+"""
+from __future__ import annotations
+
+from . import dimwise, matmul, nn, pointwise, reductions, shape
+
+__all__ = ["install"]
+
+
+def install() -> None:
+    """Declare every family's rules (once, at import of named_axes)."""
+    for family in (pointwise, reductions, dimwise, shape, matmul, nn):
+        family.install()
