@@ -108,7 +108,11 @@ def _keeps_target(func: Callable) -> bool:
 
 
 def wrap(out: Any, names: tuple) -> Any:
-    """Wrap every tensor in ``out`` (a tensor, tuple, list or torch.return_types) with ``names``."""
+    """Wrap every tensor in ``out`` (a tensor, tuple, list or torch.return_types) with
+    ``names``.  With no names, ``out`` as it is: an op whose result carries no named axis
+    returns plain tensors, as ``nx.lax``, ``nx.einsum`` and the ``nx`` functions do."""
+    if not names:
+        return out
     if isinstance(out, _Tensor):
         return _wrap_nt(out, names)
     if isinstance(out, (tuple, list)):

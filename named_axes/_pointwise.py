@@ -72,6 +72,8 @@ def finish(out, names: tuple, func):
     """Wrap a pointwise result; the resource-conflict check only when a rule is in force."""
     if _env_state.conflicts and len(names) > 1:
         check_conflicts(names, op_name(func))
+    if not names:   # no named axis left: plain tensors (see _dispatch.wrap)
+        return out
     return _wrap_nt(out, names) if type(out) is _T else wrap(out, names)
 
 
