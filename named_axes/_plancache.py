@@ -68,7 +68,8 @@ class PlanCache:
         self.maxsize = maxsize
         self.validate = validate
         self.plans: dict = {}
-        CACHES.add(self)
+        if not compiling():   # one made while dynamo traces is never used (torch 2.9's
+            CACHES.add(self)  # dynamo also cannot trace WeakSet.add)
 
     def plan(self, key: Any, *args) -> Any:
         if compiling():
