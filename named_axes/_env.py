@@ -24,7 +24,7 @@ from ._tensor import RECORDERS
 INNER = object()
 
 __all__ = ["Frame", "bind", "push", "pop", "bound_axes", "axis_size", "current_frame", "frames",
-           "conflicts"]
+           "conflicts", "within"]
 
 
 @dataclass(frozen=True)
@@ -141,3 +141,22 @@ def bind(
         yield frame
     finally:
         pop()
+
+
+@contextlib.contextmanager
+def within(scope: list) -> Iterator[None]:
+    """Run in the axis environment ``scope`` (a ``list(frames())`` taken earlier).
+
+    For code that autograd runs later: a backward rule or a checkpoint's recomputation
+    runs after the frames were left, or on autograd's thread for the device (CUDA, XLA),
+    where this thread's frames are not seen.  The frames are pushed unless they are
+    already the innermost ones here.
+    """
+    entered = scope if scope and _state.stack[-len(scope):] != scope else []
+    for frame in entered:
+        push(frame)
+    try:
+        yield
+    finally:
+        for _ in entered:
+            pop()

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.utils._pytree import tree_flatten
 
-from .._env import bound_axes, frames, pop, push
+from .._env import bound_axes, frames, within
 from .._errors import AxisSpecError, AxisTypeError
 from .._layout import align
 from .._tensor import NamedTensor
@@ -161,14 +161,8 @@ class custom_vjp:
                 g = rebox([_per_instance(gi, ni or (), axes) for gi, ni in zip(gs, o_names)],
                           o_spec, [ni if ni is not None else () for ni in o_names])
                 nondiff = [args[i] for i in nd]
-                entered = scope if scope and frames()[-len(scope):] != scope else []
-                for frame in entered:
-                    push(frame)
-                try:
+                with within(scope):
                     grads = me.bwd(*nondiff, ctx.res, g)
-                finally:
-                    for _ in entered:
-                        pop()
                 if not isinstance(grads, (tuple, list)):
                     raise AxisTypeError(f"custom_vjp({me.__name__}): bwd must return a tuple "
                                         f"with one entry per differentiable argument")

@@ -18,7 +18,9 @@ from typing import Any, Callable
 import torch
 import torch.utils.checkpoint as _ckpt
 
+from .._env import frames, within
 from .._errors import AxisTypeError
+from . import _xla_module
 from ._tree import rebox, unbox
 
 __all__ = ["checkpoint", "remat"]
@@ -56,11 +58,16 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Any = None,
         # checkpoint sees the physical tensors (it detaches and re-attaches its tensor
         # inputs; a NamedTensor would be an opaque constant to it)
         leaves, spec, names = unbox((args, kwargs))
+        if any(isinstance(t, torch.Tensor) and t.device.type == "xla" for t in leaves):
+            _xla_module.register()   # checkpoint looks up torch.xla for the random state
         out_box: list = []
+
+        scope = list(frames())   # recomputation runs in this axis environment
 
         def phys_fun(*phys):
             a, kw = rebox(phys, spec, names)
-            o_leaves, o_spec, o_names = unbox(fun(*a, **kw))
+            with within(scope):
+                o_leaves, o_spec, o_names = unbox(fun(*a, **kw))
             out_box[:] = [o_spec, o_names]
             return tuple(o_leaves)
 

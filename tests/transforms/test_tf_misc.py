@@ -131,3 +131,17 @@ def test_vectorize_errors():
     dot = nx.vectorize(lambda a, b: (a * b).sum(), signature="(n),(n)->()")
     with pytest.raises(nx.AxisSizeError, match=r"core dim 'n': 3 vs 4 \(argument 1\)"):
         dot(torch.ones(3), torch.ones(4))
+
+
+def test_checkpoint_recomputes_in_the_forwards_axis_environment():
+    """The recomputation runs when autograd reaches it: here after xmap returned (on
+    CUDA/XLA, on autograd's device thread); it sees the forward's bound axes."""
+    w = torch.randn(4, requires_grad=True)
+
+    def body(w):
+        return nx.checkpoint(lambda w: (w * nx.lax.axis_index("i")).sin())(w)
+
+    out = nx.xmap(body, in_axes=[...], out_axes=["i", ...], axis_sizes={"i": 3})(w)
+    out.sum().backward()
+    i = torch.arange(3.).unsqueeze(1)
+    torch.testing.assert_close(w.grad, ((w.detach() * i).cos() * i).sum(0))
