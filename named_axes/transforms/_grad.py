@@ -218,27 +218,45 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         chunked = _chunked(region.axes, reduce_axes)
         if chunked:   # a SerialLoop chunk summed its own instances: add the other chunks'
             grads = tree_map(lambda gr: _sum_over_chunks(gr, chunked), grads)
-        added = tuple(n for n in sizes if n not in reduce_axes)
-        if added:   # fold copies made by the broadcast that JAX computes once
-            code = getattr(fun, "__code__", fun)
-            grads = tuple(tree_map(lambda leaf, orig: drop_replicated(leaf, tuple(
-                n for n in added if n not in _names_of(orig)), (code, "grad", i)), gr, args[i])
-                for gr, i in zip(grads, nums))
-            value = drop_replicated(box_leaf(value, out_names[0]), added, (code, "value"))
-        else:
-            value = box_leaf(value, out_names[0])
-        grads = grads[0] if isinstance(argnums, int) else grads
+        value = box_leaf(value, out_names[0])
+        trees = [value] + list(grads)
         if has_aux:
             aux_leaves, aux_spec, aux_names = aux_box
             it = iter(aux_tensors)
             aux_leaves = [next(it) if isinstance(a, torch.Tensor) else a for a in aux_leaves]
-            aux = rebox(aux_leaves, aux_spec, aux_names)
-            if added:
-                aux = tree_map(lambda a: drop_replicated(a, added, (code, "aux")), aux)
-            return (value, aux), grads
+            trees.append(rebox(aux_leaves, aux_spec, aux_names))
+        added = tuple(n for n in sizes if n not in reduce_axes)
+        if added:   # fold copies made by the broadcast that JAX computes once
+            trees = _fold_copies(trees, [None, *(args[i] for i in nums)], added,
+                                 getattr(fun, "__code__", fun))
+        value, grads = trees[0], tuple(trees[1:1 + len(nums)])
+        grads = grads[0] if isinstance(argnums, int) else grads
+        if has_aux:
+            return (value, trees[-1]), grads
         return value, grads
 
     return run
+
+
+def _fold_copies(trees: list, origs: list, added: tuple, code) -> list:
+    """``drop_replicated`` over the value, each gradient tree and the aux tree, with one
+    read of the equality tests for all of them.  A gradient keeps the axes its argument
+    (``origs[i]``) carries; the value and aux (``None``) may lose any of ``added``."""
+    items, specs = [], []
+    for k, tree in enumerate(trees):
+        leaves, spec = tree_flatten(tree)
+        orig = origs[k] if k < len(origs) else None
+        own = spec.flatten_up_to(orig) if orig is not None else [None] * len(leaves)
+        tag = (code, "value") if k == 0 else (code, "aux") if orig is None else (code, "grad", k - 1)
+        items += [(leaf, tuple(n for n in added if n not in _names_of(o)), tag)
+                  for leaf, o in zip(leaves, own)]
+        specs.append((spec, len(leaves)))
+    flat = drop_replicated(items)
+    out, at = [], 0
+    for spec, n in specs:
+        out.append(tree_unflatten(flat[at:at + n], spec))
+        at += n
+    return out
 
 
 def _autograd_ok(prepared: list) -> bool:
@@ -446,7 +464,8 @@ def _vjp_once(fun, primals, has_aux, reduce_axes, sizes, first_run):
     added = tuple(n for n in sizes if n not in reduce_axes)
     if added:   # copies of a value JAX computes once (the cotangents still align to
         code = getattr(fun, "__code__", fun)   # the physical outputs)
-        out = tree_map(lambda o: drop_replicated(o, added, (code, "vjp")), out)
+        leaves, spec = tree_flatten(out)
+        out = tree_unflatten(drop_replicated([(o, added, (code, "vjp")) for o in leaves]), spec)
 
     def vjp_fn(cotangent):
         cts, ct_spec = tree_flatten(cotangent)

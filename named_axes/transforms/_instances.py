@@ -126,7 +126,7 @@ def _same_in_every_chunk(value: NamedTensor, name: str) -> bool:
     with torch.no_grad():
         hi, neg_lo = pmax((value, -value), name)
     hi, neg_lo = (t._data if type(t) is NamedTensor else t for t in (hi, neg_lo))
-    return torch.equal(hi, -neg_lo)
+    return bool(torch.equal(hi, -neg_lo))
 
 
 # (function code, output tag, names, candidates) -> the axes folded on the last call
@@ -137,9 +137,9 @@ _FOLDS_MAX = 4096
 FOLD_MISSES = [0]   # lookups under tracing that found no eager decision
 
 
-def drop_replicated(value, candidates, key=None) -> object:
-    """``value`` (a NamedTensor) without the ``candidates`` axes along which its
-    slices are all equal.
+def drop_replicated(items: list) -> list:
+    """Each ``(value, candidates, key)`` of ``items`` as ``value`` (a NamedTensor)
+    without the ``candidates`` axes along which its slices are all equal.
 
     The differentiated inputs are broadcast along the axes a closed-over value carries,
     so a result that JAX computes once (unbatched) comes out once per instance, all
@@ -149,43 +149,70 @@ def drop_replicated(value, candidates, key=None) -> object:
     one eager call first); with no such call the copies are kept, which changes named
     shapes (an output may then need to place the axis), never values.  On a chunk of a
     ``SerialLoop`` axis the comparison spans every chunk (one replayed ``pmax``).
+
+    The equality tests of all items are read at once: on a lazy device (XLA) every read
+    runs the graph built so far, so one read per gradient leaf would cut a training
+    step into dozens of graphs, each compiled on the first step.
     """
-    if type(value) is not NamedTensor or not candidates:
-        return value
-    data, names = value._data, value._names
-    candidates = tuple(n for n in candidates if n in names)
-    if not candidates:
-        return value
-    full = (key, names, candidates) if key is not None else None
-    if not _concrete(data):
-        folded = _FOLDS.get(full) if full is not None else ()
-        if folded is None:   # no eager call decided it yet: nx.jit makes one and retraces
-            FOLD_MISSES[0] += 1
-            folded = ()
+    bound = bound_axes()
+    plans, tests = [], []   # per item: None, or (full key, names, [(name, test)])
+    for value, candidates, key in items:
+        names = value._names if type(value) is NamedTensor else ()
+        candidates = tuple(n for n in candidates if n in names)
+        if not candidates:
+            plans.append(None)
+            continue
+        full = (key, names, candidates) if key is not None else None
+        data = value._data
+        if not _concrete(data):
+            plans.append((full, names, None))
+            continue
+        checks = []
+        for n in candidates:
+            d = names.index(n)
+            if data.shape[d] != bound.get(n, data.shape[d]):
+                # a chunk of a SerialLoop axis: every chunk must make the same decision
+                checks.append((n, _same_in_every_chunk(value, n)))
+            else:
+                checks.append((n, len(tests)))
+                tests.append((data == data.narrow(d, 0, 1)).all())
+        plans.append((full, names, checks))
+    answers = _read_all(tests)
+    out = []
+    for (value, _, _), plan in zip(items, plans):
+        if plan is None:
+            out.append(value)
+            continue
+        full, names, checks = plan
+        if checks is None:   # traced: the last eager decision, else keep the copies
+            folded = _FOLDS.get(full) if full is not None else ()
+            if folded is None:   # no eager call decided it yet: nx.jit makes one, retraces
+                FOLD_MISSES[0] += 1
+                folded = ()
+        else:
+            folded = tuple(n for n, t in checks if (t if type(t) is bool else answers[t]))
+            if full is not None:
+                if len(_FOLDS) >= _FOLDS_MAX:
+                    _FOLDS.clear()
+                _FOLDS[full] = folded
+        data = value._data
         for n in folded:
             d = names.index(n)
             data = data.select(d, 0)
             names = names[:d] + names[d + 1:]
-        return NamedTensor._wrap(data, names) if folded else value
-    bound = bound_axes()
-    folded = []
-    for n in candidates:
-        d = names.index(n)
-        if data.shape[d] != bound.get(n, data.shape[d]):
-            # a chunk of a SerialLoop axis: every chunk must make the same decision
-            if not _same_in_every_chunk(NamedTensor._wrap(data, names), n):
-                continue
-            data = data.select(d, 0)
-            names = names[:d] + names[d + 1:]
-            folded.append(n)
-            continue
-        first = data.narrow(d, 0, 1)
-        if torch.equal(data, first.expand_as(data)):
-            data = first.squeeze(d)
-            names = names[:d] + names[d + 1:]
-            folded.append(n)
-    if full is not None:
-        if len(_FOLDS) >= _FOLDS_MAX:
-            _FOLDS.clear()
-        _FOLDS[full] = tuple(folded)
-    return NamedTensor._wrap(data, names) if folded else value
+        out.append(NamedTensor._wrap(data, names) if folded else value)
+    return out
+
+
+def _read_all(tests: list) -> list:
+    """The values of 0-d bool tensors, one read per device."""
+    answers = [False] * len(tests)
+    by_device: dict = {}
+    for i, t in enumerate(tests):
+        if hasattr(t, "full_tensor"):   # a DTensor: its value, the same on every rank
+            tests[i] = t = t.full_tensor()
+        by_device.setdefault(t.device, []).append(i)
+    for idx in by_device.values():
+        for i, v in zip(idx, torch.stack([tests[i] for i in idx]).tolist()):
+            answers[i] = v
+    return answers
