@@ -4,7 +4,9 @@ Inputs are moved to the XLA device and annotated with ``xs.mark_sharding`` over 
 ``xs.Mesh`` built from the :class:`Mesh`, with a partition spec from the plan (each
 named dim split over its mesh axes, in the order listed); XLA's SPMD partitioner
 propagates shardings and inserts the collectives (an all-reduce for a contraction
-over a split axis).  Outputs come back to the inputs' device, as full tensors.
+over a split axis).  Outputs are computed as one graph (:func:`run_graph`, which also
+steers clear of torch-xla's graph-cache collisions) and come back to the inputs'
+device, as full tensors.
 
 torch-xla must be in SPMD mode before any XLA tensor exists (afterwards a training
 step can crash), so every path into XLA here goes through :func:`ensure_spmd` first.
@@ -13,6 +15,7 @@ on CPU, ``PJRT_DEVICE=CPU CPU_NUM_DEVICES=4`` gives four devices.
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Callable
 
 import torch
@@ -128,4 +131,38 @@ class XlaEngine:
         self.home = None
         xleaves = [self.to_xla(x, f"argument leaf {i}") for i, x in enumerate(leaves)]
         outs = body(xleaves, engine=engine if engine is not None else self)
+        run_graph([o._data if isinstance(o, NamedTensor) else o for o in outs], self.device)
         return [self.back(o) for o in outs]
+
+
+# torch-xla graph hash -> digest of the IR it was compiled from (see run_graph)
+_GRAPHS: dict = {}
+
+
+def run_graph(values: list, device: torch.device) -> None:
+    """Compute the XLA tensors among ``values`` now, as one graph.
+
+    torch-xla 2.9 keys compiled graphs by a hash that does not see which input feeds
+    which op (pytorch/xla#8353, open): two graphs that differ only in that share one
+    executable, and the second silently computes the first (``b * psum(b * b)`` came
+    back as ``a * psum(b * b)`` after ``a * psum(a * a)`` ran).  So each hash is
+    bound to the IR text it first ran (which names every operand); a different graph
+    under a known hash gets an extra output, ``zeros(k)``, that moves it to a hash of its
+    own.  One graph for all outputs also means one compiled executable per step,
+    reused while the program's structure holds.
+    """
+    import torch_xla
+
+    xla = torch_xla._XLAC
+    tensors = [v for v in values if isinstance(v, torch.Tensor) and v.device.type == "xla"]
+    if not tensors:
+        return
+    ir = hashlib.sha256(xla._get_xla_tensors_text(tensors).encode()).digest()
+    salt = 0
+    while True:
+        extra = [torch.zeros(salt, device=device)] if salt else []
+        seen = _GRAPHS.setdefault(xla._get_graph_hash(tensors + extra), ir)
+        if seen == ir:
+            break
+        salt += 1
+    xla._xla_sync_multi(tensors + extra, [], wait=True)
