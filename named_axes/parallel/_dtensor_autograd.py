@@ -42,6 +42,11 @@ def _saved_as_dtensors(dm):
     class _SaveAsDTensors(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            if len(args) > 1 and type(args[0]) is torch.Tensor \
+                    and any(isinstance(a, DTensor) for a in args[1:]):
+                outplace = _out_of_place(func)
+                if outplace is not None:
+                    return _update_plain(args[0], outplace(*args, **kwargs), func)
             try:
                 if hooks_disabled() is not None or not torch.is_grad_enabled():
                     return func(*args, **kwargs)
@@ -57,6 +62,32 @@ def _saved_as_dtensors(dm):
                     f"axes (vectorized or SerialLoop), or on backend='xla'") from None
 
     return _SaveAsDTensors()
+
+
+def _out_of_place(func):
+    """``Tensor.add`` for ``Tensor.add_`` / ``Tensor.__iadd__``; None if ``func`` is not
+    an in-place method."""
+    name = getattr(func, "__name__", "")
+    if name.startswith("__i") and name.endswith("__"):
+        return getattr(torch.Tensor, "__" + name[3:], None)
+    if name.endswith("_") and not name.startswith("_"):
+        return getattr(torch.Tensor, name[:-1], None)
+    return None
+
+
+def _update_plain(target: torch.Tensor, value, func) -> torch.Tensor:
+    """``target`` (a plain tensor made in the program: replicated on every rank)
+    updated in place with ``value``, the op's result computed out of place.  DTensor
+    cannot write a DTensor into a plain tensor (a bare ``AssertionError``); the value is
+    made whole on every rank (``full_tensor``, differentiable) and copied in."""
+    from torch.distributed.tensor import DTensor
+
+    full = value.full_tensor() if isinstance(value, DTensor) else value
+    if full.shape != target.shape:
+        raise AxisResourceError(
+            f"{getattr(func, '__name__', func)}: the in-place target has shape "
+            f"{tuple(target.shape)} but the result has shape {tuple(full.shape)}")
+    return target.copy_(full)
 
 
 def _in_forward_ad() -> bool:

@@ -86,6 +86,19 @@ def collectives(rank, results):
     with P.Mesh(np.array(P.devices()), ("x",)):
         out = T.loss_and_grads(T.xmapped({"hidden": "x", "batch": P.SerialLoop(2)}), *d)
     results["serial_and_mesh"] = dict(err=err(ref, out))
+    # in place into a plain tensor the program made: acc += a gathered (DTensor) value
+    def accumulate(x):
+        acc = torch.zeros(8, 3)
+        acc += nx.lax.all_gather(x, "i")
+        return (acc * acc).sum()
+
+    x = torch.arange(24.0).reshape(8, 3).requires_grad_()
+    with P.Mesh(np.array(P.devices()), ("x",)):
+        total = nx.xmap(accumulate, in_axes=["i", ...], out_axes=[...],
+                        axis_resources={"i": "x"})(x)
+    total.backward()
+    results["inplace_plain"] = dict(value=float(total), grad_err=float(
+        (x.grad - 2 * x.detach()).abs().max()))
     # a conflict between two axes on one mesh axis, raised on every rank
     with P.Mesh(np.array(P.devices()), ("x",)):
         try:

@@ -86,3 +86,12 @@ def test_conflict_raised_on_every_rank(ranks):
     for res in ranks:
         msg = res["conflict"]["error"]
         assert msg is not None and "'a'" in msg and "'b'" in msg and "'x'" in msg
+
+
+def test_inplace_into_a_plain_tensor_of_a_gathered_value(ranks):
+    """``acc += all_gather(x)`` with ``acc`` made in the program (DTensor alone raises a
+    bare AssertionError): the value and its gradient as in one process."""
+    for r in ranks:
+        res = r["inplace_plain"]
+        assert res["value"] == float(sum(v * v for v in range(24)))
+        assert res["grad_err"] == 0.0
