@@ -86,3 +86,23 @@ def test_backend_xla_places_on_xla(devices):
     assert P.backend_device("xla").type == "xla"
     assert P.device_put(torch.ones(2), "xla").device.type == "xla"
     assert P.device_get(P.device_put(torch.ones(2), "xla")).device.type == "cpu"
+
+
+def test_graphs_differing_only_in_wiring_get_their_own_executables(devices):
+    """torch-xla 2.9 keys compiled graphs by a hash blind to which input feeds which op
+    (pytorch/xla#8353): ``b * psum(b * b)`` after ``a * psum(a * a)`` silently ran the
+    first executable.  The engine's run_graph keeps them apart."""
+    g = {k: torch.randn(2, 8) for k in "abc"}
+
+    def scaled_by(key):
+        return lambda g: {k: v * nx.lax.psum((g[key] * g[key]).sum(), "shard")
+                          for k, v in g.items()}
+
+    for key in "abc":
+        f = scaled_by(key)
+        with P.Mesh(np.array(devices).reshape(2, 2), ("dp", "mp")):
+            got = nx.xmap(f, in_axes=[["shard", ...]], out_axes=["shard", ...],
+                          axis_resources={"shard": "mp"})(g)
+        want = nx.xmap(f, in_axes=[["shard", ...]], out_axes=["shard", ...])(g)
+        for k in g:
+            torch.testing.assert_close(got[k], want[k])
