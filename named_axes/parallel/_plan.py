@@ -11,7 +11,8 @@ The rules (SPEC §5), each checked here with an :class:`AxisResourceError` (a
 ``ValueError``) that names the axis, the sizes and the resource:
 
 - a named axis's size must be divisible by the product of its mesh axes' sizes
-  (or by the number of chunks of its serial loop);
+  (times the number of chunks of its serial loop: one axis may have both, JAX's
+  ``('x', 'l')``, each chunk then split over the mesh axes);
 - every mesh axis named must exist in the mesh in scope, and some mesh must be in scope;
 - two named axes mapped to one mesh axis may never meet in one value
   (:func:`resource_conflicts` gives the pairs; :meth:`Plan.check_value` checks a value).
@@ -51,8 +52,8 @@ def normalize_resources(axis_resources: Mapping) -> tuple[dict, dict]:
     Raises:
         AxisTypeError: a resource that is neither a mesh axis name, a tuple of them,
             nor a :class:`SerialLoop`.
-        AxisResourceError: one mesh axis listed twice for one name, or a serial loop
-            mixed with mesh axes in one tuple.
+        AxisResourceError: one mesh axis listed twice for one name, or two serial loops
+            for one name.
     """
     mesh_axes: dict = {}
     loops: dict = {}
@@ -61,10 +62,14 @@ def normalize_resources(axis_resources: Mapping) -> tuple[dict, dict]:
             loops[name] = res.chunks
             continue
         items = tuple(res) if isinstance(res, (tuple, list)) else (res,)
-        if any(isinstance(r, SerialLoop) for r in items):
+        serial = [r for r in items if isinstance(r, SerialLoop)]
+        if len(serial) > 1:
             raise AxisResourceError(
-                f"axis_resources[{name!r}] = {_fmt_res(res)}: a SerialLoop cannot be combined "
-                f"with mesh axes for one named axis; map the axis to one or the other")
+                f"axis_resources[{name!r}] = {_fmt_res(res)}: one SerialLoop per named axis "
+                f"(SerialLoop({prod(r.chunks for r in serial)}) has as many chunks)")
+        if serial:   # JAX's ('x', 'l'): the loop runs chunks, each split over the mesh
+            loops[name] = serial[0].chunks
+            items = tuple(r for r in items if not isinstance(r, SerialLoop))
         for r in items:
             if not isinstance(r, Hashable) or r is None:
                 raise AxisTypeError(
@@ -247,6 +252,12 @@ def make_plan(axis_resources: Mapping, *, mesh_shape: Mapping | None,
                 f"{n}, the size of the mesh axes it is mapped to ({detail}); pad the axis or "
                 f"map it to other mesh axes")
     for name, k in loops.items():
+        if name in mesh_axes and axis_sizes[name] % (k * prod(mesh_shape[a] for a in mesh_axes[name])):
+            n = prod(mesh_shape[a] for a in mesh_axes[name])
+            raise AxisResourceError(
+                f"{what}: axis {name!r} has size {axis_sizes[name]}, which is not divisible by "
+                f"{k * n}: the {k} chunks of its SerialLoop({k}), each split {n} ways over mesh "
+                f"axes {mesh_axes[name]}")
         if axis_sizes[name] % k:
             raise AxisResourceError(
                 f"{what}: axis {name!r} has size {axis_sizes[name]}, which is not divisible by "

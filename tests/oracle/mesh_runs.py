@@ -13,7 +13,8 @@ no JAX is needed here.
   mesh ``('x', 'y')`` and a 1-d mesh ``('w',)`` of the same 4 devices: one axis on
   ``x``, on ``y``, on ``('x', 'y')``, on ``w``; two axes on ``x`` and ``y``; two axes on
   one mesh axis (a resource conflict unless they never meet); a mesh axis with a
-  ``SerialLoop`` on another axis; an axis whose size the mesh axis does not divide
+  ``SerialLoop`` on another axis; one axis on ``x`` and a ``SerialLoop(2)`` (JAX's
+  ``('x', 'l')``); an axis whose size the mesh axis does not divide
   (must raise);
 - :func:`run_on` runs one program under one assignment inside a mesh;
   :func:`judge` compares it with the vectorized run (values, shapes, dtype kind, the
@@ -69,7 +70,7 @@ def sample(n: int, seed: int) -> list:
 def mesh_of(res: dict) -> str:
     """Which mesh an assignment runs on: ``'w'`` (1-d, 4) or ``'xy'`` (2x2)."""
     used = {a for r in res.values() if not isinstance(r, list)
-            for a in (r if isinstance(r, tuple) else (r,))}
+            for a in (r if isinstance(r, tuple) else (r,)) if not isinstance(a, list)}
     return "w" if "w" in used else "xy"
 
 
@@ -82,6 +83,7 @@ def assignments(prog: dict, seed: int, per_prog: int) -> list:
     odd = [n for n, s in axes.items() if s % 2 and s > 1]
     kinds: dict = {"x": [{n: "x"} for n in even], "y": [{n: "y"} for n in even],
                    "xy": [{n: ("x", "y")} for n in four], "w": [{n: "w"} for n in four],
+                   "meshloop": [{n: ("x", ["loop", 2])} for n in four],
                    "two": [], "conflict": [], "loop": [],
                    "uneven": [{n: "x"} for n in odd[:1]]}
     for i, a in enumerate(even):
@@ -112,8 +114,14 @@ def where(res: dict) -> str:
         for n, r in res.items())
 
 
+def _resource(r):
+    if isinstance(r, list):
+        return nx.SerialLoop(r[1])
+    return tuple(_resource(x) for x in r) if isinstance(r, tuple) else r
+
+
 def _resources(res: dict) -> dict:
-    return {n: nx.SerialLoop(r[1]) if isinstance(r, list) else r for n, r in res.items()}
+    return {n: _resource(r) for n, r in res.items()}
 
 
 def run_on(prog: dict, res: dict, mesh) -> dict:

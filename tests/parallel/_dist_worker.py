@@ -86,6 +86,15 @@ def collectives(rank, results):
     with P.Mesh(np.array(P.devices()), ("x",)):
         out = T.loss_and_grads(T.xmapped({"hidden": "x", "batch": P.SerialLoop(2)}), *d)
     results["serial_and_mesh"] = dict(err=err(ref, out))
+    # one axis on the mesh and a loop (JAX's ('x', 'l')): batch 8 = 2 chunks x 4 ranks
+    with P.Mesh(np.array(P.devices()), ("x",)):
+        out = T.loss_and_grads(T.xmapped({"batch": ("x", P.SerialLoop(2))}), *d)
+        idx = nx.xmap(lambda v: v * nx.lax.axis_index("i") + nx.lax.psum(v, "i"),
+                      in_axes=["i", ...], out_axes=["i", ...],
+                      axis_resources={"i": ("x", P.SerialLoop(2))})(torch.arange(16.0))
+    want = torch.arange(16.0) ** 2 + 120.0
+    results["mesh_and_loop_one_axis"] = dict(err=err(ref, out),
+                                             index_err=float((idx - want).abs().max()))
     # in place into a plain tensor the program made: acc += a gathered (DTensor) value
     def accumulate(x):
         acc = torch.zeros(8, 3)

@@ -82,6 +82,14 @@ def test_serial_loop_composes_with_mesh(ranks):
         assert res["serial_and_mesh"]["err"] < 1e-10
 
 
+def test_one_axis_on_the_mesh_and_a_loop(ranks):
+    """``{'batch': ('x', SerialLoop(2))}``: the loop's chunks, each split over the ranks;
+    loss, gradients, axis_index and psum as in one process."""
+    for res in ranks:
+        assert res["mesh_and_loop_one_axis"]["err"] < 1e-10
+        assert res["mesh_and_loop_one_axis"]["index_err"] == 0.0
+
+
 def test_conflict_raised_on_every_rank(ranks):
     for res in ranks:
         msg = res["conflict"]["error"]

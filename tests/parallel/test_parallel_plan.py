@@ -50,8 +50,20 @@ def test_bad_resources():
         make_plan({"a": ["x", ["y"]]}, mesh_shape={"x": 1}, axis_sizes={"a": 2})
     with pytest.raises(AxisResourceError, match="listed twice"):
         make_plan({"a": ("x", "x")}, mesh_shape={"x": 1}, axis_sizes={"a": 2})
-    with pytest.raises(AxisResourceError, match="SerialLoop cannot be combined"):
-        make_plan({"a": ("x", P.SerialLoop(2))}, mesh_shape={"x": 1}, axis_sizes={"a": 2})
+    with pytest.raises(AxisResourceError, match="one SerialLoop per named axis"):
+        make_plan({"a": ("x", P.SerialLoop(2), P.SerialLoop(2))}, mesh_shape={"x": 1},
+                  axis_sizes={"a": 4})
+    with pytest.raises(AxisResourceError, match=r"'a' has size 6.*not divisible by 4.*2 chunks"):
+        make_plan({"a": ("x", P.SerialLoop(2))}, mesh_shape={"x": 2}, axis_sizes={"a": 6})
+
+
+def test_mesh_axes_and_a_loop_on_one_axis():
+    """JAX's ``axis_resources={'i': ('x', 'l')}``: chunks of the loop, each split over x."""
+    p = make_plan({"a": ("x", P.SerialLoop(2))}, mesh_shape={"x": 2}, axis_sizes={"a": 8})
+    assert p.mesh_axes == {"a": ("x",)} and p.loops == {"a": 2} and p.shards("a") == 4
+    assert p.local_shape(("a",), (8, 3)) == (2, 3)
+    assert p.lowering("psum", "a") == ("all-reduce over mesh axes (x) + accumulate over 2 "
+                                       "serial chunks")
     with pytest.raises(AxisResourceError, match="positive int"):
         P.SerialLoop(0)
 

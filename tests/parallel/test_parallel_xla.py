@@ -106,3 +106,17 @@ def test_graphs_differing_only_in_wiring_get_their_own_executables(devices):
         want = nx.xmap(f, in_axes=[["shard", ...]], out_axes=["shard", ...])(g)
         for k in g:
             torch.testing.assert_close(got[k], want[k])
+
+
+def test_one_axis_on_the_mesh_and_a_loop(devices):
+    """JAX's ``axis_resources={'batch': ('x', 'l')}``: two chunks, each split 4 ways."""
+    d = T.data(seed=5, dtype=torch.float32)
+    ref = T.loss_and_grads(T.loss, *d)
+    with P.Mesh(np.array(devices), ("x",)):
+        out = T.loss_and_grads(T.xmapped({"batch": ("x", P.SerialLoop(2))}), *d)
+        idx = nx.xmap(lambda v: v * nx.lax.axis_index("i") + nx.lax.psum(v, "i"),
+                      in_axes=["i", ...], out_axes=["i", ...],
+                      axis_resources={"i": ("x", P.SerialLoop(2))})(torch.arange(16.0))
+    for a, b in zip(ref, out):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(idx, torch.arange(16.0) ** 2 + 120.0)
