@@ -515,6 +515,28 @@ with torch.no_grad():
 print(''.join(chars[i] for i in ids))
 """),
     md("After a minute of training it has learned letters, spaces and line breaks, not yet sonnets. `examples/transformer.py` trains the same model longer."),
+    md("""
+## The same kind of model, tensor- and data-parallel
+
+`examples/gpt_mesh.py` writes a GPT decoder the same way (`batch`, `seq`, `heads`, `mlp`,
+`embed`, `vocab`) and picks where the axes live with `axis_resources` only. Under
+`torchrun --nproc-per-node=4 examples/gpt_mesh.py` it runs on a 2x2 mesh with
+`{'batch': 'dp', 'heads': 'mp', 'mlp': 'mp'}`: parameters made shard by shard, each rank
+loading only its rows, gradients and Adam state sharded. In this notebook's one process
+we run its two other modes, vectorized and `SerialLoop(2)` on `batch`: the loss curves
+are the same to float rounding (and so is the mesh's, `tests/parallel/test_gpt_mesh.py`).
+"""),
+    code("""
+import importlib, sys
+sys.path.insert(0, str(repo / 'examples'))
+gpt_mesh = importlib.import_module('gpt_mesh')
+small = ['--steps', '5', '--layers', '1', '--embed', '32', '--mlp', '128', '--dtype', 'float64', '--quiet']
+vec = gpt_mesh.main(small + ['--mode', 'vectorized'])
+loop = gpt_mesh.main(small + ['--mode', 'serial'])
+print('vectorized    ', [round(v, 6) for v in vec['losses']])
+print('SerialLoop(2) ', [round(v, 6) for v in loop['losses']])
+print('largest difference:', max(abs(a - b) for a, b in zip(vec['losses'], loop['losses'])))
+"""),
 ]
 
 
