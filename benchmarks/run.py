@@ -443,6 +443,18 @@ def run_parallel(log) -> list[str]:
     return []
 
 
+def run_sharded(log) -> list[str]:
+    """examples/gpt_mesh.py on a 2x2 mesh vs one process and a hand-written DTensor TP."""
+    log("== bench_sharded.main()")
+    title = ["## Sharded training (benchmarks/bench_sharded.py)", ""]
+    try:
+        text = importlib.import_module("bench_sharded").main([])
+    except (Exception, SystemExit) as e:
+        log(f"   bench_sharded failed: {harness._short(e)}")
+        return title + [f"failed: {harness._short(e)}", ""]
+    return title + [text, ""]
+
+
 # ---------------------------------------------------------------------------------
 # main
 # ---------------------------------------------------------------------------------
@@ -522,6 +534,7 @@ def main(argv=None) -> int:
 
     if not args.no_parallel and not args.quick:
         report += run_parallel(log)
+        report += run_sharded(log)
 
     report += [
         "## Method", "",

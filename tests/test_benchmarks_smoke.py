@@ -74,3 +74,18 @@ def test_startup_bench_measures_imports_and_reports_targets():
     assert "| 1.10 | meets target ≤ 1.3× |" in text
     assert "MISSES target ≤ 2× JAX first call (2.50×)" in text
     assert "meets target ≤ torch.compile cold (0.75×)" in text
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(600)
+def test_sharded_bench_runs_both_versions_on_a_2x2_mesh():
+    """bench_sharded: gpt_mesh in one process and on 4 gloo ranks, and the hand-written
+    parallelize_module baseline (tp_baseline.py) on the same mesh; a table comes out."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import bench_sharded
+    finally:
+        sys.path.pop(0)
+    text = bench_sharded.main(["--steps", "3"])
+    assert "hand-written DTensor TP" in text and "named_axes, 2x2 mesh" in text
+    assert "all_reduce" in text
