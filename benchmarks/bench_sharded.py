@@ -46,7 +46,8 @@ def run(args: list, nproc: int, timeout: float, script: Path = EXAMPLE) -> dict:
         proc = subprocess.run(cmd + args + ["--quiet", "--out", str(out)], capture_output=True,
                               text=True, timeout=timeout, env=dict(os.environ, OMP_NUM_THREADS="1"))
         if proc.returncode or not out.exists():
-            raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+            raise SystemExit(f"{' '.join(cmd)} failed (rc={proc.returncode}):\n"
+                             f"{proc.stdout[-1500:]}\n{proc.stderr[-3000:]}")
         return json.loads(out.read_text())
 
 

@@ -143,8 +143,8 @@ def run_graph(values: list, device: torch.device) -> None:
     """Compute the XLA tensors among ``values`` now, as one graph.
 
     torch-xla 2.9 keys compiled graphs by a hash that does not see which input feeds
-    which op (pytorch/xla#8353, open): two graphs that differ only in that share one
-    executable, and the second silently computes the first (``b * psum(b * b)`` came
+    which op (docs/parallelism.md, torch-xla section): two graphs that differ only in
+    that share one executable, and the second silently computes the first (``b * psum(b * b)`` came
     back as ``a * psum(b * b)`` after ``a * psum(a * a)`` ran).  So each hash is
     bound to the IR text it first ran (which names every operand); a different graph
     under a known hash gets an extra output, ``zeros(k)``, that moves it to a hash of its
