@@ -3,7 +3,8 @@
 2x1 (2 ranks) and 2x2 (4 ranks), the DTensor engine.  Each rank runs the grads xmap and
 two train steps on the mesh and vectorized (no resources) and writes the largest
 relative difference; the vectorized port equals JAX's xmap (tests/test_gptj_port.py),
-so these runs are held to the same 1e-5.
+so these runs are held to the same 1e-5.  On 2x2 (GPT-J's mesh) 20 training steps on
+fresh batches give the vectorized loss curve.
 
 This file is also the rank worker: ``torchrun ... test_gptj_mesh.py OUT`` with the mesh
 in ``NX_GPTJ_MESH``.
@@ -33,6 +34,11 @@ def test_gptj_port_on_a_dtensor_mesh(mesh, tmp_path, monkeypatch):
         # so float32 rounding of tiny gradients shows at ~1e-4 of a leaf's largest entry
         assert res["train_err"] < 1e-3, (r, res)
     assert len({tuple(res["losses"]) for res in ranks}) == 1  # every rank: the same losses
+    if mesh == "2x2":   # 20 steps, GPT-J's mesh: the vectorized loss curve
+        import numpy as np
+
+        for res in ranks:
+            np.testing.assert_allclose(res["curve"], res["want_curve"], rtol=1e-4)
 
 
 def _scenario(rank, results):
@@ -82,6 +88,25 @@ def _scenario(rank, results):
     results["train_err"] = max(errs)
     results["train_step_s"] = times
     results["losses"] = losses
+    if (dp, mp) == (2, 2):   # GPT-J's own mesh: a 20-step loss curve on fresh batches
+        results["curve"], results["want_curve"] = _curves(vec, model, corpus, config, 20)
+
+
+def _curves(vec, model, corpus, config, steps):
+    import numpy as np
+
+    import named_axes as nx
+
+    want_state, state, want, got = vec.state, vec.state, [], []
+    for step in range(steps):
+        batch = corpus.batch(step, 1, 4, config["seq"])
+        obs, tgt = batch["obs"].permute(1, 0, 2), batch["target"].permute(1, 0, 2)
+        *outs, want_state = vec.train_xmap(want_state, obs, tgt)
+        want.append(float(outs[0].mean()))
+        with nx.Mesh(np.array(nx.devices()).reshape(2, 2), ("dp", "mp")):
+            *outs, state = model.train_xmap(state, obs, tgt)
+        got.append(float(outs[0].mean()))
+    return got, want
 
 
 if __name__ == "__main__":
