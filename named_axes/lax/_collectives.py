@@ -257,6 +257,10 @@ def _reduce(x: Any, axis_name: Any, op: str, kind: str) -> Any:
     if carried:
         dims = [x._names.index(n) for n in carried]
         data = getattr(_ops, kind)(data, dims)
+        if _env_state.engine:
+            settle = _engine_method("settle", tuple(carried))
+            if settle is not None:   # a sum over a split axis: all-reduced here
+                data = settle(data)
     if missing and _ops._tracing():
         data = _replicated_in_graph(data, missing, kind, op)
     elif kind == "psum" and factor != 1:

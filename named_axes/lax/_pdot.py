@@ -76,6 +76,10 @@ def _pdot_run(plan: tuple, x: NamedTensor, y: NamedTensor, names: tuple) -> Any:
         size = _contracted_size(names)
         if size != 1:
             data = _ops.scale_grad(data, 1 / size)
+    if _env_state.engine:
+        settle = _engine_method("settle", names)
+        if settle is not None:   # a contraction over a split axis: all-reduced here
+            data = settle(data)
     return _out(data, out_names, pdot)
 
 

@@ -551,6 +551,20 @@ class DTensorEngine:
                 checked.clear()
             checked.add(key)
 
+    def settle(self, data: Any) -> Any:
+        """A sum over a split axis (``psum``, ``pdot``), all-reduced where it is formed.
+
+        DTensor leaves it a ``Partial`` placement and resolves it at the next op that needs
+        it: meeting a replicated operand (a bias), it picks a reduce-scatter and, later, an
+        all-gather, two collectives where one all-reduce does (Megatron's layout: one per
+        row-parallel matmul; the backward of ``Partial -> Replicate`` needs none)."""
+        from torch.distributed.tensor import DTensor, Replicate
+
+        if isinstance(data, DTensor) and any(p.is_partial() for p in data.placements):
+            return data.redistribute(data.device_mesh, [Replicate() if p.is_partial() else p
+                                                        for p in data.placements])
+        return data
+
     def run(self, body: Callable, leaves: list, engine: Any = None) -> list:
         from torch.distributed.tensor.experimental import implicit_replication
 
