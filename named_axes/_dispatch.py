@@ -7,7 +7,7 @@ tensors (or returns ``NotImplemented``).  Anything without a rule runs under
 functorch can batch, with ``randomness='different'`` so random ops draw independently
 per named index.
 
-Semantics (SPEC §1): ops act on positional axes only; the result's named shape is the
+Semantics (docs/guide.md §1): ops act on positional axes only; the result's named shape is the
 union of the inputs' (broadcast by name, equal names need equal sizes); the result
 equals running the op once per index of every named axis.
 """
@@ -121,7 +121,7 @@ def wrap(out: Any, names: tuple) -> Any:
 
 
 def check_conflicts(names: tuple, op: str) -> None:
-    """Two axes mapped to one resource may never meet in one value (SPEC §5)."""
+    """Two axes mapped to one resource may never meet in one value (docs/guide.md §5)."""
     pairs = conflicts()
     if not pairs or len(names) < 2:
         return

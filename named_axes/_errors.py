@@ -1,7 +1,7 @@
 """The exceptions named_axes raises, and the helpers that spell names and sizes in them.
 
 Every error names the axis, the sizes and the argument or operation involved
-(SPEC §6). Size, spec and resource problems are ``ValueError`` subclasses, wrong
+(docs/guide.md §6). Size, spec and resource problems are ``ValueError`` subclasses, wrong
 types ``TypeError`` subclasses, an unbound axis name an :class:`UnboundAxisError`
 (a ``NameError``).
 """
@@ -67,7 +67,7 @@ def fmt_named_shape(named_shape: Mapping[Hashable, int]) -> str:
 
 def unbound_message(name: Hashable, bound: Iterable[Hashable], *, op: str | None = None,
                     carried: Iterable[Hashable] | None = None) -> str:
-    """The one spelling of "this name is not bound" (SPEC §6), for every raiser to share.
+    """The one spelling of "this name is not bound" (docs/guide.md §6), for every raiser to share.
 
     >>> unbound_message('foo', {'batch': 2, 'hidden': 3})
     "axis 'foo' is not bound here (bound: 'batch', 'hidden')"
@@ -84,7 +84,7 @@ def unbound_message(name: Hashable, bound: Iterable[Hashable], *, op: str | None
 
 def size_clash_message(name: Hashable, size_a: int, where_a: str, size_b: int,
                        where_b: str) -> str:
-    """The one spelling of "one name, two sizes" (SPEC §6).
+    """The one spelling of "one name, two sizes" (docs/guide.md §6).
 
     >>> size_clash_message('i', 5, 'argument 0, dim 0', 7, 'argument 1, dim 0')
     "inconsistent sizes for axis 'i': 5 (argument 0, dim 0) vs 7 (argument 1, dim 0)"

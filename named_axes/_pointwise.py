@@ -1,6 +1,6 @@
 """The pointwise kernel: elementwise ops on NamedTensors, broadcast by name.
 
-One place decides how operands line up (SPEC §1: the result has the union of the
+One place decides how operands line up (docs/guide.md §1: the result has the union of the
 operands' names; equal names need equal sizes; positional axes broadcast as torch's
 do): :func:`pointwise_rule` is the registered rule of every elementwise op, and the
 direct bindings (:mod:`named_axes._bindings`) call the same functions for their

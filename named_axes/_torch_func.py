@@ -9,7 +9,7 @@ must be Tensor``. At ``import named_axes`` the transforms in ``torch.func`` (and
 conventions (so does any call inside a named program, where a closure may bring named
 values) (``grad_and_value`` returns ``(grad, value)``); any other call goes to
 torch's own transform untouched. Inside ``xmap`` this gives JAX's per-instance
-gradients (SPEC §4), as ``nx.grad`` does. A transform imported by name before
+gradients (docs/guide.md §4), as ``nx.grad`` does. A transform imported by name before
 ``import named_axes`` (``from torch.func import grad``) is torch's own.
 
 named_axes's own modules call torch's transforms through :data:`ORIGINAL` (never the

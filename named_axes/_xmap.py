@@ -277,7 +277,7 @@ class _Xmapped:
         return merged
 
     def _check_conflicts(self, names, pairs: frozenset, what: str, how: str) -> None:
-        """Two axes mapped to one resource may not meet in one value (SPEC §5), whichever
+        """Two axes mapped to one resource may not meet in one value (docs/guide.md §5), whichever
         way the value was formed: an argument, an output, an op."""
         if not pairs or len(names) < 2:
             return

@@ -1,4 +1,4 @@
-"""``nx.lax`` collectives with the signatures of ``jax.lax`` (SPEC §3).
+"""``nx.lax`` collectives with the signatures of ``jax.lax`` (docs/guide.md §3).
 
 View every named axis as a ``pmap``'d axis: index ``j`` of axis ``'i'`` is "device"
 ``j``, and a value that lacks ``'i'`` is replicated along it.  ``axis_name`` is one

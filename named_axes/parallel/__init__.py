@@ -61,7 +61,7 @@ def comm_summary(reset: bool = False) -> dict:
 
 
 def plan_for(axis_resources: Mapping, axis_sizes: Mapping, *, what: str = "xmap") -> Plan:
-    """The plan ``axis_resources`` gives under the mesh now in scope (checks SPEC §5)."""
+    """The plan ``axis_resources`` gives under the mesh now in scope (checks docs/guide.md §5)."""
     m = current_mesh()
     return make_plan(axis_resources, mesh_shape=m.shape if m is not None else None,
                      axis_sizes=axis_sizes, what=what)
@@ -95,7 +95,7 @@ def run_partitioned(body: Callable, named_args: list, *, axis_sizes: Mapping,
     reuses input buffers yet, so inputs are left intact.
 
     Raises:
-        AxisResourceError: the SPEC §5 checks (no mesh, unknown mesh axis, sizes not
+        AxisResourceError: the docs/guide.md §5 checks (no mesh, unknown mesh axis, sizes not
             divisible, conflicting axes in one value).
     """
     m = current_mesh()

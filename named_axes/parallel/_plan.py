@@ -7,7 +7,7 @@ axes (in which order), and what a collective over an axis becomes.  Pure Python:
 torch, no devices, so it is tested on its own.  It is what JAX called an
 ``EvaluationPlan`` and haliax a ``ResourceMapping``.
 
-The rules (SPEC §5), each checked here with an :class:`AxisResourceError` (a
+The rules (docs/guide.md §5), each checked here with an :class:`AxisResourceError` (a
 ``ValueError``) that names the axis, the sizes and the resource:
 
 - a named axis's size must be divisible by the product of its mesh axes' sizes

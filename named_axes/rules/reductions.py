@@ -1,4 +1,4 @@
-"""Reductions and dim translation: a dim argument may name axes (SPEC §1).
+"""Reductions and dim translation: a dim argument may name axes (docs/guide.md §1).
 
 ``translate_dims`` turns an int, a name or a tuple mixing both into physical dims
 (broadcasting a value along a bound name it lacks); the reduction rules reduce named

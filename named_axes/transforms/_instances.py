@@ -5,7 +5,7 @@ value lacking an axis is replicated along it), and so is every cotangent: the gr
 of a differentiated input is, per instance, the derivative of the sum of all instances'
 losses with respect to that instance's copy of the input; ``psum`` transposes to
 ``psum``.  However a value entered the function (argument, closure, intermediate), the
-rule is the same (SPEC §4).
+rule is the same (docs/guide.md §4).
 
 Physically a NamedTensor stores one slice per named index of the axes it carries, so a
 value that lacks axis ``a`` has one cotangent where JAX has ``size(a)`` of them.  The
