@@ -23,7 +23,7 @@ from .._env import bound_axes
 from .._errors import AxisSpecError, AxisTypeError, fmt_named_shape
 from .._layout import align
 from .._tensor import NamedTensor
-from ._instances import Redo, Region, drop_replicated
+from ._instances import Redo, Region, drop_replicated, fold_copies
 from ._tree import box_leaf, expand_over, named_axes_of, rebox, unbox
 from .._torch_func import ORIGINAL as _functorch
 
@@ -227,7 +227,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
             trees.append(rebox(aux_leaves, aux_spec, aux_names))
         added = tuple(n for n in sizes if n not in reduce_axes)
         if added:   # fold copies made by the broadcast that JAX computes once
-            trees = _fold_copies(trees, [None, *(args[i] for i in nums)], added,
+            trees = fold_copies(trees, [None, *(args[i] for i in nums)], added,
                                  getattr(fun, "__code__", fun))
         value, grads = trees[0], tuple(trees[1:1 + len(nums)])
         grads = grads[0] if isinstance(argnums, int) else grads
@@ -236,27 +236,6 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         return value, grads
 
     return run
-
-
-def _fold_copies(trees: list, origs: list, added: tuple, code) -> list:
-    """``drop_replicated`` over the value, each gradient tree and the aux tree, with one
-    read of the equality tests for all of them.  A gradient keeps the axes its argument
-    (``origs[i]``) carries; the value and aux (``None``) may lose any of ``added``."""
-    items, specs = [], []
-    for k, tree in enumerate(trees):
-        leaves, spec = tree_flatten(tree)
-        orig = origs[k] if k < len(origs) else None
-        own = spec.flatten_up_to(orig) if orig is not None else [None] * len(leaves)
-        tag = (code, "value") if k == 0 else (code, "aux") if orig is None else (code, "grad", k - 1)
-        items += [(leaf, tuple(n for n in added if n not in _names_of(o)), tag)
-                  for leaf, o in zip(leaves, own)]
-        specs.append((spec, len(leaves)))
-    flat = drop_replicated(items)
-    out, at = [], 0
-    for spec, n in specs:
-        out.append(tree_unflatten(flat[at:at + n], spec))
-        at += n
-    return out
 
 
 def _autograd_ok(prepared: list) -> bool:

@@ -39,12 +39,14 @@ tensor([[1., 2.],
 from __future__ import annotations
 
 import math
+
 import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .._env import INNER, bound_axes
 from .._tensor import RECORDERS, NamedTensor
 
-__all__ = ["Region", "REGIONS", "Redo", "current", "lacking", "drop_replicated"]
+__all__ = ["Region", "REGIONS", "Redo", "current", "lacking", "drop_replicated", "fold_copies"]
 
 _is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 _dispatch_depth = torch._C._len_torch_dispatch_stack
@@ -216,3 +218,26 @@ def _read_all(tests: list) -> list:
         for i, v in zip(idx, torch.stack([tests[i] for i in idx]).tolist()):
             answers[i] = v
     return answers
+
+
+def fold_copies(trees: list, origs: list, added: tuple, code) -> list:
+    """``drop_replicated`` over the value, each gradient tree and the aux tree, with one
+    read of the equality tests for all of them.  A gradient keeps the axes its argument
+    (``origs[i]``) carries; the value and aux (``None``) may lose any of ``added``."""
+    items, specs = [], []
+    for k, tree in enumerate(trees):
+        leaves, spec = tree_flatten(tree)
+        orig = origs[k] if k < len(origs) else None
+        own = spec.flatten_up_to(orig) if orig is not None else [None] * len(leaves)
+        tag = ((code, "value") if k == 0 else (code, "aux") if orig is None
+               else (code, "grad", k - 1))
+        for leaf, o in zip(leaves, own):
+            keep = o._names if type(o) is NamedTensor else ()
+            items.append((leaf, tuple(n for n in added if n not in keep), tag))
+        specs.append((spec, len(leaves)))
+    flat = drop_replicated(items)
+    out, at = [], 0
+    for spec, n in specs:
+        out.append(tree_unflatten(flat[at:at + n], spec))
+        at += n
+    return out
