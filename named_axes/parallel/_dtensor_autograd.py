@@ -1,4 +1,5 @@
-"""The DTensor engine's autograd glue: what the program's forward saves for the backward.
+"""The DTensor engine's torch-function mode: what the program's forward saves for the
+backward, and in-place ops that write a DTensor into a plain tensor.
 
 The backward of a program run on DTensors runs outside the engine (after ``xmap``
 returned), where DTensor refuses to mix plain tensors and DTensors; the forward mixes
@@ -10,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from .._errors import AxisResourceError
+from .._registry import is_inplace_name
 
 __all__ = ["_saved_as_dtensors"]
 
@@ -66,13 +68,13 @@ def _saved_as_dtensors(dm):
 
 def _out_of_place(func):
     """``Tensor.add`` for ``Tensor.add_`` / ``Tensor.__iadd__``; None if ``func`` is not
-    an in-place method."""
+    a public in-place method (the registry owns the spelling)."""
     name = getattr(func, "__name__", "")
-    if name.startswith("__i") and name.endswith("__"):
+    if not is_inplace_name(name):
+        return None
+    if name.startswith("__i"):
         return getattr(torch.Tensor, "__" + name[3:], None)
-    if name.endswith("_") and not name.startswith("_"):
-        return getattr(torch.Tensor, name[:-1], None)
-    return None
+    return None if name.startswith("_") else getattr(torch.Tensor, name[:-1], None)
 
 
 def _update_plain(target: torch.Tensor, value, func) -> torch.Tensor:
