@@ -23,6 +23,7 @@ round rsqrt sigmoid sign sgn signbit sin sinc sinh sqrt square tan tanh trunc
 relu relu6 gelu silu mish elu selu celu leaky_relu hardtanh hardsigmoid hardswish
 hardshrink softshrink tanhshrink softplus softsign logsigmoid threshold rrelu
 expit erfcx log_ndtr ndtr ndtri xlog1py entr i0e i1 i1e polygamma multigammaln
+bessel_j0 bessel_j1 bessel_y0 bessel_y1 modified_bessel_i0 modified_bessel_k0
 bernoulli
 zeros_like ones_like empty_like full_like rand_like randn_like randint_like
 clone detach contiguous float double half bfloat16 int long short bool byte char cpu cuda to
