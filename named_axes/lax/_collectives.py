@@ -257,15 +257,22 @@ def _reduce(x: Any, axis_name: Any, op: str, kind: str) -> Any:
     if carried:
         dims = [x._names.index(n) for n in carried]
         data = getattr(_ops, kind)(data, dims)
-        if _env_state.engine:
-            settle = _engine_method("settle", tuple(carried))
-            if settle is not None:   # a sum over a split axis: all-reduced here
-                data = settle(data)
+        data = settled(data, tuple(carried))
     if missing and _ops._tracing():
         data = _replicated_in_graph(data, missing, kind, op)
     elif kind == "psum" and factor != 1:
         data = data * factor
     return _out(data, tuple(n for n in x._names if n not in carried), _OPS[kind])
+
+
+def settled(data: Any, names: tuple) -> Any:
+    """A sum over ``names`` (``psum``, ``pdot``) handed to the engine that splits them, if
+    it has a ``settle`` (the DTensor engine all-reduces a ``Partial`` there)."""
+    if _env_state.engine:
+        settle = _engine_method("settle", names)
+        if settle is not None:
+            return settle(data)
+    return data
 
 
 def _replicated_in_graph(data: torch.Tensor, missing: list, kind: str, op: str):

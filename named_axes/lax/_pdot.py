@@ -21,7 +21,7 @@ from .._layout import union_names
 from .._plancache import PlanCache
 from .._tensor import RECORDERS, NamedTensor
 from ._collectives import (_as_named, _axis_names, _check_bound_size, _engine_method, _norm,
-                           _out, _shows_axes)
+                           _out, _shows_axes, settled)
 
 __all__ = ["pdot"]
 
@@ -76,11 +76,7 @@ def _pdot_run(plan: tuple, x: NamedTensor, y: NamedTensor, names: tuple) -> Any:
         size = _contracted_size(names)
         if size != 1:
             data = _ops.scale_grad(data, 1 / size)
-    if _env_state.engine:
-        settle = _engine_method("settle", names)
-        if settle is not None:   # a contraction over a split axis: all-reduced here
-            data = settle(data)
-    return _out(data, out_names, pdot)
+    return _out(settled(data, names), out_names, pdot)
 
 
 def _contracted_size(names: tuple) -> int:

@@ -144,12 +144,14 @@ def run_graph(values: list, device: torch.device) -> None:
 
     torch-xla 2.9 keys compiled graphs by a hash that does not see which input feeds
     which op (docs/parallelism.md, torch-xla section): two graphs that differ only in
-    that share one executable, and the second silently computes the first (``b * psum(b * b)`` came
-    back as ``a * psum(b * b)`` after ``a * psum(a * a)`` ran).  So each hash is
-    bound to the IR text it first ran (which names every operand); a different graph
-    under a known hash gets an extra output, ``zeros(k)``, that moves it to a hash of its
-    own.  One graph for all outputs also means one compiled executable per step,
-    reused while the program's structure holds.
+    that share one executable, and the second silently computes the first
+    (``b * psum(b * b)`` came back as ``a * psum(b * b)`` after ``a * psum(a * a)``
+    ran).  So each hash is bound to the IR text it first ran (which names every
+    operand); a different graph under a known hash gets an extra output, ``zeros(k)``,
+    that moves it to a hash of its own.  One graph for all outputs also means one
+    compiled executable per step, reused while the program's structure holds.
+    ``_GRAPHS`` is never cleared (forgetting a hash would let a collision back in); it
+    holds one 32-byte digest per distinct graph.
     """
     import torch_xla
 
