@@ -256,7 +256,9 @@ def _reduce(x: Any, axis_name: Any, op: str, kind: str) -> Any:
     data = x._data
     if carried:
         dims = [x._names.index(n) for n in carried]
-        data = getattr(_ops, kind)(data, dims)
+        reduce = _engine_method("reduce", tuple(carried)) if _env_state.engine else None
+        out = reduce(kind, data, dims) if reduce is not None else None
+        data = getattr(_ops, kind)(data, dims) if out is None else out
         data = settled(data, tuple(carried))
     if missing and _ops._tracing():
         data = _replicated_in_graph(data, missing, kind, op)

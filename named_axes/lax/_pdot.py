@@ -66,7 +66,13 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
 
 def _pdot_run(plan: tuple, x: NamedTensor, y: NamedTensor, names: tuple) -> Any:
     eq, out_names, _, _, missing = plan
-    data = _ops.pdot(x._data, y._data, eq)
+    data = None
+    if _env_state.engine:   # an engine may contract its own values (DTensor: shard by shard)
+        contract = _engine_method("contract", names)
+        if contract is not None:
+            data = contract(eq, x._data, y._data)
+    if data is None:
+        data = _ops.pdot(x._data, y._data, eq)
     factor = 1
     for n in missing:
         factor *= axis_size(n, op="pdot")

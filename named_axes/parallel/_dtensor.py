@@ -33,6 +33,7 @@ import torch
 from .._errors import AxisResourceError
 from .._tensor import NamedTensor
 from ._dtensor_autograd import _saved_as_dtensors
+from ._dtensor_local import local_einsum, local_sum
 
 __all__ = ["DTensorEngine", "device_mesh"]
 
@@ -338,9 +339,10 @@ def _partial_dims(have, want) -> tuple | None:
 
 
 def reduce_to(gs, targets, dm) -> list:
-    """Gradients (DTensors) -> the given placements.  Partial sums that only need an
-    all-reduce share one flat all-reduce per (mesh dims, dtype); the rest redistribute.
-    Nothing is all-gathered that the target keeps sharded."""
+    """Gradients (DTensors) -> the given placements.  The partial sums that only need an
+    all-reduce share one flat buffer per dtype and one all-reduce per mesh dim (the
+    buffer is ordered so that each mesh dim's part is one contiguous slice); the rest
+    redistribute.  Nothing is all-gathered that the target keeps sharded."""
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
 
@@ -354,17 +356,37 @@ def reduce_to(gs, targets, dm) -> list:
             out[i] = g.redistribute(dm, t)
             SUMMARY.gradient_reductions += 1
         else:
-            groups.setdefault((dims, g.dtype), []).append(i)
-    for (dims, _), idx in groups.items():
-        local = [gs[i].to_local() for i in idx]
+            groups.setdefault(g.dtype, []).append((dims, i))
+    for members in groups.values():
+        # ordered (0,), (0, 1), (1,), ...: on a 2-D mesh each mesh dim's members are one
+        # contiguous run of the buffer, so one all-reduce per mesh dim
+        members.sort(key=lambda m: (min(m[0]), len(m[0]), m[1]))
+        local = [gs[i].to_local() for _, i in members]
         flat = torch.cat([t.reshape(-1) for t in local])
-        for k in dims:
-            dist.all_reduce(flat, group=dm.get_group(k))
-            SUMMARY.gradient_reductions += 1
-        for i, t, piece in zip(idx, local, flat.split([t.numel() for t in local])):
-            out[i] = DTensor.from_local(piece.view(t.shape), dm, targets[i], run_check=False,
-                                        shape=gs[i].shape, stride=gs[i].stride())
+        offsets = [0]
+        for t in local:
+            offsets.append(offsets[-1] + t.numel())
+        for k in sorted({k for dims, _ in members for k in dims}):
+            for lo, hi in _runs([k in dims for dims, _ in members]):
+                dist.all_reduce(flat[offsets[lo]:offsets[hi]], group=dm.get_group(k))
+                SUMMARY.gradient_reductions += 1
+        for (_, i), t, a, b in zip(members, local, offsets, offsets[1:]):
+            out[i] = DTensor.from_local(flat[a:b].view(t.shape), dm, targets[i],
+                                        run_check=False, shape=gs[i].shape,
+                                        stride=gs[i].stride())
     return out
+
+
+def _runs(flags: list) -> list:
+    """``[(start, stop), ...]`` of the maximal runs of true ``flags``."""
+    runs, start = [], None
+    for j, f in enumerate(flags + [False]):
+        if f and start is None:
+            start = j
+        elif not f and start is not None:
+            runs.append((start, j))
+            start = None
+    return runs
 
 
 class _KeepLayout(torch.autograd.Function):
@@ -564,6 +586,21 @@ class DTensorEngine:
             return data.redistribute(data.device_mesh, [Replicate() if p.is_partial() else p
                                                         for p in data.placements])
         return data
+
+    def contract(self, eq: str, x: Any, y: Any) -> Any:
+        """``einsum(eq, x, y)`` for ``pdot`` on each rank's shards (:mod:`._dtensor_local`:
+        no weight all-gathered, gradients laid out like their operands), or None: DTensor's
+        einsum decides (layouts that do not line up, or dynamo tracing)."""
+        if torch.compiler.is_compiling():
+            return None
+        return local_einsum(eq, x, y)
+
+    def reduce(self, kind: str, data: Any, dims: list) -> Any:
+        """``psum``/``pmean`` of ``data`` over physical ``dims`` on each rank's shards
+        (the cotangent split like ``data``, not a replicated global one), or None."""
+        if kind not in ("psum", "pmean") or torch.compiler.is_compiling():
+            return None
+        return local_sum(data, dims, kind == "pmean")
 
     def run(self, body: Callable, leaves: list, engine: Any = None) -> list:
         from torch.distributed.tensor.experimental import implicit_replication

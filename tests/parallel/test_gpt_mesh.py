@@ -84,3 +84,25 @@ def test_mesh_2x2_matches_vectorized_with_sharded_state(vectorized, tmp_path):
         else:
             assert shape == full[name]
     assert mesh["comms_per_step"], "collectives were counted"
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(600)
+def test_no_rank_holds_a_global_parameter_batch_or_gradient(tmp_path):
+    """Every DTensor any rank makes in training (forward, backward, Adam): an mp-split
+    weight or its gradient is split over mp on every rank, a batch-carrying value over dp,
+    and no collective all-gathers.  The step's collectives are the layout's minimum (the
+    Megatron count: one all-reduce per row-parallel matmul forward and per column-parallel
+    input gradient, one for the loss's mean, two flat gradient all-reduces)."""
+    from _ranks import launch
+
+    ranks = launch(os.path.join(os.path.dirname(__file__), "_gpt_mesh_audit_worker.py"), 4,
+                   tmp_path, timeout=540)
+    for r, res in enumerate(ranks):
+        assert res["made"] > 100, res["made"]
+        assert res["global_values"] == [], (r, res["global_values"][:10])
+        assert res["grad_local_shapes"] == res["param_local_shapes"]
+    comms = ranks[0]["comms"]
+    # 1 layer: forward 2 row-parallel + 1 loss mean; backward 2 column-parallel inputs;
+    # gradients: one flat all-reduce over dp, one over mp (layer-norm/bias partial sums)
+    assert comms == {"all_reduce": 5, "allreduce_": 2}, comms
