@@ -176,9 +176,7 @@ def _split_axes(names) -> tuple:
     out = []
     for n in names:
         frame = current_frame(n)
-        engine = frame.engine if frame is not None else None
-        splits = getattr(engine, "splits", None) if engine is not None else None
-        if splits is not None and splits(n):
+        if frame is not None and frame.engine is not None and frame.engine.splits(n):
             out.append(n)
     return tuple(out)
 

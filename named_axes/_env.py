@@ -134,7 +134,11 @@ def bind(
     kind: str = "xmap",
     conflicts: frozenset = frozenset(),
 ) -> Iterator[Frame]:
-    """Bind axis names to sizes for the duration of the ``with`` block."""
+    """Bind axis names to sizes for the duration of the ``with`` block.  ``engine`` runs
+    them (an ``_engine.Engine``: subclass ``_engine.EngineBase``)."""
+    if engine is not None and not callable(getattr(engine, "collective", None)):
+        raise TypeError(f"bind(engine=...): {type(engine).__name__} does not implement the "
+                        f"engine interface (named_axes/_engine.py: subclass EngineBase)")
     frame = Frame(dict(sizes), dict(resources or {}), engine, kind, conflicts)
     push(frame)
     try:

@@ -5,9 +5,10 @@ View every named axis as a ``pmap``'d axis: index ``j`` of axis ``'i'`` is "devi
 name or a tuple of names (a tuple acts as one axis, its index linearized row-major).
 
 Each collective first asks the engine of the frame that binds the axis
-(``_env.current_frame(name).engine``): if it has a method of the collective's name,
-that method computes the result (``engine.psum(x, axis_names, **options)``).
-Otherwise the collective runs locally as a registered op (:mod:`._ops`).
+(``_env.current_frame(name).engine``, an :class:`named_axes._engine.Engine`): if
+``engine.collective(op)`` gives an implementation, it computes the result
+(``impl(x, axis_names, **options)``).  Otherwise the collective runs locally as a
+registered op (:mod:`._ops`).
 
 >>> import torch, named_axes as nx
 >>> f = nx.xmap(lambda x: x - nx.lax.pmean(x, 'i'), in_axes=['i', ...], out_axes=['i', ...])
@@ -28,6 +29,7 @@ from torch.utils._pytree import tree_map
 
 from . import _ops
 from .._dispatch import result
+from .._engine import engine_for
 from .._env import _state as _env_state
 from .._env import axis_size, current_frame, bound_axes
 from .._errors import (AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape,
@@ -151,13 +153,14 @@ def _no_groups(groups: Any, op: str) -> None:
 
 
 def _engine_method(op: str, names: tuple):
-    """The engine's implementation of ``op`` for these axes, if the binding frame has one."""
+    """The engine's own implementation of the collective ``op`` for these axes (the first
+    frame binding one of them whose engine has one), or None."""
     if not _env_state.engine:   # no frame in scope has an engine (plain xmap)
         return None
     for n in names:
         frame = current_frame(n)
         if frame is not None and frame.engine is not None:
-            method = getattr(frame.engine, op, None)
+            method = frame.engine.collective(op)
             if method is not None:
                 return method
     return None
@@ -256,8 +259,8 @@ def _reduce(x: Any, axis_name: Any, op: str, kind: str) -> Any:
     data = x._data
     if carried:
         dims = [x._names.index(n) for n in carried]
-        reduce = _engine_method("reduce", tuple(carried)) if _env_state.engine else None
-        out = reduce(kind, data, dims) if reduce is not None else None
+        engine = engine_for(carried)
+        out = engine.reduce(kind, data, dims) if engine is not None else None
         data = getattr(_ops, kind)(data, dims) if out is None else out
         data = settled(data, tuple(carried))
     if missing and _ops._tracing():
@@ -268,13 +271,10 @@ def _reduce(x: Any, axis_name: Any, op: str, kind: str) -> Any:
 
 
 def settled(data: Any, names: tuple) -> Any:
-    """A sum over ``names`` (``psum``, ``pdot``) handed to the engine that splits them, if
-    it has a ``settle`` (the DTensor engine all-reduces a ``Partial`` there)."""
-    if _env_state.engine:
-        settle = _engine_method("settle", names)
-        if settle is not None:
-            return settle(data)
-    return data
+    """A sum over ``names`` (``psum``, ``pdot``) handed to the engine that runs them
+    (the DTensor engine all-reduces a ``Partial`` there)."""
+    engine = engine_for(names)
+    return engine.settle(data) if engine is not None else data
 
 
 def _replicated_in_graph(data: torch.Tensor, missing: list, kind: str, op: str):
@@ -308,10 +308,10 @@ def _reduce_tree(x: Any, axis_name: Any, op: str) -> Any:
     machinery."""
     if type(x) is _NT or isinstance(x, (torch.Tensor, int, float, complex)):
         return _reduce(x, axis_name, op, op)
-    tree = _engine_method("tree", _split_axes(axis_name, op)[0])
-    if tree is None:
+    engine = engine_for(_split_axes(axis_name, op)[0])
+    if engine is None:
         return tree_map(lambda v: _reduce(v, axis_name, op, op), x)
-    with tree():   # an engine that replays (SerialLoop) reduces all leaves in one pass
+    with engine.tree():   # an engine that replays (SerialLoop) reduces all leaves in one pass
         return tree_map(lambda v: _reduce(v, axis_name, op, op), x)
 
 

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import torch
 
 from . import _ops
+from .._engine import engine_for
 from .._env import INNER, axis_size, bound_axes
 from .._env import _state as _env_state
 from .._errors import AxisSizeError, AxisSpecError
@@ -66,11 +67,8 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
 
 def _pdot_run(plan: tuple, x: NamedTensor, y: NamedTensor, names: tuple) -> Any:
     eq, out_names, _, _, missing = plan
-    data = None
-    if _env_state.engine:   # an engine may contract its own values (DTensor: shard by shard)
-        contract = _engine_method("contract", names)
-        if contract is not None:
-            data = contract(eq, x._data, y._data)
+    engine = engine_for(names)   # an engine may contract its values (DTensor: by shards)
+    data = engine.contract(eq, x._data, y._data) if engine is not None else None
     if data is None:
         data = _ops.pdot(x._data, y._data, eq)
     factor = 1

@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 import torch
 
+from .._engine import EngineBase
 from .._errors import AxisResourceError
 from .._tensor import NamedTensor
 from ._dtensor_autograd import _saved_as_dtensors
@@ -414,7 +415,7 @@ def _fmt_place(placements) -> str:
 _MAX_CHECKED = 256
 
 
-class DTensorEngine:
+class DTensorEngine(EngineBase):
     """Runs a named program on DTensors over the :class:`Mesh`'s ``DeviceMesh``."""
 
     def __init__(self, plan, mesh, *, outputs: str = "auto") -> None:

@@ -34,6 +34,7 @@ from typing import Any, Callable, Hashable
 
 import torch
 
+from .._engine import EngineBase
 from .._errors import AxisResourceError
 from .._layout import align
 from .._tensor import NamedTensor
@@ -103,7 +104,7 @@ def _carries(x: Any, name: Hashable) -> bool:
     return isinstance(x, NamedTensor) and name in x._names
 
 
-class SerialEngine:
+class SerialEngine(EngineBase):
     """Runs ``body`` chunk by chunk over the loop axes of a plan (see the module docstring).
 
     Args:
@@ -197,7 +198,7 @@ class SerialEngine:
             result.append(NamedTensor._wrap(build((), 0), first._names))
         return result
 
-    # -- collectives (looked up by nx.lax on the frame's engine) --------------------------
+    # -- the engine interface (named_axes/_engine.py) ------------------------------------
     @contextlib.contextmanager
     def _bypassed(self):
         self._bypass += 1
@@ -206,21 +207,26 @@ class SerialEngine:
         finally:
             self._bypass -= 1
 
-    def __getattr__(self, op: str):
-        if op.startswith("_"):
-            raise AttributeError(op)
+    def collective(self, op: str):
         if self._bypass:  # let nx.lax compute the default, chunk-local result
-            raise AttributeError(op)
+            return None
         if op in _REDUCING:
             return lambda *a, **k: self._reducing(op, *a, **k)
         if op in _UNSUPPORTED:
             return lambda *a, **k: self._unsupported(op, *a, **k)
         if op == "axis_index":
             return self._axis_index
-        inner = self.__dict__.get("inner")
-        if inner is not None:
-            return getattr(inner, op)
-        raise AttributeError(op)
+        return self.inner.collective(op) if self.inner is not None else None
+
+    # what happens to a chunk's values is the inner engine's business (DTensor, XLA)
+    def settle(self, data: Any) -> Any:
+        return self.inner.settle(data) if self.inner is not None else data
+
+    def contract(self, eq: str, x: Any, y: Any) -> Any:
+        return self.inner.contract(eq, x, y) if self.inner is not None else None
+
+    def reduce(self, kind: str, data: Any, dims: list) -> Any:
+        return self.inner.reduce(kind, data, dims) if self.inner is not None else None
 
     def _default(self, op: str, *args, **kwargs):
         """The collective as if no loop existed (on this chunk), computed by nx.lax.

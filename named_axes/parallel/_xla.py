@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 
+from .._engine import EngineBase
 from .._errors import AxisResourceError
 from .._tensor import NamedTensor
 
@@ -82,7 +83,7 @@ def partition_spec(plan, names: tuple, ndim: int) -> tuple:
     return tuple(out)
 
 
-class XlaEngine:
+class XlaEngine(EngineBase):
     """Runs a named program on XLA tensors annotated with the plan's shardings."""
 
     def __init__(self, plan, mesh) -> None:

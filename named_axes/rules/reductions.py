@@ -52,9 +52,8 @@ def _check_engines(names, op) -> None:
         return  # no engine in scope (plain xmap): nothing to ask
     for n in names:
         frame = current_frame(n)
-        check = getattr(frame.engine, "check_named_op", None) if frame is not None else None
-        if check is not None:
-            check(_spelled(op), tuple(names))
+        if frame is not None and frame.engine is not None:
+            frame.engine.check_named_op(_spelled(op), tuple(names))
 
 
 def translate_dims(x: _NT, dims, op):

@@ -1,0 +1,108 @@
+"""The engine interface: what a named program asks of the engine that runs its axes.
+
+An engine (a ``SerialLoop``'s chunks, the DTensor engine, torch-xla SPMD) is bound with
+the axes it runs (``_env.bind(sizes, engine=...)``); ``nx.lax``, einsum and the rules ask
+it through the methods of :class:`Engine` only, found with :func:`engine_for`.
+:class:`EngineBase` answers every question with "nothing special here" (compute as if
+no engine were there); an engine subclasses it and overrides what it does differently.
+
+>>> import torch, named_axes as nx
+>>> from named_axes import _env
+>>> from named_axes._engine import EngineBase
+>>> class Doubling(EngineBase):   # psum computed by the engine, all else as usual
+...     def collective(self, op):
+...         return (lambda x, names: 2 * nx.sum(x, names[0])) if op == "psum" else None
+>>> with _env.bind({'i': 3}, engine=Doubling()):
+...     float(nx.lax.psum(nx.named(torch.ones(3), 'i ...'), 'i'))
+6.0
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, ContextManager, Hashable, Protocol, runtime_checkable
+
+from ._env import _state, current_frame
+
+__all__ = ["COLLECTIVES", "Engine", "EngineBase", "engine_for"]
+
+# The collectives an engine may compute itself (``Engine.collective``), with the
+# arguments each receives: ``(x: NamedTensor, axis_names: tuple, **options)`` --
+# ``all_gather(axis=, tiled=)``, ``psum_scatter(scatter_dimension=, tiled=)``,
+# ``all_to_all(split_axis=, concat_axis=, tiled=)``, ``ppermute(perm=)``, ``pshuffle(perm=)``;
+# ``pdot(x, y, axis_names, pos_contract=, pos_batch=)``; ``axis_index(axis_names)``.
+COLLECTIVES = frozenset({"psum", "pmean", "pmax", "pmin", "pdot", "all_gather",
+                         "psum_scatter", "all_to_all", "ppermute", "pshuffle", "axis_index"})
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """What a named program asks of the engine that runs its axes."""
+
+    def collective(self, op: str) -> Callable | None:
+        """The engine's own implementation of the collective ``op`` (one of
+        :data:`COLLECTIVES`), or None: ``nx.lax`` computes it locally."""
+
+    def tree(self) -> ContextManager:
+        """A context around a collective over every leaf of one pytree (a SerialLoop
+        reduces them all in one replay)."""
+
+    def settle(self, data: Any) -> Any:
+        """A ``psum``/``pdot`` result over axes this engine splits, physical, made final
+        (the DTensor engine all-reduces a ``Partial`` placement)."""
+
+    def contract(self, eq: str, x: Any, y: Any) -> Any:
+        """``einsum(eq, x, y)`` on the physical data for ``pdot``, or None: ``nx.lax``'s
+        own op runs."""
+
+    def reduce(self, kind: str, data: Any, dims: list) -> Any:
+        """``psum``/``pmean``/``pmax``/``pmin`` over physical ``dims`` of ``data``, or
+        None: ``nx.lax``'s own op runs."""
+
+    def splits(self, name: Hashable) -> bool:
+        """Whether ``name`` is computed in pieces here (each piece holds part of it)."""
+
+    def local_size(self, name: Hashable) -> int:
+        """How many entries of ``name`` the piece running now holds."""
+
+    def check_named_op(self, op: str, names: tuple) -> None:
+        """Raise for an op (not a collective) that mixes values along axes split here."""
+
+
+class EngineBase:
+    """:class:`Engine` with every answer "as if no engine were there"."""
+
+    def collective(self, op: str) -> Callable | None:
+        return None
+
+    def tree(self) -> ContextManager:
+        return contextlib.nullcontext()
+
+    def settle(self, data: Any) -> Any:
+        return data
+
+    def contract(self, eq: str, x: Any, y: Any) -> Any:
+        return None
+
+    def reduce(self, kind: str, data: Any, dims: list) -> Any:
+        return None
+
+    def splits(self, name: Hashable) -> bool:
+        return False
+
+    def local_size(self, name: Hashable) -> int:
+        return current_frame(name).sizes[name]
+
+    def check_named_op(self, op: str, names: tuple) -> None:
+        return None
+
+
+def engine_for(names) -> Engine | None:
+    """The engine of the innermost frame binding one of ``names`` (the first that has
+    one), or None -- at once when no frame in scope has an engine (plain xmap)."""
+    if not _state.engine:
+        return None
+    for n in names:
+        frame = current_frame(n)
+        if frame is not None and frame.engine is not None:
+            return frame.engine
+    return None
