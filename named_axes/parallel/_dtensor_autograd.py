@@ -44,8 +44,6 @@ def _saved_as_dtensors(dm):
     class _SaveAsDTensors(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if not _has_plain_tensor(args, kwargs):   # nothing plain to save or write into
-                return func(*args, **kwargs)
             if len(args) > 1 and type(args[0]) is torch.Tensor \
                     and any(isinstance(a, DTensor) for a in args[1:]):
                 outplace = _out_of_place(func)
@@ -66,17 +64,6 @@ def _saved_as_dtensors(dm):
                     f"axes (vectorized or SerialLoop), or on backend='xla'") from None
 
     return _SaveAsDTensors()
-
-
-def _has_plain_tensor(args, kwargs) -> bool:
-    """Whether a plain ``torch.Tensor`` is among the arguments (top level or in a list):
-    only then can an op save one for the backward or write a DTensor into one."""
-    for a in args:
-        if type(a) is torch.Tensor:
-            return True
-        if type(a) in (list, tuple) and any(type(b) is torch.Tensor for b in a):
-            return True
-    return any(type(v) is torch.Tensor for v in kwargs.values())
 
 
 def _out_of_place(func):
