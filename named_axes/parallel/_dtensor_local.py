@@ -165,12 +165,19 @@ class _LocalEinsum(torch.autograd.Function):
         return gx, gy, None, None
 
 
+def _forward_ad() -> bool:
+    """Whether forward-mode AD is on (these functions define no ``jvp``: DTensor's own
+    ops carry the tangents)."""
+    return torch.autograd.forward_ad._current_level >= 0
+
+
 def local_einsum(eq: str, x: Any, y: Any) -> Any:
     """``einsum(eq, x, y)`` of two DTensors on one mesh, shard by shard, or None where
     their layouts need DTensor's general einsum (then nothing was computed)."""
     from torch.distributed.tensor import DTensor
 
-    if type(x) is not DTensor or type(y) is not DTensor or x.device_mesh != y.device_mesh:
+    if type(x) is not DTensor or type(y) is not DTensor or x.device_mesh != y.device_mesh \
+            or _forward_ad():
         return None
     places = _out_placements(eq, tuple(x.placements), tuple(y.placements))
     if places is None:
@@ -231,7 +238,8 @@ def local_sum(x: Any, dims: list, mean: bool) -> Any:
     ``x``'s layout needs DTensor's own reduction."""
     from torch.distributed.tensor import DTensor
 
-    if type(x) is not DTensor or not dims or not (x.is_floating_point() or x.is_complex()):
+    if type(x) is not DTensor or not dims or not (x.is_floating_point() or x.is_complex()) \
+            or _forward_ad():
         return None
     dims = tuple(sorted(d % x.dim() for d in dims))
     places = _sum_placements(tuple(x.placements), dims)

@@ -143,6 +143,17 @@ def cases(rank, results):
                     float((dx.grad.full_tensor() - xr.grad).abs().max()))
     results["sum"] = {"done": done, "declined": declined, "err": worst}
 
+    # forward-mode AD: the local functions define no jvp, so they leave it to DTensor
+    import torch.autograd.forward_ad as fwAD
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    a = distribute_tensor(torch.randn(4, 8), dm, [Shard(0), Replicate()])
+    b = distribute_tensor(torch.randn(8, 6), dm, [Replicate(), Shard(1)])
+    with fwAD.dual_level():
+        results["forward_ad_declined"] = (local_einsum("bk,kn->bn", a, b) is None
+                                          and local_sum(a, [0], False) is None)
+    results["outside_forward_ad"] = local_einsum("bk,kn->bn", a, b) is not None
+
 
 if __name__ == "__main__":
     run_rank([cases])
