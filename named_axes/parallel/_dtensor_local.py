@@ -102,10 +102,17 @@ def _contiguous_stride(shape: tuple) -> tuple:
 
 
 def _from_local(local: torch.Tensor, dm, placements, shape: tuple):
+    """A DTensor of global ``shape`` from this rank's shard, made directly (as DTensor's
+    own ``_dispatch.wrap`` does; ``DTensor.from_local`` is an autograd function, a cost
+    paid per op).  Only called where no graph is recorded: in a forward of an autograd
+    function, or a backward that is not differentiated again."""
     from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
-    return DTensor.from_local(local, dm, placements, run_check=False, shape=torch.Size(shape),
-                              stride=_contiguous_stride(shape))
+    shape = torch.Size(shape)
+    spec = DTensorSpec(dm, tuple(placements),
+                       tensor_meta=TensorMeta(shape, _contiguous_stride(shape), local.dtype))
+    return DTensor(local, spec, requires_grad=False)
 
 
 def _settled_placements(places) -> list:
@@ -125,10 +132,15 @@ def _grad(g, go: str, other, to: str, mine: str, like) -> Any:
     avail = set(go) | set(to)
     keep = "".join(c for c in mine if c in avail)
     eq = f"{go},{to}->{keep}"
+    if torch.is_grad_enabled():   # differentiated again (create_graph=True): DTensor's
+        # ops record the graph (a shard's gradient is a partial sum where its DTensor is
+        # replicated, which only DTensor's own ops know to say)
+        view = [like.shape[i] if c in avail else 1 for i, c in enumerate(mine)]
+        return torch.einsum(eq, g, other).reshape(view).expand(like.shape)
     places = _out_placements(eq, tuple(g.placements), tuple(other.placements))
     assert places is not None, (eq, g.placements, other.placements)   # mirrors the forward
-    local = einsum2_eager(eq, g.to_local(), other.to_local())
-    local_shape = like.to_local().shape
+    local = einsum2_eager(eq, g._local_tensor, other._local_tensor)
+    local_shape = like._local_tensor.shape
     view = [local_shape[i] if c in avail else 1 for i, c in enumerate(mine)]
     local = local.reshape(view).expand(local_shape)
     placements = []
@@ -144,7 +156,7 @@ def _grad(g, go: str, other, to: str, mine: str, like) -> Any:
 class _LocalEinsum(torch.autograd.Function):
     @staticmethod
     def forward(x, y, eq, places):
-        out = einsum2_eager(eq, x.to_local(), y.to_local())
+        out = einsum2_eager(eq, x._local_tensor, y._local_tensor)
         return _from_local(out, x.device_mesh, places, _global_shape(eq, x, y))
 
     @staticmethod
@@ -207,7 +219,7 @@ def _sum_placements(places: tuple, dims: tuple) -> tuple | None:
 class _LocalSum(torch.autograd.Function):
     @staticmethod
     def forward(x, dims, mean, places):
-        local = x.to_local().sum(dims)
+        local = x._local_tensor.sum(dims)
         if mean:
             local = local / math.prod(x.shape[d] for d in dims)
         shape = tuple(s for d, s in enumerate(x.shape) if d not in dims)
@@ -216,7 +228,7 @@ class _LocalSum(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, ctx.dims, ctx.mean, ctx.places = inputs
-        ctx.like = (x.device_mesh, tuple(x.placements), tuple(x.shape), x.to_local().shape)
+        ctx.like = (x.device_mesh, tuple(x.placements), tuple(x.shape), x._local_tensor.shape)
 
     @staticmethod
     def backward(ctx, g):
@@ -224,9 +236,11 @@ class _LocalSum(torch.autograd.Function):
         want = _settled_placements(ctx.places)
         if tuple(g.placements) != tuple(want):
             g = g.redistribute(dm, want)
-        local = g.to_local()
-        if ctx.mean:
-            local = local / math.prod(shape[d] for d in ctx.dims)
+        n = math.prod(shape[d] for d in ctx.dims) if ctx.mean else 1
+        if torch.is_grad_enabled():   # differentiated again: DTensor's ops (see _grad)
+            view = [1 if d in ctx.dims else s for d, s in enumerate(shape)]
+            return (g / n).reshape(view).expand(shape), None, None, None
+        local = g._local_tensor / n if n != 1 else g._local_tensor
         view = [1 if d in ctx.dims else s for d, s in enumerate(local_shape)]
         local = local.reshape(view).expand(local_shape)
         return _from_local(local, dm, _settled_placements(x_places), shape), None, None, None
@@ -243,8 +257,9 @@ def local_sum(x: Any, dims: list, mean: bool) -> Any:
         return None
     dims = tuple(sorted(d % x.dim() for d in dims))
     places = _sum_placements(tuple(x.placements), dims)
-    if places is None:
-        return None
+    if places is None or not any(p.is_partial() and not q.is_partial()
+                                 for p, q in zip(places, x.placements)):
+        return None   # nothing split is summed: DTensor's own sum is as local, and cheaper
     if not x.requires_grad or not torch.is_grad_enabled():
         return _LocalSum.forward(x, dims, mean, places)
     return _LocalSum.apply(x, dims, mean, places)

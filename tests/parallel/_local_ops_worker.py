@@ -143,6 +143,32 @@ def cases(rank, results):
                     float((dx.grad.full_tensor() - xr.grad).abs().max()))
     results["sum"] = {"done": done, "declined": declined, "err": worst}
 
+    # second derivatives: the backward differentiates through the shards it reads
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    x, y = torch.randn(4, 8), torch.randn(8, 6)
+    dx = distribute_tensor(x, dm, [Shard(0), Replicate()]).requires_grad_()
+    dy = distribute_tensor(y, dm, [Replicate(), Shard(1)]).requires_grad_()
+    (gx,) = torch.autograd.grad((local_einsum("bk,kn->bn", dx, dy) ** 2).sum(), dx,
+                                create_graph=True)
+    (gx * gx).sum().backward()
+    xr, yr = x.clone().requires_grad_(), y.clone().requires_grad_()
+    (rx,) = torch.autograd.grad((torch.einsum("bk,kn->bn", xr, yr) ** 2).sum(), xr,
+                                create_graph=True)
+    (rx * rx).sum().backward()
+    errs = [float((gx.full_tensor() - rx).abs().max()),
+            float((dy.grad.full_tensor() - yr.grad).abs().max())]
+    z = torch.randn(4, 6)
+    dz = distribute_tensor(z, dm, [Shard(0), Shard(1)]).requires_grad_()
+    (gz,) = torch.autograd.grad((local_sum(dz, [0], True) ** 3).sum(), dz, create_graph=True)
+    (gz * gz).sum().backward()
+    zr = z.clone().requires_grad_()
+    (rz,) = torch.autograd.grad((zr.mean([0]) ** 3).sum(), zr, create_graph=True)
+    (rz * rz).sum().backward()
+    errs += [float((gz.full_tensor() - rz).abs().max()),
+             float((dz.grad.full_tensor() - zr.grad).abs().max())]
+    results["second_order_err"] = max(errs)
+
     # forward-mode AD: the local functions define no jvp, so they leave it to DTensor
     import torch.autograd.forward_ad as fwAD
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor

@@ -27,6 +27,11 @@ def test_local_ops_match_plain_torch_on_full_tensors(ranks, op):
         assert res[op]["done"] >= 60, res[op]   # the generator reaches the local path
 
 
+def test_second_derivatives_go_through_the_shards(ranks):
+    for res in ranks:
+        assert res["second_order_err"] < 1e-10, res["second_order_err"]
+
+
 def test_forward_mode_ad_is_left_to_dtensor(ranks):
     for res in ranks:
         assert res["forward_ad_declined"] and res["outside_forward_ad"]
