@@ -1,0 +1,97 @@
+"""The DTensor engine's cross-rank input check: every rank must pass inputs of the same
+structure (kind, dtype, shape, names, layout), or unrelated collectives pair up -- a
+silent wrong answer or a hang.  One all-gather of an 8-byte digest; the descriptions are
+exchanged only when the digests differ, to name the ranks and the leaves in the error.
+
+>>> import torch
+>>> from named_axes.parallel._rank_check import fingerprint
+>>> fingerprint([torch.zeros(2, 3), 1.5])
+['leaf 0: torch.float32 (2, 3)', 'leaf 1: 1.5']
+"""
+from __future__ import annotations
+
+import torch
+
+from .._errors import AxisResourceError
+from .._tensor import NamedTensor
+
+__all__ = ["check_ranks_agree", "fingerprint", "structure_key"]
+
+
+def fingerprint(leaves: list) -> list:
+    """What every rank must agree on: each input leaf's kind, dtype, shape and names."""
+    out = []
+    for i, x in enumerate(leaves):
+        if isinstance(x, NamedTensor):
+            out.append(f"leaf {i}: {x._data.dtype} physical {tuple(x._data.shape)} "
+                       f"named {x._names!r}{_layout(x._data)}")
+        elif isinstance(x, torch.Tensor):
+            out.append(f"leaf {i}: {x.dtype} {tuple(x.shape)}{_layout(x)}")
+        elif x is None or isinstance(x, (bool, int, float, complex, str)):
+            out.append(f"leaf {i}: {x!r}")
+        else:
+            out.append(f"leaf {i}: {type(x).__name__}")
+    return out
+
+
+def _layout(x) -> str:
+    if type(x).__name__ == "DTensor":
+        return f" sharded {[str(p) for p in x.placements]}"
+    return ""
+
+
+def structure_key(leaves: list) -> tuple:
+    """A cheap hashable key of the inputs' structure (what :func:`fingerprint` spells)."""
+    key = []
+    for x in leaves:
+        if isinstance(x, NamedTensor):
+            d = x._data
+            key.append((d.dtype, tuple(d.shape), x._names,
+                        tuple(d.placements) if type(d).__name__ == "DTensor" else None))
+        elif isinstance(x, torch.Tensor):
+            key.append((x.dtype, tuple(x.shape),
+                        tuple(x.placements) if type(x).__name__ == "DTensor" else None))
+        elif x is None or isinstance(x, (bool, int, float, complex, str)):
+            key.append((type(x), x))
+        else:
+            key.append(type(x))
+    return tuple(key)
+
+
+def check_ranks_agree(leaves: list, group, what: str = "xmap") -> None:
+    """Raise on every rank, naming the ranks, when ranks pass differently shaped inputs.
+
+    Under the DTensor engine every rank must run the same program on the same full inputs;
+    ranks that disagree would pair up unrelated collectives (a silent wrong answer or a
+    hang).  One all-gather of an 8-byte digest per call; the descriptions are exchanged
+    only when the digests differ (all ranks see the same digests, so all take that path).
+    """
+    import hashlib
+
+    import torch.distributed as dist
+
+    desc = fingerprint(leaves)
+    digest = hashlib.blake2b("\n".join(desc).encode(), digest_size=7).digest()
+    mine = torch.tensor([int.from_bytes(digest, "little")], dtype=torch.int64)
+    world = dist.get_world_size(group)
+    seen = [torch.zeros_like(mine) for _ in range(world)]
+    dist.all_gather(seen, mine, group=group)
+    if all(int(t) == int(mine) for t in seen):
+        return
+    descs: list = [None] * world
+    dist.all_gather_object(descs, desc, group=group)
+    ranks = dist.get_process_group_ranks(group) if group is not None else list(range(world))
+    me = dist.get_rank()
+    ref = descs[0]
+    lines = []
+    for r, d in zip(ranks, descs):
+        diff = [f"{a}  (rank {ranks[0]}: {b})" for a, b in zip(d, ref) if a != b]
+        if len(d) != len(ref):
+            diff.append(f"{len(d)} input leaves (rank {ranks[0]}: {len(ref)})")
+        if diff:
+            lines.append(f"  rank {r}: " + "; ".join(diff))
+    raise AxisResourceError(
+        f"{what} on the DTensor engine (rank {me} of {world}): the ranks were given "
+        f"different inputs:\n" + "\n".join(lines) + "\nUnder torch.distributed every rank "
+        f"passes the same full (global) inputs and the engine splits them; give every rank "
+        f"the same arguments.")
