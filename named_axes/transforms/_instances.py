@@ -131,6 +131,22 @@ def _same_in_every_chunk(value: NamedTensor, name: str) -> bool:
     return bool(torch.equal(hi, -neg_lo))
 
 
+def _equal_along_in_every_chunk(value: NamedTensor, name: str, chunked: tuple) -> bool:
+    """Whether ``value``'s slices along ``name`` (held whole here) are all equal in every
+    chunk of the loop axes ``chunked`` (which ``value`` holds in part): each chunk's
+    per-position answer, combined by one replayed ``pmin``."""
+    from ..lax import pmin
+    names, data = value._names, value._data
+    d = names.index(name)
+    keep = [names.index(m) for m in chunked]   # in ``names`` order, as ``chunked``
+    other = tuple(i for i in range(data.dim()) if i not in keep)
+    with torch.no_grad():
+        same = data == data.narrow(d, 0, 1)
+        per = (same.all(dim=other) if other else same).to(torch.float32)
+        everywhere = pmin(NamedTensor._wrap(per, chunked), chunked)
+    return bool(torch.equal(everywhere, torch.ones_like(everywhere)))
+
+
 # (function code, output tag, names, candidates) -> the axes folded on the last call
 # whose values could be read; used when they cannot (tracing), so that a traced or
 # compiled program has the named shapes an eager call of it had.
@@ -150,7 +166,8 @@ def drop_replicated(items: list) -> list:
     folded by the last eager call with the same ``key`` are folded again (nx.jit makes
     one eager call first); with no such call the copies are kept, which changes named
     shapes (an output may then need to place the axis), never values.  On a chunk of a
-    ``SerialLoop`` axis the comparison spans every chunk (one replayed ``pmax``).
+    ``SerialLoop`` axis the comparison spans every chunk (one replayed ``pmax``/``pmin``),
+    for the loop axis itself and for every axis of a value that holds a chunk.
 
     The equality tests of all items are read at once: on a lazy device (XLA) every read
     runs the graph built so far, so one read per gradient leaf would cut a training
@@ -170,11 +187,16 @@ def drop_replicated(items: list) -> list:
             plans.append((full, names, None))
             continue
         checks = []
+        # axes held in part here (a chunk of a SerialLoop axis): every chunk must make the
+        # same decision, so the named shape never depends on the chunking
+        chunked = tuple(m for i, m in enumerate(names)
+                        if data.shape[i] != bound.get(m, data.shape[i]))
         for n in candidates:
             d = names.index(n)
-            if data.shape[d] != bound.get(n, data.shape[d]):
-                # a chunk of a SerialLoop axis: every chunk must make the same decision
+            if n in chunked:
                 checks.append((n, _same_in_every_chunk(value, n)))
+            elif chunked:
+                checks.append((n, _equal_along_in_every_chunk(value, n, chunked)))
             else:
                 checks.append((n, len(tests)))
                 tests.append((data == data.narrow(d, 0, 1)).all())

@@ -358,3 +358,30 @@ def test_serial_loop_grad_has_the_vectorized_named_shape(loop):
     got = nx.xmap(f, axis_resources={'c': nx.SerialLoop(loop)}, **kw)(*args)
     torch.testing.assert_close(got, want)
     assert all(s == {'a': 4, 'b': 2} for s in shapes), shapes
+
+
+@pytest.mark.parametrize("loop", [2, 4])
+def test_serial_loop_on_another_axis_keeps_the_vectorized_named_shape(loop):
+    """A per-instance gradient that varies along ``a`` in some chunks of the loop axis
+    ``b`` and not in others keeps ``a`` in every chunk, as the vectorized run does (each
+    chunk deciding alone dropped it where its own slice was constant along ``a``: found
+    by the mesh oracle, seed 23, p23_00681)."""
+    shapes = []
+
+    def f(x, y):
+        v, g = nx.value_and_grad(lambda x: torch.maximum(x, y))(x)
+        shapes.append(dict(g.named_shape))
+        return v, g
+
+    kw = dict(in_axes=(['d', 'b', ...], ['b', 'd', 'a', ...]),
+              out_axes=(['b', 'a', 'd', ...], ['b', 'a', 'd', ...]))
+    x = torch.zeros(3, 4)
+    y = torch.empty(4, 3, 2)
+    y[..., 0], y[..., 1] = -1.0, 1.0   # the gradient is 1 for a=0, 0 for a=1 ...
+    y[3] = -1.0                        # ... except at b=3, where it is 1 for both
+    want = nx.xmap(f, **kw)(x, y)
+    n = len(shapes)
+    got = nx.xmap(f, axis_resources={'b': nx.SerialLoop(loop)}, **kw)(x, y)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    assert all(s == {'a': 2, 'd': 3, 'b': 4} for s in shapes), shapes[n:]
