@@ -101,11 +101,13 @@ def _sum_over_chunks(g: Any, chunked: dict) -> Any:
     if not isinstance(g, (torch.Tensor, _NT)):
         return g
     from ..lax import axis_index, psum
-    names = tuple(n for n in chunked if not (type(g) is _NT and n in g._names))
+    named = type(g) is _NT
+    names = tuple(n for n in chunked if not (named and n in g._names))
     for n in names:
-        first = (axis_index(n) % chunked[n] == 0).to(
-            g._data.dtype if type(g) is _NT else g.dtype)
+        first = (axis_index(n) % chunked[n] == 0).to(g._data.dtype if named else g.dtype)
         g = psum(g * first, n)
+    if named and type(g) is not _NT:   # psum left no named axis: keep the type the
+        g = _NT._wrap(g, ())           # gradient has without a loop (a NamedTensor)
     return g
 
 

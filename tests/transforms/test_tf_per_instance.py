@@ -385,3 +385,24 @@ def test_serial_loop_on_another_axis_keeps_the_vectorized_named_shape(loop):
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
     assert all(s == {'a': 2, 'd': 3, 'b': 4} for s in shapes), shapes[n:]
+
+
+def test_serial_loop_reduce_axes_gradient_keeps_its_type():
+    """A gradient summed over a SerialLoop axis (``reduce_axes``) that leaves no named axis
+    is the same kind of value as without the loop (found by the mesh oracle, seed 4711,
+    p4711_00046: a plain tensor under the loop, a NamedTensor without it)."""
+    kinds = []
+
+    def f(s, x):
+        v, g = nx.value_and_grad(lambda s: (x * x).sum(-1) * s, reduce_axes=('a',))(s)
+        kinds.append((type(g), dict(g.named_shape) if isinstance(g, nx.NamedTensor) else None))
+        return v, g
+
+    kw = dict(in_axes=([], ['a', ...]), out_axes=(['a', ...], [...]))
+    args = (torch.tensor(1.5), torch.randn(2, 3))
+    want = nx.xmap(f, **kw)(*args)
+    n = len(kinds)
+    got = nx.xmap(f, axis_resources={'a': nx.SerialLoop(2)}, **kw)(*args)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+    assert all(k == kinds[0] for k in kinds[n:]), (kinds[0], kinds[n:])
