@@ -111,10 +111,6 @@ def _sum_over_chunks(g: Any, chunked: dict) -> Any:
     return g
 
 
-def _names_of(leaf: Any) -> tuple:
-    return leaf._names if type(leaf) is _NT else ()
-
-
 def _rebox(leaves: Sequence, spec: Any, names: list) -> Any:
     if spec is _LEAF:
         return box_leaf(leaves[0], names[0])
