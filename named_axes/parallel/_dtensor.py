@@ -34,7 +34,7 @@ from .._engine import EngineBase
 from .._errors import AxisResourceError
 from .._tensor import NamedTensor
 from ._dtensor_autograd import _saved_as_dtensors
-from ._dtensor_local import local_einsum, local_sum
+from ._dtensor_local import local_einsum, local_sum, settled_placements
 from ._rank_check import check_ranks_agree, structure_key
 
 __all__ = ["DTensorEngine", "device_mesh"]
@@ -503,11 +503,10 @@ class DTensorEngine(EngineBase):
         it: meeting a replicated operand (a bias), it picks a reduce-scatter and, later, an
         all-gather, two collectives where one all-reduce does (Megatron's layout: one per
         row-parallel matmul; the backward of ``Partial -> Replicate`` needs none)."""
-        from torch.distributed.tensor import DTensor, Replicate
+        from torch.distributed.tensor import DTensor
 
         if isinstance(data, DTensor) and any(p.is_partial() for p in data.placements):
-            return data.redistribute(data.device_mesh, [Replicate() if p.is_partial() else p
-                                                        for p in data.placements])
+            return data.redistribute(data.device_mesh, settled_placements(data.placements))
         return data
 
     def contract(self, eq: str, x: Any, y: Any) -> Any:

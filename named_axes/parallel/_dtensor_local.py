@@ -29,7 +29,7 @@ import torch
 
 from .._einsum import einsum2_eager
 
-__all__ = ["local_einsum", "local_sum", "out_placements"]
+__all__ = ["local_einsum", "local_sum", "out_placements", "settled_placements"]
 
 
 def _letter(p, letters: str):
@@ -115,7 +115,7 @@ def _from_local(local: torch.Tensor, dm, placements, shape: tuple):
     return DTensor(local, spec, requires_grad=False)
 
 
-def _settled_placements(places) -> list:
+def settled_placements(places) -> list:
     """The layout a cotangent of a result laid out ``places`` comes back in: a partial sum's
     cotangent is the same on every rank."""
     from torch.distributed.tensor import Replicate
@@ -167,7 +167,7 @@ class _LocalEinsum(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         x, y = ctx.saved_tensors
-        want = _settled_placements(ctx.places)
+        want = settled_placements(ctx.places)
         if tuple(g.placements) != tuple(want):
             g = g.redistribute(g.device_mesh, want)
         lhs, out = ctx.eq.split("->")
@@ -233,7 +233,7 @@ class _LocalSum(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         dm, x_places, shape, local_shape = ctx.like
-        want = _settled_placements(ctx.places)
+        want = settled_placements(ctx.places)
         if tuple(g.placements) != tuple(want):
             g = g.redistribute(dm, want)
         n = math.prod(shape[d] for d in ctx.dims) if ctx.mean else 1
@@ -243,7 +243,7 @@ class _LocalSum(torch.autograd.Function):
         local = g._local_tensor / n if n != 1 else g._local_tensor
         view = [1 if d in ctx.dims else s for d, s in enumerate(local_shape)]
         local = local.reshape(view).expand(local_shape)
-        return _from_local(local, dm, _settled_placements(x_places), shape), None, None, None
+        return _from_local(local, dm, settled_placements(x_places), shape), None, None, None
 
 
 def local_sum(x: Any, dims: list, mean: bool) -> Any:
