@@ -27,6 +27,7 @@ from ._dispatch import result
 from ._registry import register
 from ._env import _state as _env_state
 from ._env import bound_axes, current_frame
+from ._engine import engine_for
 from ._errors import (AxisSizeError, AxisSpecError, AxisTypeError, UnboundAxisError,
                       fmt_named_shape, fmt_names)
 from ._plancache import PlanCache
@@ -256,7 +257,13 @@ def _run_plan(plan: tuple, operands: tuple, bound: dict, out: Any = None) -> Any
         pass
     elif len(operands) == 2:
         a, b = operands
-        out = einsum2(eq, a._data if type(a) is _NT else a, b._data if type(b) is _NT else b)
+        a = a._data if type(a) is _NT else a
+        b = b._data if type(b) is _NT else b
+        if _env_state.engine:   # an engine may contract its values (as for pdot)
+            engine = engine_for(names + tuple(n for n, _ in plan.contracted))
+            out = engine.contract(eq, a, b) if engine is not None else None
+        if out is None:
+            out = einsum2(eq, a, b)
     else:
         datas = [x._data if type(x) is _NT else x for x in operands]
         if len(datas) == 1 and not _is_compiling():  # torch.einsum's wrapper adds nothing

@@ -510,12 +510,20 @@ class DTensorEngine(EngineBase):
         return data
 
     def contract(self, eq: str, x: Any, y: Any) -> Any:
-        """``einsum(eq, x, y)`` for ``pdot`` on each rank's shards (:mod:`._dtensor_local`:
-        no weight all-gathered, gradients laid out like their operands), or None: DTensor's
-        einsum decides (layouts that do not line up, or dynamo tracing)."""
+        """``einsum(eq, x, y)`` for ``pdot`` and ``nx.einsum`` on each rank's shards
+        (:mod:`._dtensor_local`: no weight all-gathered, gradients laid out like their
+        operands); where the layouts do not line up, DTensor's own einsum (not the one
+        ``mm`` between folded views of ``_einsum.einsum2``: torch 2.13's DTensor cannot
+        unflatten a dim split over two mesh dims once folded with others).  None under
+        dynamo tracing or for plain tensors."""
+        from torch.distributed.tensor import DTensor
+
         if torch.compiler.is_compiling():
             return None
-        return local_einsum(eq, x, y)
+        out = local_einsum(eq, x, y)
+        if out is None and (isinstance(x, DTensor) or isinstance(y, DTensor)):
+            out = torch.einsum(eq, x, y)
+        return out
 
     def reduce(self, kind: str, data: Any, dims: list) -> Any:
         """``psum``/``pmean`` of ``data`` over physical ``dims`` on each rank's shards

@@ -53,6 +53,12 @@ PINS = {
     "einsum3_loop": (lambda xy, z: nx.einsum("{d,c,a},pn{c,a},pn{a}->p{a}", *xy, z),
                      ((["a", "c", "d"], [None, "a", "c", ...]), [None, None, "a", ...]),
                      ["a", ...], {"d": "x", "a": nx.SerialLoop(3)}),
+    # a two-operand einsum whose operand is split over both mesh dims (seed 99, p99_00356):
+    # its mm between folded views flattened that dim with others, and DTensor (torch
+    # 2.13) could not unflatten the result: a raw RuntimeError
+    "einsum_two_mesh_dims": (lambda x, y: nx.einsum("mp{c,a},np{b}->mpn{c,a}", x, y),
+                             ((None, None, "a", "c"), {-3: "b"}), ["a", "c", "b", ...],
+                             {"a": ("x", "y")}),
 }
 PIN_ARGS = {"vjp": lambda: (torch.linspace(-1, 1, 4 * 3).reshape(4, 3),),
             "vjp_loop": lambda: (torch.linspace(-1, 1, 4 * 2 * 3).reshape(4, 2, 3),),
@@ -61,7 +67,9 @@ PIN_ARGS = {"vjp": lambda: (torch.linspace(-1, 1, 4 * 3).reshape(4, 3),),
                                            torch.linspace(0, 1, 4 * 3).reshape(4, 3)),
             "einsum3_loop": lambda: ((torch.linspace(-1, 1, 24).reshape(3, 4, 2),
                                       torch.linspace(-2, 1, 48).reshape(2, 3, 4, 2)),
-                                     torch.linspace(-1, 2, 12).reshape(2, 2, 3))}
+                                     torch.linspace(-1, 2, 12).reshape(2, 2, 3)),
+            "einsum_two_mesh_dims": lambda: (torch.linspace(-1, 1, 48).reshape(3, 2, 4, 2),
+                                             torch.linspace(-2, 1, 8).reshape(2, 2, 2))}
 
 
 def pins(mesh) -> dict:

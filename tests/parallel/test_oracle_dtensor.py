@@ -78,7 +78,8 @@ def test_dtensor_runs_agree_with_vectorized(ranks):
             pytest.fail(f"rank {r}: " + mesh_runs.report(bad, progs), pytrace=False)
 
 
-@pytest.mark.parametrize("pin", ["vjp", "vjp_loop", "jvp", "einsum3_loop"])
+@pytest.mark.parametrize("pin", ["vjp", "vjp_loop", "jvp", "einsum3_loop",
+                                 "einsum_two_mesh_dims"])
 def test_pinned_bugs_stay_fixed(ranks, pin):
     """Bugs the sample found (see ``_oracle_dtensor_worker.PINS``), on every rank."""
     for r, res in enumerate(ranks):
