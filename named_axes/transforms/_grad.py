@@ -438,6 +438,7 @@ def _vjp_once(fun, primals, has_aux, reduce_axes, sizes, first_run):
     out_leaves, vjp_phys = res[0], res[1]
     spec, names = out_box
     out = rebox(out_leaves, spec, names)
+    chunked = _chunked(region.axes, reduce_axes)
     added = tuple(n for n in sizes if n not in reduce_axes)
     if added:   # copies of a value JAX computes once (the cotangents still align to
         code = getattr(fun, "__code__", fun)   # the physical outputs)
@@ -456,7 +457,10 @@ def _vjp_once(fun, primals, has_aux, reduce_axes, sizes, first_run):
             phys.append(ct * scale if scale != 1 else ct)   # once per instance
         with region:
             grads = vjp_phys(tuple(phys))
-        return tuple(rebox(g, spec_, names_) for g, (_, spec_, names_) in zip(grads, boxes))
+        grads = tuple(rebox(g, spec_, names_) for g, (_, spec_, names_) in zip(grads, boxes))
+        if chunked:   # a SerialLoop chunk summed its own instances: add the other chunks'
+            grads = tree_map(lambda gr: _sum_over_chunks(gr, chunked), grads)
+        return grads
 
     if has_aux:
         leaves, aspec, anames = aux_box[0]

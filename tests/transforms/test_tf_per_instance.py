@@ -406,3 +406,29 @@ def test_serial_loop_reduce_axes_gradient_keeps_its_type():
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
     assert all(k == kinds[0] for k in kinds[n:]), (kinds[0], kinds[n:])
+
+
+@pytest.mark.parametrize("how", ["vjp", "linear_transpose"])
+@pytest.mark.parametrize("loop", [2, 4])
+def test_serial_loop_vjp_reduce_axes_sums_every_chunk(how, loop):
+    """``vjp``'s pullback (and ``linear_transpose``, built on it) with ``reduce_axes`` over a
+    SerialLoop axis sums the cotangents of every chunk, as ``grad`` does: it summed only
+    its own chunk's, a silently wrong result (1/loop of the sum; found by the JAX oracle,
+    seed 20261125, p20261125_00675 and 10 more)."""
+    def f(w, x):
+        if how == "vjp":
+            _, pullback = nx.vjp(lambda w: torch.sin(w * x), w, reduce_axes=('a',))
+        else:
+            pullback = nx.linear_transpose(lambda w: w * x, w, reduce_axes=('a',))
+        return pullback(torch.cos(x) + 0.5)[0]
+
+    kw = dict(in_axes=(['b', ...], ['a', 'b', ...]), out_axes=['b', ...])
+    args = (torch.randn(3, 2), torch.randn(4, 3, 2))
+    want = nx.xmap(f, **kw)(*args)
+    got = nx.xmap(f, axis_resources={'a': nx.SerialLoop(loop)}, **kw)(*args)
+    torch.testing.assert_close(got, want)
+    # the plain loop over the named indices (the reference where no oracle runs)
+    w, x = args
+    ct = torch.cos(x) + 0.5
+    ref = (ct * (torch.cos(w * x) * x if how == "vjp" else x)).sum(0)
+    torch.testing.assert_close(want, ref)
