@@ -160,6 +160,37 @@ class JaxBackend:
         raise ValueError(mode)
 
 
+    def op_xform(self, op, v, env):
+        outer = list(env)
+        n = len(v)
+
+        def fn(*params):
+            return dsl.run_body(op["body"], outer + list(params), self)[op["ret"]]
+
+        red = tuple(op.get("reduce", ()))
+
+        def reduce(gs):
+            return tuple(lax.psum(g, red) for g in gs) if red else tuple(gs)
+
+        argnums = tuple(range(n))
+        mode = op["mode"]
+        if mode == "remat":
+            return reduce(jax.grad(jax.checkpoint(fn), argnums=argnums)(*v))
+        if mode == "linearize":
+            out, f_jvp = jax.linearize(fn, *v)
+            return (out, f_jvp(*[jnp.cos(p) + 0.5 for p in v]))
+        if mode in ("jacrev", "jacfwd"):
+            return tuple(getattr(jax, mode)(fn, argnums=argnums)(*v))
+        if mode == "hessian":
+            return (jax.hessian(fn)(v[0]),)
+        if mode == "grad2":
+            return (jax.grad(lambda p: (jax.grad(fn)(p) * jnp.sin(p)).sum())(v[0]),)
+        if mode == "lt":
+            ct = jnp.cos(fn(*v)) + 0.5
+            return reduce(jax.linear_transpose(fn, *v)(ct))
+        raise ValueError(mode)
+
+
 def flatten_like(tagged, value) -> list:
     """The leaves of ``value`` in the document order of the tagged tree ``tagged``."""
     if isinstance(tagged, dict) and ("tuple" in tagged or "list" in tagged):

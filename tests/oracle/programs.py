@@ -371,6 +371,56 @@ def cat_grad(b):
         b.out(first + j)
 
 
+XFORMS = ["remat", "linearize", "jacrev", "jacfwd", "hessian", "grad2", "lt"]
+
+
+def cat_transform(b):
+    """The rest of SPEC §4's derivative family inside the xmap, against JAX 0.4.30's own:
+    ``grad(checkpoint(f))``, ``linearize``, ``jacrev``/``jacfwd`` of a scalar loss,
+    ``hessian`` and grad-of-grad of one parameter, ``linear_transpose`` of a linear body."""
+    rng = b.rng
+    mode = rng.choice(XFORMS)
+    p = rng.choice([(), (2,), (3,)] if mode not in ("hessian", "grad2") else [(), (2,)])
+    nparams = 1 if mode in ("hessian", "grad2") else rng.choice([1, 1, 2])
+    params = [b.input(b.some_names(0.4), rng.choice([p, ()])) for _ in range(nparams)]
+    closure = [b.input(b.some_names(0.7, at_least=1), p) for _ in range(rng.choice([1, 1, 2]))]
+    base = len(b.types)
+    s = _sub(b, b.axes, b.types + [b.types[q] for q in params])
+    pr = list(range(base, base + nparams))
+    if mode == "lt":   # linear in the parameters: products with closed-over values, sums
+        y = s.bin(pr[0], closure[0], "mul")
+        if nparams > 1:
+            y = s.bin(y, s.scale(pr[1]), rng.choice(["add", "sub"]))
+        if rng.random() < 0.5:
+            y = s.scale(y)
+    else:
+        y = s.chain(pr + closure, rng.randint(1, 3))
+        if not any(o.get("op") == "bin" and any(i in pr for i in o["in"]) for o in s.ops):
+            y = s.bin(pr[0], closure[0], "mul")
+    if mode not in ("linearize", "lt"):
+        y = s.to_scalar(y)
+    ty = s.types[y]
+    # no collective for jvp-based modes (JAX's per-instance Jacobian view differs there by
+    # design, SPEC §4) nor under checkpoint (JAX 0.4.30's remat loses the axis names)
+    if mode in ("jacrev", "hessian", "grad2", "lt") and ty.names and rng.random() < 0.5:
+        y = s.coll(y, rng.choice(["psum", "pmean"]), rng.choice(list(ty.names)))
+    ty = s.types[y]
+    reducible = [n for n in ty.names if not any(n in b.types[q].names for q in params)]
+    red = [rng.choice(reducible)] if mode in ("remat", "lt") and reducible \
+        and rng.random() < 0.4 else []
+    pshape = [b.types[q].shape for q in params]
+    if mode == "linearize":
+        types = [Ty(dict(ty.names), ty.shape), Ty(None, ty.shape)]
+    elif mode == "hessian":
+        types = [Ty(None, pshape[0] + pshape[0])]
+    else:
+        types = [Ty(None, sh) for sh in pshape]
+    first = b.op(types, op="xform", mode=mode, ret=y, reduce=red, body=s.ops, nout=len(types),
+                 **{"in": params})
+    for j in range(len(types)):
+        b.out(first + j)
+
+
 def cat_spec(b):
     """Spelling-heavy: several inputs, some returned as they are."""
     rng = b.rng
@@ -433,7 +483,7 @@ def reject_axis_sizes(b):
 
 
 WEIGHTS = {cat_elementwise: 8, cat_int: 5, cat_reduce: 8, cat_preduce: 10, cat_movement: 14,
-           cat_einsum: 7, cat_one_hot: 5, cat_nested: 6, cat_vmap: 6, cat_grad: 14, cat_spec: 8,
+           cat_einsum: 7, cat_one_hot: 5, cat_nested: 6, cat_vmap: 6, cat_grad: 14, cat_transform: 8, cat_spec: 8,
            reject_size: 2, reject_unbound: 2, reject_unplaced: 2, reject_rank: 2,
            reject_axis_sizes: 1}
 

@@ -138,6 +138,33 @@ class TorchBackend:
         raise ValueError(mode)
 
 
+    def op_xform(self, op, v, env):
+        outer = list(env)
+        n = len(v)
+
+        def fn(*params):
+            return dsl.run_body(op["body"], outer + list(params), self)[op["ret"]]
+
+        red = tuple(op.get("reduce", ()))
+        argnums = tuple(range(n))
+        mode = op["mode"]
+        if mode == "remat":
+            return tuple(nx.grad(nx.checkpoint(fn), argnums=argnums, reduce_axes=red)(*v))
+        if mode == "linearize":
+            out, f_jvp = nx.linearize(fn, *v)
+            return (out, f_jvp(*[torch.cos(p) + 0.5 for p in v]))
+        if mode in ("jacrev", "jacfwd"):
+            return tuple(getattr(nx, mode)(fn, argnums=argnums)(*v))
+        if mode == "hessian":
+            return (nx.hessian(fn)(v[0]),)
+        if mode == "grad2":
+            return (nx.grad(lambda p: (nx.grad(fn)(p) * torch.sin(p)).sum())(v[0]),)
+        if mode == "lt":
+            ct = torch.cos(fn(*v)) + 0.5
+            return tuple(nx.linear_transpose(fn, *v, reduce_axes=red)(ct))
+        raise ValueError(mode)
+
+
 def flatten_like(tagged, value) -> list:
     if isinstance(tagged, dict) and ("tuple" in tagged or "list" in tagged):
         kids = tagged.get("tuple", tagged.get("list"))
