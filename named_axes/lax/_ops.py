@@ -123,6 +123,10 @@ class _PSum(_Fn):
             g = g / n
         return g, None, None
 
+    @staticmethod
+    def jvp(ctx, t, _dims, _mean):   # linear: the tangent is reduced alike
+        return _PSum.apply(t, ctx.dims, ctx.mean)
+
 
 class _PExtreme(_Fn):
     generate_vmap_rule = True
@@ -136,6 +140,7 @@ class _PExtreme(_Fn):
         x, dims, _ = inputs
         ctx.dims = dims
         ctx.save_for_backward(x, output)
+        ctx.save_for_forward(x, output)
 
     @staticmethod
     def backward(ctx, g):
@@ -144,6 +149,12 @@ class _PExtreme(_Fn):
         hit = (x == _unreduce(out, ctx.dims, x.shape)).to(g.dtype)
         count = hit.sum(ctx.dims, keepdim=True)
         return _unreduce(g, ctx.dims, x.shape) * hit / count, None, None
+
+    @staticmethod
+    def jvp(ctx, t, _dims, _is_max):   # the mean tangent of the entries attaining it
+        x, out = ctx.saved_tensors
+        hit = (x == _unreduce(out, ctx.dims, x.shape)).to(t.dtype)
+        return (t * hit).sum(ctx.dims) / hit.sum(ctx.dims)
 
 
 def psum(x: torch.Tensor, dims: list) -> torch.Tensor:
@@ -212,6 +223,10 @@ class _AllGather(_Fn):
             g = g.unflatten(ctx.axis, (ctx.n, -1))
         return g.movedim(ctx.axis, ctx.dim), None, None, None
 
+    @staticmethod
+    def jvp(ctx, t, *_):   # linear
+        return _AllGather.apply(t, ctx.dim, ctx.axis, ctx.tiled)
+
 
 def all_gather(x: torch.Tensor, dim: int, axis: int, tiled: bool) -> torch.Tensor:
     """Move physical dim ``dim`` to ``axis`` of the result (``tiled``: merged into it)."""
@@ -264,6 +279,10 @@ class _PSumScatter(_Fn):
             g = g.flatten(s, s + 1)
         return g.unsqueeze(ctx.dim).expand(ctx.shape), None, None, None
 
+    @staticmethod
+    def jvp(ctx, t, *_):   # linear
+        return _PSumScatter.apply(t, ctx.dim, ctx.scatter, ctx.tiled)
+
 
 def psum_scatter(x: torch.Tensor, dim: int, scatter: int, tiled: bool) -> torch.Tensor:
     """Sum physical dim ``dim``; split physical dim ``scatter`` into a new leading dim."""
@@ -310,6 +329,10 @@ class _AllToAll(_Fn):
     def backward(ctx, g):
         # the transpose of an all_to_all is the all_to_all with split and concat swapped
         return _AllToAll.apply(g, ctx.dim, ctx.concat, ctx.split, ctx.tiled), None, None, None, None
+
+    @staticmethod
+    def jvp(ctx, t, *_):   # linear
+        return _AllToAll.apply(t, ctx.dim, ctx.split, ctx.concat, ctx.tiled)
 
 
 def all_to_all(x: torch.Tensor, dim: int, split: int, concat: int, tiled: bool) -> torch.Tensor:
@@ -358,6 +381,10 @@ class _PPermute(_Fn):
     @staticmethod
     def backward(ctx, g):
         return _PPermute.apply(g, ctx.dim, ctx.dst, ctx.src), None, None, None
+
+    @staticmethod
+    def jvp(ctx, t, *_):   # linear
+        return _PPermute.apply(t, ctx.dim, ctx.src, ctx.dst)
 
 
 def ppermute(x: torch.Tensor, dim: int, src: list, dst: list) -> torch.Tensor:
@@ -416,6 +443,7 @@ class _PDot(_Fn):
     def setup_context(ctx, inputs, output):
         x, y, ctx.equation = inputs
         ctx.save_for_backward(x, y)
+        ctx.save_for_forward(x, y)
 
     @staticmethod
     def backward(ctx, g):
@@ -425,6 +453,17 @@ class _PDot(_Fn):
         gx = _einsum_grad(g, out, y, ty, tx, x.shape) if ctx.needs_input_grad[0] else None
         gy = _einsum_grad(g, out, x, tx, ty, y.shape) if ctx.needs_input_grad[1] else None
         return gx, gy, None
+
+    @staticmethod
+    def jvp(ctx, tx, ty, _equation):   # bilinear
+        x, y = ctx.saved_tensors
+        out = None
+        if tx is not None:
+            out = _PDot.apply(tx, y, ctx.equation)
+        if ty is not None:
+            t = _PDot.apply(x, ty, ctx.equation)
+            out = t if out is None else out + t
+        return out
 
 
 def pdot(x: torch.Tensor, y: torch.Tensor, equation: str) -> torch.Tensor:
@@ -449,6 +488,10 @@ class _ScaleGrad(_Fn):
     @staticmethod
     def backward(ctx, g):
         return g * ctx.scale, None
+
+    @staticmethod
+    def jvp(ctx, t, _scale):   # the identity forward
+        return t
 
 
 def scale_grad(x: torch.Tensor, scale: float) -> torch.Tensor:

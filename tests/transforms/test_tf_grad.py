@@ -147,3 +147,44 @@ def test_errors():
         nx.grad(lambda v: v * 2)(nx.named(torch.ones(2, 4), {0: "b"}))
     with pytest.raises(nx.AxisSpecError, match=r"argnums=3 names argument 3, but the call has 2"):
         nx.grad(loss, argnums=3)(torch.ones(3, 2), torch.ones(3))
+
+
+_COLLECTIVES = {
+    "psum": lambda v: nx.lax.psum(v, "i"),
+    "pmean": lambda v: nx.lax.pmean(v, "i"),
+    "pmax": lambda v: nx.lax.pmax(v, "i"),
+    "pmin": lambda v: nx.lax.pmin(v, "i"),
+    "all_gather": lambda v: nx.lax.all_gather(v, "i"),
+    "psum_scatter": lambda v: nx.lax.psum_scatter(v, "i", tiled=True),
+    "all_to_all": lambda v: nx.lax.all_to_all(v, "i", 0, 0),
+    "ppermute": lambda v: nx.lax.ppermute(v, "i", [(0, 1), (1, 2), (2, 3), (3, 0)]),
+    "pdot": lambda v: nx.lax.pdot(v, v.sin(), "i"),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_COLLECTIVES))
+def test_forward_mode_through_traced_collectives(op):
+    """Under a trace (nx.jit, make_graph) collectives are named autograd functions; each has
+    a forward-mode rule, so jvp / jacfwd / hessian trace as they run eagerly (hessian of a
+    psum under nx.jit raised "You must implement the jvp function": the JAX oracle run
+    under nx.jit, cat_transform)."""
+    f = _COLLECTIVES[op]
+
+    def body(x):
+        return nx.jvp(lambda v: f(v.sin() * v), (x,), (torch.cos(x),))[1]
+
+    x = torch.linspace(-1, 1, 16).reshape(4, 4)
+    spec = dict(in_axes=["i", ...], out_axes=[...] if op in ("psum", "pmean", "pmax", "pmin",
+                                                             "all_gather", "pdot") else ["i", ...])
+    want = nx.xmap(body, **spec)(x)
+    got = nx.jit(nx.xmap(body, **spec), backend="eager")(x)
+    torch.testing.assert_close(got, want)
+
+
+def test_hessian_through_a_psum_under_jit():
+    f = lambda v: nx.lax.psum((v ** 3).sum() * 0.5, "b")
+    body = nx.hessian(f)
+    spec = dict(in_axes=["b", ...], out_axes=["b", ...])
+    x = torch.linspace(-1, 1, 6).reshape(2, 3)
+    want = nx.xmap(body, **spec)(x)
+    torch.testing.assert_close(nx.jit(nx.xmap(body, **spec), backend="eager")(x), want)
