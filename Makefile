@@ -80,7 +80,7 @@ test-oracle: $(STAMP) $(JSTAMP)
 
 # Open-ended: a random seed (or FUZZ_SEED=...), many more programs.
 fuzz-oracle: $(STAMP) $(JSTAMP)
-	NX_ORACLE_JAX_PYTHON=$(abspath $(JVENV))/bin/python NX_ORACLE_N=$(FUZZ_N) \
+	NX_ORACLE_JAX_PYTHON=$(abspath $(JVENV))/bin/python NX_ORACLE_N=$(FUZZ_N) NX_ORACLE_JIT_EVERY=1 \
 		NX_ORACLE_SEED=$${FUZZ_SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')} \
 		$(BIN)/python -m pytest $(PYTEST_FLAGS) -p no:randomly -o timeout=0 tests/oracle
 

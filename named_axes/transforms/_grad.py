@@ -362,19 +362,22 @@ def _phys_outputs(fun, out_box: list):
     return phys
 
 
-def _align_like(value: Any, like: torch.Tensor, names: tuple | None, what: str) -> torch.Tensor:
-    """A (co)tangent laid out like the physical tensor ``like`` named ``names``."""
+def _align_like(value: Any, like: torch.Tensor, names: tuple | None, what: str,
+                lead: tuple = (), lead_sizes: tuple = ()) -> torch.Tensor:
+    """A (co)tangent laid out like the physical tensor ``like`` named ``names`` (behind
+    the batch axes ``lead`` of sizes ``lead_sizes``, when mapped over)."""
     names = names or ()
     p = like.dim() - len(names)
+    shape = tuple(lead_sizes) + tuple(like.shape)
     if isinstance(value, _NT):
-        extra = [n for n in value._names if n not in names]
+        extra = [n for n in value._names if n not in names and n not in lead]
         if extra:
             raise AxisSpecError(f"{what}: the value has named axis {extra[0]!r} that the "
                                 f"primal/output (named axes {names}) lacks")
-        data = align(value._data, value._names, value.ndim, names, p)
+        data = align(value._data, value._names, value.ndim, tuple(lead) + names, p)
     else:
         data = torch.as_tensor(value, dtype=like.dtype, device=like.device)
-    return data.expand(like.shape) if data.shape != like.shape else data
+    return data.expand(shape) if data.shape != shape else data
 
 
 def _unbox_primals(primals, what, reduce_axes=None, sizes=None):
@@ -439,6 +442,7 @@ def _vjp_once(fun, primals, has_aux, reduce_axes, sizes, first_run):
     spec, names = out_box
     out = rebox(out_leaves, spec, names)
     chunked = _chunked(region.axes, reduce_axes)
+    forward_axes = set(bound_axes())
     added = tuple(n for n in sizes if n not in reduce_axes)
     if added:   # copies of a value JAX computes once (the cotangents still align to
         code = getattr(fun, "__code__", fun)   # the physical outputs)
@@ -450,14 +454,32 @@ def _vjp_once(fun, primals, has_aux, reduce_axes, sizes, first_run):
         if len(cts) != len(out_leaves):
             raise AxisSpecError(f"{what}: the cotangent has {len(cts)} leaves but the output "
                                 f"has {len(out_leaves)}")
+        # axes the cotangent carries and the output does not: bound since the forward (a
+        # vmap over the pullback, as jacrev does), so the pullback is mapped over them
+        batch: dict = {}
+        for c, n in zip(cts, names):
+            if type(c) is _NT:
+                for b, size in zip(c._names, c._data.shape):
+                    if b not in (n or ()) and b not in forward_axes and b in bound_axes():
+                        batch.setdefault(b, size)
+        lead = tuple(batch)
         phys = []
         for i, (c, o, n) in enumerate(zip(cts, out_leaves, names)):
-            ct = _align_like(c, o, n, f"{what} cotangent {i}")
+            ct = _align_like(c, o, n, f"{what} cotangent {i}", lead, tuple(batch.values()))
             scale = region.seed_scale(n or ())
             phys.append(ct * scale if scale != 1 else ct)   # once per instance
+        pull = vjp_phys
+        if lead:
+            pull = lambda cts: vjp_phys(cts)   # noqa: E731 - one vmap level per batch axis
+            for _ in lead:
+                pull = _functorch["vmap"](pull)
         with region:
-            grads = vjp_phys(tuple(phys))
-        grads = tuple(rebox(g, spec_, names_) for g, (_, spec_, names_) in zip(grads, boxes))
+            grads = pull(tuple(phys))
+        if lead:   # a plain leaf's gradient carries the batch axes too
+            grads = tuple(rebox(g, spec_, [lead + (m or ()) for m in names_])
+                          for g, (_, spec_, names_) in zip(grads, boxes))
+        else:
+            grads = tuple(rebox(g, spec_, names_) for g, (_, spec_, names_) in zip(grads, boxes))
         if chunked:   # a SerialLoop chunk summed its own instances: add the other chunks'
             grads = tree_map(lambda gr: _sum_over_chunks(gr, chunked), grads)
         return grads
@@ -468,8 +490,12 @@ def _vjp_once(fun, primals, has_aux, reduce_axes, sizes, first_run):
     return out, vjp_fn
 
 
-def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = False):
+def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = False, *,
+        _batch: tuple = ()):
     """``(fun(*primals), tangent_out)`` by forward mode (``torch.func.jvp``), names kept.
+
+    (``_batch``: named axes the tangents may carry in front, the primals not: the jvp is
+    mapped over them, as ``jacfwd`` maps it over its basis tangents.)
 
     >>> import torch, named_axes as nx
     >>> nx.jvp(torch.sin, (torch.zeros(2),), (torch.ones(2),))[1]
@@ -481,12 +507,14 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
     if len(primals) != len(tangents):
         raise AxisSpecError(f"{what}: {len(primals)} primals but {len(tangents)} tangents")
     boxes = _unbox_primals(tuple(primals), what)
+    bound = bound_axes() if _batch else {}
+    lead_sizes = tuple(bound[b] for b in _batch)
     tan_phys = []
     for k, ((leaves, _, names), t) in enumerate(zip(boxes, tangents)):
         tl = tree_flatten(t)[0]
         if len(tl) != len(leaves):
             raise AxisSpecError(f"{what}: tangent {k} has {len(tl)} leaves, primal {len(leaves)}")
-        tan_phys.append([_align_like(v, p, n, f"{what} tangent {k}")
+        tan_phys.append([_align_like(v, p, n, f"{what} tangent {k}", _batch, lead_sizes)
                          for v, p, n in zip(tl, leaves, names)])
     out_box: list = []
     aux_box: list = []
@@ -499,9 +527,18 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
         target = _phys_outputs(split, out_box)
     else:
         target = _phys_outputs(inner, out_box)
-    out, t_out = _functorch["jvp"](target, tuple(b[0] for b in boxes), tuple(tan_phys))
+    primal_phys = tuple(b[0] for b in boxes)
+    if _batch:   # one vmap level per batch axis; the primal output is the same in each
+        push = lambda *tans: _functorch["jvp"](target, primal_phys, tans)   # noqa: E731
+        for _ in _batch:
+            push = _functorch["vmap"](push)
+        out, t_out = push(*tan_phys)
+        out = tree_map(lambda o: o[(0,) * len(_batch)], out)
+    else:
+        out, t_out = _functorch["jvp"](target, primal_phys, tuple(tan_phys))
     spec, names = out_box
-    result = rebox(out, spec, names), rebox(t_out, spec, names)
+    t_names = [tuple(_batch) + (n or ()) for n in names] if _batch else names
+    result = rebox(out, spec, names), rebox(t_out, spec, t_names)
     if has_aux:
         return result + (rebox(*_swap(aux_box[0])),)
     return result

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from .._env import bound_axes
+from .._env import bind, bound_axes
 from .._tensor import NamedTensor
 from .._torch_func import ORIGINAL as _functorch
 from ._grad import _argnums, jvp, vjp
@@ -81,48 +81,61 @@ def _zeros(x: Any) -> torch.Tensor:
 
 
 def _jacrev_named(of: Callable, primals: list, has_aux: bool) -> tuple:
-    """One ``vjp`` pullback per positional entry of each output."""
+    """The ``vjp`` pullback of each output's basis cotangents (vectorized by ``nx.vmap``)."""
+    from ._vmap import vmap
+
     res = vjp(of, *primals, has_aux=has_aux)
     out, pullback = res[0], res[1]
     outs, spec = tree_flatten(out)
     rows = []
     for j, o in enumerate(outs):
         shape = _pos_shape(o)
-        cols: list = [[] for _ in primals]
-        for e in _basis(shape, o):
+
+        def pull(e, j=j):
             ct = [e if k == j else _zeros(x) for k, x in enumerate(outs)]
-            for col, g in zip(cols, pullback(tree_unflatten(ct, spec))):
-                col.append(g)
-        rows.append([torch.stack(col).reshape(shape + _pos_shape(p))
-                     for col, p in zip(cols, primals)])
+            return tuple(pullback(tree_unflatten(ct, spec)))
+
+        basis = _basis(shape, o)   # one row per entry of the output:
+        cols = vmap(pull, axis_size=basis.shape[0])(basis)   # (the named path: per instance)
+        rows.append([c.reshape(shape + _pos_shape(p)) for c, p in zip(cols, primals)])
     return (rows, spec), (res[2] if has_aux else None)
 
 
 def _jacfwd_named(of: Callable, primals: list, has_aux: bool) -> tuple:
-    """One ``jvp`` per positional entry of each input."""
+    """The ``jvp`` of each input's basis tangents, mapped over a fresh named axis."""
     per_input, aux, spec = [], None, None
     for i, p in enumerate(primals):
-        cols: list = []
-        for e in _basis(_pos_shape(p), p):
+        basis = _basis(_pos_shape(p), p)   # one column per entry of the input
+        name = _JacAxis(i)
+        with bind({name: basis.shape[0]}, kind="vmap"):
+            e = NamedTensor._wrap(basis, (name,))
             tangents = tuple(e if k == i else _zeros(q) for k, q in enumerate(primals))
-            res = jvp(of, tuple(primals), tangents, has_aux=has_aux)
-            t_leaves, spec = tree_flatten(res[1])
-            cols.append(t_leaves)
-            aux = res[2] if has_aux else None
-        per_input.append(cols)
-    if spec is None:   # no input entries: the output's structure from one call
-        res = jvp(of, tuple(primals), tuple(_zeros(q) for q in primals), has_aux=has_aux)
-        spec, aux = tree_flatten(res[1])[1], (res[2] if has_aux else None)
-    rows = []
-    for j in range(spec.num_leaves):
-        row = []
-        for cols, p in zip(per_input, primals):
-            shape = _pos_shape(p)
-            stacked = torch.stack([c[j] for c in cols], dim=-1) if cols else None
-            lead = _pos_shape(stacked)[:-1] if stacked is not None else ()
-            row.append(stacked.reshape(lead + shape))
-        rows.append(row)
+            res = jvp(of, tuple(primals), tangents, has_aux=has_aux, _batch=(name,))
+        leaves, spec = tree_flatten(res[1])
+        aux = res[2] if has_aux else None
+        # the basis axis moved last: out.shape + in.shape
+        per_input.append([_last(t, name, _pos_shape(p)) for t in leaves])
+    rows = [[cols[j] for cols in per_input] for j in range(spec.num_leaves)]
     return (rows, spec), aux
+
+
+class _JacAxis:
+    """The name of a Jacobian's basis axis (unique per object, never a user's name)."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+    def __repr__(self) -> str:
+        return f"<jacobian basis {self.k}>"
+
+
+def _last(t: NamedTensor, name: Any, shape: tuple) -> Any:
+    """``t``'s named axis ``name`` as its last positional dims, unflattened to ``shape``."""
+    i = t._names.index(name)
+    rest = t._names[:i] + t._names[i + 1:]
+    data = t._data.movedim(i, -1)
+    data = data.reshape(tuple(data.shape[:-1]) + shape)
+    return NamedTensor._wrap(data, rest) if rest else data
 
 
 def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:

@@ -88,9 +88,10 @@ def vs_jax(prog: dict, jres: dict, jarrays, tres: dict) -> list:
     return diffs
 
 
-def vs_vectorized(res: dict, rres: dict, vres: dict) -> list:
-    """A run with axis_resources ``res`` (result ``rres``) against the vectorized ``vres``."""
-    where = "axis_resources=" + ", ".join(
+def vs_vectorized(res: dict, rres: dict, vres: dict, where: str | None = None) -> list:
+    """A run with axis_resources ``res`` (result ``rres``) against the vectorized ``vres``
+    (``where``: how the run differs, when not by its resources)."""
+    where = where or "axis_resources=" + ", ".join(
         f"{n}: {'SerialLoop(%d)' % r[1] if isinstance(r, list) else repr(r)}"
         for n, r in res.items())
     if rres["status"] == "rejected":

@@ -2,8 +2,9 @@
 
 :func:`run_corpus` writes the corpus to JSON, starts ``jax_runner.py`` under the JAX
 python (``NX_ORACLE_JAX_PYTHON``) and, while it runs, interprets every program with
-named_axes (vectorized, then under each of its ``resources``), so the two sides use the
-two cores together.  JAX results are cached under ``tests/oracle/.cache`` keyed by a hash
+named_axes (vectorized, then under each of its ``resources``, and every ``JIT_EVERY``-th
+program under ``nx.jit`` with the eager backend: traced by make_fx, run from the graph),
+so the two sides use the two cores together.  JAX results are cached under ``tests/oracle/.cache`` keyed by a hash
 of the corpus, ``jax_runner.py`` and ``dsl.py`` (a fresh checkout recomputes them).
 """
 from __future__ import annotations
@@ -23,6 +24,8 @@ import torch_interp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CACHE = os.path.join(HERE, ".cache")
+# every how many programs also run under nx.jit (``NX_ORACLE_JIT_EVERY``; the fuzz target: 1)
+JIT_EVERY = max(1, int(os.environ.get("NX_ORACLE_JIT_EVERY", "4")))
 
 
 @dataclass
@@ -76,10 +79,12 @@ def run_corpus(n: int, seed: int, python: str) -> Outcome:
     corpus = programs.generate(n, seed)
     finish = start_jax(corpus, python)
     t1 = time.time()
-    vec, res_runs = {}, {}
-    for prog in corpus:
+    vec, res_runs, jit_runs = {}, {}, {}
+    for k, prog in enumerate(corpus):
         vec[prog["id"]] = torch_interp.run(prog)
         res_runs[prog["id"]] = [(r, torch_interp.run(prog, r)) for r in prog.get("resources", ())]
+        if k % JIT_EVERY == 0:
+            jit_runs[prog["id"]] = torch_interp.run(prog, jit=True)
     t2 = time.time()
     meta, arrays = finish()
     t3 = time.time()
@@ -95,5 +100,11 @@ def run_corpus(n: int, seed: int, python: str) -> Outcome:
             key = f"{what} {rres['status']}"
             out.runs[key] = out.runs.get(key, 0) + 1
             for d in compare.vs_vectorized(r, rres, vec[prog["id"]]):
+                out.fails.append((prog, d))
+        if prog["id"] in jit_runs:
+            jres = jit_runs[prog["id"]]
+            key = f"nx.jit {jres['status']}"
+            out.runs[key] = out.runs.get(key, 0) + 1
+            for d in compare.vs_vectorized({}, jres, vec[prog["id"]], where="nx.jit"):
                 out.fails.append((prog, d))
     return out

@@ -180,7 +180,7 @@ def _resources(res: dict) -> dict:
     return {n: nx.SerialLoop(r[1]) if isinstance(r, list) else r for n, r in res.items()}
 
 
-def run(prog: dict, resources: dict | None = None) -> dict:
+def run(prog: dict, resources: dict | None = None, jit: bool = False) -> dict:
     be = TorchBackend()
     named: list = []
 
@@ -198,6 +198,9 @@ def run(prog: dict, resources: dict | None = None) -> dict:
         f = nx.xmap(fn, in_axes=dsl.decode_spec(prog["in_axes"]),
                     out_axes=dsl.decode_spec(prog["out_axes"]),
                     axis_sizes=prog.get("axis_sizes") or None, **kw)
+        if jit:   # traced once by make_fx, run from the graph (the second call: the cache)
+            f = nx.jit(f, backend="eager")
+            f(*args)
         if resources and any(isinstance(r, str) for r in resources.values()):
             mesh = nx.Mesh(np.array(nx.devices()[:1]).reshape(1, 1), ("x", "y"))
             with mesh:

@@ -188,3 +188,18 @@ def test_hessian_through_a_psum_under_jit():
     x = torch.linspace(-1, 1, 6).reshape(2, 3)
     want = nx.xmap(body, **spec)(x)
     torch.testing.assert_close(nx.jit(nx.xmap(body, **spec), backend="eager")(x), want)
+
+
+def test_vmap_over_a_pullback_batches_its_cotangents():
+    """A pullback mapped over a batch of cotangents (``nx.vmap(vjp_fn)``, as JAX's jacrev
+    does) gives one gradient per cotangent, each per instance, as a loop of pullbacks."""
+    def body(x, w):
+        out, pullback = nx.vjp(lambda v: (v * x).tanh() * v.sum(), w)
+        cts = torch.stack([torch.cos(torch.arange(3.) + k) for k in range(5)])
+        batched = nx.vmap(lambda c: pullback(c)[0])(cts)
+        looped = torch.stack([pullback(c)[0] for c in cts])
+        return batched, looped
+    x, w = torch.randn(4, 3), torch.randn(3)
+    batched, looped = nx.xmap(body, in_axes=(["b", ...], [...]),
+                              out_axes=(["b", ...], ["b", ...]))(x, w)
+    torch.testing.assert_close(batched, looped)
