@@ -133,7 +133,10 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
 
     @functools.wraps(fun)
     def mapped(*args):
-        if axis_name is None and axis_size is None and not is_named(args):
+        # plain inputs outside a named program: torch's own (inside one, fun may close over
+        # named values and return them, which torch.func.vmap cannot)
+        if axis_name is None and axis_size is None and not is_named(args) \
+                and not _env.bound_axes():
             return plain(*args)
         what = f"{spelling}(<inputs>)"
         name = _Anon(next(_counter)) if axis_name is None else axis_name
