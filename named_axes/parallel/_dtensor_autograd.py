@@ -58,7 +58,8 @@ def _saved_as_dtensors(dm):
                 if not _in_forward_ad():
                     raise
                 raise AxisResourceError(
-                    f"nx.jvp on the DTensor engine: DTensor cannot run forward-mode AD "
+                    f"nx.jvp on the DTensor engine: DTensor cannot run forward-mode AD (jvp, "
+                    f"linearize, jacfwd, hessian) "
                     f"through {getattr(func, '__name__', func)} here ({type(e).__name__}: "
                     f"{str(e)[:160]}); compute this jvp without mapping its axes to mesh "
                     f"axes (vectorized or SerialLoop), or on backend='xla'") from None
@@ -98,4 +99,6 @@ def _in_forward_ad() -> bool:
     from torch._C._functorch import TransformType
     from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 
+    if torch.autograd.forward_ad._current_level >= 0:   # dual tensors (torch.func.linearize)
+        return True
     return any(i.key() == TransformType.Jvp for i in retrieve_all_functorch_interpreters())
