@@ -491,11 +491,11 @@ def _vjp_once(fun, primals, has_aux, reduce_axes, sizes, first_run):
 
 
 def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = False, *,
-        _batch: tuple = ()):
+        _batch: dict | None = None):
     """``(fun(*primals), tangent_out)`` by forward mode (``torch.func.jvp``), names kept.
 
-    (``_batch``: named axes the tangents may carry in front, the primals not: the jvp is
-    mapped over them, as ``jacfwd`` maps it over its basis tangents.)
+    (``_batch``: named axes -> sizes that the tangents may carry and the primals not: the
+    jvp is mapped over them, as ``jacfwd`` maps it over its basis tangents.)
 
     >>> import torch, named_axes as nx
     >>> nx.jvp(torch.sin, (torch.zeros(2),), (torch.ones(2),))[1]
@@ -507,14 +507,14 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
     if len(primals) != len(tangents):
         raise AxisSpecError(f"{what}: {len(primals)} primals but {len(tangents)} tangents")
     boxes = _unbox_primals(tuple(primals), what)
-    bound = bound_axes() if _batch else {}
-    lead_sizes = tuple(bound[b] for b in _batch)
+    _batch = _batch or {}
+    lead, lead_sizes = tuple(_batch), tuple(_batch.values())
     tan_phys = []
     for k, ((leaves, _, names), t) in enumerate(zip(boxes, tangents)):
         tl = tree_flatten(t)[0]
         if len(tl) != len(leaves):
             raise AxisSpecError(f"{what}: tangent {k} has {len(tl)} leaves, primal {len(leaves)}")
-        tan_phys.append([_align_like(v, p, n, f"{what} tangent {k}", _batch, lead_sizes)
+        tan_phys.append([_align_like(v, p, n, f"{what} tangent {k}", lead, lead_sizes)
                          for v, p, n in zip(tl, leaves, names)])
     out_box: list = []
     aux_box: list = []
@@ -530,14 +530,14 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
     primal_phys = tuple(b[0] for b in boxes)
     if _batch:   # one vmap level per batch axis; the primal output is the same in each
         push = lambda *tans: _functorch["jvp"](target, primal_phys, tans)   # noqa: E731
-        for _ in _batch:
+        for _ in lead:
             push = _functorch["vmap"](push)
         out, t_out = push(*tan_phys)
-        out = tree_map(lambda o: o[(0,) * len(_batch)], out)
+        out = tree_map(lambda o: o[(0,) * len(lead)], out)
     else:
         out, t_out = _functorch["jvp"](target, primal_phys, tuple(tan_phys))
     spec, names = out_box
-    t_names = [tuple(_batch) + (n or ()) for n in names] if _batch else names
+    t_names = [lead + (n or ()) for n in names] if lead else names
     result = rebox(out, spec, names), rebox(t_out, spec, t_names)
     if has_aux:
         return result + (rebox(*_swap(aux_box[0])),)
@@ -552,7 +552,10 @@ def _swap(box):
 def linearize(fun: Callable, *primals: Any):
     """``(fun(*primals), jvp_fn)`` where ``jvp_fn(*tangents)`` is the linearized ``fun``.
 
-    Built on :func:`torch.func.linearize` (the forward pass is traced once).
+    ``jvp_fn`` is :func:`jvp` at ``primals`` (one path for forward mode: torch.func's own
+    linearize gives zero tangents on the torch-xla engine).  Tangents may carry named
+    axes the primals lack (``jvp_fn`` mapped over a batch of tangents, e.g. by an
+    enclosing xmap): the linear map runs once per index.
 
     >>> import torch, named_axes as nx
     >>> out, f_jvp = nx.linearize(torch.sin, torch.zeros(2))
@@ -561,55 +564,21 @@ def linearize(fun: Callable, *primals: Any):
     """
     what = f"linearize({getattr(fun, '__name__', 'fun')})"
     boxes = _unbox_primals(tuple(primals), what)
-    out_box: list = []
-    target = _phys_outputs(_rebuild(fun, boxes), out_box)
-    flat_sizes = [len(b[0]) for b in boxes]
-
-    def flat_target(*flat):
-        it = iter(flat)
-        return target(*[[next(it) for _ in range(n)] for n in flat_sizes])
-
-    flat_primals = tuple(x for b in boxes for x in b[0])
-    out, jvp_phys = torch.func.linearize(flat_target, *flat_primals)
-    spec, names = out_box
+    out = fun(*primals)
 
     def jvp_fn(*tangents):
         if len(tangents) != len(boxes):
             raise AxisSpecError(f"{what}: {len(tangents)} tangents for {len(boxes)} primals")
-        t_leaves = [tree_flatten(t)[0] for t in tangents]
-        # tangents may carry named axes of their own (jvp_fn mapped over a batch of
-        # tangents, e.g. by an enclosing xmap): the linear map runs once per index
         extra: dict = {}
-        for (_, _, pn), tl in zip(boxes, t_leaves):
-            for v, n in zip(tl, pn):
+        for (_, _, pn), t in zip(boxes, tangents):
+            for v, n in zip(tree_flatten(t)[0], pn):
                 if isinstance(v, _NT):
                     for a, size in zip(v._names, v._data.shape):
                         if a not in (n or ()):
                             extra.setdefault(a, size)
-        ext = tuple(extra)
-        flat_t = []
-        for k, ((leaves, _, pn), tl) in enumerate(zip(boxes, t_leaves)):
-            for v, p, n in zip(tl, leaves, pn):
-                if ext:
-                    v = expand_over(v, extra) if isinstance(v, _NT) else \
-                        NamedTensor._wrap(torch.as_tensor(v).expand(
-                            tuple(extra.values()) + tuple(p.shape)), ext)
-                    like = p.expand(tuple(extra.values()) + tuple(p.shape))
-                    flat_t.append(_align_like(v, like, ext + tuple(n or ()),
-                                              f"{what} tangent {k}"))
-                else:
-                    flat_t.append(_align_like(v, p, n, f"{what} tangent {k}"))
-        if not ext:
-            return rebox(jvp_phys(*flat_t), spec, names)
-        run = jvp_phys
-        for _ in ext:
-            run = _functorch["vmap"](run)
-        outs = run(*flat_t)
-        outs = outs if isinstance(outs, (tuple, list)) else (outs,)
-        leaves_out = [NamedTensor._wrap(o, ext + tuple(n or ())) for o, n in zip(outs, names)]
-        return tree_unflatten(leaves_out, spec)
+        return jvp(fun, primals, tangents, _batch=extra)[1]
 
-    return rebox(out, spec, names), jvp_fn
+    return out, jvp_fn
 
 
 def linear_transpose(fun: Callable, *primals: Any, reduce_axes: Sequence = ()) -> Callable:

@@ -110,7 +110,8 @@ def _jacfwd_named(of: Callable, primals: list, has_aux: bool) -> tuple:
         with bind({name: basis.shape[0]}, kind="vmap"):
             e = NamedTensor._wrap(basis, (name,))
             tangents = tuple(e if k == i else _zeros(q) for k, q in enumerate(primals))
-            res = jvp(of, tuple(primals), tangents, has_aux=has_aux, _batch=(name,))
+            res = jvp(of, tuple(primals), tangents, has_aux=has_aux,
+                      _batch={name: basis.shape[0]})
         leaves, spec = tree_flatten(res[1])
         aux = res[2] if has_aux else None
         # the basis axis moved last: out.shape + in.shape
