@@ -50,7 +50,11 @@ def _saved_as_dtensors(dm):
                 if outplace is not None:
                     return _update_plain(args[0], outplace(*args, **kwargs), func)
             try:
-                if hooks_disabled() is not None or not torch.is_grad_enabled():
+                # a backward pass saves nothing of its own, and a derivative rule run in it
+                # may start torch.func (a custom_jvp's transpose), which refuses to run
+                # under saved-tensor hooks
+                if hooks_disabled() is not None or not torch.is_grad_enabled() \
+                        or func in _BACKWARD_PASSES:
                     return func(*args, **kwargs)
                 with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
                     return func(*args, **kwargs)
@@ -65,6 +69,9 @@ def _saved_as_dtensors(dm):
                     f"axes (vectorized or SerialLoop), or on backend='xla'") from None
 
     return _SaveAsDTensors()
+
+
+_BACKWARD_PASSES = (torch.autograd.grad, torch.autograd.backward, torch.Tensor.backward)
 
 
 def _out_of_place(func):

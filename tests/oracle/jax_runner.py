@@ -61,6 +61,9 @@ class JaxBackend:
         return {"sin": jnp.sin, "tanh": jnp.tanh, "neg": jnp.negative, "abs": jnp.abs,
                 "square": lambda t: t * t}[f](x)
 
+    def op_custom(self, op, v, env):
+        return _CUSTOM[op["f"]](v[0])
+
     def op_bin(self, op, v, env):
         a, b = v
         return {"add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply,
@@ -190,6 +193,24 @@ class JaxBackend:
             return reduce(jax.linear_transpose(fn, *v)(ct))
         raise ValueError(mode)
 
+
+
+@jax.custom_vjp
+def _cvjp(x):
+    return jnp.sin(x)
+
+
+_cvjp.defvjp(lambda x: (jnp.sin(x), x), lambda x, g: (2 * g * jnp.cos(x),))
+
+
+@jax.custom_jvp
+def _cjvp(x):
+    return jnp.sin(x)
+
+
+_cjvp.defjvp(lambda primals, tangents: (jnp.sin(primals[0]),
+                                        2 * jnp.cos(primals[0]) * tangents[0]))
+_CUSTOM = {"cvjp": _cvjp, "cjvp": _cjvp}
 
 def flatten_like(tagged, value) -> list:
     """The leaves of ``value`` in the document order of the tagged tree ``tagged``."""

@@ -331,6 +331,18 @@ def cat_vmap(b):
     b.out(out)
 
 
+def _custom_param(s, pr, mode) -> list:
+    """The parameters, the first one sometimes through a function with a derivative rule
+    of its own (``custom_vjp`` for reverse-mode derivatives, ``custom_jvp`` for any;
+    not under second derivatives, where JAX differentiates the rules themselves)."""
+    if mode in ("hessian", "grad2", "lt") or s.rng.random() < 0.7:
+        return list(pr)
+    kinds = ["cjvp"] if mode in ("jvp", "linearize", "jacfwd") else ["cvjp", "cjvp"]
+    t = s.types[pr[0]]
+    c = s.op(Ty(dict(t.names), t.shape), op="custom", f=s.rng.choice(kinds), **{"in": [pr[0]]})
+    return [c] + list(pr[1:])
+
+
 def cat_grad(b):
     rng = b.rng
     p = rng.choice([(), (3,), (2,)])
@@ -341,7 +353,7 @@ def cat_grad(b):
     base = len(b.types)
     s = _sub(b, b.axes, b.types + [b.types[q] for q in params])
     pr = list(range(base, base + nparams))
-    vals = pr + closure
+    vals = _custom_param(s, pr, mode) + closure
     y = s.chain(vals, rng.randint(1, 3))
     if not any(o.get("op") == "bin" and any(i in pr for i in o["in"]) for o in s.ops) and closure:
         y = s.bin(pr[0], closure[0], "mul")
@@ -394,7 +406,7 @@ def cat_transform(b):
         if rng.random() < 0.5:
             y = s.scale(y)
     else:
-        y = s.chain(pr + closure, rng.randint(1, 3))
+        y = s.chain(_custom_param(s, pr, mode) + closure, rng.randint(1, 3))
         if not any(o.get("op") == "bin" and any(i in pr for i in o["in"]) for o in s.ops):
             y = s.bin(pr[0], closure[0], "mul")
     if mode not in ("linearize", "lt"):

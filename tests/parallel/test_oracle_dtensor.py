@@ -79,7 +79,7 @@ def test_dtensor_runs_agree_with_vectorized(ranks):
 
 
 @pytest.mark.parametrize("pin", ["vjp", "vjp_loop", "jvp", "einsum3_loop",
-                                 "einsum_two_mesh_dims"])
+                                 "einsum_two_mesh_dims", "custom_jvp_vjp"])
 def test_pinned_bugs_stay_fixed(ranks, pin):
     """Bugs the sample found (see ``_oracle_dtensor_worker.PINS``), on every rank."""
     for r, res in enumerate(ranks):
