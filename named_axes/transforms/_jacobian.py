@@ -59,9 +59,21 @@ def _jac(kind: str, fun: Callable, argnums, has_aux: bool) -> Callable:
         single = isinstance(argnums, int)
         tree = tree_unflatten([row[0] if single else tuple(row) for row in out_leaves],
                               out_spec)
+        tree = tree_map(_materialized, tree)
         return (tree, aux) if has_aux else tree
 
     return run
+
+
+def _materialized(t: Any) -> Any:
+    """``t`` with forward mode's efficient zeros (a ZeroTensor: a Jacobian that is zero
+    everywhere, e.g. the Hessian of ``abs``) made ordinary zeros, which every later op
+    and ``.numpy()`` take."""
+    data = t._data if type(t) is _NT else t
+    if isinstance(data, torch.Tensor) and data._is_zerotensor():
+        zeros = torch.zeros(data.shape, dtype=data.dtype, device=data.device)
+        return NamedTensor._wrap(zeros, t._names) if type(t) is _NT else zeros
+    return t
 
 
 def _pos_shape(x: Any) -> tuple:

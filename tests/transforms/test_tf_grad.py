@@ -203,3 +203,14 @@ def test_vmap_over_a_pullback_batches_its_cotangents():
     batched, looped = nx.xmap(body, in_axes=(["b", ...], [...]),
                               out_axes=(["b", ...], ["b", ...]))(x, w)
     torch.testing.assert_close(batched, looped)
+
+
+def test_a_jacobian_that_is_zero_everywhere_is_an_ordinary_tensor():
+    """The Hessian of ``abs`` is forward mode's efficient zero (a ZeroTensor), which
+    ``.numpy()`` refuses: the result is made ordinary zeros (JAX oracle, seed 424242,
+    p424242_12498)."""
+    f = nx.xmap(lambda p, y: nx.hessian(lambda p: (p - y).abs())(p),
+                in_axes=(['d'], ['d']), out_axes=['d'])
+    h = f(torch.tensor([0.5, -1.0]), torch.tensor([0.2, 0.3]))
+    assert not h._is_zerotensor()
+    assert h.numpy().tolist() == [0.0, 0.0]
