@@ -209,8 +209,9 @@ def test_a_jacobian_that_is_zero_everywhere_is_an_ordinary_tensor():
     """The Hessian of ``abs`` is forward mode's efficient zero (a ZeroTensor), which
     ``.numpy()`` refuses: the result is made ordinary zeros (JAX oracle, seed 424242,
     p424242_12498)."""
-    f = nx.xmap(lambda p, y: nx.hessian(lambda p: (p - y).abs())(p),
-                in_axes=(['d'], ['d']), out_axes=['d'])
-    h = f(torch.tensor([0.5, -1.0]), torch.tensor([0.2, 0.3]))
-    assert not h._is_zerotensor()
-    assert h.numpy().tolist() == [0.0, 0.0]
+    for d in (1, 2):
+        f = nx.xmap(lambda p, y: nx.hessian(lambda p: (p - y).abs())(p),
+                    in_axes=(['d'], ['d']), out_axes={0: 'd', 1: 'b'}, axis_sizes={'b': 1})
+        h = f(torch.linspace(0.5, -1.0, d), torch.linspace(0.2, 0.3, d))
+        assert not h._is_zerotensor()
+        assert h.numpy().tolist() == [[0.0]] * d
