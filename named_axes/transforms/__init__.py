@@ -7,7 +7,8 @@ Autodiff and batching are torch.func's; this package only carries names across.
 from __future__ import annotations
 
 from ._vmap import vmap
-from ._grad import grad, jvp, linear_transpose, linearize, value_and_grad, vjp
+from ._forward import jvp, linearize
+from ._grad import grad, linear_transpose, value_and_grad, vjp
 from ._jacobian import hessian, jacfwd, jacrev
 from ._graph import NamedGraphModule, make_graph, named_call
 from ._jit import disable_jit, jit
