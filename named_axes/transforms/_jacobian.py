@@ -69,12 +69,17 @@ def _jac(kind: str, fun: Callable, argnums, has_aux: bool) -> Callable:
 def _materialized(t: Any) -> Any:
     """``t`` with forward mode's efficient zeros (a ZeroTensor: a Jacobian that is zero
     everywhere, e.g. the Hessian of ``abs``) made ordinary zeros, which every later op
-    and ``.numpy()`` take."""
+    and ``.numpy()`` take (under a trace: a clone, which makes them at run time)."""
     data = t._data if type(t) is _NT else t
-    if isinstance(data, torch.Tensor) and data._is_zerotensor():
-        zeros = torch.zeros(data.shape, dtype=data.dtype, device=data.device)
-        return NamedTensor._wrap(zeros, t._names) if type(t) is _NT else zeros
-    return t
+    if not isinstance(data, torch.Tensor):
+        return t
+    if torch._C._len_torch_dispatch_stack() or torch.compiler.is_compiling():
+        data = data.clone()   # traced: which outputs are zero shows only when it runs
+    elif data._is_zerotensor():
+        data = torch.zeros(data.shape, dtype=data.dtype, device=data.device)
+    else:
+        return t
+    return NamedTensor._wrap(data, t._names) if type(t) is _NT else data
 
 
 def _pos_shape(x: Any) -> tuple:
