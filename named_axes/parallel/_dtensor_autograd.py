@@ -59,6 +59,14 @@ def _saved_as_dtensors(dm):
                 with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
                     return func(*args, **kwargs)
             except (AssertionError, NotImplementedError, RuntimeError) as e:
+                if func in _BACKWARD_PASSES and _raised_by_dtensor(e):
+                    raise AxisResourceError(
+                        f"a backward pass on the DTensor engine: DTensor cannot run the "
+                        f"backward of this program ({type(e).__name__}: {str(e)[:160]}; e.g. "
+                        f"torch 2.13's DTensor takes the aten.to.dtype_layout of a second "
+                        f"derivative for an out= variant); take this derivative without "
+                        f"mapping its axes to mesh axes (vectorized or SerialLoop), or on "
+                        f"backend='xla'") from None
                 if not _in_forward_ad():
                     raise
                 raise AxisResourceError(
@@ -72,6 +80,17 @@ def _saved_as_dtensors(dm):
 
 
 _BACKWARD_PASSES = (torch.autograd.grad, torch.autograd.backward, torch.Tensor.backward)
+
+
+def _raised_by_dtensor(e: BaseException) -> bool:
+    """Whether ``e`` is one of DTensor's own internal failures (an assertion or a missing
+    rule raised in torch.distributed.tensor), not the program's."""
+    if not isinstance(e, (AssertionError, NotImplementedError)):
+        return False
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and "torch/distributed/tensor" in tb.tb_frame.f_code.co_filename
 
 
 def _out_of_place(func):

@@ -85,6 +85,16 @@ PINS["custom_jvp_vjp"] = (lambda x: _vjp(lambda v: _sin2(v) * v, x),
 PIN_ARGS["custom_jvp_vjp"] = lambda: (torch.linspace(-1, 1, 4 * 3).reshape(4, 3),)
 
 
+# a second derivative through abs: DTensor (torch 2.13) takes the double backward's
+# aten.to.dtype_layout for an out= variant and asserts; the engine says so with an
+# AxisResourceError, not a raw AssertionError (mesh oracle, seed 2026, p2026_00273)
+PINS["grad2_abs_raises"] = (
+    lambda p, x: nx.grad(lambda p: (nx.grad(lambda p: nx.lax.pmean(
+        torch.sin((p * x).abs()), "b"))(p) * torch.sin(p)).sum())(p),
+    (["c", "b"], ["a", "c", ...]), ["b", "a", "c", ...], {"b": "x"})
+PIN_ARGS["grad2_abs_raises"] = lambda: (torch.tensor([[0.3, -0.7]]), torch.tensor([[1.5]]))
+
+
 def pins(mesh) -> dict:
     """Each pin's max abs error against the vectorized run (or the error it raised)."""
     out = {}

@@ -98,6 +98,15 @@ def test_jvp_dtensor_cannot_run_is_a_named_axis_error(ranks):
                                                        "DTensor engine"), (r, got)
 
 
+def test_dtensor_backward_failure_is_a_named_axis_error(ranks):
+    for r, res in enumerate(ranks):
+        if "exception" in res:
+            pytest.skip("a rank failed (test_ranks_finish reports it)")
+        got = res["pins"]["grad2_abs_raises"]
+        assert isinstance(got, str) and got.startswith("AxisResourceError: a backward pass on "
+                                                       "the DTensor engine"), (r, got)
+
+
 def test_sample_runs_on_the_mesh(ranks):
     """The sample exercises the engine: most runs are accepted, over both meshes."""
     runs = ranks[0].get("runs", {})
