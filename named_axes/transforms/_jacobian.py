@@ -99,23 +99,22 @@ def _zeros(x: Any) -> torch.Tensor:
 
 
 def _jacrev_named(of: Callable, primals: list, has_aux: bool) -> tuple:
-    """The ``vjp`` pullback of each output's basis cotangents (vectorized by ``nx.vmap``)."""
-    from ._vmap import vmap
-
+    """The ``vjp`` pullback of each output's basis cotangents, mapped over a fresh named
+    axis (a pullback maps over cotangent axes bound after its forward)."""
     res = vjp(of, *primals, has_aux=has_aux)
     out, pullback = res[0], res[1]
     outs, spec = tree_flatten(out)
     rows = []
     for j, o in enumerate(outs):
         shape = _pos_shape(o)
-
-        def pull(e, j=j):
-            ct = [e if k == j else _zeros(x) for k, x in enumerate(outs)]
-            return tuple(pullback(tree_unflatten(ct, spec)))
-
-        basis = _basis(shape, o)   # one row per entry of the output:
-        cols = vmap(pull, axis_size=basis.shape[0])(basis)   # (the named path: per instance)
-        rows.append([c.reshape(shape + _pos_shape(p)) for c, p in zip(cols, primals)])
+        basis = _basis(shape, o)   # one row per entry of the output
+        name = _JacAxis(j)
+        with bind({name: basis.shape[0]}, kind="vmap"):
+            e = NamedTensor._wrap(basis, (name,))
+            grads = pullback(tree_unflatten([e if k == j else _zeros(x)
+                                             for k, x in enumerate(outs)], spec))
+        # the basis axis moved first: out.shape + in.shape
+        rows.append([_moved(g, name, 0, shape, _pos_shape(p)) for g, p in zip(grads, primals)])
     return (rows, spec), (res[2] if has_aux else None)
 
 
@@ -133,7 +132,7 @@ def _jacfwd_named(of: Callable, primals: list, has_aux: bool) -> tuple:
         leaves, spec = tree_flatten(res[1])
         aux = res[2] if has_aux else None
         # the basis axis moved last: out.shape + in.shape
-        per_input.append([_last(t, name, _pos_shape(p)) for t in leaves])
+        per_input.append([_moved(t, name, -1, (), _pos_shape(p)) for t in leaves])
     rows = [[cols[j] for cols in per_input] for j in range(spec.num_leaves)]
     return (rows, spec), aux
 
@@ -148,12 +147,16 @@ class _JacAxis:
         return f"<jacobian basis {self.k}>"
 
 
-def _last(t: NamedTensor, name: Any, shape: tuple) -> Any:
-    """``t``'s named axis ``name`` as its last positional dims, unflattened to ``shape``."""
+def _moved(t: NamedTensor, name: Any, where: int, before: tuple, after: tuple) -> Any:
+    """``t``'s named axis ``name`` made its first (``where=0``: unflattened to ``before``)
+    or last (``-1``: unflattened to ``after``) positional dims."""
     i = t._names.index(name)
     rest = t._names[:i] + t._names[i + 1:]
-    data = t._data.movedim(i, -1)
-    data = data.reshape(tuple(data.shape[:-1]) + shape)
+    data = t._data.movedim(i, len(rest) if where == 0 else -1)
+    lead = tuple(data.shape[:len(rest)])
+    body = tuple(data.shape[len(rest):])
+    pos = before + body[1:] if where == 0 else body[:-1] + after
+    data = data.reshape(lead + pos)
     return NamedTensor._wrap(data, rest) if rest else data
 
 
