@@ -110,6 +110,8 @@ def _from_local(local: torch.Tensor, dm, placements, shape: tuple):
     from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
     shape = torch.Size(shape)
+    if not local.is_contiguous():   # the spec below says contiguous: DTensor's reshape
+        local = local.contiguous()  # then views the shard (a permuted mm result cannot)
     spec = DTensorSpec(dm, tuple(placements),
                        tensor_meta=TensorMeta(shape, _contiguous_stride(shape), local.dtype))
     return DTensor(local, spec, requires_grad=False)
