@@ -124,8 +124,8 @@ class _PSum(_Fn):
         return g, None, None
 
     @staticmethod
-    def jvp(ctx, t, _dims, _mean):   # linear: the tangent is reduced alike
-        return _PSum.apply(t, ctx.dims, ctx.mean)
+    def _jvp_rule(ctx, t, _dims, _mean):   # linear: the tangent is reduced alike
+        return _fn(_PSum).apply(t, ctx.dims, ctx.mean)
 
 
 class _PExtreme(_Fn):
@@ -151,7 +151,7 @@ class _PExtreme(_Fn):
         return _unreduce(g, ctx.dims, x.shape) * hit / count, None, None
 
     @staticmethod
-    def jvp(ctx, t, _dims, _is_max):   # the mean tangent of the entries attaining it
+    def _jvp_rule(ctx, t, _dims, _is_max):   # the mean tangent of the entries attaining it
         x, out = ctx.saved_tensors
         hit = (x == _unreduce(out, ctx.dims, x.shape)).to(t.dtype)
         return (t * hit).sum(ctx.dims) / hit.sum(ctx.dims)
@@ -161,28 +161,28 @@ def psum(x: torch.Tensor, dims: list) -> torch.Tensor:
     """Sum over the physical dims ``dims`` (the named axes being reduced)."""
     if dims and not _tracing():
         return x.sum(dims)
-    return _PSum.apply(x, list(dims), False)
+    return _fn(_PSum).apply(x, list(dims), False)
 
 
 def pmean(x: torch.Tensor, dims: list) -> torch.Tensor:
     """Mean over the physical dims ``dims``."""
     if dims and not _tracing():
         return x.mean(dims)
-    return _PSum.apply(x, list(dims), True)
+    return _fn(_PSum).apply(x, list(dims), True)
 
 
 def pmax(x: torch.Tensor, dims: list) -> torch.Tensor:
     """Maximum over the physical dims ``dims`` (gradient shared among ties, as amax)."""
     if dims and not _tracing():
         return x.amax(dims)
-    return _PExtreme.apply(x, list(dims), True)
+    return _fn(_PExtreme).apply(x, list(dims), True)
 
 
 def pmin(x: torch.Tensor, dims: list) -> torch.Tensor:
     """Minimum over the physical dims ``dims``."""
     if dims and not _tracing():
         return x.amin(dims)
-    return _PExtreme.apply(x, list(dims), False)
+    return _fn(_PExtreme).apply(x, list(dims), False)
 
 
 # -- all_gather: a named dim becomes a positional one ------------------------------------
@@ -224,15 +224,15 @@ class _AllGather(_Fn):
         return g.movedim(ctx.axis, ctx.dim), None, None, None
 
     @staticmethod
-    def jvp(ctx, t, *_):   # linear
-        return _AllGather.apply(t, ctx.dim, ctx.axis, ctx.tiled)
+    def _jvp_rule(ctx, t, *_):   # linear
+        return _fn(_AllGather).apply(t, ctx.dim, ctx.axis, ctx.tiled)
 
 
 def all_gather(x: torch.Tensor, dim: int, axis: int, tiled: bool) -> torch.Tensor:
     """Move physical dim ``dim`` to ``axis`` of the result (``tiled``: merged into it)."""
     if not _tracing():  # a copy, as the op's: the result never aliases x
         return _gather_impl(x, dim, axis, tiled).clone()
-    return _AllGather.apply(x, dim, axis, tiled)
+    return _fn(_AllGather).apply(x, dim, axis, tiled)
 
 
 # -- psum_scatter: sum a named dim, then split a positional dim into it -------------------
@@ -280,15 +280,15 @@ class _PSumScatter(_Fn):
         return g.unsqueeze(ctx.dim).expand(ctx.shape), None, None, None
 
     @staticmethod
-    def jvp(ctx, t, *_):   # linear
-        return _PSumScatter.apply(t, ctx.dim, ctx.scatter, ctx.tiled)
+    def _jvp_rule(ctx, t, *_):   # linear
+        return _fn(_PSumScatter).apply(t, ctx.dim, ctx.scatter, ctx.tiled)
 
 
 def psum_scatter(x: torch.Tensor, dim: int, scatter: int, tiled: bool) -> torch.Tensor:
     """Sum physical dim ``dim``; split physical dim ``scatter`` into a new leading dim."""
     if not _tracing():
         return _scatter_impl(x, dim, scatter, tiled).contiguous()
-    return _PSumScatter.apply(x, dim, scatter, tiled)
+    return _fn(_PSumScatter).apply(x, dim, scatter, tiled)
 
 
 # -- all_to_all: swap a named dim with (blocks of) a positional dim ------------------------
@@ -328,11 +328,11 @@ class _AllToAll(_Fn):
     @staticmethod
     def backward(ctx, g):
         # the transpose of an all_to_all is the all_to_all with split and concat swapped
-        return _AllToAll.apply(g, ctx.dim, ctx.concat, ctx.split, ctx.tiled), None, None, None, None
+        return _fn(_AllToAll).apply(g, ctx.dim, ctx.concat, ctx.split, ctx.tiled), None, None, None, None
 
     @staticmethod
-    def jvp(ctx, t, *_):   # linear
-        return _AllToAll.apply(t, ctx.dim, ctx.split, ctx.concat, ctx.tiled)
+    def _jvp_rule(ctx, t, *_):   # linear
+        return _fn(_AllToAll).apply(t, ctx.dim, ctx.split, ctx.concat, ctx.tiled)
 
 
 def all_to_all(x: torch.Tensor, dim: int, split: int, concat: int, tiled: bool) -> torch.Tensor:
@@ -340,7 +340,7 @@ def all_to_all(x: torch.Tensor, dim: int, split: int, concat: int, tiled: bool) 
     index becomes positional dim ``concat`` (``tiled``: concatenated into it)."""
     if not _tracing():
         return _a2a_impl(x, dim, split, concat, tiled).clone()
-    return _AllToAll.apply(x, dim, split, concat, tiled)
+    return _fn(_AllToAll).apply(x, dim, split, concat, tiled)
 
 
 # -- ppermute: move slices of a named dim --------------------------------------------------
@@ -380,18 +380,18 @@ class _PPermute(_Fn):
 
     @staticmethod
     def backward(ctx, g):
-        return _PPermute.apply(g, ctx.dim, ctx.dst, ctx.src), None, None, None
+        return _fn(_PPermute).apply(g, ctx.dim, ctx.dst, ctx.src), None, None, None
 
     @staticmethod
-    def jvp(ctx, t, *_):   # linear
-        return _PPermute.apply(t, ctx.dim, ctx.src, ctx.dst)
+    def _jvp_rule(ctx, t, *_):   # linear
+        return _fn(_PPermute).apply(t, ctx.dim, ctx.src, ctx.dst)
 
 
 def ppermute(x: torch.Tensor, dim: int, src: list, dst: list) -> torch.Tensor:
     """``out[dst[j]] = x[src[j]]`` along physical dim ``dim``; other slices are zero."""
     if not _tracing():
         return _permute_impl(x, dim, src, dst)
-    return _PPermute.apply(x, dim, list(src), list(dst))
+    return _fn(_PPermute).apply(x, dim, list(src), list(dst))
 
 
 # -- pdot: a two-operand einsum that contracts named dims ---------------------------------
@@ -455,13 +455,13 @@ class _PDot(_Fn):
         return gx, gy, None
 
     @staticmethod
-    def jvp(ctx, tx, ty, _equation):   # bilinear
+    def _jvp_rule(ctx, tx, ty, _equation):   # bilinear
         x, y = ctx.saved_tensors
         out = None
         if tx is not None:
-            out = _PDot.apply(tx, y, ctx.equation)
+            out = _fn(_PDot).apply(tx, y, ctx.equation)
         if ty is not None:
-            t = _PDot.apply(x, ty, ctx.equation)
+            t = _fn(_PDot).apply(x, ty, ctx.equation)
             out = t if out is None else out + t
         return out
 
@@ -470,7 +470,7 @@ def pdot(x: torch.Tensor, y: torch.Tensor, equation: str) -> torch.Tensor:
     """``torch.einsum(equation, x, y)`` as the named op ``named_axes::pdot``."""
     if not _tracing():  # one mm / bmm where it can (see named_axes._einsum.einsum2)
         return einsum2_eager(equation, x, y)
-    return _PDot.apply(x, y, equation)
+    return _fn(_PDot).apply(x, y, equation)
 
 
 class _ScaleGrad(_Fn):
@@ -490,7 +490,7 @@ class _ScaleGrad(_Fn):
         return g * ctx.scale, None
 
     @staticmethod
-    def jvp(ctx, t, _scale):   # the identity forward
+    def _jvp_rule(ctx, t, _scale):   # the identity forward
         return t
 
 
@@ -498,7 +498,7 @@ def scale_grad(x: torch.Tensor, scale: float) -> torch.Tensor:
     """``x``, with its gradient multiplied by ``scale`` (a no-op without autograd)."""
     if not x.requires_grad and not torch._C._functorch.is_functorch_wrapped_tensor(x):
         return x
-    return _ScaleGrad.apply(x, scale)
+    return _fn(_ScaleGrad).apply(x, scale)
 
 
 # -- axis_index -----------------------------------------------------------------------------
@@ -519,3 +519,29 @@ def axis_index(n: int, device=None) -> torch.Tensor:
     if not _tracing():
         return torch.arange(n, device=device)
     return _axis_index(n, device)
+
+
+# -- forward mode -------------------------------------------------------------------------
+# Each function above has a forward-mode rule (``_jvp_rule``), used through a subclass that
+# defines ``jvp`` only while forward mode is active (jvp / jacfwd / hessian being traced):
+# dynamo traces an autograd.Function that defines ``jvp`` differently (torch 2.13: a
+# compiled module's loss lost its per-instance sum under NAMED_AXES_NO_FASTPATH).
+_WITH_JVP = {cls: type(cls.__name__ + "Jvp", (cls,), {"jvp": staticmethod(cls._jvp_rule)})
+             for cls in (_PSum, _PExtreme, _AllGather, _PSumScatter, _AllToAll, _PPermute,
+                         _PDot, _ScaleGrad)}
+
+
+def _fn(cls):
+    """``cls``, or its subclass with a ``jvp`` while forward-mode AD is running."""
+    return _WITH_JVP[cls] if _forward_mode() else cls
+
+
+def _forward_mode() -> bool:
+    if torch.compiler.is_compiling():
+        return False
+    if torch.autograd.forward_ad._current_level >= 0:   # dual tensors
+        return True
+    from torch._C._functorch import TransformType
+    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+
+    return any(i.key() == TransformType.Jvp for i in retrieve_all_functorch_interpreters())
