@@ -533,10 +533,11 @@ _WITH_JVP = {cls: type(cls.__name__ + "Jvp", (cls,), {"jvp": staticmethod(cls._j
 
 def _fn(cls):
     """``cls``, or its subclass with a ``jvp`` while forward-mode AD is running."""
-    return _WITH_JVP[cls] if _forward_mode() else cls
+    return _WITH_JVP[cls] if forward_mode() else cls
 
 
-def _forward_mode() -> bool:
+def forward_mode() -> bool:
+    """Whether forward-mode AD is running: dual tensors, or a functorch jvp level."""
     if torch.compiler.is_compiling():
         return False
     if torch.autograd.forward_ad._current_level >= 0:   # dual tensors

@@ -120,11 +120,8 @@ def _update_plain(target: torch.Tensor, value, func) -> torch.Tensor:
 
 
 def _in_forward_ad() -> bool:
-    """Whether a ``torch.func.jvp`` level is active (DTensor's forward-mode AD is partial:
-    an operand that is not a dual tensor fails inside DTensor, torch 2.13)."""
-    from torch._C._functorch import TransformType
-    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+    """Whether forward-mode AD is running (DTensor's forward mode is partial: an operand
+    that is not a dual tensor fails inside DTensor, torch 2.13)."""
+    from ..lax._ops import forward_mode
 
-    if torch.autograd.forward_ad._current_level >= 0:   # dual tensors (torch.func.linearize)
-        return True
-    return any(i.key() == TransformType.Jvp for i in retrieve_all_functorch_interpreters())
+    return forward_mode()

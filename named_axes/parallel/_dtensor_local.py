@@ -180,9 +180,11 @@ class _LocalEinsum(torch.autograd.Function):
 
 
 def _forward_ad() -> bool:
-    """Whether forward-mode AD is on (these functions define no ``jvp``: DTensor's own
-    ops carry the tangents)."""
-    return torch.autograd.forward_ad._current_level >= 0
+    """Whether forward-mode AD is running (these functions define no ``jvp``: DTensor's
+    own ops carry the tangents)."""
+    from ..lax._ops import forward_mode
+
+    return forward_mode()
 
 
 def local_einsum(eq: str, x: Any, y: Any) -> Any:
