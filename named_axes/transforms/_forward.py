@@ -18,7 +18,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from .._errors import AxisSpecError, AxisTypeError
 from .._tensor import NamedTensor
 from .._torch_func import ORIGINAL as _functorch
-from ._grad import _align_like, _phys_outputs, _rebuild, _unbox_primals
+from ._grad import _align_like, _phys_outputs, _rebuild, _unbox_primals, mapped_over
 from ._tree import rebox, unbox
 
 __all__ = ["jvp", "linearize"]
@@ -64,11 +64,9 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
     else:
         target = _phys_outputs(inner, out_box)
     primal_phys = tuple(b[0] for b in boxes)
-    if _batch:   # one vmap level per batch axis; the primal output is the same in each
-        push = lambda *tans: _functorch["jvp"](target, primal_phys, tans)   # noqa: E731
-        for _ in lead:
-            push = _functorch["vmap"](push)
-        out, t_out = push(*tan_phys)
+    if lead:   # mapped over the batch axes; the primal output is the same in each
+        out, t_out = mapped_over(lambda *tans: _functorch["jvp"](target, primal_phys, tans),
+                                 len(lead))(*tan_phys)
         out = tree_map(lambda o: o[(0,) * len(lead)], out)
     else:
         out, t_out = _functorch["jvp"](target, primal_phys, tuple(tan_phys))
@@ -76,13 +74,9 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
     t_names = [lead + (n or ()) for n in names] if lead else names
     result = rebox(out, spec, names), rebox(t_out, spec, t_names)
     if has_aux:
-        return result + (rebox(*_swap(aux_box[0])),)
+        return result + (rebox(*aux_box[0]),)
     return result
 
-
-def _swap(box):
-    leaves, spec, names = box
-    return leaves, spec, names
 
 
 def linearize(fun: Callable, *primals: Any):

@@ -380,6 +380,14 @@ def _align_like(value: Any, like: torch.Tensor, names: tuple | None, what: str,
     return data.expand(shape) if data.shape != shape else data
 
 
+def mapped_over(fn: Callable, depth: int) -> Callable:
+    """``fn`` mapped (``torch.func.vmap``) over ``depth`` leading dims of every argument:
+    the batch axes a pullback or a jvp is mapped over (one level per axis)."""
+    for _ in range(depth):
+        fn = _functorch["vmap"](fn)
+    return fn
+
+
 def _unbox_primals(primals, what, reduce_axes=None, sizes=None):
     if reduce_axes is not None:
         sizes = named_axes_of(primals) if sizes is None else sizes
@@ -468,13 +476,8 @@ def _vjp_once(fun, primals, has_aux, reduce_axes, sizes, first_run):
             ct = _align_like(c, o, n, f"{what} cotangent {i}", lead, tuple(batch.values()))
             scale = region.seed_scale(n or ())
             phys.append(ct * scale if scale != 1 else ct)   # once per instance
-        pull = vjp_phys
-        if lead:
-            pull = lambda cts: vjp_phys(cts)   # noqa: E731 - one vmap level per batch axis
-            for _ in lead:
-                pull = _functorch["vmap"](pull)
         with region:
-            grads = pull(tuple(phys))
+            grads = mapped_over(vjp_phys, len(lead))(tuple(phys))
         if lead:   # a plain leaf's gradient carries the batch axes too
             grads = tuple(rebox(g, spec_, [lead + (m or ()) for m in names_])
                           for g, (_, spec_, names_) in zip(grads, boxes))

@@ -160,23 +160,6 @@ class JaxBackend:
         if mode == "jvp":
             out, t = jax.jvp(fn, tuple(v), tuple(jnp.cos(p) + 0.5 for p in v))
             return (out, t)
-        raise ValueError(mode)
-
-
-    def op_xform(self, op, v, env):
-        outer = list(env)
-        n = len(v)
-
-        def fn(*params):
-            return dsl.run_body(op["body"], outer + list(params), self)[op["ret"]]
-
-        red = tuple(op.get("reduce", ()))
-
-        def reduce(gs):
-            return tuple(lax.psum(g, red) for g in gs) if red else tuple(gs)
-
-        argnums = tuple(range(n))
-        mode = op["mode"]
         if mode == "remat":
             return reduce(jax.grad(jax.checkpoint(fn), argnums=argnums)(*v))
         if mode == "linearize":
@@ -192,6 +175,8 @@ class JaxBackend:
             ct = jnp.cos(fn(*v)) + 0.5
             return reduce(jax.linear_transpose(fn, *v)(ct))
         raise ValueError(mode)
+
+    op_xform = op_grad   # the rest of the derivative family (programs.cat_transform)
 
 
 

@@ -89,22 +89,15 @@ def test_pinned_bugs_stay_fixed(ranks, pin):
         assert isinstance(got, float) and got < 1e-5, (r, got)
 
 
-def test_jvp_dtensor_cannot_run_is_a_named_axis_error(ranks):
+@pytest.mark.parametrize("pin, message", [
+    ("jvp_closure_raises", "AxisResourceError: nx.jvp on the DTensor engine"),
+    ("grad2_abs_raises", "AxisResourceError: a backward pass on the DTensor engine")])
+def test_what_dtensor_cannot_run_is_a_named_axis_error(ranks, pin, message):
     for r, res in enumerate(ranks):
         if "exception" in res:
             pytest.skip("a rank failed (test_ranks_finish reports it)")
-        got = res["pins"]["jvp_closure_raises"]
-        assert isinstance(got, str) and got.startswith("AxisResourceError: nx.jvp on the "
-                                                       "DTensor engine"), (r, got)
-
-
-def test_dtensor_backward_failure_is_a_named_axis_error(ranks):
-    for r, res in enumerate(ranks):
-        if "exception" in res:
-            pytest.skip("a rank failed (test_ranks_finish reports it)")
-        got = res["pins"]["grad2_abs_raises"]
-        assert isinstance(got, str) and got.startswith("AxisResourceError: a backward pass on "
-                                                       "the DTensor engine"), (r, got)
+        got = res["pins"][pin]
+        assert isinstance(got, str) and got.startswith(message), (r, got)
 
 
 def test_sample_runs_on_the_mesh(ranks):
