@@ -263,6 +263,11 @@ def positional(nt: Any, axes: Any = ...) -> torch.Tensor:
     physical = dict(zip(nt._names, nt._data.shape))
     for n, size in physical.items():
         if sizes.get(n, size) != size:   # a SerialLoop chunk: the rest of the axis is not here
+            from ._engine import engine_for
+
+            engine = engine_for((n,))
+            if engine is not None:   # (the DTensor engine's local path hands over here)
+                engine.check_named_op("positional()", (n,))
             raise AxisResourceError(
                 f"positional(): axis {n!r} is computed in chunks here (this chunk holds "
                 f"{size} of its {sizes[n]} indices, axis_resources maps it to a SerialLoop); "

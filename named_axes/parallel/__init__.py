@@ -67,7 +67,7 @@ def plan_for(axis_resources: Mapping, axis_sizes: Mapping, *, what: str = "xmap"
                      axis_sizes=axis_sizes, what=what)
 
 
-def _mesh_engine(plan: Plan, m: Mesh | None, backend: str | None):
+def _mesh_engine(plan: Plan, m: Mesh | None, backend: str | None, program: Any = None):
     b = (backend or "").lower()
     if m is None or not plan.mesh_axes:
         return None
@@ -79,12 +79,12 @@ def _mesh_engine(plan: Plan, m: Mesh | None, backend: str | None):
         return None  # every mesh axis used has size 1: plain vectorized execution is exact
     from ._dtensor import DTensorEngine
 
-    return DTensorEngine(plan, m, outputs=m.outputs)
+    return DTensorEngine(plan, m, outputs=m.outputs, program=program)
 
 
 def run_partitioned(body: Callable, named_args: list, *, axis_sizes: Mapping,
                     axis_resources: Mapping, backend: str | None = None,
-                    donate_argnums: Sequence[int] = ()) -> list:
+                    donate_argnums: Sequence[int] = (), program: Any = None) -> list:
     """Run ``body(named_leaves, engine=...)`` with named axes placed per ``axis_resources``.
 
     The entry point xmap uses (see docs/CONTRACT.md).  ``named_args`` are the flat
@@ -92,7 +92,8 @@ def run_partitioned(body: Callable, named_args: list, *, axis_sizes: Mapping,
     leaves); returns the flat output leaves as full values when every input was full,
     as DTensors laid out per the plan when some input was a DTensor (``Mesh(outputs=...)``
     overrides).  ``donate_argnums`` is accepted; no engine here
-    reuses input buffers yet, so inputs are left intact.
+    reuses input buffers yet, so inputs are left intact.  ``program`` (the user's
+    function) keys what the DTensor engine remembers about a program.
 
     Raises:
         AxisResourceError: the docs/guide.md §5 checks (no mesh, unknown mesh axis, sizes not
@@ -100,7 +101,7 @@ def run_partitioned(body: Callable, named_args: list, *, axis_sizes: Mapping,
     """
     m = current_mesh()
     plan = plan_for(axis_resources, axis_sizes)
-    inner = _mesh_engine(plan, m, backend)
+    inner = _mesh_engine(plan, m, backend, program)
     if plan.loops:
         from ._serial import SerialEngine
 

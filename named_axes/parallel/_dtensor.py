@@ -34,7 +34,8 @@ from .._engine import EngineBase
 from .._errors import AxisResourceError
 from .._tensor import NamedTensor
 from ._dtensor_autograd import _saved_as_dtensors
-from ._dtensor_local import local_einsum, local_sum, settled_placements
+from ._dtensor_local import local_einsum, local_sum, settled_extreme, settled_placements
+from ._dtensor_spmd import LocalShardEngine, NeedsGlobal, local_path_allowed
 from ._rank_check import check_ranks_agree, structure_key
 
 __all__ = ["DTensorEngine", "device_mesh"]
@@ -92,10 +93,14 @@ class CommSummary:
         gradient_reductions: collectives that reduced sharded inputs' gradients to the
             inputs' layouts (one flat all-reduce per group of partial sums).
         full_outputs / sharded_outputs: outputs returned full / as DTensors.
+        local_shard_runs / dtensor_runs: calls whose body ran on each rank's shards
+            (:mod:`._dtensor_spmd`) / on DTensors; ``dtensor_fallbacks`` counts the
+            local-shard attempts that found an op only DTensors compute.
     """
 
     FIELDS = ("calls", "input_checks", "distributed_inputs", "sharded_inputs",
-              "redistributed_inputs", "gradient_reductions", "full_outputs", "sharded_outputs")
+              "redistributed_inputs", "gradient_reductions", "full_outputs", "sharded_outputs",
+              "local_shard_runs", "dtensor_runs", "dtensor_fallbacks")
 
     def __init__(self) -> None:
         self.reset()
@@ -153,7 +158,22 @@ def register_collectives() -> None:
     same = torch.ops.aten._has_same_storage_numel.default
     handlers.setdefault(same, lambda op_call, args, kwargs: same(
         *[getattr(a, "_local_tensor", a) for a in args], **kwargs))
+    # A second derivative (the backward of a backward through abs) converts with
+    # aten.to.dtype_layout, whose aliasing return DTensor (torch 2.13) takes for an out=
+    # variant and asserts on: convert the local shard, keep the layout.
+    handlers.setdefault(torch.ops.aten.to.dtype_layout, _to_dtype_layout)
     _registered = True
+
+
+def _to_dtype_layout(op_call, args, kwargs):
+    from torch.distributed.tensor import DTensor
+
+    x = args[0]
+    local = op_call(x._local_tensor, *args[1:], **kwargs)
+    if local is x._local_tensor:
+        return x
+    return DTensor.from_local(local, x.device_mesh, x.placements, run_check=False,
+                              shape=x.shape, stride=x.stride())
 
 
 def _placements(plan, names: tuple, ndim: int):
@@ -336,12 +356,19 @@ def _fmt_place(placements) -> str:
 
 _MAX_CHECKED = 256
 
+# Whether calls may run on each rank's shards (:mod:`._dtensor_spmd`); False runs every
+# call on DTensors (tests compare the two paths).
+LOCAL_SHARDS = True
+# (program, plan, input structure) of the calls found to need the DTensor path
+_GLOBAL_ONLY: set = set()
+
 
 class DTensorEngine(EngineBase):
     """Runs a named program on DTensors over the :class:`Mesh`'s ``DeviceMesh``."""
 
-    def __init__(self, plan, mesh, *, outputs: str = "auto") -> None:
+    def __init__(self, plan, mesh, *, outputs: str = "auto", program: Any = None) -> None:
         self.plan = plan
+        self.program = program   # the user's function: a cache key only
         self.mesh = mesh
         self.outputs = outputs
         self.on_mismatch = getattr(mesh, "on_mismatch", "redistribute")
@@ -527,17 +554,40 @@ class DTensorEngine(EngineBase):
 
     def reduce(self, kind: str, data: Any, dims: list) -> Any:
         """``psum``/``pmean`` of ``data`` over physical ``dims`` on each rank's shards
-        (the cotangent split like ``data``, not a replicated global one), or None."""
-        if kind not in ("psum", "pmean") or torch.compiler.is_compiling():
+        (the cotangent split like ``data``, not a replicated global one); ``pmax``/``pmin``
+        all-reduced at once (:func:`._dtensor_local.settled_extreme`); or None."""
+        if torch.compiler.is_compiling():
             return None
+        if kind in ("pmax", "pmin"):
+            return settled_extreme(data, dims, kind == "pmax")
         return local_sum(data, dims, kind == "pmean")
 
     def run(self, body: Callable, leaves: list, engine: Any = None) -> list:
+        """Run ``body`` on this rank's shards (:mod:`._dtensor_spmd`), or on DTensors when
+        the program needs what only they compute (remembered per program and inputs)."""
         from torch.distributed.tensor.experimental import implicit_replication
 
         SUMMARY.calls += 1
         if self.check_inputs:
             self._check(leaves)
+        if engine is None and LOCAL_SHARDS and local_path_allowed():
+            try:
+                key = (self.program, tuple(self.plan.mesh_axes.items()), structure_key(leaves))
+                hash(key)
+            except TypeError:
+                key = None
+            if key is None or key not in _GLOBAL_ONLY:
+                try:
+                    outs = LocalShardEngine(self).run(body, leaves)
+                    SUMMARY.local_shard_runs += 1
+                    return outs
+                except NeedsGlobal:
+                    SUMMARY.dtensor_fallbacks += 1
+                    if key is not None:
+                        if len(_GLOBAL_ONLY) >= _MAX_CHECKED:
+                            _GLOBAL_ONLY.clear()
+                        _GLOBAL_ONLY.add(key)
+        SUMMARY.dtensor_runs += 1
         dleaves = self.to_dtensors(leaves)
         with implicit_replication(), _saved_as_dtensors(self.device_mesh):
             outs = body(dleaves, engine=engine if engine is not None else self)

@@ -125,3 +125,4 @@ def _in_forward_ad() -> bool:
     from ..lax._ops import forward_mode
 
     return forward_mode()
+

@@ -29,7 +29,7 @@ import torch
 
 from .._einsum import einsum2_eager
 
-__all__ = ["local_einsum", "local_sum", "out_placements", "settled_placements"]
+__all__ = ["local_einsum", "local_sum", "out_placements", "settled_extreme", "settled_placements"]
 
 
 def _letter(p, letters: str):
@@ -267,3 +267,37 @@ def local_sum(x: Any, dims: list, mean: bool) -> Any:
     if not x.requires_grad or not torch.is_grad_enabled():
         return _LocalSum.forward(x, dims, mean, places)
     return _LocalSum.apply(x, dims, mean, places)
+
+
+@functools.lru_cache(maxsize=1)
+def _settled_extreme_fn():
+    from ..lax._ops import _PExtreme
+
+    class _SettledExtreme(_PExtreme):
+        """``pmax``/``pmin`` whose result is all-reduced where it is formed: DTensor's own
+        ``amax`` leaves a ``Partial(max)``, and the backward of its later redistribution
+        (``Partial(max) -> Replicate``) is one DTensor cannot take (torch 2.13 asserts).
+        The backward is ``_PExtreme``'s: shared among the entries attaining the extreme."""
+
+        @staticmethod
+        def forward(x, dims, is_max):
+            out = _PExtreme.forward(x, dims, is_max)
+            return out.redistribute(out.device_mesh, settled_placements(out.placements))
+
+    return _SettledExtreme
+
+
+def settled_extreme(x: Any, dims: list, is_max: bool) -> Any:
+    """``x.amax(dims)`` (``amin``) of a DTensor made replicated where split dims are reduced,
+    differentiably; None where DTensor's own reduction leaves nothing partial."""
+    from torch.distributed.tensor import DTensor
+
+    if type(x) is not DTensor or not dims or _forward_ad():
+        return None
+    dims = sorted(d % x.dim() for d in dims)
+    if not any(p.is_shard() and p.dim in dims for p in x.placements):
+        return None
+    if not x.requires_grad or not torch.is_grad_enabled():
+        out = x.amax(dims) if is_max else x.amin(dims)
+        return out.redistribute(out.device_mesh, settled_placements(out.placements))
+    return _settled_extreme_fn().apply(x, dims, is_max)

@@ -279,6 +279,12 @@ class SerialEngine(EngineBase):
         local = self._default(op, *args, **kwargs)
         if not carried:
             return local
+        return self._combine(op, axis_name, names, operands, carried, local)
+
+    def _combine(self, op: str, axis_name: Any, names: tuple, operands: tuple,
+                 carried: list, local: Any) -> Any:
+        """The collective's value over every chunk, from this chunk's ``local`` part over
+        the ``carried`` loop axes: recorded for the next pass, or answered by it."""
         j = self._call
         self._call += 1
         key = tuple(c for n, c in zip(self.names, self._chunk) if n not in carried)

@@ -34,6 +34,25 @@ KNOWN_CLASSES: dict = {}
 # now raises AxisResourceError, not a raw AssertionError/NotImplementedError).
 
 
+def _dtensor_outer_backward_of_inner_derivative(prog, diff) -> bool:
+    """The DTensor engine's DTensor path (SerialLoop with a mesh, or a collective over a
+    split axis inside a derivative taken within the body): a plain tensor saved inside
+    torch.func (whose saved-tensor hooks are off) meets DTensors in the *outer* backward,
+    which runs in the caller's autograd call, outside the engine.  The local-shard path
+    (the default) does not save DTensors at all."""
+    return (diff.kind == "resources_grad_raw_error"
+            and "got mixed torch.Tensor and DTensor" in diff.msg
+            and uses(prog, lambda op: op.get("op") in ("grad", "xform")))
+
+
+KNOWN_CLASSES["dtensor_outer_backward_of_inner_derivative"] = (
+    _dtensor_outer_backward_of_inner_derivative,
+    "mesh oracle seed 99, p99_00131: xmap(lambda x, y: nx.vjp(lambda v: psum(abs(v * y), "
+    "'c'), x)[1](cos(out))[0], axis_resources={'c': 'x'}) then torch.autograd.grad of its "
+    "output: RuntimeError prims.add got mixed torch.Tensor and DTensor (the forward and "
+    "every other path agree with the vectorized run)")
+
+
 def classify(prog, diff) -> str | None:
     for name, (match, _repro) in KNOWN_CLASSES.items():
         if match(prog, diff):

@@ -26,11 +26,14 @@ Knobs (for open-ended hunts, see the Makefile's ``fuzz-oracle-mesh``):
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 
+import numpy as np
 import torch
+from torch.utils._pytree import tree_leaves, tree_map
 
 import named_axes as nx
 
@@ -124,9 +127,18 @@ def _resources(res: dict) -> dict:
     return {n: _resource(r) for n, r in res.items()}
 
 
-def run_on(prog: dict, res: dict, mesh) -> dict:
+def _cotangent(prog: dict, j: int, shape) -> torch.Tensor:
+    """A fixed cotangent for output ``j`` (the same on every rank and in every run)."""
+    g = torch.Generator().manual_seed(sum(map(ord, f"{prog['id']}/{j}")))
+    return torch.randn(tuple(shape), generator=g, dtype=torch.float64)
+
+
+def run_on(prog: dict, res: dict, mesh, grads: bool = False) -> dict:
     """``prog`` with ``axis_resources=res`` inside ``mesh``; :func:`torch_interp.run`'s result
-    format (the outputs brought back to the CPU)."""
+    format (the outputs brought back to the CPU).  With ``grads``, also the gradients of
+    ``sum(output * fixed cotangent)`` with respect to the floating inputs, taken by
+    ``torch.autograd`` outside the xmap (``"grads"``: arrays, None for an input the outputs
+    do not depend on; or ``"grad_exc"``/``"grad_msg"``/``"grad_named_axis_error"``)."""
     be = torch_interp.TorchBackend()
     named: list = []
 
@@ -137,14 +149,18 @@ def run_on(prog: dict, res: dict, mesh) -> dict:
         return out
 
     args = dsl.build_args(prog, torch.from_numpy)
+    if grads:
+        args = tree_map(lambda t: t.detach().clone().requires_grad_()
+                        if isinstance(t, torch.Tensor) and t.is_floating_point() else t, args)
     try:
         f = nx.xmap(fn, in_axes=dsl.decode_spec(prog["in_axes"]),
                     out_axes=dsl.decode_spec(prog["out_axes"]),
                     axis_sizes=prog.get("axis_sizes") or None, axis_resources=_resources(res))
         with mesh:
             out = f(*args)
+        flat = torch_interp.flatten_like(prog["out"], out)
         outs = []
-        for o in torch_interp.flatten_like(prog["out"], out):
+        for o in flat:
             if not isinstance(o, torch.Tensor) or isinstance(o, nx.NamedTensor):
                 raise TypeError(f"xmap returned a {type(o).__name__}, not a plain tensor")
             if type(o).__name__ == "DTensor":
@@ -156,7 +172,52 @@ def run_on(prog: dict, res: dict, mesh) -> dict:
     except Exception as e:  # noqa: BLE001 - recorded, judged by the comparison
         return {"status": "rejected", "exc": type(e).__name__, "msg": str(e)[:300],
                 "named_axis_error": False}
-    return {"status": "ok", "outs": outs, "named": named}
+    result = {"status": "ok", "outs": outs, "named": named}
+    if grads:
+        result.update(_grads(prog, args, flat))
+    return result
+
+
+def _grads(prog: dict, args, flat: list) -> dict:
+    inputs = [t for t in tree_leaves(args) if isinstance(t, torch.Tensor) and t.requires_grad]
+    terms = [(o * _cotangent(prog, j, o.shape).to(o.dtype)).sum()
+             for j, o in enumerate(flat) if o.requires_grad and o.is_floating_point()]
+    if not inputs or not terms:
+        return {"grads": []}
+    try:
+        gs = torch.autograd.grad(sum(terms), inputs, allow_unused=True)
+    except nx.NamedAxisError as e:
+        return {"grad_exc": type(e).__name__, "grad_msg": str(e)[:300],
+                "grad_named_axis_error": True}
+    except Exception as e:  # noqa: BLE001 - recorded, judged by the comparison
+        return {"grad_exc": type(e).__name__, "grad_msg": str(e)[:300],
+                "grad_named_axis_error": False}
+    # a gradient through forward mode under vmap may come back as torch's efficient
+    # ZeroTensor (torch.func.vmap(torch.func.hessian(abs)) does too), which numpy refuses
+    return {"grads": [None if g is None else np.zeros(tuple(g.shape), _np_dtype(g))
+                      if g._is_zerotensor() else g.detach().cpu().numpy() for g in gs]}
+
+
+def _np_dtype(t: torch.Tensor):
+    return torch.empty((), dtype=t.dtype).numpy().dtype
+
+
+def judge_grads(res: dict, rres: dict, gref: dict) -> list:
+    """The gradients of a mesh run (``run_on(..., grads=True)``) against the vectorized
+    run's (``gref``): equal, or the mesh run's backward raised a ``NamedAxisError``."""
+    w = where(res)
+    if rres["status"] != "ok" or gref["status"] != "ok" or "grads" not in gref:
+        return []
+    if "grad_exc" in rres:
+        if rres["grad_named_axis_error"]:
+            return []
+        return [compare.Diff("resources_grad_raw_error",
+                             f"backward: {rres['grad_exc']}: {rres['grad_msg']}", w)]
+    got, want = rres["grads"], gref["grads"]
+    pairs = [(np.zeros_like(v) if g is None else g, np.zeros_like(g) if v is None else v)
+             for g, v in zip(got, want) if g is not None or v is not None]
+    return [compare.Diff("resources_grad_" + d.kind, "gradient of " + d.msg, w)
+            for d in compare._outs_diff([g for g, _ in pairs], [v for _, v in pairs], w)]
 
 
 def judge(res: dict, rres: dict, vres: dict) -> list:
@@ -175,21 +236,23 @@ def judge(res: dict, rres: dict, vres: dict) -> list:
 
 
 def run_sample(progs: list, seed: int, per_prog: int, meshes: dict, sync=None,
-               progress=None) -> dict:
+               progress=None, grads: bool = False) -> dict:
     """Run every assignment of every program; ``{"runs": {...}, "fails": [...]}``.
 
     ``meshes`` maps ``'xy'``/``'w'`` to a mesh; ``sync(tag)`` (gloo) returns a message
     when the ranks disagree on what they ran and how it ended; ``progress(text)``
-    records the run about to start (for a report if the ranks hang).
+    records the run about to start (for a report if the ranks hang); with ``grads``
+    every run's input gradients are compared too (:func:`judge_grads`).
     """
     runs: dict = {}
     fails: list = []
     for prog in progs:
         vres = torch_interp.run(prog)
+        gref = run_on(prog, {}, contextlib.nullcontext(), grads=True) if grads else None
         for res in assignments(prog, seed, per_prog):
             if progress:
                 progress(f"{prog['id']} {where(res)}")
-            rres = run_on(prog, res, meshes[mesh_of(res)])
+            rres = run_on(prog, res, meshes[mesh_of(res)], grads=grads)
             bad = sync(f"{prog['id']} {where(res)}: {rres['status']} {rres.get('exc', '')}") \
                 if sync else None
             if bad:
@@ -198,7 +261,7 @@ def run_sample(progs: list, seed: int, per_prog: int, meshes: dict, sync=None,
             key = f"{mesh_of(res)} {rres['status']}" + (
                 f" {rres['exc']}" if rres["status"] != "ok" else "")
             runs[key] = runs.get(key, 0) + 1
-            for d in judge(res, rres, vres):
+            for d in judge(res, rres, vres) + (judge_grads(res, rres, gref) if grads else []):
                 fails.append({"id": prog["id"], "kind": d.kind, "where": d.where,
                               "msg": d.msg})
     return {"runs": runs, "fails": fails}
@@ -234,4 +297,8 @@ def report(result: dict, progs: list, limit: int = 12) -> str:
     for f in result["fails"][:limit]:
         lines += [f"[{f['id']}] {f['where']}: {f['kind']}: {f['msg']}", describe(by_id[f["id"]]),
                   ""]
+    if len(result["fails"]) > limit:   # the rest, one line each
+        lines.append("and:")
+        lines += [f"[{f['id']}] {f['where']}: {f['kind']}: {f['msg'].splitlines()[0][:120]}"
+                  for f in result["fails"][limit:]]
     return "\n".join(lines)

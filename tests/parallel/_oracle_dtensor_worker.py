@@ -2,7 +2,9 @@
 
 argv: ``OUT_DIR N SEED PER_PROG``.  Every rank generates the same sample of oracle
 programs, runs each under every assignment of ``mesh_runs.assignments`` on a 2x2 and a
-1-d mesh of the 4 ranks (the DTensor engine), compares with its own vectorized run, and
+1-d mesh of the 4 ranks (the DTensor engine, on each rank's shards and again on DTensors:
+``NX_ORACLE_MESH_PATHS``), compares the outputs and the inputs' gradients (taken by
+``torch.autograd`` outside the xmap) with its own vectorized run, and
 after each run checks (one ``all_gather_object``) that all ranks ran the same program and
 ended the same way.  Writes ``rank{R}.json`` (``runs``, ``fails``, ``seconds``) and, before
 each run, ``rank{R}.progress`` (the run about to start: what hung, if the ranks hang).
@@ -27,6 +29,11 @@ import torch  # noqa: E402
 
 import named_axes as nx  # noqa: E402
 from named_axes import parallel as P  # noqa: E402
+from named_axes.parallel import _dtensor  # noqa: E402
+
+# the DTensor engine's two ways of running a call: on each rank's shards (the default) and
+# on DTensors (what a program the local path cannot run falls back to)
+PATHS = os.environ.get("NX_ORACLE_MESH_PATHS", "local,dtensor").split(",")
 
 def _vjp(f, x):
     out, pullback = nx.vjp(f, x)
@@ -45,8 +52,9 @@ PINS = {
     "jvp": (lambda x: nx.jvp(torch.tanh, (x,), (torch.cos(x),))[1],
             (["c", ...],), ["c", ...], {"c": "x"}),
     # forward-mode AD with an operand that is not a dual tensor: DTensor fails inside
-    # (torch 2.13); the engine says so with an AxisResourceError, not a raw AssertionError
-    "jvp_closure_raises": (lambda x, y: nx.jvp(lambda v: v * y, (x,), (torch.cos(x),))[1],
+    # (torch 2.13); the DTensor path says so with an AxisResourceError, not a raw
+    # AssertionError (the local-shard path computes it: no collective in the jvp)
+    "jvp_closure": (lambda x, y: nx.jvp(lambda v: v * y, (x,), (torch.cos(x),))[1],
                            (["c", ...], ["c", ...]), ["c", ...], {"c": "x"}),
     # a 3-operand einsum on a SerialLoop chunk: the chunk's strides became the DTensor's
     # global strides, and DTensor's einsum decomposition refused to view it
@@ -63,7 +71,7 @@ PINS = {
 PIN_ARGS = {"vjp": lambda: (torch.linspace(-1, 1, 4 * 3).reshape(4, 3),),
             "vjp_loop": lambda: (torch.linspace(-1, 1, 4 * 2 * 3).reshape(4, 2, 3),),
             "jvp": lambda: (torch.linspace(-1, 1, 4 * 3).reshape(4, 3),),
-            "jvp_closure_raises": lambda: (torch.linspace(-1, 1, 4 * 3).reshape(4, 3),
+            "jvp_closure": lambda: (torch.linspace(-1, 1, 4 * 3).reshape(4, 3),
                                            torch.linspace(0, 1, 4 * 3).reshape(4, 3)),
             "einsum3_loop": lambda: ((torch.linspace(-1, 1, 24).reshape(3, 4, 2),
                                       torch.linspace(-2, 1, 48).reshape(2, 3, 4, 2)),
@@ -96,18 +104,43 @@ PIN_ARGS["grad2_abs_raises"] = lambda: (torch.tensor([[0.3, -0.7]]), torch.tenso
 
 
 def pins(mesh) -> dict:
-    """Each pin's max abs error against the vectorized run (or the error it raised)."""
+    """Each pin's max abs error against the vectorized run (or the error it raised), on
+    the local-shard path (``name``) and on the DTensor path (``name@dtensor``)."""
     out = {}
-    for name, (fn, in_axes, out_axes, res) in PINS.items():
-        args = PIN_ARGS[name]()
-        ref = nx.xmap(fn, in_axes=in_axes, out_axes=out_axes)(*args)
-        try:
-            with mesh:
-                got = nx.xmap(fn, in_axes=in_axes, out_axes=out_axes, axis_resources=res)(*args)
-            out[name] = float((got - ref).abs().max())
-        except Exception as e:  # noqa: BLE001 - reported by the test
-            out[name] = f"{type(e).__name__}: {e}"
+    for path in PATHS:
+        _dtensor.LOCAL_SHARDS = path == "local"
+        for name, (fn, in_axes, out_axes, res) in PINS.items():
+            args = PIN_ARGS[name]()
+            ref = nx.xmap(fn, in_axes=in_axes, out_axes=out_axes)(*args)
+            key = name if path == "local" else f"{name}@dtensor"
+            try:
+                with mesh:
+                    got = nx.xmap(fn, in_axes=in_axes, out_axes=out_axes,
+                                  axis_resources=res)(*args)
+                out[key] = float((got - ref).abs().max())
+            except Exception as e:  # noqa: BLE001 - reported by the test
+                out[key] = f"{type(e).__name__}: {e}"
+    _dtensor.LOCAL_SHARDS = True
     return out
+
+
+def run_paths(progs: list, seed: int, per_prog: int, meshes: dict, sync, progress) -> dict:
+    """The sample on each path (``NX_ORACLE_MESH_PATHS``), input gradients included: the
+    runs counted per ``"<path> <mesh> <status>"``, the fails tagged with their path."""
+    runs, fails = {}, []
+    P.comm_summary(reset=True)
+    for path in PATHS:
+        _dtensor.LOCAL_SHARDS = path == "local"
+        got = mesh_runs.run_sample(progs, seed, per_prog, meshes, sync=sync,
+                                   progress=progress, grads=True)
+        runs.update({f"{path} {k}": v for k, v in got["runs"].items()})
+        fails += [dict(f, where=f"{path} path, {f['where']}") for f in got["fails"]]
+        if path == "local":
+            summary = P.comm_summary()
+    _dtensor.LOCAL_SHARDS = True
+    return {"runs": runs, "fails": fails,
+            "local_shard_runs": summary["local_shard_runs"] if "local" in PATHS else 0,
+            "dtensor_fallbacks": summary["dtensor_fallbacks"] if "local" in PATHS else 0}
 
 
 def main(out: str, n: int, seed: int, per_prog: int) -> None:
@@ -133,8 +166,7 @@ def main(out: str, n: int, seed: int, per_prog: int) -> None:
         devs = np.array(P.devices())
         meshes = {"xy": P.Mesh(devs.reshape(2, 2), ("x", "y")), "w": P.Mesh(devs, ("w",))}
         pinned = pins(meshes["xy"])
-        result = mesh_runs.run_sample(progs, seed, per_prog, meshes, sync=sync,
-                                      progress=progress)
+        result = run_paths(progs, seed, per_prog, meshes, sync, progress)
         result["pins"] = pinned
         result["programs"] = len(progs)
         result["seconds"] = time.time() - t0

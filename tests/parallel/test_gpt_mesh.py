@@ -89,20 +89,24 @@ def test_mesh_2x2_matches_vectorized_with_sharded_state(vectorized, tmp_path):
 @pytest.mark.distributed
 @pytest.mark.timeout(600)
 def test_no_rank_holds_a_global_parameter_batch_or_gradient(tmp_path):
-    """Every DTensor any rank makes in training (forward, backward, Adam): an mp-split
-    weight or its gradient is split over mp on every rank, a batch-carrying value over dp,
-    and no collective all-gathers.  The step's collectives are the layout's minimum (the
-    Megatron count: one all-reduce per row-parallel matmul forward and per column-parallel
-    input gradient, one for the loss's mean, two flat gradient all-reduces)."""
+    """Every DTensor and every plain tensor any rank makes in training (forward,
+    backward, Adam): an mp-split weight or its gradient is split over mp on every rank, a
+    batch-carrying value over dp, and no collective all-gathers.  The step's collectives:
+    the Megatron count (one all-reduce per row-parallel matmul forward and per
+    column-parallel input gradient, two flat gradient all-reduces) and the loss's mean,
+    forward and (a scalar) backward."""
     from _ranks import launch
 
     ranks = launch(os.path.join(os.path.dirname(__file__), "_gpt_mesh_audit_worker.py"), 4,
                    tmp_path, timeout=540)
     for r, res in enumerate(ranks):
         assert res["made"] > 100, res["made"]
+        assert res["plain_made"] > 1000, res["plain_made"]   # the body's ops were seen
         assert res["global_values"] == [], (r, res["global_values"][:10])
         assert res["grad_local_shapes"] == res["param_local_shapes"]
     comms = ranks[0]["comms"]
-    # 1 layer: forward 2 row-parallel + 1 loss mean; backward 2 column-parallel inputs;
-    # gradients: one flat all-reduce over dp, one over mp (layer-norm/bias partial sums)
-    assert comms == {"all_reduce": 5, "allreduce_": 2}, comms
+    # 1 layer, the body on each rank's shards: forward 2 row-parallel psums + 1 loss mean;
+    # backward the same 3 psums transposed (2 of them are Megatron's column-parallel input
+    # all-reduces, the third is the loss's scalar cotangent); gradients: one flat
+    # all-reduce over dp, one over mp (layer-norm/bias partial sums)
+    assert comms == {"all_reduce": 6, "allreduce_": 2}, comms

@@ -78,10 +78,14 @@ def test_dtensor_runs_agree_with_vectorized(ranks):
             pytest.fail(f"rank {r}: " + mesh_runs.report(bad, progs), pytrace=False)
 
 
-@pytest.mark.parametrize("pin", ["vjp", "vjp_loop", "jvp", "einsum3_loop",
-                                 "einsum_two_mesh_dims", "custom_jvp_vjp"])
+PINS = ["vjp", "vjp_loop", "jvp", "einsum3_loop", "einsum_two_mesh_dims", "custom_jvp_vjp",
+        "jvp_closure"]
+
+
+@pytest.mark.parametrize("pin", PINS + [p + "@dtensor" for p in PINS if p != "jvp_closure"])
 def test_pinned_bugs_stay_fixed(ranks, pin):
-    """Bugs the sample found (see ``_oracle_dtensor_worker.PINS``), on every rank."""
+    """Bugs the sample found (see ``_oracle_dtensor_worker.PINS``), on every rank, on the
+    local-shard path and (``@dtensor``) on the DTensor path."""
     for r, res in enumerate(ranks):
         if "exception" in res:
             pytest.skip("a rank failed (test_ranks_finish reports it)")
@@ -90,8 +94,9 @@ def test_pinned_bugs_stay_fixed(ranks, pin):
 
 
 @pytest.mark.parametrize("pin, message", [
-    ("jvp_closure_raises", "AxisResourceError: nx.jvp on the DTensor engine"),
-    ("grad2_abs_raises", "AxisResourceError: a backward pass on the DTensor engine")])
+    ("jvp_closure@dtensor", "AxisResourceError: nx.jvp on the DTensor engine"),
+    ("grad2_abs_raises", "AxisResourceError: a backward pass on the DTensor engine"),
+    ("grad2_abs_raises@dtensor", "AxisResourceError: a backward pass on the DTensor engine")])
 def test_what_dtensor_cannot_run_is_a_named_axis_error(ranks, pin, message):
     for r, res in enumerate(ranks):
         if "exception" in res:
@@ -101,8 +106,13 @@ def test_what_dtensor_cannot_run_is_a_named_axis_error(ranks, pin, message):
 
 
 def test_sample_runs_on_the_mesh(ranks):
-    """The sample exercises the engine: most runs are accepted, over both meshes."""
-    runs = ranks[0].get("runs", {})
-    ok = sum(v for k, v in runs.items() if k.endswith(" ok"))
-    assert ok > sum(runs.values()) // 2, runs
-    assert runs.get("xy ok", 0) and runs.get("w ok", 0), runs
+    """The sample exercises the engine: on each path most runs are accepted, over both
+    meshes, and most local-shard attempts stay on that path."""
+    res = ranks[0]
+    runs = res.get("runs", {})
+    for path in ("local", "dtensor"):
+        mine = {k[len(path) + 1:]: v for k, v in runs.items() if k.startswith(path + " ")}
+        ok = sum(v for k, v in mine.items() if k.endswith(" ok"))
+        assert ok > sum(mine.values()) // 2, (path, mine)
+        assert mine.get("xy ok", 0) and mine.get("w ok", 0), (path, mine)
+    assert res["local_shard_runs"] > 2 * res["dtensor_fallbacks"], res

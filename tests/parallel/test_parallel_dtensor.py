@@ -35,28 +35,37 @@ STRATEGIES = {
 }
 
 
+PATHS = ["", "@dtensor"]   # the engine's local-shard path (default) and its DTensor path
+
+
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
-def test_tutorial_loss_and_grads_equal_single_process(ranks, strategy):
+def test_tutorial_loss_and_grads_equal_single_process(ranks, strategy, path):
     for r, res in enumerate(ranks):
-        got = res[strategy]
+        got = res[strategy + path]
         assert got["err"] < 1e-10, (r, got)
         assert got["out_type"] == "Tensor"  # full tensors by default
-    assert len({res[strategy]["loss"] for res in ranks}) == 1
+    assert len({res[strategy + path]["loss"] for res in ranks}) == 1
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
-def test_values_are_really_split(ranks, strategy):
+def test_values_are_really_split(ranks, strategy, path):
     for res in ranks:
-        shapes = {k: v[0] for k, v in res[strategy]["shapes"].items()}
+        shapes = {k: v[0] for k, v in res[strategy + path]["shapes"].items()}
         assert shapes == STRATEGIES[strategy]
-    # the 2x2 mesh shards images over x only, and the activations over both mesh axes
-    if strategy == "batch_hidden":
-        assert ranks[0][strategy]["shapes"]["hidden_act"][1] == ["S(0)", "S(1)"]
+    kinds = {k: v[1] for k, v in ranks[0][strategy + path]["shapes"].items()}
+    if not path:   # the body ran on each rank's own shards: plain tensors, no DTensor
+        assert set(map(tuple, kinds.values())) == {("plain",)}, kinds
+    elif strategy == "batch_hidden":
+        # the 2x2 mesh shards images over x only, and the activations over both mesh axes
+        assert kinds["hidden_act"] == ["S(0)", "S(1)"]
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
-def test_collectives_communicate(ranks, strategy):
-    comms = ranks[0][strategy]["comms"]
+def test_collectives_communicate(ranks, strategy, path):
+    comms = ranks[0][strategy + path]["comms"]
     assert comms.get("c10d_functional.all_reduce", 0) >= 1, comms
 
 

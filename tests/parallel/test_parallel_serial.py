@@ -289,6 +289,7 @@ def test_named_shape_in_a_chunk_is_the_axis_size_and_positional_refuses():
         torch.testing.assert_close(f(x), x * 4)
     g = nx.xmap(lambda v: nx.positional(v, {0: 'b'}).sum() + 0 * v, in_axes=['b', ...],
                 out_axes=['b', ...], axis_resources={'b': nx.SerialLoop(2)})
-    with pytest.raises(nx.AxisResourceError, match=r"positional\(\): axis 'b' is computed "
-                                                    r"in chunks here \(this chunk holds 2 of its 4"):
+    with pytest.raises(nx.AxisResourceError, match=r"positional\(\) over axis 'b': 'b' is "
+                                                    r"mapped to SerialLoop\(2\), so each chunk "
+                                                    r"holds 2 of its 4 entries"):
         g(x)

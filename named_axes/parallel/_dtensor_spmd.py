@@ -1,0 +1,308 @@
+"""The DTensor engine's local-shard path: the program body runs on each rank's shards.
+
+As ``shard_map`` does, every rank runs the named program once on plain tensors -- its
+own slice of every axis the plan splits over the mesh -- and the collectives the program
+calls over those axes are explicit all-reduces over the mesh dims that split them.
+Everything else (layer norms, attention, the loss) is a local op: no DTensor dispatch,
+no sharding propagation.  It is the SerialLoop machinery (:mod:`._serial`: a chunk of
+every split axis, ``axis_index`` of the chunk, the chunk-local collective from
+``nx.lax``) with one chunk per rank and real communication in place of the replay.
+
+Gradients: inside the body a value replicated over some mesh dims holds, on each of
+those ranks, a cotangent whose *sum* over them is the true one.  Every local op keeps
+that (a backward pass is linear in the cotangents), so only the edges need care:
+
+- ``psum`` transposes to ``psum`` (an all-reduce of the cotangent), ``pmax``/``pmin``
+  to an all-reduce shared among the ranks that attain the extreme, as ``amax`` shares
+  it among ties;
+- an input's local gradient is a partial sum over the mesh dims it is replicated on:
+  handed back as ``Partial`` there, which the DTensor engine's input conversion reduces
+  (one flat all-reduce for all of them, sharded gradients stay sharded);
+- an output's cotangent, replicated on a mesh dim, is split evenly over that dim's ranks.
+
+What this path does not do, the program does on the DTensor path (``DTensorEngine.run``
+catches :class:`NeedsGlobal` before any result escapes and runs the call again there,
+and remembers the program): a named reduction or a non-reducing collective
+(``all_gather``, ``ppermute``, ...) over a split axis, a collective over a split axis
+inside a derivative taken within the body, calls under a trace, ``vmap``, forward-mode
+AD or a ``SerialLoop``.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable
+
+import torch
+
+from .._tensor import NamedTensor
+from ._serial import SerialEngine, _as_tuple, _carries, _functorch_level, _names_of
+
+__all__ = ["LocalShardEngine", "NeedsGlobal", "local_path_allowed"]
+
+
+class NeedsGlobal(Exception):
+    """The program asked for something only the DTensor path computes (internal)."""
+
+
+_TRACING_MODES = (torch._C._TorchDispatchModeKey.PROXY, torch._C._TorchDispatchModeKey.FAKE,
+                  torch._C._TorchDispatchModeKey.FUNCTIONAL)
+
+
+def local_path_allowed() -> bool:
+    """Whether a call may take the local-shard path: eager (other dispatch modes, e.g.
+    ``CommDebugMode``, are fine), outside ``vmap``/``jvp`` (an outer ``grad`` is fine:
+    its levels see the all-reduces' autograd functions)."""
+    if torch.compiler.is_compiling() or any(
+            torch._C._get_dispatch_mode(k) is not None for k in _TRACING_MODES):
+        return False   # make_fx / fake tensors / functionalization: a graph is being built
+    from ..lax._ops import forward_mode
+
+    if forward_mode():
+        return False
+    if _functorch_level() is None:
+        return True
+    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+
+    grad = torch._C._functorch.TransformType.Grad
+    return all(i.key() == grad for i in retrieve_all_functorch_interpreters())
+
+
+def _groups(dm, dims: tuple) -> list:
+    return [(dm, d) for d in dims]
+
+
+def _all_reduce(x: torch.Tensor, groups: list, op: str) -> torch.Tensor:
+    """``x`` reduced (``op``: 'sum', 'max', 'min') over the ranks of every group in turn,
+    with functional collectives (what DTensor issues: CommDebugMode counts them)."""
+    from torch.distributed import _functional_collectives as funcol
+
+    if x.dtype == torch.bool:
+        return _all_reduce(x.to(torch.uint8), groups, op).to(torch.bool)
+    out = x.detach().contiguous()
+    buf = torch.view_as_real(out) if out.is_complex() else out
+    for g in groups:
+        buf = funcol.wait_tensor(funcol.all_reduce(buf, op, g))
+    return torch.view_as_complex(buf) if out.is_complex() else buf
+
+
+class _SumOverRanks(torch.autograd.Function):
+    """``psum`` across ranks: an all-reduce; its transpose is the same all-reduce."""
+
+    @staticmethod
+    def forward(x, groups):
+        return _all_reduce(x, groups, "sum")
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.groups = inputs[1]
+
+    @staticmethod
+    def backward(ctx, g):
+        return _SumOverRanks.apply(g, ctx.groups), None
+
+
+class _ExtremeOverRanks(torch.autograd.Function):
+    """``pmax``/``pmin`` of the ranks' partial extremes; the cotangent (summed over the
+    ranks, as the output is replicated) goes to each rank in proportion to how many of
+    the entries attaining the extreme it holds (``share``)."""
+
+    @staticmethod
+    def forward(x, out, share):
+        return out.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.share, ctx.groups = inputs[2]
+
+    @staticmethod
+    def backward(ctx, g):
+        return _SumOverRanks.apply(g, ctx.groups) * ctx.share, None, None
+
+
+def _extreme(x: torch.Tensor, kind: str, groups: list) -> torch.Tensor:
+    """The max (min) over ranks of ``x``, NaN wherever some rank holds a NaN (as ``amax``)."""
+    op = kind
+    if not x.is_floating_point():
+        return _all_reduce(x, groups, op)
+    nan = torch.isnan(x)
+    fill = float("-inf") if kind == "max" else float("inf")
+    flag = nan.to(x.dtype) if kind == "max" else -nan.to(x.dtype)
+    both = _all_reduce(torch.stack([x.masked_fill(nan, fill), flag]), groups, op)
+    return both[0].masked_fill(both[1] != 0, float("nan"))
+
+
+class LocalShardEngine(SerialEngine):
+    """Runs ``body`` once on this rank's shards (see the module docstring).
+
+    Args:
+        outer: the :class:`DTensorEngine` of the call (its plan, mesh and conversions).
+    """
+
+    def __init__(self, outer: Any) -> None:
+        plan = outer.plan
+        split = {n: plan.shards(n) for n in plan.mesh_axes if plan.shards(n) > 1}
+        super().__init__(split, plan.axis_sizes)
+        self.outer = outer
+        dm = outer.device_mesh
+        self.dm = dm
+        names = list(plan.mesh_axis_names)   # the DeviceMesh's dims, in order
+        coord = dm.get_coordinate()
+        self.mesh_dims = {}
+        chunk = []
+        for n in self.names:
+            dims = tuple(names.index(a) for a in plan.mesh_axes[n])
+            self.mesh_dims[n] = dims
+            c = 0
+            for d in dims:
+                c = c * dm.size(d) + coord[d]
+            chunk.append(c)
+        self._chunk = tuple(chunk)
+
+    # -- running -------------------------------------------------------------------------
+    def run(self, body: Callable, leaves: list) -> list:
+        outer = self.outer
+        dleaves = outer.to_dtensors(leaves)
+        local = [_to_local(x) for x in dleaves]
+        self._level = _functorch_level()
+        outs = body(local, engine=self)
+        return [self._to_dtensor(o) for o in outs]
+
+    def _to_dtensor(self, leaf: Any) -> Any:
+        from ._dtensor import _placements
+
+        if isinstance(leaf, NamedTensor):
+            data, names = leaf._data, leaf._names
+        elif isinstance(leaf, torch.Tensor):
+            data, names = leaf, ()
+        else:
+            return leaf
+        places = _placements(self.outer.plan, names, data.dim() - len(names))
+        shape = list(data.shape)
+        for i, n in enumerate(names):
+            shape[i] *= self.loops.get(n, 1)
+        dt = _FromLocal.apply(data, self.dm, tuple(places), tuple(shape))
+        return self.outer.from_dtensor(NamedTensor._wrap(dt, names) if names else dt)
+
+    # -- the collectives -----------------------------------------------------------------
+    def _combine(self, op: str, axis_name: Any, names: tuple, operands: tuple,
+                 carried: list, partial: Any) -> Any:
+        """The collective over every rank, from this rank's ``partial`` over the
+        ``carried`` split axes: an all-reduce over the mesh dims that split them."""
+        self._check_one_axis_per_mesh_dim(op, operands)
+        dims = tuple(sorted({d for n in carried for d in self.mesh_dims[n]}))
+        groups = _groups(self.dm, dims)
+        data = partial._data if isinstance(partial, NamedTensor) else partial
+        if op in ("psum", "pdot"):
+            out = _SumOverRanks.apply(data, groups)
+        else:
+            out = self._extreme(op, operands[0], names, data, groups)
+        return NamedTensor._wrap(out, partial._names) if isinstance(partial, NamedTensor) else out
+
+    def _extreme(self, op: str, x: NamedTensor, names: tuple, data: torch.Tensor,
+                 groups: list) -> torch.Tensor:
+        kind = "max" if op == "pmax" else "min"
+        out = _extreme(data, kind, groups)
+        if not (torch.is_grad_enabled() and data.requires_grad):
+            return out
+        # the entries of x attaining the extreme, here and on all ranks (amax shares the
+        # cotangent evenly among them; this rank's partial extreme already shares its part)
+        dims = sorted(x._names.index(n) for n in names if n in x._names)
+        wide = out.detach()
+        for d in dims:
+            wide = wide.unsqueeze(d)
+        here = (x._data.detach() == wide).sum(dims).to(out.dtype)
+        total = _all_reduce(here, groups, "sum")
+        share = here / total   # 0/0 where a NaN won: a NaN gradient, as amax's
+        return _ExtremeOverRanks.apply(data, out, (share, groups))
+
+    def _check_one_axis_per_mesh_dim(self, op: str, operands: tuple) -> None:
+        """Two split axes on one mesh dim in what a collective combines (an einsum's
+        intermediate, or pdot's two operands, may hold both): each rank holds one block of
+        their diagonal only, so a reduction over either would miss the other blocks or
+        add entries of different indices."""
+        seen: dict = {}
+        for n in {n for v in operands for n in _names_of(v)}:
+            for d in self.mesh_dims.get(n, ()):
+                if seen.setdefault(d, n) != n:
+                    raise NeedsGlobal(f"{op}: {seen[d]!r} and {n!r} share mesh dim {d}")
+
+    @contextlib.contextmanager
+    def tree(self):
+        yield   # no replay: each leaf is all-reduced as it comes
+
+    # -- what only the DTensor path does --------------------------------------------------
+    def _check_not_differentiated(self, op: str, carried: list) -> None:
+        try:
+            super()._check_not_differentiated(op, carried)
+        except Exception as e:
+            raise NeedsGlobal(str(e)) from None
+
+    def _unsupported(self, op: str, *args, **kwargs):
+        axis_name = args[1] if len(args) > 1 else kwargs.get("axis_name")
+        if any(n in self.loops for n in _as_tuple(axis_name)):
+            raise NeedsGlobal(op)
+        return self._default(op, *args, **kwargs)
+
+    def _axis_index(self, axis_name: Any):
+        names = _as_tuple(axis_name)
+        if len(names) > 1 and any(n in self.loops for n in names):
+            raise NeedsGlobal("axis_index of a tuple")
+        return super()._axis_index(axis_name)
+
+    def check_named_op(self, op: str, names: tuple) -> None:
+        if any(n in self.loops for n in names):
+            raise NeedsGlobal(op)
+
+
+def _to_local(leaf: Any) -> Any:
+    """A NamedTensor over a DTensor -> over its local shard; the gradient handed back is a
+    partial sum over the mesh dims the value is replicated on (module docstring)."""
+    data = leaf._data if isinstance(leaf, NamedTensor) else leaf
+    if type(data).__name__ != "DTensor":
+        return leaf
+    from torch.distributed.tensor import Partial
+
+    grads = [Partial() if p.is_replicate() else p for p in data.placements]
+    local = data.to_local(grad_placements=grads)
+    return NamedTensor._wrap(local, leaf._names) if isinstance(leaf, NamedTensor) else local
+
+
+class _FromLocal(torch.autograd.Function):
+    """This rank's shard of an output -> the DTensor laid out per the plan; backward: the
+    cotangent's local part, split evenly over the ranks of each mesh dim the output is
+    replicated on (a partial sum there is kept as it is)."""
+
+    @staticmethod
+    def forward(local, dm, places, shape):
+        from torch.distributed.tensor import DTensor
+
+        local = local.contiguous()
+        stride = [1] * len(shape)
+        for i in range(len(shape) - 2, -1, -1):
+            stride[i] = stride[i + 1] * shape[i + 1]
+        return DTensor.from_local(local, dm, list(places), run_check=False,
+                                  shape=torch.Size(shape), stride=tuple(stride))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.dm, ctx.places = inputs[1], inputs[2]
+
+    @staticmethod
+    def backward(ctx, g):
+        from torch.distributed.tensor import DTensor, Replicate
+
+        if not isinstance(g, DTensor):   # a full cotangent: the same on every rank
+            g = DTensor.from_local(g, ctx.dm, [Replicate()] * ctx.dm.ndim, run_check=False)
+        want, split = [], 1
+        for d, (p, q) in enumerate(zip(ctx.places, g.placements)):
+            if p.is_shard():
+                want.append(p)
+            elif q.is_partial():
+                want.append(q)
+            else:
+                want.append(Replicate())
+                split *= ctx.dm.size(d)
+        if list(g.placements) != want:
+            g = g.redistribute(ctx.dm, want)
+        local = g.to_local()
+        return (local / split if split != 1 else local), None, None, None

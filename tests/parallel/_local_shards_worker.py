@@ -1,0 +1,203 @@
+"""One rank of the local-shard-path tests (launched by test_parallel_dtensor_local_shards.py).
+
+Each scenario runs a program on the 4 gloo ranks (the DTensor engine's default path: the
+body on each rank's own shards) and records its error against the vectorized run in the
+same process -- outputs and the inputs' gradients -- and the engine's summary (which path
+ran).  Writes ``rank{R}.json`` into argv[1].
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _ranks import run_rank  # noqa: E402
+
+import named_axes as nx  # noqa: E402
+from named_axes import parallel as P  # noqa: E402
+
+
+def mesh_1d():
+    return P.Mesh(np.array(P.devices()), ("x",))
+
+
+def mesh_2d():
+    return P.Mesh(np.array(P.devices()).reshape(2, 2), ("x", "y"))
+
+
+def _leaves(t):
+    return list(t) if isinstance(t, (tuple, list)) else [t]
+
+
+def _max_err(got, want) -> float:
+    errs = []
+    for g, w in zip(_leaves(got), _leaves(want)):
+        if g is None and w is None:
+            continue
+        g = torch.zeros_like(w) if g is None else g
+        w = torch.zeros_like(g) if w is None else w
+        if g.shape != w.shape:
+            return float("inf")
+        both_nan = torch.isnan(g) & torch.isnan(w) if g.is_floating_point() else None
+        d = (g.to(torch.complex128) - w.to(torch.complex128)).abs()
+        if both_nan is not None:
+            d = torch.where(both_nan, torch.zeros_like(d), d)
+        errs.append(float(d.max()) if d.numel() else 0.0)
+    return max(errs, default=0.0)
+
+
+def compare(f, in_axes, out_axes, resources, args, mesh, ct_seed=0) -> dict:
+    """``f`` xmapped on ``mesh`` against the vectorized run: output and gradient errors
+    (gradients of ``sum(out * fixed cotangent)`` by torch.autograd), and the path taken."""
+    def run(res, ctx):
+        xs = [a.detach().clone().requires_grad_(a.is_floating_point() or a.is_complex())
+              for a in args]
+        with ctx:
+            out = nx.xmap(f, in_axes=in_axes, out_axes=out_axes, axis_resources=res)(*xs)
+        outs = _leaves(out)
+        g = torch.Generator().manual_seed(ct_seed)
+        terms = [(o * torch.randn(o.shape, generator=g, dtype=torch.float64).to(o.dtype)).real.sum()
+                 for o in outs if o.requires_grad]
+        inputs = [x for x in xs if x.requires_grad]
+        grads = torch.autograd.grad(sum(terms), inputs, allow_unused=True) if terms else []
+        return [o.detach() for o in outs], grads
+
+    import contextlib
+
+    want_out, want_grad = run({}, contextlib.nullcontext())
+    P.comm_summary(reset=True)
+    got_out, got_grad = run(resources, mesh)
+    s = P.comm_summary()
+    return dict(out_err=_max_err(got_out, want_out), grad_err=_max_err(got_grad, want_grad),
+                local=s["local_shard_runs"], dtensor=s["dtensor_runs"],
+                fallbacks=s["dtensor_fallbacks"])
+
+
+def extremes(rank, results):
+    # ties spread over the ranks (2 entries each): amax shares the cotangent among every
+    # entry attaining the max, wherever it lives
+    x = torch.tensor([[3.0, 1.0], [3.0, 0.0], [3.0, 2.0], [1.0, 3.0]]).reshape(8)
+    for op in ("pmax", "pmin"):
+        f = lambda v, op=op: getattr(nx.lax, op)(torch.round(v), "i") * v  # noqa: E731
+        results[f"{op}_ties"] = compare(f, (["i", ...],), ["i", ...], {"i": "x"}, (x,),
+                                        mesh_1d())
+    # a NaN on one rank: every rank's result is NaN, as amax's
+    y = torch.tensor([0.0, 1.0, 2.0, float("nan"), 4.0, 5.0, 6.0, 7.0])
+    results["pmax_nan"] = compare(lambda v: nx.lax.pmax(v, "i") + v, (["i", ...],),
+                                  ["i", ...], {"i": "x"}, (y,), mesh_1d())
+    # max over an axis split over both mesh dims, and over two axes at once
+    z = torch.linspace(-2, 2, 8 * 3).reshape(8, 3) ** 2
+    results["pmax_two_mesh_dims"] = compare(lambda v: nx.lax.pmax(v, "i") - v, (["i", ...],),
+                                            ["i", ...], {"i": ("x", "y")}, (z,), mesh_2d())
+    w = torch.linspace(-1, 1, 4 * 2 * 3).reshape(4, 2, 3).sin()
+    results["pmin_two_axes"] = compare(lambda v: nx.lax.pmin(v, ("i", "j")) * v,
+                                       (["i", "j", ...],), ["i", "j", ...],
+                                       {"i": "y", "j": "x"}, (w,), mesh_2d())
+
+
+def dtypes(rank, results):
+    f = lambda v: nx.lax.psum(v, "i")  # noqa: E731
+    for name, x in (("int64", torch.arange(8)), ("bool", torch.arange(8) % 3 == 0),
+                    ("complex64", torch.arange(8.0).to(torch.complex64) * (1 + 2j))):
+        results[f"psum_{name}"] = compare(f, (["i", ...],), [...], {"i": "x"}, (x,), mesh_1d())
+    results["pmax_bool"] = compare(lambda v: nx.lax.pmax(v, "i"), (["i", ...],), [...],
+                                   {"i": "x"}, (torch.arange(8) == 5,), mesh_1d())
+
+
+def edges(rank, results):
+    # a replicated weight times a sharded batch, an output replicated on every rank
+    # (its cotangent is split over the ranks' copies) and one that is sharded
+    def f(w, x):
+        h = torch.tanh(x * w)
+        return nx.lax.pmean(h, "b"), h * 2, w * 3
+
+    w, x = torch.linspace(-1, 1, 3), torch.linspace(-2, 2, 8 * 3).reshape(8, 3)
+    results["replicated_and_sharded"] = compare(
+        f, ([...], ["b", ...]), ([...], ["b", ...], [...]), {"b": "x"}, (w, x), mesh_2d())
+    # two axes on two mesh dims, a psum over one of them, pdot over the other
+    def g(a, b):
+        return nx.lax.psum(nx.lax.pdot(a, b, "k") * a, "m")
+
+    a = torch.linspace(-1, 1, 4 * 6).reshape(4, 6)
+    b = torch.linspace(0, 2, 6)
+    results["pdot_psum_2d"] = compare(g, (["m", "k", ...], ["k", ...]), ["k", ...],
+                                      {"m": "x", "k": "y"}, (a, b), mesh_2d())
+    # axis_index of a split axis: this rank's slice of the indices
+    results["axis_index"] = compare(
+        lambda v: v * nx.lax.axis_index("i") + nx.lax.psum(v, "i"), (["i", ...],),
+        ["i", ...], {"i": ("x", "y")}, (torch.linspace(0, 1, 8),), mesh_2d())
+
+
+def fallback(rank, results):
+    # all_gather over a split axis: the local path cannot, the DTensor path runs it; the
+    # program is remembered, so the second call goes straight to DTensors
+    def f(v):
+        return nx.lax.all_gather(v, "i").sum(0) * v
+
+    x = torch.linspace(-1, 1, 8)
+    first = compare(f, (["i", ...],), ["i", ...], {"i": "x"}, (x,), mesh_1d())
+    second = compare(f, (["i", ...],), ["i", ...], {"i": "x"}, (x,), mesh_1d())
+    results["fallback"] = dict(first=first, second=second)
+    # two axes on one mesh axis that meet only inside an einsum (contracting one of them):
+    # the ranks hold different slices of the other, so the all-reduce of the contraction
+    # would add entries of different indices; the DTensor path computes it (mesh oracle,
+    # seed 99, p99_00030)
+    a, b = torch.linspace(-1, 1, 4), torch.linspace(-2, 2, 4).reshape(2, 2)
+    results["shared_mesh_axis"] = compare(
+        lambda x, y, z: nx.einsum("{c},n{d},{c}->n{c}", x, y, z),
+        (["c", ...], {0: "d"}, ["c", ...]), {1: "c"}, {"c": "x", "d": "x"},
+        (a, b, torch.linspace(0, 1, 4)), mesh_2d())
+    # ... and contracting both of them (seed 99, p99_00252: the blocks off the diagonal
+    # were missing)
+    results["shared_mesh_axis_both"] = compare(
+        lambda x, y, z: nx.einsum("p{c},p{c},np{d}->n", x, y, z),
+        (["c", ...], ["c", ...], ["d", ...]), [...], {"c": "x", "d": "x"},
+        (a.reshape(2, 2), b, torch.linspace(-1, 1, 8).reshape(4, 1, 2).expand(4, 2, 2)),
+        mesh_2d())
+    # ... and pdot of one with the other (each operand holds one of them)
+    results["shared_mesh_axis_pdot"] = compare(
+        lambda x, y: nx.lax.pdot(x, y, "c"), (["c", ...], ["d", ...]), ["d", ...],
+        {"c": "x", "d": "x"}, (a, torch.linspace(-1, 2, 2)), mesh_2d())
+
+
+def outer_transforms(rank, results):
+    # nx.grad around the xmap (a functorch grad level): the local path takes part in it
+    f = nx.xmap(lambda w, x: nx.lax.pmean(torch.sin(x * w).sum(), "b"),
+                in_axes=([...], ["b", ...]), out_axes=[...], axis_resources={"b": "x"})
+    w, x = torch.linspace(-1, 1, 3), torch.linspace(-2, 2, 8 * 3).reshape(8, 3)
+    want = nx.grad(nx.xmap(lambda w, x: nx.lax.pmean(torch.sin(x * w).sum(), "b"),
+                           in_axes=([...], ["b", ...]), out_axes=[...]))(w, x)
+    P.comm_summary(reset=True)
+    with mesh_1d():
+        got = nx.grad(f)(w, x)
+    s = P.comm_summary()
+    results["outer_nx_grad"] = dict(err=_max_err(got, want), local=s["local_shard_runs"])
+
+
+def dtensor_outputs(rank, results):
+    # outputs='dtensor': the caller's DTensor ops take the backward through the shards
+    w, x = torch.linspace(-1, 1, 3), torch.linspace(-2, 2, 8 * 3).reshape(8, 3)
+
+    def f(w, x):
+        return torch.sin(x * w)
+
+    want_w = w.clone().requires_grad_()
+    (nx.xmap(f, in_axes=([...], ["b", ...]), out_axes=["b", ...])(want_w, x) ** 2).sum() \
+        .backward()
+    got_w = w.clone().requires_grad_()
+    P.comm_summary(reset=True)
+    with P.Mesh(np.array(P.devices()).reshape(2, 2), ("x", "y"), outputs="dtensor"):
+        out = nx.xmap(f, in_axes=([...], ["b", ...]), out_axes=["b", ...],
+                      axis_resources={"b": "x"})(got_w, x)
+        (out ** 2).sum().full_tensor().backward()
+    s = P.comm_summary()
+    results["dtensor_outputs"] = dict(type=type(out).__name__,
+                                      err=float((got_w.grad - want_w.grad).abs().max()),
+                                      local=s["local_shard_runs"])
+
+
+if __name__ == "__main__":
+    run_rank([extremes, dtypes, edges, fallback, outer_transforms, dtensor_outputs])

@@ -1,0 +1,64 @@
+"""The DTensor engine's local-shard path (parallel/_dtensor_spmd.py) on 4 real gloo ranks:
+the program body runs on each rank's own shards with explicit all-reduces, and its
+outputs and the inputs' gradients (torch.autograd outside the xmap) equal the vectorized
+run's -- ties and NaNs of pmax/pmin across ranks, integer/bool/complex psums, replicated
+and sharded outputs, axes over two mesh dims, nx.grad around the xmap, DTensor outputs
+-- while a program it cannot run (all_gather over a split axis) falls back to the
+DTensor path once and is remembered.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+from _ranks import launch
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(400)]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+COMPARED = ["pmax_ties", "pmin_ties", "pmax_nan", "pmax_two_mesh_dims", "pmin_two_axes",
+            "psum_int64", "psum_bool", "psum_complex64", "pmax_bool",
+            "replicated_and_sharded", "pdot_psum_2d", "axis_index"]
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    return launch(os.path.join(HERE, "_local_shards_worker.py"), 4,
+                  tmp_path_factory.mktemp("local_shards"), timeout=300)
+
+
+@pytest.mark.parametrize("case", COMPARED)
+def test_local_shards_equal_vectorized(ranks, case):
+    for r, res in enumerate(ranks):
+        got = res[case]
+        assert got["out_err"] < 1e-12 and got["grad_err"] < 1e-12, (r, got)
+        assert (got["local"], got["dtensor"], got["fallbacks"]) == (1, 0, 0), (r, got)
+
+
+def test_what_the_local_path_cannot_run_falls_back_once(ranks):
+    for r, res in enumerate(ranks):
+        first, second = res["fallback"]["first"], res["fallback"]["second"]
+        for got in (first, second):
+            assert got["out_err"] < 1e-12 and got["grad_err"] < 1e-12, (r, got)
+        assert (first["dtensor"], first["fallbacks"]) == (1, 1), (r, first)
+        assert (second["dtensor"], second["fallbacks"]) == (1, 0), (r, second)
+
+
+@pytest.mark.parametrize("case", ["shared_mesh_axis", "shared_mesh_axis_both",
+                                  "shared_mesh_axis_pdot"])
+def test_an_all_reduce_never_mixes_axes_on_one_mesh_axis(ranks, case):
+    for r, res in enumerate(ranks):
+        got = res[case]
+        assert got["out_err"] < 1e-12 and got["grad_err"] < 1e-12, (r, got)
+        assert (got["dtensor"], got["fallbacks"]) == (1, 1), (r, got)
+
+
+def test_grad_around_the_xmap_runs_on_local_shards(ranks):
+    for r, res in enumerate(ranks):
+        assert res["outer_nx_grad"]["err"] < 1e-12 and res["outer_nx_grad"]["local"] == 1, r
+
+
+def test_dtensor_outputs_backward(ranks):
+    for r, res in enumerate(ranks):
+        got = res["dtensor_outputs"]
+        assert got["type"] == "DTensor" and got["err"] < 1e-12 and got["local"] == 1, (r, got)
