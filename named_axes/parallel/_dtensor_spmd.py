@@ -121,13 +121,12 @@ class _ExtremeOverRanks(torch.autograd.Function):
 
 def _extreme(x: torch.Tensor, kind: str, groups: list) -> torch.Tensor:
     """The max (min) over ranks of ``x``, NaN wherever some rank holds a NaN (as ``amax``)."""
-    op = kind
     if not x.is_floating_point():
-        return _all_reduce(x, groups, op)
+        return _all_reduce(x, groups, kind)
     nan = torch.isnan(x)
     fill = float("-inf") if kind == "max" else float("inf")
     flag = nan.to(x.dtype) if kind == "max" else -nan.to(x.dtype)
-    both = _all_reduce(torch.stack([x.masked_fill(nan, fill), flag]), groups, op)
+    both = _all_reduce(torch.stack([x.masked_fill(nan, fill), flag]), groups, kind)
     return both[0].masked_fill(both[1] != 0, float("nan"))
 
 

@@ -175,6 +175,19 @@ def outer_transforms(rank, results):
         got = nx.grad(f)(w, x)
     s = P.comm_summary()
     results["outer_nx_grad"] = dict(err=_max_err(got, want), local=s["local_shard_runs"])
+    # ... through pmax (ties across ranks) and a psum of a replicated weight
+    def h(w, x):
+        return nx.lax.pmax(torch.round(x * w), "b").sum() + nx.lax.psum(w * x, "b").sum()
+
+    x2 = torch.tensor([[3.0, 1.0, 0.5], [3.0, 0.0, 2.0], [1.0, 3.0, 2.0], [3.0, 2.0, 1.0]])
+    w2 = torch.tensor([1.0, 2.0, -1.0])
+    spec = dict(in_axes=([...], ["b", ...]), out_axes=[...])
+    want = nx.grad(nx.xmap(h, **spec), argnums=(0, 1))(w2, x2)
+    P.comm_summary(reset=True)
+    with mesh_1d():
+        got = nx.grad(nx.xmap(h, axis_resources={"b": "x"}, **spec), argnums=(0, 1))(w2, x2)
+    s = P.comm_summary()
+    results["outer_nx_grad_pmax"] = dict(err=_max_err(got, want), local=s["local_shard_runs"])
 
 
 def dtensor_outputs(rank, results):

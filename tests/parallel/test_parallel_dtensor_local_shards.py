@@ -53,9 +53,10 @@ def test_an_all_reduce_never_mixes_axes_on_one_mesh_axis(ranks, case):
         assert (got["dtensor"], got["fallbacks"]) == (1, 1), (r, got)
 
 
-def test_grad_around_the_xmap_runs_on_local_shards(ranks):
+@pytest.mark.parametrize("case", ["outer_nx_grad", "outer_nx_grad_pmax"])
+def test_grad_around_the_xmap_runs_on_local_shards(ranks, case):
     for r, res in enumerate(ranks):
-        assert res["outer_nx_grad"]["err"] < 1e-12 and res["outer_nx_grad"]["local"] == 1, r
+        assert res[case]["err"] < 1e-12 and res[case]["local"] == 1, (r, res[case])
 
 
 def test_dtensor_outputs_backward(ranks):
