@@ -120,15 +120,26 @@ def _concrete(t) -> bool:
             and not torch.compiler.is_compiling())
 
 
-def _same_in_every_chunk(value: NamedTensor, name: str) -> bool:
+def _same_in_every_chunk(value: NamedTensor, name: str, chunked: tuple) -> bool:
     """Whether ``value``'s slices along the loop axis ``name`` are all equal, across
     every chunk: the largest and smallest instance agree (one replayed collective, so
-    every chunk reads the same answer)."""
-    from ..lax import pmax
+    every chunk reads the same answer) -- at every index of the other axes held in part
+    (``chunked``), whose chunks must all agree too (one more collective over them: a
+    decision read off this chunk's part of them alone differed between chunks, and on a
+    mesh the ranks then issued different collectives)."""
+    from ..lax import pmax, pmin
     with torch.no_grad():
         hi, neg_lo = pmax((value, -value), name)
-    hi, neg_lo = (t._data if type(t) is NamedTensor else t for t in (hi, neg_lo))
-    return bool(torch.equal(hi, -neg_lo))
+        rest = tuple(m for m in chunked if m != name)
+        if not rest:
+            hi, neg_lo = (t._data if type(t) is NamedTensor else t for t in (hi, neg_lo))
+            return bool(torch.equal(hi, -neg_lo))
+        same = hi._data == -neg_lo._data
+        keep = [hi._names.index(m) for m in rest]   # in ``names`` order, as ``rest``
+        other = tuple(i for i in range(same.dim()) if i not in keep)
+        per = (same.all(dim=other) if other else same).to(torch.float32)
+        everywhere = pmin(NamedTensor._wrap(per, rest), rest)
+    return bool(torch.equal(everywhere, torch.ones_like(everywhere)))
 
 
 def _equal_along_in_every_chunk(value: NamedTensor, name: str, chunked: tuple) -> bool:
@@ -194,7 +205,7 @@ def drop_replicated(items: list) -> list:
         for n in candidates:
             d = names.index(n)
             if n in chunked:
-                checks.append((n, _same_in_every_chunk(value, n)))
+                checks.append((n, _same_in_every_chunk(value, n, chunked)))
             elif chunked:
                 checks.append((n, _equal_along_in_every_chunk(value, n, chunked)))
             else:

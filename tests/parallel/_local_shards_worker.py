@@ -212,5 +212,18 @@ def dtensor_outputs(rank, results):
                                       local=s["local_shard_runs"])
 
 
+def folding(rank, results):
+    # a gradient's copies along a closed-over axis are folded when they are all equal; the
+    # ranks of one mesh row saw equal copies in their rows of 'a' and the other row did
+    # not: each rank decided alone, the layouts differed and so did the collectives
+    # (gloo aborted: mesh oracle, seed 31, p31_00076).  The decision spans every rank now.
+    w = torch.tensor(0.0)
+    x = -torch.ones(4, 2, 3)
+    x[2:, 1] = 1.0          # rows 2-3 of 'a' (the second mesh row) differ along 'c'
+    f = lambda w, x: nx.grad(lambda w: torch.maximum(w, x).sum())(w)  # noqa: E731
+    results["fold_decision"] = compare(f, ([...], ["a", "c", ...]), ["a", "c"],
+                                       {"a": "x", "c": "y"}, (w, x), mesh_2d())
+
+
 if __name__ == "__main__":
-    run_rank([extremes, dtypes, edges, fallback, outer_transforms, dtensor_outputs])
+    run_rank([extremes, dtypes, edges, fallback, outer_transforms, dtensor_outputs, folding])

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.distributed, pytest.mark.timeout(400)]
 HERE = os.path.dirname(os.path.abspath(__file__))
 COMPARED = ["pmax_ties", "pmin_ties", "pmax_nan", "pmax_two_mesh_dims", "pmin_two_axes",
             "psum_int64", "psum_bool", "psum_complex64", "pmax_bool",
-            "replicated_and_sharded", "pdot_psum_2d", "axis_index"]
+            "replicated_and_sharded", "pdot_psum_2d", "axis_index", "fold_decision"]
 
 
 @pytest.fixture(scope="module")
