@@ -35,7 +35,7 @@ from .._errors import AxisResourceError
 from .._tensor import NamedTensor
 from ._dtensor_autograd import _saved_as_dtensors
 from ._dtensor_local import local_einsum, local_sum, settled_extreme, settled_placements
-from ._dtensor_spmd import LocalShardEngine, NeedsGlobal, local_path_allowed
+from ._dtensor_spmd import local_path_allowed, run_on_local_shards
 from ._rank_check import check_ranks_agree, structure_key
 
 __all__ = ["DTensorEngine", "device_mesh"]
@@ -359,8 +359,6 @@ _MAX_CHECKED = 256
 # Whether calls may run on each rank's shards (:mod:`._dtensor_spmd`); False runs every
 # call on DTensors (tests compare the two paths).
 LOCAL_SHARDS = True
-# (program, plan, input structure) of the calls found to need the DTensor path
-_GLOBAL_ONLY: set = set()
 
 
 class DTensorEngine(EngineBase):
@@ -571,22 +569,9 @@ class DTensorEngine(EngineBase):
         if self.check_inputs:
             self._check(leaves)
         if engine is None and LOCAL_SHARDS and local_path_allowed():
-            try:
-                key = (self.program, tuple(self.plan.mesh_axes.items()), structure_key(leaves))
-                hash(key)
-            except TypeError:
-                key = None
-            if key is None or key not in _GLOBAL_ONLY:
-                try:
-                    outs = LocalShardEngine(self).run(body, leaves)
-                    SUMMARY.local_shard_runs += 1
-                    return outs
-                except NeedsGlobal:
-                    SUMMARY.dtensor_fallbacks += 1
-                    if key is not None:
-                        if len(_GLOBAL_ONLY) >= _MAX_CHECKED:
-                            _GLOBAL_ONLY.clear()
-                        _GLOBAL_ONLY.add(key)
+            outs = run_on_local_shards(self, body, leaves, SUMMARY)
+            if outs is not None:
+                return outs
         SUMMARY.dtensor_runs += 1
         dleaves = self.to_dtensors(leaves)
         with implicit_replication(), _saved_as_dtensors(self.device_mesh):

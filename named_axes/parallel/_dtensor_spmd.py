@@ -20,12 +20,13 @@ that (a backward pass is linear in the cotangents), so only the edges need care:
   (one flat all-reduce for all of them, sharded gradients stay sharded);
 - an output's cotangent, replicated on a mesh dim, is split evenly over that dim's ranks.
 
-What this path does not do, the program does on the DTensor path (``DTensorEngine.run``
-catches :class:`NeedsGlobal` before any result escapes and runs the call again there,
-and remembers the program): a named reduction or a non-reducing collective
-(``all_gather``, ``ppermute``, ...) over a split axis, a collective over a split axis
-inside a derivative taken within the body, calls under a trace, ``vmap``, forward-mode
-AD or a ``SerialLoop``.
+What this path does not do, the program does on the DTensor path
+(:func:`run_on_local_shards` catches :class:`NeedsGlobal` before any result escapes and
+remembers the program; ``DTensorEngine.run`` then runs the call again on DTensors): a
+named reduction or a non-reducing collective (``all_gather``, ``ppermute``, ...) over a
+split axis, a collective over a split axis inside a derivative taken within the body or
+over a value holding two split axes of one mesh dim, calls under a trace, ``vmap``,
+forward-mode AD or a ``SerialLoop``.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ import torch
 from .._tensor import NamedTensor
 from ._serial import SerialEngine, _as_tuple, _carries, _functorch_level, _names_of
 
-__all__ = ["LocalShardEngine", "NeedsGlobal", "local_path_allowed"]
+__all__ = ["LocalShardEngine", "NeedsGlobal", "local_path_allowed", "run_on_local_shards"]
 
 
 class NeedsGlobal(Exception):
@@ -65,6 +66,37 @@ def local_path_allowed() -> bool:
 
     grad = torch._C._functorch.TransformType.Grad
     return all(i.key() == grad for i in retrieve_all_functorch_interpreters())
+
+
+# (program, plan, input structure) of the calls found to need the DTensor path
+_GLOBAL_ONLY: set = set()
+_GLOBAL_ONLY_MAX = 256
+
+
+def run_on_local_shards(outer: Any, body: Callable, leaves: list, summary: Any) -> list | None:
+    """The call on each rank's shards, or None when the program needs the DTensor path
+    (found now, or remembered by its function, plan and input structure); ``summary``
+    (the engine's communication summary) counts which."""
+    from ._rank_check import structure_key
+
+    try:
+        key = (outer.program, tuple(outer.plan.mesh_axes.items()), structure_key(leaves))
+        hash(key)
+    except TypeError:   # an unhashable leaf: try every call
+        key = None
+    if key is not None and key in _GLOBAL_ONLY:
+        return None
+    try:
+        outs = LocalShardEngine(outer).run(body, leaves)
+    except NeedsGlobal:
+        summary.dtensor_fallbacks += 1
+        if key is not None:
+            if len(_GLOBAL_ONLY) >= _GLOBAL_ONLY_MAX:
+                _GLOBAL_ONLY.clear()
+            _GLOBAL_ONLY.add(key)
+        return None
+    summary.local_shard_runs += 1
+    return outs
 
 
 def _groups(dm, dims: tuple) -> list:
