@@ -191,15 +191,51 @@ class LocalShardEngine(SerialEngine):
 
     # -- running -------------------------------------------------------------------------
     def run(self, body: Callable, leaves: list) -> list:
-        outer = self.outer
-        dleaves = outer.to_dtensors(leaves)
-        local = [_to_local(x) for x in dleaves]
         self._level = _functorch_level()
-        outs = body(local, engine=self)
-        return [self._to_dtensor(o) for o in outs]
+        outs = body(self._to_local(leaves), engine=self)
+        return [self._to_output(o) for o in outs]
 
-    def _to_dtensor(self, leaf: Any) -> Any:
-        from ._dtensor import _placements
+    def _to_local(self, leaves: list) -> list:
+        """This rank's shard of each input leaf.  A full tensor on this device that needs
+        no gradient, or is replicated (no split axis), is sliced here -- the replicated
+        ones' gradients, the ranks' partial sums, all-reduced together by one
+        :class:`_SumGradsOverRanks` -- and the rest go through DTensors (the engine's
+        input conversion: layout checks, redistribution, sharded gradients)."""
+        from ._dtensor import SUMMARY
+
+        out, via_dtensor, replicated = list(leaves), [], []
+        for i, leaf in enumerate(leaves):
+            data = leaf._data if isinstance(leaf, NamedTensor) else leaf
+            if not isinstance(data, torch.Tensor):
+                continue
+            names = leaf._names if isinstance(leaf, NamedTensor) else ()
+            if type(data).__name__ == "DTensor" or data.device != self.outer.device:
+                via_dtensor.append(i)
+                continue
+            self.outer._check_names(names, f"argument leaf {i}")
+            if data.requires_grad and torch.is_grad_enabled():
+                (via_dtensor if any(n in self.loops for n in names) else replicated).append(i)
+            else:
+                out[i] = self._slice(leaf, self._chunk)
+                SUMMARY.distributed_inputs += 1
+        if replicated:
+            SUMMARY.distributed_inputs += len(replicated)
+            datas = _SumGradsOverRanks.apply(
+                self.dm, *[getattr(leaves[i], "_data", leaves[i]) for i in replicated])
+            for i, d in zip(replicated, datas):
+                leaf = leaves[i]
+                out[i] = NamedTensor._wrap(d, leaf._names) if isinstance(leaf, NamedTensor) else d
+        if via_dtensor:
+            dleaves = self.outer.to_dtensors([leaves[i] for i in via_dtensor])
+            for i, d in zip(via_dtensor, dleaves):
+                out[i] = _to_local(d)
+        return out
+
+    def _to_output(self, leaf: Any) -> Any:
+        """An output leaf as the engine returns it: a fully replicated one as it is when
+        full outputs are asked for (its cotangent split over the ranks), else the DTensor
+        laid out per the plan (:meth:`DTensorEngine.from_dtensor` takes it from there)."""
+        from ._dtensor import SUMMARY, _placements
 
         if isinstance(leaf, NamedTensor):
             data, names = leaf._data, leaf._names
@@ -207,6 +243,10 @@ class LocalShardEngine(SerialEngine):
             data, names = leaf, ()
         else:
             return leaf
+        if self.outer._out_mode() == "full" and not any(n in self.loops for n in names):
+            SUMMARY.full_outputs += 1
+            data = _SplitCotangent.apply(data, self.dm.size()) if data.requires_grad else data
+            return NamedTensor._wrap(data, names) if names else data
         places = _placements(self.outer.plan, names, data.dim() - len(names))
         shape = list(data.shape)
         for i, n in enumerate(names):
@@ -296,6 +336,53 @@ def _to_local(leaf: Any) -> Any:
     grads = [Partial() if p.is_replicate() else p for p in data.placements]
     local = data.to_local(grad_placements=grads)
     return NamedTensor._wrap(local, leaf._names) if isinstance(leaf, NamedTensor) else local
+
+
+class _SumGradsOverRanks(torch.autograd.Function):
+    """Replicated full inputs, as they are; backward: their gradients (each rank's
+    partial sum) all-reduced over every rank in one flat buffer per dtype."""
+
+    @staticmethod
+    def forward(dm, *xs):
+        return tuple(x.view_as(x) for x in xs)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.dm = inputs[0]
+
+    @staticmethod
+    def backward(ctx, *gs):
+        out = list(gs)
+        by_dtype: dict = {}
+        for i, g in enumerate(gs):
+            if g is not None:
+                by_dtype.setdefault(g.dtype, []).append(i)
+        groups = _groups(ctx.dm, tuple(range(ctx.dm.ndim)))
+        for idx in by_dtype.values():
+            flat = _SumOverRanks.apply(torch.cat([gs[i].reshape(-1) for i in idx]), groups)
+            at = 0
+            for i in idx:
+                n = gs[i].numel()
+                out[i] = flat[at:at + n].view(gs[i].shape)
+                at += n
+        return (None, *out)
+
+
+class _SplitCotangent(torch.autograd.Function):
+    """A fully replicated output, as it is; backward: its cotangent (the same on every
+    rank) split evenly over the ranks, whose local cotangents sum to the true one."""
+
+    @staticmethod
+    def forward(x, n):
+        return x.view_as(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.n = inputs[1]
+
+    @staticmethod
+    def backward(ctx, g):
+        return g / ctx.n, None
 
 
 class _FromLocal(torch.autograd.Function):
