@@ -389,21 +389,6 @@ class DTensorEngine(EngineBase):
                     f"axis order {self.plan.mesh_axis_names!r}; the DTensor engine splits a dim "
                     f"over several mesh axes in mesh order only: list them in that order")
 
-    def _split_spec(self, leaf: Any, what: str):
-        """``(data, placements)`` for a full input leaf to split, or None to pass it through."""
-        if isinstance(leaf, NamedTensor):
-            data, names = leaf._data, leaf._names
-        elif isinstance(leaf, torch.Tensor):
-            data, names = leaf, ()
-        else:
-            return None
-        if type(data).__name__ == "DTensor":
-            return None
-        self._check_names(names, what)
-        if data.device != self.device:
-            data = data.to(self.device)
-        return data, _placements(self.plan, names, data.dim() - len(names))
-
     def _mismatch(self, dt, want, names: tuple, what: str) -> str:
         have = _fmt_place(dt.placements)
         return (f"{what} (named axes {names!r}, global shape {tuple(dt.shape)}) is a DTensor "

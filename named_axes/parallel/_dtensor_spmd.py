@@ -36,6 +36,7 @@ from typing import Any, Callable
 import torch
 
 from .._tensor import NamedTensor
+from ..lax._ops import scale_grad
 from ._serial import SerialEngine, _as_tuple, _carries, _functorch_level, _names_of
 
 __all__ = ["LocalShardEngine", "NeedsGlobal", "local_path_allowed", "run_on_local_shards"]
@@ -228,7 +229,7 @@ class LocalShardEngine(SerialEngine):
         if via_dtensor:
             dleaves = self.outer.to_dtensors([leaves[i] for i in via_dtensor])
             for i, d in zip(via_dtensor, dleaves):
-                out[i] = _to_local(d)
+                out[i] = _local_shard(d)
         return out
 
     def _to_output(self, leaf: Any) -> Any:
@@ -245,7 +246,7 @@ class LocalShardEngine(SerialEngine):
             return leaf
         if self.outer._out_mode() == "full" and not any(n in self.loops for n in names):
             SUMMARY.full_outputs += 1
-            data = _SplitCotangent.apply(data, self.dm.size()) if data.requires_grad else data
+            data = scale_grad(data, 1 / self.dm.size())   # the cotangent, split over the ranks
             return NamedTensor._wrap(data, names) if names else data
         places = _placements(self.outer.plan, names, data.dim() - len(names))
         shape = list(data.shape)
@@ -325,7 +326,7 @@ class LocalShardEngine(SerialEngine):
             raise NeedsGlobal(op)
 
 
-def _to_local(leaf: Any) -> Any:
+def _local_shard(leaf: Any) -> Any:
     """A NamedTensor over a DTensor -> over its local shard; the gradient handed back is a
     partial sum over the mesh dims the value is replicated on (module docstring)."""
     data = leaf._data if isinstance(leaf, NamedTensor) else leaf
@@ -366,23 +367,6 @@ class _SumGradsOverRanks(torch.autograd.Function):
                 out[i] = flat[at:at + n].view(gs[i].shape)
                 at += n
         return (None, *out)
-
-
-class _SplitCotangent(torch.autograd.Function):
-    """A fully replicated output, as it is; backward: its cotangent (the same on every
-    rank) split evenly over the ranks, whose local cotangents sum to the true one."""
-
-    @staticmethod
-    def forward(x, n):
-        return x.view_as(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.n = inputs[1]
-
-    @staticmethod
-    def backward(ctx, g):
-        return g / ctx.n, None
 
 
 class _FromLocal(torch.autograd.Function):
