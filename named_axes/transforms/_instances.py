@@ -120,6 +120,23 @@ def _concrete(t) -> bool:
             and not torch.compiler.is_compiling())
 
 
+# Copies along an axis are folded when equal up to this many units in the last place:
+# the same sum reduced in another order (gloo's ring all-reduce adds each part of the
+# buffer starting at a different rank) differs in the last bits, and the named shape of
+# a result must not depend on where it ran (mesh oracle, seed 101, p101_00160).
+_FOLD_ULPS = 16
+
+
+def _copies_agree(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Elementwise: ``a`` and ``b`` are equal, or (floating and complex dtypes) within
+    ``_FOLD_ULPS`` units in the last place of the larger magnitude."""
+    same = a == b
+    if not (a.is_floating_point() or a.is_complex()):
+        return same
+    eps = torch.finfo(a.dtype).eps
+    return same | ((a - b).abs() <= _FOLD_ULPS * eps * torch.maximum(a.abs(), b.abs()))
+
+
 def _same_in_every_chunk(value: NamedTensor, name: str, chunked: tuple) -> bool:
     """Whether ``value``'s slices along the loop axis ``name`` are all equal, across
     every chunk: the largest and smallest instance agree (one replayed collective, so
@@ -133,8 +150,8 @@ def _same_in_every_chunk(value: NamedTensor, name: str, chunked: tuple) -> bool:
         rest = tuple(m for m in chunked if m != name)
         if not rest:
             hi, neg_lo = (t._data if type(t) is NamedTensor else t for t in (hi, neg_lo))
-            return bool(torch.equal(hi, -neg_lo))
-        same = hi._data == -neg_lo._data
+            return bool(_copies_agree(hi, -neg_lo).all())
+        same = _copies_agree(hi._data, -neg_lo._data)
         keep = [hi._names.index(m) for m in rest]   # in ``names`` order, as ``rest``
         other = tuple(i for i in range(same.dim()) if i not in keep)
         per = (same.all(dim=other) if other else same).to(torch.float32)
@@ -152,7 +169,7 @@ def _equal_along_in_every_chunk(value: NamedTensor, name: str, chunked: tuple) -
     keep = [names.index(m) for m in chunked]   # in ``names`` order, as ``chunked``
     other = tuple(i for i in range(data.dim()) if i not in keep)
     with torch.no_grad():
-        same = data == data.narrow(d, 0, 1)
+        same = _copies_agree(data, data.narrow(d, 0, 1))
         per = (same.all(dim=other) if other else same).to(torch.float32)
         everywhere = pmin(NamedTensor._wrap(per, chunked), chunked)
     return bool(torch.equal(everywhere, torch.ones_like(everywhere)))
@@ -168,7 +185,8 @@ FOLD_MISSES = [0]   # lookups under tracing that found no eager decision
 
 def drop_replicated(items: list) -> list:
     """Each ``(value, candidates, key)`` of ``items`` as ``value`` (a NamedTensor)
-    without the ``candidates`` axes along which its slices are all equal.
+    without the ``candidates`` axes along which its slices are all equal (to a few units
+    in the last place: ``_copies_agree``).
 
     The differentiated inputs are broadcast along the axes a closed-over value carries,
     so a result that JAX computes once (unbatched) comes out once per instance, all
@@ -210,7 +228,7 @@ def drop_replicated(items: list) -> list:
                 checks.append((n, _equal_along_in_every_chunk(value, n, chunked)))
             else:
                 checks.append((n, len(tests)))
-                tests.append((data == data.narrow(d, 0, 1)).all())
+                tests.append(_copies_agree(data, data.narrow(d, 0, 1)).all())
         plans.append((full, names, checks))
     answers = _read_all(tests)
     out = []
