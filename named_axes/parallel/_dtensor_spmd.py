@@ -20,6 +20,15 @@ that (a backward pass is linear in the cotangents), so only the edges need care:
   (one flat all-reduce for all of them, sharded gradients stay sharded);
 - an output's cotangent, replicated on a mesh dim, is split evenly over that dim's ranks.
 
+One shortcut keeps the loss's ``pmean`` from costing an all-reduce in the backward, as
+DTensor's placements avoid it: a cotangent known to be the same on every rank of some
+mesh dims is marked so (:func:`_mark_uniform`: the output edge marks what it hands in,
+and the nodes between the output and the collective that only negate, add, reshape or
+scale by a constant pass the mark on), and the transpose of a ``psum`` over those dims
+multiplies by their ranks instead of all-reducing (the same value, no round trip).  The
+mark is a fact about the values and is checked against the tensor's version counter,
+so a cotangent accumulated from another use, or changed in place, is all-reduced.
+
 What this path does not do, the program does on the DTensor path
 (:func:`run_on_local_shards` catches :class:`NeedsGlobal` before any result escapes and
 remembers the program; ``DTensorEngine.run`` then runs the call again on DTensors): a
@@ -36,7 +45,6 @@ from typing import Any, Callable
 import torch
 
 from .._tensor import NamedTensor
-from ..lax._ops import scale_grad
 from ._serial import SerialEngine, _as_tuple, _carries, _functorch_level, _names_of
 
 __all__ = ["LocalShardEngine", "NeedsGlobal", "local_path_allowed", "run_on_local_shards"]
@@ -118,8 +126,94 @@ def _all_reduce(x: torch.Tensor, groups: list, op: str) -> torch.Tensor:
     return torch.view_as_complex(buf) if out.is_complex() else buf
 
 
+_UNIFORM = "_nx_uniform"   # (version, DeviceMesh, mesh dims) on a cotangent (module docstring)
+
+
+def _mark_uniform(t: torch.Tensor, dm, dims: frozenset) -> torch.Tensor:
+    """Mark ``t`` as holding the same values on every rank along the mesh dims ``dims``."""
+    if dims:
+        setattr(t, _UNIFORM, (t._version, dm, dims))
+    return t
+
+
+def _uniform_dims(t: torch.Tensor, dm) -> frozenset:
+    """The mesh dims of ``dm`` along which ``t`` is marked the same on every rank (none
+    once ``t`` changed in place after the mark)."""
+    mark = getattr(t, _UNIFORM, None)
+    if mark is None or mark[0] != t._version or mark[1] is not dm:
+        return frozenset()
+    return mark[2]
+
+
+# Backward nodes that map a cotangent the same on every rank to one that is: they negate,
+# add (each operand gets the cotangent), reshape, reduce or broadcast it -- nothing of the
+# rank's own data enters.
+_KEEPS_UNIFORM = frozenset({
+    "NegBackward0", "AddBackward0", "SubBackward0", "RsubBackward1", "CloneBackward0",
+    "AliasBackward0", "ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0",
+    "UnsqueezeBackward0", "SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2",
+    "PermuteBackward0", "TransposeBackward0", "TBackward0", "ExpandBackward0",
+    "SumBackward0", "SumBackward1", "MeanBackward0", "MeanBackward1", "ToCopyBackward0"})
+
+
+def _pass_uniform(dm):
+    """A node post-hook: the node's input cotangents are the same on every rank along
+    the dims its incoming ones all are (for nodes that keep that, ``_KEEPS_UNIFORM``)."""
+    def hook(grad_inputs, grad_outputs):
+        given = [g for g in grad_outputs if g is not None]
+        if not given:
+            return
+        dims = frozenset.intersection(*(_uniform_dims(g, dm) for g in given))
+        for g in grad_inputs:
+            if g is not None:
+                _mark_uniform(g, dm, dims)
+    return hook
+
+
+def _mark_path_to_collectives(t: torch.Tensor, dm, limit: int = 32) -> None:
+    """Let a mark on ``t``'s cotangent travel back to the collectives ``t`` was made from:
+    a post-hook on each node that keeps it (``_KEEPS_UNIFORM``) on a path from ``t`` to a
+    ``psum`` or a ``pmean``'s division (at most ``limit`` nodes looked at)."""
+    seen: dict = {}   # node -> whether it leads to a collective
+
+    def leads(node) -> bool:
+        if node is None or len(seen) >= limit:
+            return False
+        if node in seen:
+            return seen[node]
+        kind = type(node).__name__
+        if kind in _MARK_TARGETS:
+            seen[node] = True
+            return True
+        seen[node] = False
+        if kind not in _KEEPS_UNIFORM:
+            return False
+        found = [leads(nxt) for nxt, _ in node.next_functions]
+        if any(found):
+            seen[node] = True
+            node.register_hook(_pass_uniform(dm))
+        return seen[node]
+
+    leads(t.grad_fn)
+
+
+def _sum_of_cotangents(g: torch.Tensor, groups: list) -> torch.Tensor:
+    """``g`` summed over the ranks of ``groups``: an all-reduce, or, where ``g`` is marked
+    the same on all of them, ``g`` times their number."""
+    dm = groups[0][0]
+    dims = frozenset(d for _, d in groups)
+    uniform = _uniform_dims(g, dm)
+    if not dims <= uniform:
+        return _SumOverRanks.apply(g, groups)
+    ranks = 1
+    for d in dims:
+        ranks *= dm.size(d)
+    return _mark_uniform(g * ranks, dm, uniform)
+
+
 class _SumOverRanks(torch.autograd.Function):
-    """``psum`` across ranks: an all-reduce; its transpose is the same all-reduce."""
+    """``psum`` across ranks: an all-reduce; its transpose is the same all-reduce (or
+    less: :func:`_sum_of_cotangents`)."""
 
     @staticmethod
     def forward(x, groups):
@@ -131,7 +225,27 @@ class _SumOverRanks(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        return _SumOverRanks.apply(g, ctx.groups), None
+        return _sum_of_cotangents(g, ctx.groups), None
+
+
+class _DivideByCount(torch.autograd.Function):
+    """``pmean``'s division of the ``psum`` by the instance count; the cotangent keeps
+    its mark."""
+
+    @staticmethod
+    def forward(x, count, dm):
+        return x / count
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.count, ctx.dm = inputs[1], inputs[2]
+
+    @staticmethod
+    def backward(ctx, g):
+        return _mark_uniform(g / ctx.count, ctx.dm, _uniform_dims(g, ctx.dm)), None, None
+
+
+_MARK_TARGETS = frozenset({"_SumOverRanksBackward", "_DivideByCountBackward"})
 
 
 class _ExtremeOverRanks(torch.autograd.Function):
@@ -149,7 +263,7 @@ class _ExtremeOverRanks(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        return _SumOverRanks.apply(g, ctx.groups) * ctx.share, None, None
+        return _sum_of_cotangents(g, ctx.groups) * ctx.share, None, None
 
 
 def _extreme(x: torch.Tensor, kind: str, groups: list) -> torch.Tensor:
@@ -246,7 +360,9 @@ class LocalShardEngine(SerialEngine):
             return leaf
         if self.outer._out_mode() == "full" and not any(n in self.loops for n in names):
             SUMMARY.full_outputs += 1
-            data = scale_grad(data, 1 / self.dm.size())   # the cotangent, split over the ranks
+            if data.requires_grad and torch.is_grad_enabled():
+                _mark_path_to_collectives(data, self.dm)
+                data = _ReplicatedOutput.apply(data, self.dm)
             return NamedTensor._wrap(data, names) if names else data
         places = _placements(self.outer.plan, names, data.dim() - len(names))
         shape = list(data.shape)
@@ -256,6 +372,11 @@ class LocalShardEngine(SerialEngine):
         return self.outer.from_dtensor(NamedTensor._wrap(dt, names) if names else dt)
 
     # -- the collectives -----------------------------------------------------------------
+    def _mean(self, total: Any, count: int) -> Any:
+        data = total._data if isinstance(total, NamedTensor) else total
+        out = _DivideByCount.apply(data, count, self.dm)
+        return NamedTensor._wrap(out, total._names) if isinstance(total, NamedTensor) else out
+
     def _combine(self, op: str, axis_name: Any, names: tuple, operands: tuple,
                  carried: list, partial: Any) -> Any:
         """The collective over every rank, from this rank's ``partial`` over the
@@ -264,6 +385,8 @@ class LocalShardEngine(SerialEngine):
         dims = tuple(sorted({d for n in carried for d in self.mesh_dims[n]}))
         groups = _groups(self.dm, dims)
         data = partial._data if isinstance(partial, NamedTensor) else partial
+        if data.requires_grad and torch.is_grad_enabled():
+            _mark_path_to_collectives(data, self.dm)   # e.g. pmean(pmean(x, 'b'), 'c')
         if op in ("psum", "pdot"):
             out = _SumOverRanks.apply(data, groups)
         else:
@@ -369,6 +492,24 @@ class _SumGradsOverRanks(torch.autograd.Function):
         return (None, *out)
 
 
+class _ReplicatedOutput(torch.autograd.Function):
+    """A full output, the same on every rank, as it is; backward: the cotangent (the same
+    on every rank) split evenly over the ranks, marked as the same on all of them."""
+
+    @staticmethod
+    def forward(x, dm):
+        return x.view_as(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.dm = inputs[1]
+
+    @staticmethod
+    def backward(ctx, g):
+        dm = ctx.dm
+        return _mark_uniform(g / dm.size(), dm, frozenset(range(dm.ndim))), None
+
+
 class _FromLocal(torch.autograd.Function):
     """This rank's shard of an output -> the DTensor laid out per the plan; backward: the
     cotangent's local part, split evenly over the ranks of each mesh dim the output is
@@ -407,4 +548,5 @@ class _FromLocal(torch.autograd.Function):
         if list(g.placements) != want:
             g = g.redistribute(ctx.dm, want)
         local = g.to_local()
-        return (local / split if split != 1 else local), None, None, None
+        same = frozenset(d for d, p in enumerate(want) if p.is_replicate())
+        return _mark_uniform(local / split, ctx.dm, same), None, None, None

@@ -273,13 +273,17 @@ class SerialEngine(EngineBase):
         carried = [n for n in self.names if n in names and any(_carries(v, n) for v in operands)]
         if op == "pmean" and carried:
             total = self._reducing("psum", *args, **kwargs)
-            return total / _prod(self.sizes.get(n) or _env_size(n) for n in names)
+            return self._mean(total, _prod(self.sizes.get(n) or _env_size(n) for n in names))
         if carried:
             self._check_not_differentiated(op, carried)
         local = self._default(op, *args, **kwargs)
         if not carried:
             return local
         return self._combine(op, axis_name, names, operands, carried, local)
+
+    def _mean(self, total: Any, count: int) -> Any:
+        """``pmean`` from the ``psum`` over every chunk."""
+        return total / count
 
     def _combine(self, op: str, axis_name: Any, names: tuple, operands: tuple,
                  carried: list, local: Any) -> Any:

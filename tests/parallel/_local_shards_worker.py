@@ -225,5 +225,67 @@ def folding(rank, results):
                                        {"a": "x", "c": "y"}, (w, x), mesh_2d())
 
 
+def _backward_all_reduces(f, in_axes, out_axes, res, args, mesh, outputs_dtensor=False):
+    """How many all-reduces the backward of ``sum(out * cotangent)`` issues."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    xs = [a.clone().requires_grad_() for a in args]
+    with mesh:
+        out = nx.xmap(f, in_axes=in_axes, out_axes=out_axes, axis_resources=res)(*xs)
+    loss = sum((o * (i + 2)).sum() for i, o in enumerate(_leaves(out)))
+    if outputs_dtensor:
+        loss = loss.full_tensor()
+    mode = CommDebugMode()
+    with mode:
+        loss.backward()
+    return sum(int(v) for k, v in mode.get_comm_counts().items() if "all_reduce" in str(k))
+
+
+def uniform_cotangents(rank, results):
+    # psum's transpose is an all-reduce of the cotangent, skipped where the cotangent is
+    # known to be the same on every rank: a full output's, carried back through nodes that
+    # negate / add / reshape / divide by the pmean's count.  Whatever else reaches the
+    # collective (another use of its value, a per-rank factor) keeps the all-reduce.
+    w, x = torch.linspace(-1, 1, 3), torch.linspace(-2, 2, 8 * 3).reshape(8, 3)
+    ax = ([...], ["b", ...])
+    cases = {
+        # name: (f, out_axes, backward all-reduces on the 1-d mesh: the weight's gradient
+        # is replicated, one flat all-reduce; + 1 where the loss's cotangent needs one)
+        "neg_pmean": (lambda w, x: -nx.lax.pmean(torch.sin(x * w).sum(), "b"), [...], 1),
+        "pmean_reshaped": (lambda w, x: (nx.lax.pmean(torch.sin(x * w), "b") + 1.0)
+                           .reshape(3, 1).sum(0), [...], 1),
+        "psum_two_outputs": (lambda w, x: (nx.lax.psum(torch.sin(x * w), "b"),
+                                           -nx.lax.pmean(x * w, "b")), ([...], [...]), 1),
+        # the psum's value is also used by each rank's own instances
+        "psum_used_again": (lambda w, x: (nx.lax.psum(torch.sin(x * w), "b"),
+                                          x * nx.lax.psum(torch.sin(x * w), "b")),
+                            ([...], ["b", ...]), 2),
+        "psum_times_local": (lambda w, x: (nx.lax.psum(torch.sin(x * w), "b") * x),
+                             ["b", ...], 2),
+    }
+    for name, (f, out_axes, want) in cases.items():
+        results[f"uniform_{name}"] = compare(f, ax, out_axes, {"b": "x"}, (w, x), mesh_1d())
+        results[f"uniform_{name}"]["backward_all_reduces"] = _backward_all_reduces(
+            f, ax, out_axes, {"b": "x"}, (w, x), mesh_1d())
+        results[f"uniform_{name}"]["want_all_reduces"] = want
+    # two mesh dims, one pmean over each (the inner one's cotangent is marked by the outer)
+    f = lambda w, x: nx.lax.pmean(nx.lax.pmean(torch.sin(x * w), "b"), "c")  # noqa: E731
+    args = (w, torch.linspace(-2, 2, 4 * 2 * 3).reshape(4, 2, 3))
+    ax2 = ([...], ["b", "c", ...])
+    results["uniform_two_mesh_dims"] = compare(f, ax2, [...], {"b": "x", "c": "y"}, args,
+                                               mesh_2d())
+    results["uniform_two_mesh_dims"]["backward_all_reduces"] = _backward_all_reduces(
+        f, ax2, [...], {"b": "x", "c": "y"}, args, mesh_2d())
+    results["uniform_two_mesh_dims"]["want_all_reduces"] = 2   # the weight's: one per mesh dim
+    # outputs='dtensor': a replicated DTensor output's cotangent is marked too
+    f = lambda w, x: nx.lax.pmean(torch.sin(x * w), "b")  # noqa: E731
+    dmesh = P.Mesh(np.array(P.devices()), ("x",), outputs="dtensor")
+    results["uniform_dtensor_output"] = dict(
+        out_err=0.0, grad_err=0.0, local=1, dtensor=0, fallbacks=0, want_all_reduces=1,
+        backward_all_reduces=_backward_all_reduces(f, ax, [...], {"b": "x"}, (w, x), dmesh,
+                                                   outputs_dtensor=True))
+
+
 if __name__ == "__main__":
-    run_rank([extremes, dtypes, edges, fallback, outer_transforms, dtensor_outputs, folding])
+    run_rank([extremes, dtypes, edges, fallback, outer_transforms, dtensor_outputs, folding,
+              uniform_cotangents])

@@ -93,8 +93,9 @@ def test_no_rank_holds_a_global_parameter_batch_or_gradient(tmp_path):
     backward, Adam): an mp-split weight or its gradient is split over mp on every rank, a
     batch-carrying value over dp, and no collective all-gathers.  The step's collectives:
     the Megatron count (one all-reduce per row-parallel matmul forward and per
-    column-parallel input gradient, two flat gradient all-reduces) and the loss's mean,
-    forward and (a scalar) backward."""
+    column-parallel input gradient, two flat gradient all-reduces) and the loss's mean in
+    the forward -- the layout's minimum (its cotangent, the same on every rank, needs no
+    all-reduce in the backward)."""
     from _ranks import launch
 
     ranks = launch(os.path.join(os.path.dirname(__file__), "_gpt_mesh_audit_worker.py"), 4,
@@ -106,7 +107,8 @@ def test_no_rank_holds_a_global_parameter_batch_or_gradient(tmp_path):
         assert res["grad_local_shapes"] == res["param_local_shapes"]
     comms = ranks[0]["comms"]
     # 1 layer, the body on each rank's shards: forward 2 row-parallel psums + 1 loss mean;
-    # backward the same 3 psums transposed (2 of them are Megatron's column-parallel input
-    # all-reduces, the third is the loss's scalar cotangent); gradients: one flat
-    # all-reduce over dp, one over mp (layer-norm/bias partial sums)
-    assert comms == {"all_reduce": 6, "allreduce_": 2}, comms
+    # backward the 2 row-parallel psums transposed (Megatron's column-parallel input
+    # all-reduces; the loss mean's transpose needs none: its cotangent is the same on every
+    # rank); gradients: one flat all-reduce over dp, one over mp (layer-norm/bias partial
+    # sums)
+    assert comms == {"all_reduce": 5, "allreduce_": 2}, comms

@@ -3,10 +3,11 @@
 A data-parallel step (every rank passes the full inputs, gets the full loss, and the full
 gradients reach the inputs) needs: the engine's cross-rank input check (one all-gather of
 a digest, on the first call with a given input structure), one all-reduce for the loss,
-one (of a scalar) for its cotangent in the backward -- the body runs on each rank's
-shards, where ``psum`` transposes to an all-reduce of the cotangent -- and the weights'
-gradients all-reduced -- in one collective for all of them, where hand-written code
-issues one per weight.
+and the weights' gradients all-reduced -- in one collective for all of them, where
+hand-written code issues one per weight.  The loss's cotangent needs none: the body runs
+on each rank's shards, where ``psum`` transposes to an all-reduce of the cotangent, but
+the cotangent handed to a full output is the same on every rank and the engine knows it
+(as DTensor's placements do).
 """
 from __future__ import annotations
 
@@ -37,17 +38,16 @@ def test_full_loss_and_gradients_on_every_rank(ranks, case):
 
 
 def test_data_parallel_step_collectives(ranks):
-    # check + loss all-reduce (forward and backward) + ONE all-reduce for both weight
-    # gradients
+    # check + loss all-reduce (forward only) + ONE all-reduce for both weight gradients
     for res in ranks:
-        assert res["batch"]["comms"] == {"allgather_": 1, "all_reduce": 3}
+        assert res["batch"]["comms"] == {"allgather_": 1, "all_reduce": 2}
 
 
 def test_sharded_input_gradient_is_gathered_once(ranks):
     # the images' gradient is sharded like the images: one all-gather makes it full (no
     # input check: this input structure was checked by the first call)
     for res in ranks:
-        assert res["batch_images"]["comms"] == {"all_reduce": 3, "all_gather_into_tensor": 1}
+        assert res["batch_images"]["comms"] == {"all_reduce": 2, "all_gather_into_tensor": 1}
 
 
 def test_one_input_check_per_input_structure(ranks):

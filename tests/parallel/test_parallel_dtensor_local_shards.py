@@ -27,7 +27,11 @@ def ranks(tmp_path_factory):
                   tmp_path_factory.mktemp("local_shards"), timeout=300)
 
 
-@pytest.mark.parametrize("case", COMPARED)
+UNIFORM = ["neg_pmean", "pmean_reshaped", "psum_two_outputs", "psum_used_again",
+           "psum_times_local", "two_mesh_dims", "dtensor_output"]
+
+
+@pytest.mark.parametrize("case", COMPARED + [f"uniform_{c}" for c in UNIFORM])
 def test_local_shards_equal_vectorized(ranks, case):
     for r, res in enumerate(ranks):
         got = res[case]
@@ -63,3 +67,14 @@ def test_dtensor_outputs_backward(ranks):
     for r, res in enumerate(ranks):
         got = res["dtensor_outputs"]
         assert got["type"] == "DTensor" and got["err"] < 1e-12 and got["local"] == 1, (r, got)
+
+
+@pytest.mark.parametrize("case", UNIFORM)
+def test_a_cotangent_the_same_on_every_rank_is_not_all_reduced(ranks, case):
+    """psum transposes to an all-reduce of the cotangent; where the cotangent reaching it is
+    known to be the same on every rank (a full output's, through negation, addition,
+    reshapes, the pmean's division) it is multiplied by the ranks instead -- the loss's
+    cotangent costs no round trip -- and anything rank-dependent keeps the all-reduce."""
+    for r, res in enumerate(ranks):
+        got = res[f"uniform_{case}"]
+        assert got["backward_all_reduces"] == got["want_all_reduces"], (r, got)
