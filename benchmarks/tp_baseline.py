@@ -2,7 +2,8 @@
 torch modules, tensor-parallel with ``parallelize_module`` (``ColwiseParallel`` for the
 query/key/value and MLP-up projections, ``RowwiseParallel`` for the attention output
 and MLP-down ones, Megatron's layout) over ``mp``, and data-parallel over ``dp`` by an
-all-reduce of the gradients in one bucket (a hand-written DDP), then ``torch.optim.Adam``.
+all-reduce of the gradients in one bucket (a hand-written DDP), then ``torch.optim.Adam``
+(``foreach=True``, as the named program: one dispatch per update op for all parameters).
 
     torchrun --nproc-per-node=4 benchmarks/tp_baseline.py --out r.json [gpt_mesh's flags]
 
@@ -26,6 +27,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                parallelize_module)
 
@@ -95,7 +97,12 @@ def main(argv=None) -> dict:
     model = model.to(getattr(torch, args.dtype))
     for block in model.blocks:
         parallelize_module(block, mesh["mp"], TP_PLAN)
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    # foreach, as the named version: DTensor and plain parameters in separate groups (one
+    # foreach call cannot mix them)
+    params = list(model.parameters())
+    opt = torch.optim.Adam([{"params": [p for p in params if isinstance(p, DTensor)]},
+                            {"params": [p for p in params if not isinstance(p, DTensor)]}],
+                           lr=args.lr, foreach=True)
     dp_group, dp = mesh["dp"].get_group(), mesh["dp"].size()
     rows = slice(mesh["dp"].get_local_rank() * (args.batch // dp),
                  (mesh["dp"].get_local_rank() + 1) * (args.batch // dp))

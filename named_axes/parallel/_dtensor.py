@@ -286,7 +286,6 @@ def reduce_to(gs, targets, dm) -> list:
     all-reduce share one flat buffer per dtype and one all-reduce per mesh dim (the
     buffer is ordered so that each mesh dim's part is one contiguous slice); the rest
     redistribute.  Nothing is all-gathered that the target keeps sharded."""
-    import torch.distributed as dist
     from torch.distributed.tensor import DTensor
 
     out = list(gs)
@@ -301,22 +300,32 @@ def reduce_to(gs, targets, dm) -> list:
         else:
             groups.setdefault(g.dtype, []).append((dims, i))
     for members in groups.values():
-        # ordered (0,), (0, 1), (1,), ...: on a 2-D mesh each mesh dim's members are one
-        # contiguous run of the buffer, so one all-reduce per mesh dim
-        members.sort(key=lambda m: (min(m[0]), len(m[0]), m[1]))
-        local = [gs[i].to_local() for _, i in members]
-        flat = torch.cat([t.reshape(-1) for t in local])
-        offsets = [0]
-        for t in local:
-            offsets.append(offsets[-1] + t.numel())
-        for k in sorted({k for dims, _ in members for k in dims}):
-            for lo, hi in _runs([k in dims for dims, _ in members]):
-                dist.all_reduce(flat[offsets[lo]:offsets[hi]], group=dm.get_group(k))
-                SUMMARY.gradient_reductions += 1
-        for (_, i), t, a, b in zip(members, local, offsets, offsets[1:]):
-            out[i] = DTensor.from_local(flat[a:b].view(t.shape), dm, targets[i],
-                                        run_check=False, shape=gs[i].shape,
-                                        stride=gs[i].stride())
+        summed = sum_partials([gs[i].to_local() for _, i in members],
+                              [dims for dims, _ in members], dm)
+        for (_, i), t in zip(members, summed):
+            out[i] = DTensor.from_local(t, dm, targets[i], run_check=False,
+                                        shape=gs[i].shape, stride=gs[i].stride())
+    return out
+
+
+def sum_partials(local: list, dims: list, dm) -> list:
+    """Local tensors of one dtype, each a partial sum over the mesh dims ``dims[i]`` ->
+    summed there: one flat buffer, one all-reduce per mesh dim (ordered (0,), (0, 1),
+    (1,), ...: on a 2-D mesh each mesh dim's members are one contiguous run of it)."""
+    import torch.distributed as dist
+
+    order = sorted(range(len(local)), key=lambda i: (min(dims[i]), len(dims[i]), i))
+    flat = torch.cat([local[i].reshape(-1) for i in order])
+    offsets = [0]
+    for i in order:
+        offsets.append(offsets[-1] + local[i].numel())
+    for k in sorted({k for d in dims for k in d}):
+        for lo, hi in _runs([k in dims[i] for i in order]):
+            dist.all_reduce(flat[offsets[lo]:offsets[hi]], group=dm.get_group(k))
+            SUMMARY.gradient_reductions += 1
+    out = [None] * len(local)
+    for i, a, b in zip(order, offsets, offsets[1:]):
+        out[i] = flat[a:b].view(local[i].shape)
     return out
 
 

@@ -316,19 +316,34 @@ class LocalShardEngine(SerialEngine):
         ones' gradients, the ranks' partial sums, all-reduced together by one
         :class:`_SumGradsOverRanks` -- and the rest go through DTensors (the engine's
         input conversion: layout checks, redistribution, sharded gradients)."""
-        from ._dtensor import SUMMARY
+        from ._dtensor import SUMMARY, _placements
 
-        out, via_dtensor, replicated = list(leaves), [], []
+        out, via_dtensor, replicated, laid_out = list(leaves), [], [], []
+        grad = torch.is_grad_enabled()
         for i, leaf in enumerate(leaves):
             data = leaf._data if isinstance(leaf, NamedTensor) else leaf
             if not isinstance(data, torch.Tensor):
                 continue
             names = leaf._names if isinstance(leaf, NamedTensor) else ()
-            if type(data).__name__ == "DTensor" or data.device != self.outer.device:
+            if type(data).__name__ == "DTensor":
+                # laid out as the plan wants: its local shard, nothing to convert
+                if data.device_mesh is self.dm and tuple(data.placements) == tuple(
+                        _placements(self.outer.plan, names, data.dim() - len(names))):
+                    self.outer._check_names(names, f"argument leaf {i}")
+                    self.outer.sharded_in = True
+                    SUMMARY.sharded_inputs += 1
+                    if data.requires_grad and grad:
+                        laid_out.append(i)
+                    else:
+                        out[i] = _rewrap(leaf, data._local_tensor)
+                    continue
+                via_dtensor.append(i)
+                continue
+            if data.device != self.outer.device:
                 via_dtensor.append(i)
                 continue
             self.outer._check_names(names, f"argument leaf {i}")
-            if data.requires_grad and torch.is_grad_enabled():
+            if data.requires_grad and grad:
                 (via_dtensor if any(n in self.loops for n in names) else replicated).append(i)
             else:
                 out[i] = self._slice(leaf, self._chunk)
@@ -338,8 +353,12 @@ class LocalShardEngine(SerialEngine):
             datas = _SumGradsOverRanks.apply(
                 self.dm, *[getattr(leaves[i], "_data", leaves[i]) for i in replicated])
             for i, d in zip(replicated, datas):
-                leaf = leaves[i]
-                out[i] = NamedTensor._wrap(d, leaf._names) if isinstance(leaf, NamedTensor) else d
+                out[i] = _rewrap(leaves[i], d)
+        if laid_out:
+            locals_ = _ShardsOf.apply(self.dm, *[getattr(leaves[i], "_data", leaves[i])
+                                                 for i in laid_out])
+            for i, d in zip(laid_out, locals_):
+                out[i] = _rewrap(leaves[i], d)
         if via_dtensor:
             dleaves = self.outer.to_dtensors([leaves[i] for i in via_dtensor])
             for i, d in zip(via_dtensor, dleaves):
@@ -460,6 +479,53 @@ def _local_shard(leaf: Any) -> Any:
     grads = [Partial() if p.is_replicate() else p for p in data.placements]
     local = data.to_local(grad_placements=grads)
     return NamedTensor._wrap(local, leaf._names) if isinstance(leaf, NamedTensor) else local
+
+
+def _rewrap(leaf: Any, data: torch.Tensor) -> Any:
+    """``data`` with ``leaf``'s names, if it has any."""
+    return NamedTensor._wrap(data, leaf._names) if isinstance(leaf, NamedTensor) else data
+
+
+class _ShardsOf(torch.autograd.Function):
+    """DTensors laid out as the plan wants -> their local shards; backward: each local
+    gradient, a partial sum over the mesh dims its input is replicated on, summed there
+    (one flat buffer per dtype, :func:`._dtensor.sum_partials`) and handed back as a
+    DTensor laid out like its input -- a sharded parameter's gradient stays sharded."""
+
+    @staticmethod
+    def forward(dm, *xs):
+        return tuple(x._local_tensor.view_as(x._local_tensor) for x in xs)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.dm = inputs[0]
+        ctx.specs = [(tuple(x.placements), x.shape, x.stride()) for x in inputs[1:]]
+
+    @staticmethod
+    def backward(ctx, *gs):
+        from torch.distributed.tensor import DTensor
+
+        from ._dtensor import sum_partials
+
+        out = [None] * len(gs)
+        by_dtype: dict = {}
+        for i, (g, (places, _, _)) in enumerate(zip(gs, ctx.specs)):
+            if g is None:
+                continue
+            dims = tuple(d for d, p in enumerate(places) if p.is_replicate())
+            if dims:
+                by_dtype.setdefault(g.dtype, []).append((i, dims))
+            else:
+                out[i] = g
+        for members in by_dtype.values():
+            summed = sum_partials([gs[i] for i, _ in members], [d for _, d in members], ctx.dm)
+            for (i, _), t in zip(members, summed):
+                out[i] = t
+        for i, (g, (places, shape, stride)) in enumerate(zip(out, ctx.specs)):
+            if g is not None:
+                out[i] = DTensor.from_local(g.contiguous(), ctx.dm, places, run_check=False,
+                                            shape=shape, stride=stride)
+        return (None, *out)
 
 
 class _SumGradsOverRanks(torch.autograd.Function):
