@@ -383,6 +383,8 @@ class LocalShardEngine(SerialEngine):
                 _mark_path_to_collectives(data, self.dm)
                 data = _ReplicatedOutput.apply(data, self.dm)
             return NamedTensor._wrap(data, names) if names else data
+        if data.requires_grad and torch.is_grad_enabled():
+            _mark_path_to_collectives(data, self.dm)   # a replicated DTensor's cotangent
         places = _placements(self.outer.plan, names, data.dim() - len(names))
         shape = list(data.shape)
         for i, n in enumerate(names):

@@ -278,7 +278,7 @@ def uniform_cotangents(rank, results):
         f, ax2, [...], {"b": "x", "c": "y"}, args, mesh_2d())
     results["uniform_two_mesh_dims"]["want_all_reduces"] = 2   # the weight's: one per mesh dim
     # outputs='dtensor': a replicated DTensor output's cotangent is marked too
-    f = lambda w, x: nx.lax.pmean(torch.sin(x * w), "b")  # noqa: E731
+    f = lambda w, x: -nx.lax.pmean(torch.sin(x * w), "b")  # noqa: E731
     dmesh = P.Mesh(np.array(P.devices()), ("x",), outputs="dtensor")
     results["uniform_dtensor_output"] = dict(
         out_err=0.0, grad_err=0.0, local=1, dtensor=0, fallbacks=0, want_all_reduces=1,
