@@ -22,7 +22,7 @@ that (a backward pass is linear in the cotangents), so only the edges need care:
 
 One shortcut keeps the loss's ``pmean`` from costing an all-reduce in the backward, as
 DTensor's placements avoid it: a cotangent known to be the same on every rank of some
-mesh dims is marked so (:func:`_mark_uniform`: the output edge marks what it hands in,
+mesh dims is marked so (:mod:`._uniform`: the output edge marks what it hands in,
 and the nodes between the output and the collective that only negate, add, reshape or
 scale by a constant pass the mark on), and the transpose of a ``psum`` over those dims
 multiplies by their ranks instead of all-reducing (the same value, no round trip).  The
@@ -46,6 +46,7 @@ import torch
 
 from .._tensor import NamedTensor
 from ._serial import SerialEngine, _as_tuple, _carries, _functorch_level, _names_of
+from ._uniform import mark_path_to_collectives, mark_uniform, uniform_dims
 
 __all__ = ["LocalShardEngine", "NeedsGlobal", "local_path_allowed", "run_on_local_shards"]
 
@@ -126,89 +127,18 @@ def _all_reduce(x: torch.Tensor, groups: list, op: str) -> torch.Tensor:
     return torch.view_as_complex(buf) if out.is_complex() else buf
 
 
-_UNIFORM = "_nx_uniform"   # (version, DeviceMesh, mesh dims) on a cotangent (module docstring)
-
-
-def _mark_uniform(t: torch.Tensor, dm, dims: frozenset) -> torch.Tensor:
-    """Mark ``t`` as holding the same values on every rank along the mesh dims ``dims``."""
-    if dims:
-        setattr(t, _UNIFORM, (t._version, dm, dims))
-    return t
-
-
-def _uniform_dims(t: torch.Tensor, dm) -> frozenset:
-    """The mesh dims of ``dm`` along which ``t`` is marked the same on every rank (none
-    once ``t`` changed in place after the mark)."""
-    mark = getattr(t, _UNIFORM, None)
-    if mark is None or mark[0] != t._version or mark[1] is not dm:
-        return frozenset()
-    return mark[2]
-
-
-# Backward nodes that map a cotangent the same on every rank to one that is: they negate,
-# add (each operand gets the cotangent), reshape, reduce or broadcast it -- nothing of the
-# rank's own data enters.
-_KEEPS_UNIFORM = frozenset({
-    "NegBackward0", "AddBackward0", "SubBackward0", "RsubBackward1", "CloneBackward0",
-    "AliasBackward0", "ViewBackward0", "UnsafeViewBackward0", "ReshapeAliasBackward0",
-    "UnsqueezeBackward0", "SqueezeBackward0", "SqueezeBackward1", "SqueezeBackward2",
-    "PermuteBackward0", "TransposeBackward0", "TBackward0", "ExpandBackward0",
-    "SumBackward0", "SumBackward1", "MeanBackward0", "MeanBackward1", "ToCopyBackward0"})
-
-
-def _pass_uniform(dm):
-    """A node post-hook: the node's input cotangents are the same on every rank along
-    the dims its incoming ones all are (for nodes that keep that, ``_KEEPS_UNIFORM``)."""
-    def hook(grad_inputs, grad_outputs):
-        given = [g for g in grad_outputs if g is not None]
-        if not given:
-            return
-        dims = frozenset.intersection(*(_uniform_dims(g, dm) for g in given))
-        for g in grad_inputs:
-            if g is not None:
-                _mark_uniform(g, dm, dims)
-    return hook
-
-
-def _mark_path_to_collectives(t: torch.Tensor, dm, limit: int = 32) -> None:
-    """Let a mark on ``t``'s cotangent travel back to the collectives ``t`` was made from:
-    a post-hook on each node that keeps it (``_KEEPS_UNIFORM``) on a path from ``t`` to a
-    ``psum`` or a ``pmean``'s division (at most ``limit`` nodes looked at)."""
-    seen: dict = {}   # node -> whether it leads to a collective
-
-    def leads(node) -> bool:
-        if node is None or len(seen) >= limit:
-            return False
-        if node in seen:
-            return seen[node]
-        kind = type(node).__name__
-        if kind in _MARK_TARGETS:
-            seen[node] = True
-            return True
-        seen[node] = False
-        if kind not in _KEEPS_UNIFORM:
-            return False
-        found = [leads(nxt) for nxt, _ in node.next_functions]
-        if any(found):
-            seen[node] = True
-            node.register_hook(_pass_uniform(dm))
-        return seen[node]
-
-    leads(t.grad_fn)
-
-
 def _sum_of_cotangents(g: torch.Tensor, groups: list) -> torch.Tensor:
     """``g`` summed over the ranks of ``groups``: an all-reduce, or, where ``g`` is marked
     the same on all of them, ``g`` times their number."""
     dm = groups[0][0]
     dims = frozenset(d for _, d in groups)
-    uniform = _uniform_dims(g, dm)
+    uniform = uniform_dims(g, dm)
     if not dims <= uniform:
         return _SumOverRanks.apply(g, groups)
     ranks = 1
     for d in dims:
         ranks *= dm.size(d)
-    return _mark_uniform(g * ranks, dm, uniform)
+    return mark_uniform(g * ranks, dm, uniform)
 
 
 class _SumOverRanks(torch.autograd.Function):
@@ -242,10 +172,7 @@ class _DivideByCount(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        return _mark_uniform(g / ctx.count, ctx.dm, _uniform_dims(g, ctx.dm)), None, None
-
-
-_MARK_TARGETS = frozenset({"_SumOverRanksBackward", "_DivideByCountBackward"})
+        return mark_uniform(g / ctx.count, ctx.dm, uniform_dims(g, ctx.dm)), None, None
 
 
 class _ExtremeOverRanks(torch.autograd.Function):
@@ -380,11 +307,11 @@ class LocalShardEngine(SerialEngine):
         if self.outer._out_mode() == "full" and not any(n in self.loops for n in names):
             SUMMARY.full_outputs += 1
             if data.requires_grad and torch.is_grad_enabled():
-                _mark_path_to_collectives(data, self.dm)
+                mark_path_to_collectives(data, self.dm)
                 data = _ReplicatedOutput.apply(data, self.dm)
             return NamedTensor._wrap(data, names) if names else data
         if data.requires_grad and torch.is_grad_enabled():
-            _mark_path_to_collectives(data, self.dm)   # a replicated DTensor's cotangent
+            mark_path_to_collectives(data, self.dm)   # a replicated DTensor's cotangent
         places = _placements(self.outer.plan, names, data.dim() - len(names))
         shape = list(data.shape)
         for i, n in enumerate(names):
@@ -407,7 +334,7 @@ class LocalShardEngine(SerialEngine):
         groups = _groups(self.dm, dims)
         data = partial._data if isinstance(partial, NamedTensor) else partial
         if data.requires_grad and torch.is_grad_enabled():
-            _mark_path_to_collectives(data, self.dm)   # e.g. pmean(pmean(x, 'b'), 'c')
+            mark_path_to_collectives(data, self.dm)   # e.g. pmean(pmean(x, 'b'), 'c')
         if op in ("psum", "pdot"):
             out = _SumOverRanks.apply(data, groups)
         else:
@@ -575,7 +502,7 @@ class _ReplicatedOutput(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         dm = ctx.dm
-        return _mark_uniform(g / dm.size(), dm, frozenset(range(dm.ndim))), None
+        return mark_uniform(g / dm.size(), dm, frozenset(range(dm.ndim))), None
 
 
 class _FromLocal(torch.autograd.Function):
@@ -617,4 +544,4 @@ class _FromLocal(torch.autograd.Function):
             g = g.redistribute(ctx.dm, want)
         local = g.to_local()
         same = frozenset(d for d, p in enumerate(want) if p.is_replicate())
-        return _mark_uniform(local / split, ctx.dm, same), None, None, None
+        return mark_uniform(local / split, ctx.dm, same), None, None, None
