@@ -78,6 +78,15 @@ PIN_ARGS = {"vjp": lambda: (torch.linspace(-1, 1, 4 * 3).reshape(4, 3),),
                                      torch.linspace(-1, 2, 12).reshape(2, 2, 3)),
             "einsum_two_mesh_dims": lambda: (torch.linspace(-1, 1, 48).reshape(3, 2, 4, 2),
                                              torch.linspace(-2, 1, 8).reshape(2, 2, 2))}
+# the same with three operands (seed 202, p202_00152): torch.einsum on DTensors chains
+# views of its own, which DTensor could not unflatten either: contracted pairwise now
+PINS["einsum3_two_mesh_dims"] = (
+    lambda x, y, z: nx.einsum("m{a,d},m{c},nm{a,c}->n{d}", x, y, z),
+    ({-2: "d", 2: "a"}, [None, "c", ...], ["a", "c", ...]), [None, "d", ...],
+    {"a": ("x", "y")})
+PIN_ARGS["einsum3_two_mesh_dims"] = lambda: (torch.linspace(-1, 1, 24).reshape(3, 2, 4),
+                                             torch.linspace(-2, 1, 12).reshape(3, 4),
+                                             torch.linspace(-1, 2, 96).reshape(4, 4, 2, 3))
 
 
 @nx.custom_jvp

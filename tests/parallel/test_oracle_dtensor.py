@@ -79,7 +79,7 @@ def test_dtensor_runs_agree_with_vectorized(ranks):
 
 
 PINS = ["vjp", "vjp_loop", "jvp", "einsum3_loop", "einsum_two_mesh_dims", "custom_jvp_vjp",
-        "jvp_closure", "fold_after_ring_sum"]
+        "jvp_closure", "fold_after_ring_sum", "einsum3_two_mesh_dims"]
 
 
 @pytest.mark.parametrize("pin", PINS + [p + "@dtensor" for p in PINS if p != "jvp_closure"])
