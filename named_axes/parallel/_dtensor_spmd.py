@@ -429,6 +429,7 @@ class _ShardsOf(torch.autograd.Function):
     def setup_context(ctx, inputs, output):
         ctx.dm = inputs[0]
         ctx.specs = [(tuple(x.placements), x.shape, x.stride()) for x in inputs[1:]]
+        ctx.set_materialize_grads(False)   # an input the outputs ignore gets no gradient
 
     @staticmethod
     def backward(ctx, *gs):
@@ -468,6 +469,7 @@ class _SumGradsOverRanks(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.dm = inputs[0]
+        ctx.set_materialize_grads(False)   # an input the outputs ignore gets no gradient
 
     @staticmethod
     def backward(ctx, *gs):

@@ -286,6 +286,49 @@ def uniform_cotangents(rank, results):
                                                    outputs_dtensor=True))
 
 
+def laid_out_dtensors(rank, results):
+    # DTensor inputs laid out as the plan wants go straight to their local shards; their
+    # gradients come back in one node: float32 and float64 in separate buffers, a
+    # parameter the loss ignores gets none, one passed twice gets the sum, one split over
+    # both mesh dims needs no reduction, the replicated ones are summed over the ranks
+    g = torch.Generator().manual_seed(3)
+    f32 = dict(generator=g, dtype=torch.float32)
+    w = torch.randn(4, 6, **f32)                              # {'b': x} below: replicated
+    v = torch.randn(6, generator=g, dtype=torch.float64)      # replicated, float64
+    s2 = torch.randn(2, 4, 6, **f32)                          # ['c', 'b', ...]: both dims
+    unused = torch.randn(3, **f32)
+    x = torch.randn(2, 4, 6, **f32)                           # batch over x, 'c' over y
+
+    def f(w, v, s2, unused, w_again, x):
+        h = torch.tanh(x * w + s2) * w_again
+        return nx.lax.pmean((h * v.to(h.dtype)).sum(), ("b", "c"))
+
+    in_axes = (["b", ...], [...], ["c", "b", ...], [...], ["b", ...], ["c", "b", ...])
+    res = {"b": "x", "c": "y"}
+    ref_args = [t.clone().requires_grad_() for t in (w, v, s2, unused)]
+    ref = nx.xmap(f, in_axes=in_axes, out_axes=[...])(*ref_args, ref_args[0], x)
+    ref_grads = torch.autograd.grad(ref, ref_args, allow_unused=True)
+    m = mesh_2d()
+    sh = nx.NamedSharding(m, res)
+    params = [p.requires_grad_() for p in nx.device_put(
+        [w, v, s2, unused], sh, axes=[["b", ...], [...], ["c", "b", ...], [...]])]
+    xd = nx.device_put(x, sh, axes=["c", "b", ...])
+    P.comm_summary(reset=True)
+    with m:
+        out = nx.xmap(f, in_axes=in_axes, out_axes=[...], axis_resources=res)(
+            *params, params[0], xd)
+    grads = torch.autograd.grad(out, params, allow_unused=True)
+    s = P.comm_summary()
+    errs = [0.0 if (a is None and b is None) else float("inf") if (a is None or b is None)
+            else float((nx.device_get(a).double() - b.double()).abs().max())
+            for a, b in zip(grads, ref_grads)]
+    results["laid_out_dtensors"] = dict(
+        err=max(errs), out_err=float((nx.device_get(out) - ref).abs().max()),
+        placements=[None if a is None else [str(q) for q in a.placements] for a in grads],
+        dtypes=[None if a is None else str(a.dtype) for a in grads],
+        local=s["local_shard_runs"], sharded=s["sharded_inputs"])
+
+
 if __name__ == "__main__":
     run_rank([extremes, dtypes, edges, fallback, outer_transforms, dtensor_outputs, folding,
-              uniform_cotangents])
+              uniform_cotangents, laid_out_dtensors])
