@@ -353,6 +353,7 @@ class _KeepLayout(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.dm, ctx.placements = inputs[0], inputs[1]
+        ctx.set_materialize_grads(False)   # an input the outputs ignore gets no gradient
 
     @staticmethod
     def backward(ctx, *gs):

@@ -80,14 +80,15 @@ def test_a_cotangent_the_same_on_every_rank_is_not_all_reduced(ranks, case):
         assert got["backward_all_reduces"] == got["want_all_reduces"], (r, got)
 
 
-def test_laid_out_dtensor_inputs_go_straight_to_their_shards(ranks):
+@pytest.mark.parametrize("path", ["", "@dtensor"])
+def test_laid_out_dtensor_inputs_go_straight_to_their_shards(ranks, path):
     """DTensors laid out as the plan wants enter the body as their local shards and their
     gradients come back laid out like them, equal to the vectorized run's: two dtypes,
-    an unused parameter (no gradient), one passed twice (the sum), one split over both
-    mesh dims (no reduction)."""
+    an unused parameter (no gradient: the DTensor path gave it zeros, so Adam moved it),
+    one passed twice (the sum), one split over both mesh dims (no reduction)."""
     for r, res in enumerate(ranks):
-        got = res["laid_out_dtensors"]
+        got = res["laid_out_dtensors" + path]
         assert got["err"] < 1e-5 and got["out_err"] < 1e-5, (r, got)
         assert got["placements"] == [["S(0)", "R"], ["R", "R"], ["S(1)", "S(0)"], None], (r, got)
         assert got["dtypes"] == ["torch.float32", "torch.float64", "torch.float32", None]
-        assert got["local"] == 1 and got["sharded"] == 6, (r, got)
+        assert got["local"] == (1 if not path else 0) and got["sharded"] == 6, (r, got)
