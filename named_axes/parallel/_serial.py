@@ -163,9 +163,12 @@ class SerialEngine(EngineBase):
             if not paused:
                 return self._assemble(outs, grid)
             for j in sorted(self._pending):   # one or (a pytree's leaves) several
-                op, _ = self._sigs[j]
-                fn = {"sum": torch.add, "max": torch.maximum, "min": torch.minimum}[_REDUCING[op]]
-                self._known.append({k: reduce(fn, v) for k, v in self._pending[j].items()})
+                kind = _REDUCING[self._sigs[j][0]]
+                if kind == "sum":
+                    known = {k: reduce(torch.add, v) for k, v in self._pending[j].items()}
+                else:
+                    known = {k: _extreme_of_chunks(v, kind) for k, v in self._pending[j].items()}
+                self._known.append(known)
 
     def _run_chunk(self, body: Callable, sliced: list) -> list:
         self._level = _functorch_level()
@@ -309,10 +312,12 @@ class SerialEngine(EngineBase):
             return known
         if j == len(self._sigs):
             self._sigs.append((op, names))
+        if op in ("pmax", "pmin"):   # with how many entries attain it (ties share evenly)
+            local = (local, _attaining(operands[0], local))
         self._pending.setdefault(j, {}).setdefault(key, []).append(local)
         if self._deferring:   # inside tree(): the pause waits for the last leaf
             self._paused_tree = True
-            return local
+            return local[0] if isinstance(local, tuple) else local
         raise _Pause()
 
     @contextlib.contextmanager
@@ -404,6 +409,62 @@ def _names_of(x: Any) -> tuple:
 
 def _functorch_level():
     return torch._C._functorch.maybe_current_level()
+
+
+def _attaining(x: Any, extreme: Any) -> torch.Tensor:
+    """How many entries of this chunk's operand ``x`` attain its partial ``extreme``, per
+    entry of ``extreme`` (the reduced axes summed out), as a float tensor shaped like it."""
+    with torch.no_grad():
+        if not isinstance(x, NamedTensor):
+            return (x == extreme).to(torch.float32)
+        e_names = _names_of(extreme)
+        e_data = extreme._data if isinstance(extreme, NamedTensor) else extreme
+        p = x._data.dim() - len(x._names)
+        wide = align(e_data, e_names, p, x._names, p)
+        hit = (x._data == wide).to(torch.float32)
+        gone = tuple(i for i, n in enumerate(x._names) if n not in e_names)
+        count = hit.sum(gone) if gone else hit
+        kept = tuple(n for n in x._names if n in e_names)
+        return align(count, kept, p, e_names, p) if kept != e_names else count
+
+
+class _ExtremeOfChunks(torch.autograd.Function):
+    """The extreme of the chunks' partial extremes; backward: each partial gets the share
+    of the cotangent its chunk's entries attaining the extreme hold (``amax`` shares it
+    evenly among all of them; a pairwise ``torch.maximum`` halved it per pair)."""
+
+    @staticmethod
+    def forward(value, shares, *partials):
+        return value.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.shares = inputs[1]
+
+    @staticmethod
+    def backward(ctx, g):
+        return (None, None, *[g * s for s in ctx.shares])
+
+    @staticmethod
+    def jvp(ctx, _value_t, _shares_t, *partial_ts):
+        ts = [t * s for t, s in zip(partial_ts, ctx.shares) if t is not None]
+        return reduce(torch.add, ts) if ts else None
+
+
+def _extreme_of_chunks(parts: list, kind: str) -> Any:
+    """``max``/``min`` over the chunks' ``(partial, count)`` pairs, differentiable with
+    the cotangent shared among the attaining entries by their counts."""
+    partials = [p for p, _ in parts]
+    datas = [p._data if isinstance(p, NamedTensor) else p for p in partials]
+    value = reduce(torch.maximum if kind == "max" else torch.minimum, [d.detach() for d in datas])
+    counts = [c._data if isinstance(c, NamedTensor) else c for _, c in parts]
+    with torch.no_grad():
+        here = [torch.where(d == value, c, torch.zeros_like(c)) for d, c in zip(datas, counts)]
+        total = reduce(torch.add, here)
+        shares = [(h / total).to(value.dtype) for h in here]   # 0/0 where a NaN won, as amax
+    out = _ExtremeOfChunks.apply(value, shares, *datas)
+    first = partials[0]
+    return NamedTensor._wrap(out, first._names) if isinstance(first, NamedTensor) else out
 
 
 def _prod(xs) -> int:

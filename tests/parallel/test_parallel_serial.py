@@ -293,3 +293,29 @@ def test_named_shape_in_a_chunk_is_the_axis_size_and_positional_refuses():
                                                     r"mapped to SerialLoop\(2\), so each chunk "
                                                     r"holds 2 of its 4 entries"):
         g(x)
+
+
+@pytest.mark.parametrize("op", ["pmax", "pmin"])
+@pytest.mark.parametrize("chunks", [2, 4])
+def test_extreme_gradient_shares_ties_across_chunks_evenly(op, chunks):
+    """Ties of pmax/pmin spread over chunks share the cotangent evenly among all tied
+    entries, as the vectorized run (amax) does: the chunks were combined by a pairwise
+    torch.maximum, which halved the share per pair (1/4, 1/4, 1/2 for three ties; found
+    by the mesh oracle, seed 303, p303_00256).  The tangent (jvp) is the same average."""
+    x = torch.tensor([[0.5, 0.5, 0.5, -0.9], [0.1, 0.7, 0.1, 0.3], [0.2, 0.2, 0.2, 0.2]])
+    if op == "pmin":
+        x = -x
+    fn = getattr(lax, op)
+    kw = dict(in_axes=(['c', 'a', ...],), out_axes=['c', ...])
+    want_f = nx.xmap(lambda v: fn(v, 'a'), **kw)
+    got_f = nx.xmap(lambda v: fn(v, 'a'), axis_resources={'a': nx.SerialLoop(chunks)}, **kw)
+    ct = torch.tensor([1.0, 2.0, 3.0])
+    grads = []
+    for f in (want_f, got_f):
+        v = x.clone().requires_grad_()
+        (f(v) * ct).sum().backward()
+        grads.append(v.grad)
+    torch.testing.assert_close(grads[1], grads[0])
+    torch.testing.assert_close(grads[0][0, :3], torch.full((3,), 1 / 3))
+    t = torch.linspace(-1, 1, 12).reshape(3, 4)
+    torch.testing.assert_close(nx.jvp(got_f, (x,), (t,))[1], nx.jvp(want_f, (x,), (t,))[1])
