@@ -27,6 +27,7 @@ from ._dispatch import result
 from ._registry import register
 from ._env import _state as _env_state
 from ._env import bound_axes, current_frame
+from ._einsum_chain import contract_pairwise
 from ._engine import engine_for
 from ._errors import (AxisSizeError, AxisSpecError, AxisTypeError, UnboundAxisError,
                       fmt_named_shape, fmt_names)
@@ -270,7 +271,7 @@ def _run_plan(plan: tuple, operands: tuple, bound: dict, out: Any = None) -> Any
                 type(d).__name__ == "DTensor" for d in datas):   # pairwise, on the engine
             engine = engine_for(names + tuple(n for n, _ in plan.contracted))
             if engine is not None:
-                out = _contract_pairwise(eq, datas, engine)
+                out = contract_pairwise(eq, datas, engine)
         if out is not None:
             pass
         elif len(datas) == 1 and not _is_compiling():  # torch.einsum's wrapper adds nothing
@@ -289,27 +290,6 @@ def _run_plan(plan: tuple, operands: tuple, bound: dict, out: Any = None) -> Any
     if perm is not None:
         out = out.permute(perm + tuple(range(len(perm), out.dim())))
     return result(out, names, torch.einsum)
-
-
-def _contract_pairwise(eq: str, datas: list, engine: Any) -> Any:
-    """``einsum(eq, *datas)`` of DTensors as a chain of two-operand einsums, each
-    contracted by ``engine`` (shard by shard, or DTensor's two-operand einsum): torch
-    2.13's DTensor cannot run its own chain of views for three operands when an axis is
-    split over two mesh dims (mesh oracle, seed 202, p202_00152).  None for an equation
-    with an ellipsis (``torch.einsum`` runs it)."""
-    if "." in eq:
-        return None
-    lhs, rhs = eq.split("->")
-    subs = lhs.split(",")
-    cur, acc = subs[0], datas[0]
-    for i in range(1, len(subs)):
-        later = set(rhs).union(*subs[i + 1:])
-        keep = "".join(dict.fromkeys(c for c in cur + subs[i] if c in later))
-        pair = f"{cur},{subs[i]}->{keep}"
-        out = engine.contract(pair, acc, datas[i])
-        acc = torch.einsum(pair, acc, datas[i]) if out is None else out
-        cur = keep
-    return acc if cur == rhs else torch.einsum(f"{cur}->{rhs}", acc)
 
 
 _dispatch_modes = torch._C._len_torch_dispatch_stack
