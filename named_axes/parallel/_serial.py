@@ -78,14 +78,47 @@ def _check_replicated(items: list, j: int, loop_names: tuple) -> None:
     data0 = first._data if isinstance(first, NamedTensor) else first
     if not isinstance(data0, torch.Tensor) or type(data0) is not torch.Tensor:
         return   # numbers, or values that cannot be read (tracing)
+    data0 = _peeled(data0)
     for c, x in enumerate(items[1:], 1):
         data = x._data if isinstance(x, NamedTensor) else x
-        if not (type(data) is torch.Tensor and data.shape == data0.shape
-                and torch.equal(data, data0)):
+        if not (type(data) is torch.Tensor and _equal(_peeled(data), data0)):
             raise SerialLoopError(
                 f"output {j} lacks the SerialLoop axes {loop_names} but chunk {c} computed "
                 f"a different value than chunk 0: it depends on the chunk. Reduce across "
                 f"the loop axis with nx.lax (psum, pmean, ...) or let out_axes place it")
+
+
+def _peeled(t: torch.Tensor) -> torch.Tensor:
+    """``t`` out of functorch's wrappers (``grad``, ``vmap``: each batch dim moved to the
+    front), so values computed under ``vmap`` can be compared, every batch entry at once."""
+    from torch._C import _functorch as ft
+
+    while ft.is_functorch_wrapped_tensor(t):
+        if ft.is_batchedtensor(t):
+            t = ft.get_unwrapped(t).movedim(ft.maybe_get_bdim(t), 0)
+        else:
+            t = ft.get_unwrapped(t)
+    return t
+
+
+def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` hold the same values (one may be broadcast along the other's
+    batch dims: a chunk's value that does not depend on a vmapped input)."""
+    if a.shape != b.shape:
+        try:
+            a, b = torch.broadcast_tensors(a, b)
+        except RuntimeError:
+            return False
+    return torch.equal(a, b)
+
+
+def _draw_seed() -> int:
+    """A seed for the chunks' generators, from torch's global one.  Drawn past an
+    enclosing ``vmap``'s randomness check: the seed is one number for the whole call,
+    not a random op of the program (whose own draws still obey ``vmap``'s flag)."""
+    vmap_mode = torch._C.DispatchKeySet(torch._C.DispatchKey.FuncTorchVmapMode)
+    with torch._C._ExcludeDispatchKeyGuard(vmap_mode):
+        return int(torch.randint(0, 2**62, ()).item())
 
 
 class _Pause(BaseException):
@@ -144,7 +177,7 @@ class SerialEngine(EngineBase):
     def run(self, body: Callable, leaves: list) -> list:
         """Run ``body`` over every chunk (replaying for loop collectives); the full outputs."""
         grid = list(itertools.product(*(range(self.loops[n]) for n in self.names)))
-        seed = int(torch.randint(0, 2**62, ()).item())
+        seed = _draw_seed()
         self._known, self._sigs, self.passes = [], [], 0
         while True:
             self.passes += 1

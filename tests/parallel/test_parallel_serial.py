@@ -319,3 +319,26 @@ def test_extreme_gradient_shares_ties_across_chunks_evenly(op, chunks):
     torch.testing.assert_close(grads[0][0, :3], torch.full((3,), 1 / 3))
     t = torch.linspace(-1, 1, 12).reshape(3, 4)
     torch.testing.assert_close(nx.jvp(got_f, (x,), (t,))[1], nx.jvp(want_f, (x,), (t,))[1])
+
+
+@pytest.mark.parametrize("vmap", [nx.vmap, torch.func.vmap])
+def test_vmap_around_a_serial_loop_xmap_equals_the_vectorized_run(vmap):
+    """A SerialLoop xmap inside vmap: its seed is drawn past vmap's randomness check (was:
+    'random operation in randomness error mode'), and the check that a replicated output
+    is the same for every chunk reads every batch entry (torch.equal has no batching rule)."""
+    def f(v, w):
+        return lax.psum(torch.sin(v) * w, "b"), v * 2
+    x, w = torch.randn(3, 4, 5), torch.randn(4, 5)
+    kw = dict(in_axes=(["b", ...], ["b", ...]), out_axes=([...], ["b", ...]))
+    want = vmap(nx.xmap(f, **kw), in_dims=(0, None))(x, w)
+    loop = nx.xmap(f, axis_resources={"b": SerialLoop(2)}, **kw)
+    torch.testing.assert_close(vmap(loop, in_dims=(0, None))(x, w), want)
+    grad = lambda g: torch.func.vmap(torch.func.grad(lambda v: g(v, w)[0].sum()))(x)  # noqa
+    torch.testing.assert_close(grad(loop), grad(nx.xmap(f, **kw)))
+
+
+def test_chunk_dependent_output_under_vmap_still_raises():
+    g = nx.xmap(lambda v: lax.psum(v, "b") + torch.rand(()), in_axes=["b", ...], out_axes=[...],
+                axis_resources={"b": SerialLoop(2)})
+    with pytest.raises(SerialLoopError, match=r"chunk 1 computed a different value"):
+        torch.func.vmap(g, randomness="same")(torch.randn(3, 4))
