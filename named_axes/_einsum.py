@@ -258,11 +258,16 @@ def _run_plan(plan: tuple, operands: tuple, bound: dict, out: Any = None) -> Any
         pass
     elif len(operands) == 2:
         a, b = operands
-        a = a._data if type(a) is _NT else a
-        b = b._data if type(b) is _NT else b
         if _env_state.engine:   # an engine may contract its values (as for pdot)
             engine = engine_for(names + tuple(n for n, _ in plan.contracted))
-            out = engine.contract(eq, a, b) if engine is not None else None
+            if engine is not None:
+                a = engine.broadcast(a._data, a._names, names) if type(a) is _NT else \
+                    engine.broadcast(a, (), names)
+                b = engine.broadcast(b._data, b._names, names) if type(b) is _NT else \
+                    engine.broadcast(b, (), names)
+                out = engine.contract(eq, a, b)
+        a = a._data if type(a) is _NT else a
+        b = b._data if type(b) is _NT else b
         if out is None:
             out = einsum2(eq, a, b)
     else:

@@ -58,6 +58,11 @@ class Engine(Protocol):
         """``psum``/``pmean``/``pmax``/``pmin`` over physical ``dims`` of ``data``, or
         None: ``nx.lax``'s own op runs."""
 
+    def broadcast(self, data: Any, names: tuple, result: tuple) -> Any:
+        """An einsum/``pdot`` operand's data (named ``names``) about to be broadcast along
+        the axes of ``result`` it lacks: the data to use (the local-shard path puts the
+        sum its cotangent will need on its path)."""
+
     def splits(self, name: Hashable) -> bool:
         """Whether ``name`` is computed in pieces here (each piece holds part of it)."""
 
@@ -85,6 +90,9 @@ class EngineBase:
 
     def reduce(self, kind: str, data: Any, dims: list) -> Any:
         return None
+
+    def broadcast(self, data: Any, names: tuple, result: tuple) -> Any:
+        return data
 
     def splits(self, name: Hashable) -> bool:
         return False

@@ -68,9 +68,13 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
 def _pdot_run(plan: tuple, x: NamedTensor, y: NamedTensor, names: tuple) -> Any:
     eq, out_names, _, _, missing = plan
     engine = engine_for(names)   # an engine may contract its values (DTensor: by shards)
-    data = engine.contract(eq, x._data, y._data) if engine is not None else None
+    xd, yd, data = x._data, y._data, None
+    if engine is not None:
+        xd = engine.broadcast(xd, x._names, out_names)
+        yd = engine.broadcast(yd, y._names, out_names)
+        data = engine.contract(eq, xd, yd)
     if data is None:
-        data = _ops.pdot(x._data, y._data, eq)
+        data = _ops.pdot(xd, yd, eq)
     factor = 1
     for n in missing:
         factor *= axis_size(n, op="pdot")

@@ -308,11 +308,15 @@ def reduce_to(gs, targets, dm) -> list:
     return out
 
 
-def sum_partials(local: list, dims: list, dm) -> list:
+def sum_partials(local: list, dims: list, dm, differentiable: bool = False) -> list:
     """Local tensors of one dtype, each a partial sum over the mesh dims ``dims[i]`` ->
     summed there: one flat buffer, one all-reduce per mesh dim (ordered (0,), (0, 1),
-    (1,), ...: on a 2-D mesh each mesh dim's members are one contiguous run of it)."""
+    (1,), ...: on a 2-D mesh each mesh dim's members are one contiguous run of it).
+    In place (counted as ``gradient_reductions``), or ``differentiable``: through the
+    local-shard path's all-reduce Function, for a backward that may be differentiated."""
     import torch.distributed as dist
+
+    from ._local_comms import SumOverRanks
 
     order = sorted(range(len(local)), key=lambda i: (min(dims[i]), len(dims[i]), i))
     flat = torch.cat([local[i].reshape(-1) for i in order])
@@ -321,8 +325,12 @@ def sum_partials(local: list, dims: list, dm) -> list:
         offsets.append(offsets[-1] + local[i].numel())
     for k in sorted({k for d in dims for k in d}):
         for lo, hi in _runs([k in dims[i] for i in order]):
-            dist.all_reduce(flat[offsets[lo]:offsets[hi]], group=dm.get_group(k))
-            SUMMARY.gradient_reductions += 1
+            a, b = offsets[lo], offsets[hi]
+            if differentiable:
+                flat = torch.cat([flat[:a], SumOverRanks.apply(flat[a:b], [(dm, k)]), flat[b:]])
+            else:
+                dist.all_reduce(flat[a:b], group=dm.get_group(k))
+                SUMMARY.gradient_reductions += 1
     out = [None] * len(local)
     for i, a, b in zip(order, offsets, offsets[1:]):
         out[i] = flat[a:b].view(local[i].shape)

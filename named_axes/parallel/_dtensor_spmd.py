@@ -20,14 +20,18 @@ that (a backward pass is linear in the cotangents), so only the edges need care:
   (one flat all-reduce for all of them, sharded gradients stay sharded);
 - an output's cotangent, replicated on a mesh dim, is split evenly over that dim's ranks.
 
-One shortcut keeps the loss's ``pmean`` from costing an all-reduce in the backward, as
-DTensor's placements avoid it: a cotangent known to be the same on every rank of some
-mesh dims is marked so (:mod:`._uniform`: the output edge marks what it hands in,
-and the nodes between the output and the collective that only negate, add, reshape or
-scale by a constant pass the mark on), and the transpose of a ``psum`` over those dims
-multiplies by their ranks instead of all-reducing (the same value, no round trip).  The
-mark is a fact about the values and is checked against the tensor's version counter,
-so a cotangent accumulated from another use, or changed in place, is all-reduced.
+Where all-reduces are saved (:mod:`._uniform`, the collectives in :mod:`._local_comms`):
+a cotangent known to be the same on every rank of some mesh dims is marked so, and a sum
+over those ranks multiplies by their number instead of all-reducing -- ``psum``'s
+transpose (the loss's ``pmean`` costs nothing in the backward) and a replicated input's
+gradient (a layer norm's, an embedding's).  The marks start at the outputs (every rank
+is handed the same cotangent) and travel back through the nodes that compute the same
+thing on every rank.  And a replicated value computed from a collective's result and
+broadcast into an einsum along split axes -- a column-parallel layer's input on the
+residual stream -- has its cotangent summed right there (Megatron's "f"), which makes the
+cotangents above it the same on every rank: the row-parallel ``psum``'s transpose then
+costs nothing, and the layer norms' gradients come out whole.  A mark is a fact about
+the values, checked against the tensor's version counter.
 
 What this path does not do, the program does on the DTensor path
 (:func:`run_on_local_shards` catches :class:`NeedsGlobal` before any result escapes and
@@ -46,7 +50,9 @@ import torch
 
 from .._tensor import NamedTensor
 from ._serial import SerialEngine, _as_tuple, _carries, _functorch_level, _names_of
-from ._uniform import mark_path_to_collectives, mark_uniform, uniform_dims
+from ._local_comms import (DivideByCount, ExtremeOverRanks, SumBeforeBroadcast, SumOverRanks,
+                           all_reduce, extreme, mesh_groups)
+from ._uniform import Replication, mark_uniform, uniform_dims
 
 __all__ = ["LocalShardEngine", "NeedsGlobal", "local_path_allowed", "run_on_local_shards"]
 
@@ -109,101 +115,6 @@ def run_on_local_shards(outer: Any, body: Callable, leaves: list, summary: Any) 
     return outs
 
 
-def _groups(dm, dims: tuple) -> list:
-    return [(dm, d) for d in dims]
-
-
-def _all_reduce(x: torch.Tensor, groups: list, op: str) -> torch.Tensor:
-    """``x`` reduced (``op``: 'sum', 'max', 'min') over the ranks of every group in turn,
-    with functional collectives (what DTensor issues: CommDebugMode counts them)."""
-    from torch.distributed import _functional_collectives as funcol
-
-    if x.dtype == torch.bool:
-        return _all_reduce(x.to(torch.uint8), groups, op).to(torch.bool)
-    out = x.detach().contiguous()
-    buf = torch.view_as_real(out) if out.is_complex() else out
-    for g in groups:
-        buf = funcol.wait_tensor(funcol.all_reduce(buf, op, g))
-    return torch.view_as_complex(buf) if out.is_complex() else buf
-
-
-def _sum_of_cotangents(g: torch.Tensor, groups: list) -> torch.Tensor:
-    """``g`` summed over the ranks of ``groups``: an all-reduce, or, where ``g`` is marked
-    the same on all of them, ``g`` times their number."""
-    dm = groups[0][0]
-    dims = frozenset(d for _, d in groups)
-    uniform = uniform_dims(g, dm)
-    if not dims <= uniform:
-        return _SumOverRanks.apply(g, groups)
-    ranks = 1
-    for d in dims:
-        ranks *= dm.size(d)
-    return mark_uniform(g * ranks, dm, uniform)
-
-
-class _SumOverRanks(torch.autograd.Function):
-    """``psum`` across ranks: an all-reduce; its transpose is the same all-reduce (or
-    less: :func:`_sum_of_cotangents`)."""
-
-    @staticmethod
-    def forward(x, groups):
-        return _all_reduce(x, groups, "sum")
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.groups = inputs[1]
-
-    @staticmethod
-    def backward(ctx, g):
-        return _sum_of_cotangents(g, ctx.groups), None
-
-
-class _DivideByCount(torch.autograd.Function):
-    """``pmean``'s division of the ``psum`` by the instance count; the cotangent keeps
-    its mark."""
-
-    @staticmethod
-    def forward(x, count, dm):
-        return x / count
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.count, ctx.dm = inputs[1], inputs[2]
-
-    @staticmethod
-    def backward(ctx, g):
-        return mark_uniform(g / ctx.count, ctx.dm, uniform_dims(g, ctx.dm)), None, None
-
-
-class _ExtremeOverRanks(torch.autograd.Function):
-    """``pmax``/``pmin`` of the ranks' partial extremes; the cotangent (summed over the
-    ranks, as the output is replicated) goes to each rank in proportion to how many of
-    the entries attaining the extreme it holds (``share``)."""
-
-    @staticmethod
-    def forward(x, out, share):
-        return out.clone()
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.share, ctx.groups = inputs[2]
-
-    @staticmethod
-    def backward(ctx, g):
-        return _sum_of_cotangents(g, ctx.groups) * ctx.share, None, None
-
-
-def _extreme(x: torch.Tensor, kind: str, groups: list) -> torch.Tensor:
-    """The max (min) over ranks of ``x``, NaN wherever some rank holds a NaN (as ``amax``)."""
-    if not x.is_floating_point():
-        return _all_reduce(x, groups, kind)
-    nan = torch.isnan(x)
-    fill = float("-inf") if kind == "max" else float("inf")
-    flag = nan.to(x.dtype) if kind == "max" else -nan.to(x.dtype)
-    both = _all_reduce(torch.stack([x.masked_fill(nan, fill), flag]), groups, kind)
-    return both[0].masked_fill(both[1] != 0, float("nan"))
-
-
 class LocalShardEngine(SerialEngine):
     """Runs ``body`` once on this rank's shards (see the module docstring).
 
@@ -234,8 +145,20 @@ class LocalShardEngine(SerialEngine):
     # -- running -------------------------------------------------------------------------
     def run(self, body: Callable, leaves: list) -> list:
         self._level = _functorch_level()
+        self.replication = Replication(self.dm) if torch.is_grad_enabled() else None
+        self._broadcasts: dict = {}
         outs = body(self._to_local(leaves), engine=self)
-        return [self._to_output(o) for o in outs]
+        outs = [self._to_output(o) for o in outs]
+        if self.replication is not None:
+            roots = [getattr(o, "_data", o) for o in outs]
+            self.replication.finish([r.grad_fn for r in roots if isinstance(r, torch.Tensor)])
+        return outs
+
+    def _same_dims(self, names: tuple, besides: tuple = ()) -> frozenset:
+        """The mesh dims a value with ``names`` is the same along: those no name of it
+        (nor of ``besides``) is split over."""
+        split = {d for n in names + besides for d in self.mesh_dims.get(n, ())}
+        return frozenset(range(self.dm.ndim)) - split
 
     def _to_local(self, leaves: list) -> list:
         """This rank's shard of each input leaf.  A full tensor on this device that needs
@@ -304,14 +227,13 @@ class LocalShardEngine(SerialEngine):
             data, names = leaf, ()
         else:
             return leaf
+        if data.requires_grad and self.replication is not None:
+            self.replication.seed(data, self._same_dims(names))
         if self.outer._out_mode() == "full" and not any(n in self.loops for n in names):
             SUMMARY.full_outputs += 1
             if data.requires_grad and torch.is_grad_enabled():
-                mark_path_to_collectives(data, self.dm)
                 data = _ReplicatedOutput.apply(data, self.dm)
             return NamedTensor._wrap(data, names) if names else data
-        if data.requires_grad and torch.is_grad_enabled():
-            mark_path_to_collectives(data, self.dm)   # a replicated DTensor's cotangent
         places = _placements(self.outer.plan, names, data.dim() - len(names))
         shape = list(data.shape)
         for i, n in enumerate(names):
@@ -319,10 +241,34 @@ class LocalShardEngine(SerialEngine):
         dt = _FromLocal.apply(data, self.dm, tuple(places), tuple(shape))
         return self.outer.from_dtensor(NamedTensor._wrap(dt, names) if names else dt)
 
+    def broadcast(self, data: Any, names: tuple, result: tuple) -> Any:
+        """``data`` (named ``names``), an einsum operand broadcast along the axes of
+        ``result`` it lacks: behind a :class:`SumBeforeBroadcast` over the mesh dims those
+        split (one per value: its uses share the sum), if it is replicated there and this
+        call computed it."""
+        rep = self.replication
+        if rep is None or not isinstance(data, torch.Tensor) or not data.requires_grad \
+                or not rep.ours(data.grad_fn):
+            return data
+        same = self._same_dims(names)
+        dims = same - self._same_dims(tuple(n for n in result if n not in names))
+        if not dims:
+            return data
+        key = (id(data), dims)
+        hit = self._broadcasts.get(key)
+        if hit is not None and hit[0] is data:
+            return hit[1]
+        rep.seed(data, same)
+        switch = [False]
+        out = SumBeforeBroadcast.apply(data, self.dm, dims, switch)
+        rep.broadcast(data, switch)
+        self._broadcasts[key] = (data, out)
+        return out
+
     # -- the collectives -----------------------------------------------------------------
     def _mean(self, total: Any, count: int) -> Any:
         data = total._data if isinstance(total, NamedTensor) else total
-        out = _DivideByCount.apply(data, count, self.dm)
+        out = DivideByCount.apply(data, count, self.dm)
         return NamedTensor._wrap(out, total._names) if isinstance(total, NamedTensor) else out
 
     def _combine(self, op: str, axis_name: Any, names: tuple, operands: tuple,
@@ -331,12 +277,12 @@ class LocalShardEngine(SerialEngine):
         ``carried`` split axes: an all-reduce over the mesh dims that split them."""
         self._check_one_axis_per_mesh_dim(op, operands)
         dims = tuple(sorted({d for n in carried for d in self.mesh_dims[n]}))
-        groups = _groups(self.dm, dims)
+        groups = mesh_groups(self.dm, dims)
         data = partial._data if isinstance(partial, NamedTensor) else partial
-        if data.requires_grad and torch.is_grad_enabled():
-            mark_path_to_collectives(data, self.dm)   # e.g. pmean(pmean(x, 'b'), 'c')
+        if data.requires_grad and self.replication is not None:
+            self.replication.seed(data, self._same_dims(_names_of(partial), tuple(carried)))
         if op in ("psum", "pdot"):
-            out = _SumOverRanks.apply(data, groups)
+            out = SumOverRanks.apply(data, groups)
         else:
             out = self._extreme(op, operands[0], names, data, groups)
         return NamedTensor._wrap(out, partial._names) if isinstance(partial, NamedTensor) else out
@@ -344,7 +290,7 @@ class LocalShardEngine(SerialEngine):
     def _extreme(self, op: str, x: NamedTensor, names: tuple, data: torch.Tensor,
                  groups: list) -> torch.Tensor:
         kind = "max" if op == "pmax" else "min"
-        out = _extreme(data, kind, groups)
+        out = extreme(data, kind, groups)
         if not (torch.is_grad_enabled() and data.requires_grad):
             return out
         # the entries of x attaining the extreme, here and on all ranks (amax shares the
@@ -354,9 +300,9 @@ class LocalShardEngine(SerialEngine):
         for d in dims:
             wide = wide.unsqueeze(d)
         here = (x._data.detach() == wide).sum(dims).to(out.dtype)
-        total = _all_reduce(here, groups, "sum")
+        total = all_reduce(here, groups, "sum")
         share = here / total   # 0/0 where a NaN won: a NaN gradient, as amax's
-        return _ExtremeOverRanks.apply(data, out, (share, groups))
+        return ExtremeOverRanks.apply(data, out, (share, groups))
 
     def _check_one_axis_per_mesh_dim(self, op: str, operands: tuple) -> None:
         """Two split axes on one mesh dim in what a collective combines (an einsum's
@@ -442,13 +388,13 @@ class _ShardsOf(torch.autograd.Function):
         for i, (g, (places, _, _)) in enumerate(zip(gs, ctx.specs)):
             if g is None:
                 continue
-            dims = tuple(d for d, p in enumerate(places) if p.is_replicate())
+            g, dims = _unless_uniform(g, [d for d, p in enumerate(places) if p.is_replicate()],
+                                      ctx.dm)
+            out[i] = g
             if dims:
                 by_dtype.setdefault(g.dtype, []).append((i, dims))
-            else:
-                out[i] = g
         for members in by_dtype.values():
-            summed = sum_partials([gs[i] for i, _ in members], [d for _, d in members], ctx.dm)
+            summed = sum_partials([out[i] for i, _ in members], [d for _, d in members], ctx.dm)
             for (i, _), t in zip(members, summed):
                 out[i] = t
         for i, (g, (places, shape, stride)) in enumerate(zip(out, ctx.specs)):
@@ -460,7 +406,9 @@ class _ShardsOf(torch.autograd.Function):
 
 class _SumGradsOverRanks(torch.autograd.Function):
     """Replicated full inputs, as they are; backward: their gradients (each rank's
-    partial sum) all-reduced over every rank in one flat buffer per dtype."""
+    partial sum) summed over every rank in one flat buffer per dtype -- differentiably
+    (an outer derivative may differentiate this backward), and not along the mesh dims
+    where a gradient is marked the same on every rank (:func:`_unless_uniform`)."""
 
     @staticmethod
     def forward(dm, *xs):
@@ -473,20 +421,34 @@ class _SumGradsOverRanks(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *gs):
+        from ._dtensor import sum_partials
+
         out = list(gs)
         by_dtype: dict = {}
         for i, g in enumerate(gs):
             if g is not None:
-                by_dtype.setdefault(g.dtype, []).append(i)
-        groups = _groups(ctx.dm, tuple(range(ctx.dm.ndim)))
-        for idx in by_dtype.values():
-            flat = _SumOverRanks.apply(torch.cat([gs[i].reshape(-1) for i in idx]), groups)
-            at = 0
-            for i in idx:
-                n = gs[i].numel()
-                out[i] = flat[at:at + n].view(gs[i].shape)
-                at += n
+                out[i], dims = _unless_uniform(g, range(ctx.dm.ndim), ctx.dm)
+                if dims:
+                    by_dtype.setdefault(g.dtype, []).append((i, dims))
+        for members in by_dtype.values():
+            summed = sum_partials([out[i] for i, _ in members], [d for _, d in members],
+                                  ctx.dm, differentiable=True)
+            for (i, _), t in zip(members, summed):
+                out[i] = t
         return (None, *out)
+
+
+def _unless_uniform(g: torch.Tensor, dims, dm) -> tuple:
+    """A gradient that is a partial sum over the mesh ``dims`` -> (it, the dims still to
+    sum over): along those it is marked the same on every rank, the sum is ``g`` times
+    their ranks (:mod:`._uniform`)."""
+    same = uniform_dims(g, dm)
+    ranks = 1
+    for d in dims:
+        if d in same:
+            ranks *= dm.size(d)
+    rest = tuple(d for d in dims if d not in same)
+    return (g * ranks if ranks != 1 else g), rest
 
 
 class _ReplicatedOutput(torch.autograd.Function):

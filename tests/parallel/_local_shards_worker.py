@@ -7,6 +7,7 @@ ran).  Writes ``rank{R}.json`` into argv[1].
 """
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 
@@ -334,6 +335,120 @@ def laid_out_dtensors(rank, results):
     _dtensor.LOCAL_SHARDS = True
 
 
+def _layer_norm(x):
+    mu = nx.mean(x, "e")
+    return (x - mu) / torch.sqrt(nx.mean((x - mu) ** 2, "e") + 1e-5)
+
+
+def _residual(x, g1, w1, w2, g2, w3, w4):
+    """Two MLP blocks on a residual stream, 'm' split: the second block's input is computed
+    from the first's psum, so its column-parallel input sums its cotangent (Megatron's f)."""
+    h = x + nx.lax.pdot(torch.relu(nx.lax.pdot(_layer_norm(x) * g1, w1, "e")), w2, "m")
+    h = h + nx.lax.pdot(torch.relu(nx.lax.pdot(_layer_norm(h) * g2, w3, "e")), w4, "m")
+    return nx.lax.pmean(nx.lax.psum(h * h, "e"), "b")
+
+
+class _Twice(torch.autograd.Function):   # a user's own Function: its backward is opaque
+    @staticmethod
+    def forward(x):
+        return 2 * x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, g):
+        return 2 * g
+
+
+def broadcast_sums(rank, results):
+    # A replicated value computed from a psum, broadcast into a column-parallel pdot, has its
+    # cotangent summed right there (Megatron's f): the cotangents above it are then the same
+    # on every rank, the psums' transposes cost nothing, and the layer-norm weight above it
+    # gets a whole gradient.  Every other use of the value keeps it exact: an elementwise
+    # product with a split value, a user's Function, a second pdot (one sum for both).
+    g = torch.Generator().manual_seed(5)
+    f64 = dict(generator=g, dtype=torch.float64)
+    E, M = 4, 8
+    args = (torch.randn(4, E, **f64), torch.randn(E, **f64), torch.randn(E, M, **f64),
+            torch.randn(M, E, **f64), torch.randn(E, **f64), torch.randn(E, M, **f64),
+            torch.randn(M, E, **f64))
+    ax = (["b", "e"], ["e"], ["e", "m"], ["m", "e"], ["e"], ["e", "m"], ["m", "e"])
+    # backward all-reduces -- 1d: the second block's f, and one flat buffer for the
+    # replicated inputs' gradients (x's and g1's shares; g2's is whole already).  2d ('b'
+    # over x): the f; x and the four weights, full tensors split over 'b' or 'm', come back
+    # full through DTensor, one all-reduce each of their partial sums; g1 and g2 in one flat
+    # buffer over x, then g1's part over y.  Without the f both add the two psums'
+    # transposes (the cotangent of the stream between them differs per rank).
+    for name, mesh, res, want in [("1d", mesh_1d(), {"m": "x"}, 2),
+                                  ("2d", mesh_2d(), {"b": "x", "m": "y"}, 8)]:
+        key = f"broadcast_residual_{name}"
+        results[key] = compare(_residual, ax, [...], res, args, mesh)
+        results[key]["backward_all_reduces"] = _backward_all_reduces(
+            _residual, ax, [...], res, args, mesh)
+        results[key]["want_all_reduces"] = want
+
+    def mixed(x, w1, w1b, w2, s):
+        r = nx.lax.pdot(torch.sin(nx.lax.pdot(x, w1, "e")), w1b, "m")   # {b, f}: psum over m
+        y = torch.cos(r)
+        a = nx.lax.pdot(y, w2, "f")                                    # {b, m}: f
+        b = nx.lax.pdot(y * 0.5, w2, "f")                              # its own f
+        c = nx.sum(nx.lax.psum(y * s, "m"), "f")                       # a split use, no f
+        d = nx.NamedTensor._wrap(_Twice.apply(y._data), y._names)      # a user's Function
+        return nx.lax.psum(a * b, "m") + c + nx.sum(d, "f")
+
+    margs = (torch.randn(3, 4, **f64), torch.randn(4, 8, **f64), torch.randn(8, 5, **f64),
+             torch.randn(5, 8, **f64), torch.randn(8, 5, **f64))
+    max_ = (["b", "e"], ["e", "m"], ["m", "f"], ["f", "m"], ["m", "f"])
+    results["broadcast_mixed_uses"] = compare(mixed, max_, ["b", ...], {"m": "x"}, margs,
+                                              mesh_1d())
+
+def _random_residual(seed: int, full_output: bool):
+    """A random stack of residual steps on a stream {b, e} with 'm' split (generated test
+    of where cotangents are summed): blocks whose column-parallel input is the stream's
+    layer norm, used once or twice, elementwise steps, a split product summed back, a
+    user's Function -- and a loss, or the stream itself, as the output."""
+    rng = np.random.default_rng(seed)
+    steps = [str(rng.choice(["block", "twice", "elementwise", "split", "opaque"]))
+             for _ in range(int(rng.integers(2, 6)))]
+
+    def f(x, g, g2, w1, w2, s):
+        h = x
+        for k, step in enumerate(steps):
+            if step in ("block", "twice"):
+                y = _layer_norm(h) * g
+                h = h + nx.lax.pdot(torch.tanh(nx.lax.pdot(y, w1, "e")), w2, "m")
+                if step == "twice":
+                    h = h + nx.lax.pdot(torch.sin(nx.lax.pdot(y * 0.5, w1, "e")), w2, "m")
+            elif step == "elementwise":
+                h = torch.tanh(h) * g2 + h
+            elif step == "split":
+                h = h + nx.lax.psum(torch.cos(h) * s, "m")
+            else:
+                h = nx.NamedTensor._wrap(_Twice.apply(h._data), h._names) * 0.5 + h
+        return nx.lax.pmean(nx.lax.psum(h * h, "e"), "b") if full_output else h
+
+    return f, [...] if full_output else ["b", "e", ...], steps
+
+
+def broadcast_programs(rank, results):
+    g = torch.Generator().manual_seed(11)
+    f64 = dict(generator=g, dtype=torch.float64)
+    args = (torch.randn(4, 4, **f64), torch.randn(4, **f64), torch.randn(4, **f64),
+            torch.randn(4, 8, **f64), torch.randn(8, 4, **f64), torch.randn(8, 4, **f64))
+    ax = (["b", "e"], ["e"], ["e"], ["e", "m"], ["m", "e"], ["m", "e"])
+    worst = {}
+    for seed, full_output in itertools.product(range(12), (True, False)):
+        f, out_axes, steps = _random_residual(seed, full_output)
+        for name, mesh, res in [("1d", mesh_1d(), {"m": "x"}),
+                                ("2d", mesh_2d(), {"b": "x", "m": "y"})]:
+            got = compare(f, ax, out_axes, res, args, mesh, ct_seed=seed)
+            key = f"{seed} {name} {'loss' if full_output else 'stream'}: {' '.join(steps)}"
+            worst[key] = max(got["out_err"], got["grad_err"]) if got["local"] == 1 else -1.0
+    results["broadcast_programs"] = worst
+
+
 if __name__ == "__main__":
     run_rank([extremes, dtypes, edges, fallback, outer_transforms, dtensor_outputs, folding,
-              uniform_cotangents, laid_out_dtensors])
+              uniform_cotangents, laid_out_dtensors, broadcast_sums, broadcast_programs])

@@ -92,3 +92,29 @@ def test_laid_out_dtensor_inputs_go_straight_to_their_shards(ranks, path):
         assert got["placements"] == [["S(0)", "R"], ["R", "R"], ["S(1)", "S(0)"], None], (r, got)
         assert got["dtypes"] == ["torch.float32", "torch.float64", "torch.float32", None]
         assert got["local"] == (1 if not path else 0) and got["sharded"] == 6, (r, got)
+
+
+@pytest.mark.parametrize("case", ["broadcast_residual_1d", "broadcast_residual_2d",
+                                  "broadcast_mixed_uses"])
+def test_a_broadcast_value_sums_its_cotangent_where_it_pays(ranks, case):
+    """Megatron's f: a replicated value computed from a psum and broadcast into a
+    column-parallel pdot has its cotangent summed there, so the cotangents above it are
+    the same on every rank (psum's transposes cost nothing, the layer norm above gets a
+    whole gradient); every other use of the value -- a split product, a user's Function,
+    a second pdot -- stays exact."""
+    for r, res in enumerate(ranks):
+        got = res[case]
+        assert got["out_err"] < 1e-12 and got["grad_err"] < 1e-12, (r, got)
+        assert (got["local"], got["dtensor"], got["fallbacks"]) == (1, 0, 0), (r, got)
+        if "want_all_reduces" in got:
+            assert got["backward_all_reduces"] == got["want_all_reduces"], (r, got)
+
+
+def test_generated_residual_programs_equal_vectorized(ranks):
+    """Random stacks of residual steps (blocks using the stream's layer norm once or
+    twice, elementwise steps, split products, a user's Function; a loss or the stream as
+    the output) on a 1-d and a 2x2 mesh: outputs and gradients equal the vectorized run's,
+    wherever the cotangents were summed."""
+    for r, res in enumerate(ranks):
+        for program, err in res["broadcast_programs"].items():
+            assert 0 <= err < 1e-10, (r, program, err)

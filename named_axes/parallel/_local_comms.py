@@ -1,0 +1,148 @@
+"""The local-shard path's communication, as autograd Functions (see :mod:`._dtensor_spmd`).
+
+Each collective is an all-reduce over the mesh dims that split the axes it reduces,
+issued with functional collectives (what DTensor issues: ``CommDebugMode`` counts them).
+Each transpose reads the marks of :mod:`._uniform`: a cotangent known to be the same on
+every rank of the dims summed over is multiplied by their ranks, not all-reduced.
+
+>>> import torch
+>>> class FourRanks:   # a stand-in mesh: a marked cotangent needs no communication
+...     def size(self, dim): return 4
+>>> dm = FourRanks()
+>>> sum_of_cotangents(mark_uniform(torch.ones(2), dm, frozenset({0})), mesh_groups(dm, (0,)))
+tensor([4., 4.])
+"""
+from __future__ import annotations
+
+import torch
+
+from ._uniform import mark_uniform, uniform_dims
+
+__all__ = ["DivideByCount", "ExtremeOverRanks", "SumBeforeBroadcast", "SumOverRanks", "all_reduce",
+           "extreme", "mesh_groups", "sum_of_cotangents"]
+
+
+def mesh_groups(dm, dims: tuple) -> list:
+    """The groups to all-reduce over, one per mesh dim: ``(DeviceMesh, dim)``."""
+    return [(dm, d) for d in dims]
+
+
+def all_reduce(x: torch.Tensor, groups: list, op: str) -> torch.Tensor:
+    """``x`` reduced (``op``: 'sum', 'max', 'min') over the ranks of every group in turn,
+    with functional collectives (what DTensor issues: CommDebugMode counts them)."""
+    from torch.distributed import _functional_collectives as funcol
+
+    if x.dtype == torch.bool:
+        return all_reduce(x.to(torch.uint8), groups, op).to(torch.bool)
+    out = x.detach().contiguous()
+    buf = torch.view_as_real(out) if out.is_complex() else out
+    for g in groups:
+        buf = funcol.wait_tensor(funcol.all_reduce(buf, op, g))
+    return torch.view_as_complex(buf) if out.is_complex() else buf
+
+
+def sum_of_cotangents(g: torch.Tensor, groups: list) -> torch.Tensor:
+    """``g`` summed over the ranks of ``groups``: an all-reduce, or, where ``g`` is marked
+    the same on all of them, ``g`` times their number."""
+    dm = groups[0][0]
+    dims = frozenset(d for _, d in groups)
+    uniform = uniform_dims(g, dm)
+    if not dims <= uniform:
+        return SumOverRanks.apply(g, groups)
+    ranks = 1
+    for d in dims:
+        ranks *= dm.size(d)
+    return mark_uniform(g * ranks, dm, uniform)
+
+
+class SumOverRanks(torch.autograd.Function):
+    """``psum`` across ranks: an all-reduce; its transpose is the same all-reduce (or
+    less: :func:`sum_of_cotangents`)."""
+
+    @staticmethod
+    def forward(x, groups):
+        return all_reduce(x, groups, "sum")
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.groups = inputs[1]
+
+    @staticmethod
+    def backward(ctx, g):
+        return sum_of_cotangents(g, ctx.groups), None
+
+
+class DivideByCount(torch.autograd.Function):
+    """``pmean``'s division of the ``psum`` by the instance count; the cotangent keeps
+    its mark."""
+
+    @staticmethod
+    def forward(x, count, dm):
+        return x / count
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.count, ctx.dm = inputs[1], inputs[2]
+
+    @staticmethod
+    def backward(ctx, g):
+        return mark_uniform(g / ctx.count, ctx.dm, uniform_dims(g, ctx.dm)), None, None
+
+
+class ExtremeOverRanks(torch.autograd.Function):
+    """``pmax``/``pmin`` of the ranks' partial extremes; the cotangent (summed over the
+    ranks, as the output is replicated) goes to each rank in proportion to how many of
+    the entries attaining the extreme it holds (``share``)."""
+
+    @staticmethod
+    def forward(x, out, share):
+        return out.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.share, ctx.groups = inputs[2]
+
+    @staticmethod
+    def backward(ctx, g):
+        return sum_of_cotangents(g, ctx.groups) * ctx.share, None, None
+
+
+def extreme(x: torch.Tensor, kind: str, groups: list) -> torch.Tensor:
+    """The max (min) over ranks of ``x``, NaN wherever some rank holds a NaN (as ``amax``)."""
+    if not x.is_floating_point():
+        return all_reduce(x, groups, kind)
+    nan = torch.isnan(x)
+    fill = float("-inf") if kind == "max" else float("inf")
+    flag = nan.to(x.dtype) if kind == "max" else -nan.to(x.dtype)
+    both = all_reduce(torch.stack([x.masked_fill(nan, fill), flag]), groups, kind)
+    return both[0].masked_fill(both[1] != 0, float("nan"))
+
+
+class SumBeforeBroadcast(torch.autograd.Function):
+    """A replicated value, as it is, on its way into an einsum that broadcasts it along
+    axes split over the mesh ``dims``; backward: its cotangent, a different share on each
+    of those ranks, summed over them (Megatron's "f") and split evenly again, marked the
+    same on all -- when ``switch[0]`` (set by :meth:`._uniform.Replication.finish`), else
+    handed on as it is."""
+
+    @staticmethod
+    def forward(x, dm, dims, switch):
+        return x.view_as(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.dm, ctx.dims, ctx.switch = inputs[1:]
+
+    @staticmethod
+    def backward(ctx, g):
+        dm, dims = ctx.dm, ctx.dims
+        same = uniform_dims(g, dm)
+        if not ctx.switch[0] or dims <= same:
+            return g, None, None, None
+        ranks = 1
+        for d in dims:
+            ranks *= dm.size(d)
+        total = sum_of_cotangents(g, mesh_groups(dm, tuple(sorted(dims))))
+        return mark_uniform(total / ranks, dm, same | dims), None, None, None
+
+
