@@ -115,6 +115,8 @@ class Replication:
     # -- after the call's forward ---------------------------------------------------------
     def finish(self, roots: list) -> None:
         """Place the hooks, given the backward nodes of the call's outputs ``roots``."""
+        if not self.seeds:
+            return   # nothing known the same on any rank: no mark to carry
         graph = self._graph(roots)
         same = self._same_values(graph)
         fed = self._fed_by_collective(graph)
@@ -125,7 +127,9 @@ class Replication:
             for nxt, slot in nexts:
                 if nxt is not None:
                     edges[(id(nxt), slot)] = edges.get((id(nxt), slot), 0) + 1
-        joins = {key: n for key, n in edges.items() if n > 1}   # (id(node), slot) -> edges
+        # the joins whose sum someone reads a mark of: a node that passes marks, or reads them
+        readers = {id(n) for n in graph if n in same or type(n).__name__ in _READERS}
+        joins = {key: n for key, n in edges.items() if n > 1 and key[0] in readers}
         slots_of: dict = {}
         for node_id, slot in joins:
             slots_of.setdefault(node_id, []).append(slot)
@@ -137,7 +141,7 @@ class Replication:
             if keep or into:
                 node.register_hook(self._after(keep, into, records))
             slots = slots_of.get(id(node))
-            if slots and (keep or type(node).__name__ in _READERS):
+            if slots:
                 node.register_prehook(self._before(id(node), slots, joins, records))
 
     def _graph(self, roots: list) -> dict:
