@@ -393,12 +393,18 @@ class _ShardsOf(torch.autograd.Function):
             out[i] = g
             if dims:
                 by_dtype.setdefault(g.dtype, []).append((i, dims))
+        twice = torch.is_grad_enabled()   # create_graph: this backward is differentiated
         for members in by_dtype.values():
-            summed = sum_partials([out[i] for i, _ in members], [d for _, d in members], ctx.dm)
+            summed = sum_partials([out[i] for i, _ in members], [d for _, d in members], ctx.dm,
+                                  differentiable=twice)
             for (i, _), t in zip(members, summed):
                 out[i] = t
         for i, (g, (places, shape, stride)) in enumerate(zip(out, ctx.specs)):
-            if g is not None:
+            if g is None:
+                continue
+            if twice:   # an output edge: its cotangent is the same on every rank it is on
+                out[i] = _FromLocal.apply(g, ctx.dm, tuple(places), tuple(shape))
+            else:
                 out[i] = DTensor.from_local(g.contiguous(), ctx.dm, places, run_check=False,
                                             shape=shape, stride=stride)
         return (None, *out)
@@ -435,6 +441,8 @@ class _SumGradsOverRanks(torch.autograd.Function):
                                   ctx.dm, differentiable=True)
             for (i, _), t in zip(members, summed):
                 out[i] = t
+        if torch.is_grad_enabled():   # create_graph: the gradients are full outputs
+            out = [None if t is None else _ReplicatedOutput.apply(t, ctx.dm) for t in out]
         return (None, *out)
 
 

@@ -449,6 +449,49 @@ def broadcast_programs(rank, results):
     results["broadcast_programs"] = worst
 
 
+def double_backward(rank, results):
+    # A gradient taken with create_graph and differentiated again: a replicated input's
+    # gradient, summed over the ranks in the first backward, is a full output of it --
+    # its cotangent is the same on every rank, not a share (the differentiable all-reduce
+    # transposed it into the ranks' sum: 4x on the 1-d mesh, silently).  Full inputs on
+    # both meshes, DTensors laid out as the plan wants on the 2x2 one.
+    g = torch.Generator().manual_seed(5)
+    f64 = dict(generator=g, dtype=torch.float64)
+    args = [torch.randn(4, 4, **f64), torch.randn(4, **f64), torch.randn(4, 8, **f64),
+            torch.randn(8, 4, **f64), torch.randn(4, **f64), torch.randn(4, 8, **f64),
+            torch.randn(8, 4, **f64)]
+    ax = (["b", "e"], ["e"], ["e", "m"], ["m", "e"], ["e"], ["e", "m"], ["m", "e"])
+
+    def second(xs, run, first: int, then: list):
+        out = run(*xs)
+        gx = torch.autograd.grad(out, xs[first], create_graph=True)[0]
+        total = (gx * gx).sum()
+        total = total.full_tensor() if type(total).__name__ == "DTensor" else total
+        return [nx.device_get(t) for t in torch.autograd.grad(total, [xs[i] for i in then])]
+
+    want = {}
+    for first in (0, 2):
+        xs = [a.clone().requires_grad_() for a in args]
+        want[first] = second(xs, nx.xmap(_residual, in_axes=ax, out_axes=[...]), first,
+                             [0, 1, 4])
+    for name, mesh, res, laid_out in [("1d", mesh_1d(), {"m": "x"}, False),
+                                      ("2d", mesh_2d(), {"b": "x", "m": "y"}, False),
+                                      ("2d_dtensors", mesh_2d(), {"b": "x", "m": "y"}, True)]:
+        first = 2 if laid_out else 0
+        if laid_out:
+            xs = [p.requires_grad_() for p in nx.device_put(
+                args, nx.NamedSharding(mesh, res), axes=list(ax))]
+        else:
+            xs = [a.clone().requires_grad_() for a in args]
+        P.comm_summary(reset=True)
+        with mesh:
+            got = second(xs, nx.xmap(_residual, in_axes=ax, out_axes=[...],
+                                     axis_resources=res), first, [0, 1, 4])
+        results[f"double_backward_{name}"] = dict(
+            err=_max_err(got, want[first]), local=P.comm_summary()["local_shard_runs"])
+
+
 if __name__ == "__main__":
     run_rank([extremes, dtypes, edges, fallback, outer_transforms, dtensor_outputs, folding,
-              uniform_cotangents, laid_out_dtensors, broadcast_sums, broadcast_programs])
+              uniform_cotangents, laid_out_dtensors, broadcast_sums, broadcast_programs,
+              double_backward])

@@ -118,3 +118,13 @@ def test_generated_residual_programs_equal_vectorized(ranks):
     for r, res in enumerate(ranks):
         for program, err in res["broadcast_programs"].items():
             assert 0 <= err < 1e-10, (r, program, err)
+
+
+@pytest.mark.parametrize("case", ["1d", "2d", "2d_dtensors"])
+def test_a_gradient_differentiated_again_equals_vectorized(ranks, case):
+    """create_graph through the local-shard path: a replicated input's gradient is a full
+    output of the first backward (its cotangent the same on every rank, not a share) --
+    on the 1-d mesh the second derivative came out 4x along it, silently."""
+    for r, res in enumerate(ranks):
+        got = res[f"double_backward_{case}"]
+        assert got["err"] < 1e-10 and got["local"] == 1, (r, got)
