@@ -59,17 +59,18 @@ def uniform_dims(t: torch.Tensor, dm) -> frozenset:
     return mark[2]
 
 
-# The local-shard path's collectives: a value computed from their results is replicated
-# up to them, not beyond (their inputs are each rank's own).
-COLLECTIVES = frozenset({"SumOverRanksBackward", "ExtremeOverRanksBackward"})
+# The local-shard path's collectives (and pmean's division of a psum): a value computed
+# from their results is replicated up to them, not beyond (their inputs are each rank's).
+COLLECTIVES = frozenset({"SumOverRanksBackward", "ExtremeOverRanksBackward",
+                         "DivideByCountBackward"})
 
 # Where the autograd Functions that compute local ops live (the collectives' own, over
 # axes this path does not split, and einsum's copies).
 _LOCAL_FUNCTIONS = ("named_axes.lax.", "named_axes.rules.")
 
 # The autograd Functions of this path that read marks on what they are handed.
-_READERS = COLLECTIVES | {"DivideByCountBackward", "_ShardsOfBackward",
-                          "_SumGradsOverRanksBackward", "SumBeforeBroadcastBackward"}
+_READERS = COLLECTIVES | {"_ShardsOfBackward", "_SumGradsOverRanksBackward",
+                          "SumBeforeBroadcastBackward"}
 
 
 def _sequence_now() -> int:
