@@ -389,6 +389,22 @@ def broadcast_sums(rank, results):
             _residual, ax, [...], res, args, mesh)
         results[key]["want_all_reduces"] = want
 
+    def after_pmean(x, g1, w1, w2, g2, w3, w4):
+        # the first block ends in a pmean, and the second block's input is computed from it
+        # (x's and g1's gradients are not asked for: g2's is then the only replicated one)
+        x, g1 = x.detach(), g1.detach()
+        h = x + nx.lax.pmean(torch.relu(nx.lax.pdot(_layer_norm(x) * g1, w1, "e")) * w2, "m")
+        h = h + nx.lax.pdot(torch.relu(nx.lax.pdot(_layer_norm(h) * g2, w3, "e")), w4, "m")
+        return nx.lax.pmean(nx.lax.psum(h * h, "e"), "b")
+
+    key = "broadcast_after_pmean_1d"
+    results[key] = compare(after_pmean, ax, [...], {"m": "x"}, args, mesh_1d())
+    # the second block's f only: its sum makes the pmean's transpose free and g2's gradient
+    # whole (no flat all-reduce); without it, the pmean's transpose and the flat one
+    results[key]["backward_all_reduces"] = _backward_all_reduces(
+        after_pmean, ax, [...], {"m": "x"}, args, mesh_1d())
+    results[key]["want_all_reduces"] = 1
+
     def mixed(x, w1, w1b, w2, s):
         r = nx.lax.pdot(torch.sin(nx.lax.pdot(x, w1, "e")), w1b, "m")   # {b, f}: psum over m
         y = torch.cos(r)

@@ -95,7 +95,7 @@ def test_laid_out_dtensor_inputs_go_straight_to_their_shards(ranks, path):
 
 
 @pytest.mark.parametrize("case", ["broadcast_residual_1d", "broadcast_residual_2d",
-                                  "broadcast_mixed_uses"])
+                                  "broadcast_after_pmean_1d", "broadcast_mixed_uses"])
 def test_a_broadcast_value_sums_its_cotangent_where_it_pays(ranks, case):
     """Megatron's f: a replicated value computed from a psum and broadcast into a
     column-parallel pdot has its cotangent summed there, so the cotangents above it are
