@@ -99,6 +99,12 @@ def trace_flat(fun: Callable, args: tuple, *, axis_env: Sequence = (), mode: str
         # closed-over real tensors (parameters) are constants of the graph, also when faking
         gm = make_fx(flat_fun, tracing_mode=mode, _allow_non_fake_inputs=mode != "real")(
             *[leaves[i] for i in tensor_pos])
+    # Dead ops out (random and mutating ones stay): torch's ZeroTensor fallback (a
+    # derivative of a derivative meets one) finds its result's shape by running the op on
+    # meta tensors, and the trace records those -- a graph run as it is then executes
+    # them, and mixed dtypes there raise (a float32 zero times a Python scalar on 'meta').
+    if gm.graph.eliminate_dead_code():
+        gm.recompile()
     return gm, leaves, (spec, names, tensor_pos), out_info
 
 

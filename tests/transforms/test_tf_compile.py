@@ -124,6 +124,26 @@ def test_grad_of_jit_is_transparent():
     torch.testing.assert_close(nx.grad(f)(x), 2 * x.sin() * x.cos())
 
 
+def test_jit_runs_a_second_derivative_through_zero_tensors():
+    """grad of grad through maximum/abs meets torch's ZeroTensors, whose fallback finds a
+    result's shape by running the op on meta tensors -- recorded by the trace, those dead
+    ops raised when the graph ran ('float64 is not the expected dtype of float32'; JAX
+    oracle fuzz, seed 2424, p2424_14738).  The graph keeps only what its outputs need."""
+    def body(x1, x2):
+        def inner(p):
+            return lax.psum(torch.abs(torch.maximum(x2, p) * -1.5), "b")
+        return nx.grad(lambda p: (nx.grad(inner)(p) * torch.sin(p)).sum())(x1)
+
+    f = nx.xmap(body, in_axes=(["b", ...], ["b", ...]), out_axes=["b"])
+    x1, x2 = torch.tensor([0.3, 0.9]), torch.tensor([0.7, 0.2])
+    want = f(x1, x2)
+    jitted = nx.jit(f, backend="eager")
+    for _ in range(2):   # traced, then from the cache
+        torch.testing.assert_close(jitted(x1, x2), want)
+    graph = nx.make_graph(f)(x1, x2).graph
+    assert not [n for n in graph.nodes if "meta" in str(n.kwargs.get("device", ""))]
+
+
 def test_torch_compile_fullgraph_with_matmul_operator():
     w = torch.randn(3, 2)
 
