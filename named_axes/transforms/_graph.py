@@ -103,9 +103,15 @@ def trace_flat(fun: Callable, args: tuple, *, axis_env: Sequence = (), mode: str
     # derivative of a derivative meets one) finds its result's shape by running the op on
     # meta tensors, and the trace records those -- a graph run as it is then executes
     # them, and mixed dtypes there raise (a float32 zero times a Python scalar on 'meta').
-    if gm.graph.eliminate_dead_code():
+    # named_call's profiler nodes stay too (torch 2.9 does not count them as impure).
+    if gm.graph.eliminate_dead_code(is_impure_node=_kept):
         gm.recompile()
     return gm, leaves, (spec, names, tensor_pos), out_info
+
+
+def _kept(node: torch.fx.Node) -> bool:
+    """Whether dead-code elimination keeps ``node``: side effects, randomness, profiler."""
+    return node.is_impure() or getattr(node.target, "namespace", None) == "profiler"
 
 
 @contextlib.contextmanager
