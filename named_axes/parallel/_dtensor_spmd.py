@@ -49,9 +49,10 @@ from typing import Any, Callable
 import torch
 
 from .._tensor import NamedTensor
-from ._serial import SerialEngine, _as_tuple, _carries, _functorch_level, _names_of
+from ._serial import (SerialEngine, _as_tuple, _attaining, _carries, _functorch_level,
+                      _names_of)
 from ._local_comms import (DivideByCount, ExtremeOverRanks, SumBeforeBroadcast, SumOverRanks,
-                           all_reduce, extreme, mesh_groups)
+                           all_reduce, extreme, mesh_groups, uniform_part)
 from ._uniform import Replication, mark_uniform, uniform_dims
 
 __all__ = ["LocalShardEngine", "NeedsGlobal", "local_path_allowed", "run_on_local_shards"]
@@ -284,10 +285,10 @@ class LocalShardEngine(SerialEngine):
         if op in ("psum", "pdot"):
             out = SumOverRanks.apply(data, groups)
         else:
-            out = self._extreme(op, operands[0], names, data, groups)
+            out = self._extreme(op, operands[0], partial, data, groups)
         return NamedTensor._wrap(out, partial._names) if isinstance(partial, NamedTensor) else out
 
-    def _extreme(self, op: str, x: NamedTensor, names: tuple, data: torch.Tensor,
+    def _extreme(self, op: str, x: NamedTensor, partial: Any, data: torch.Tensor,
                  groups: list) -> torch.Tensor:
         kind = "max" if op == "pmax" else "min"
         out = extreme(data, kind, groups)
@@ -295,11 +296,7 @@ class LocalShardEngine(SerialEngine):
             return out
         # the entries of x attaining the extreme, here and on all ranks (amax shares the
         # cotangent evenly among them; this rank's partial extreme already shares its part)
-        dims = sorted(x._names.index(n) for n in names if n in x._names)
-        wide = out.detach()
-        for d in dims:
-            wide = wide.unsqueeze(d)
-        here = (x._data.detach() == wide).sum(dims).to(out.dtype)
+        here = _attaining(x, _rewrap(partial, out.detach())).to(out.dtype)
         total = all_reduce(here, groups, "sum")
         share = here / total   # 0/0 where a NaN won: a NaN gradient, as amax's
         return ExtremeOverRanks.apply(data, out, (share, groups))
@@ -388,7 +385,7 @@ class _ShardsOf(torch.autograd.Function):
         for i, (g, (places, _, _)) in enumerate(zip(gs, ctx.specs)):
             if g is None:
                 continue
-            g, dims = _unless_uniform(g, [d for d, p in enumerate(places) if p.is_replicate()],
+            g, dims = uniform_part(g, [d for d, p in enumerate(places) if p.is_replicate()],
                                       ctx.dm)
             out[i] = g
             if dims:
@@ -414,7 +411,7 @@ class _SumGradsOverRanks(torch.autograd.Function):
     """Replicated full inputs, as they are; backward: their gradients (each rank's
     partial sum) summed over every rank in one flat buffer per dtype -- differentiably
     (an outer derivative may differentiate this backward), and not along the mesh dims
-    where a gradient is marked the same on every rank (:func:`_unless_uniform`)."""
+    where a gradient is marked the same on every rank (:func:`._local_comms.uniform_part`)."""
 
     @staticmethod
     def forward(dm, *xs):
@@ -433,7 +430,7 @@ class _SumGradsOverRanks(torch.autograd.Function):
         by_dtype: dict = {}
         for i, g in enumerate(gs):
             if g is not None:
-                out[i], dims = _unless_uniform(g, range(ctx.dm.ndim), ctx.dm)
+                out[i], dims = uniform_part(g, range(ctx.dm.ndim), ctx.dm)
                 if dims:
                     by_dtype.setdefault(g.dtype, []).append((i, dims))
         for members in by_dtype.values():
@@ -444,19 +441,6 @@ class _SumGradsOverRanks(torch.autograd.Function):
         if torch.is_grad_enabled():   # create_graph: the gradients are full outputs
             out = [None if t is None else _ReplicatedOutput.apply(t, ctx.dm) for t in out]
         return (None, *out)
-
-
-def _unless_uniform(g: torch.Tensor, dims, dm) -> tuple:
-    """A gradient that is a partial sum over the mesh ``dims`` -> (it, the dims still to
-    sum over): along those it is marked the same on every rank, the sum is ``g`` times
-    their ranks (:mod:`._uniform`)."""
-    same = uniform_dims(g, dm)
-    ranks = 1
-    for d in dims:
-        if d in same:
-            ranks *= dm.size(d)
-    rest = tuple(d for d in dims if d not in same)
-    return (g * ranks if ranks != 1 else g), rest
 
 
 class _ReplicatedOutput(torch.autograd.Function):

@@ -19,7 +19,7 @@ import torch
 from ._uniform import mark_uniform, uniform_dims
 
 __all__ = ["DivideByCount", "ExtremeOverRanks", "SumBeforeBroadcast", "SumOverRanks", "all_reduce",
-           "extreme", "mesh_groups", "sum_of_cotangents"]
+           "extreme", "mesh_groups", "ranks", "sum_of_cotangents", "uniform_part"]
 
 
 def mesh_groups(dm, dims: tuple) -> list:
@@ -41,18 +41,32 @@ def all_reduce(x: torch.Tensor, groups: list, op: str) -> torch.Tensor:
     return torch.view_as_complex(buf) if out.is_complex() else buf
 
 
-def sum_of_cotangents(g: torch.Tensor, groups: list) -> torch.Tensor:
-    """``g`` summed over the ranks of ``groups``: an all-reduce, or, where ``g`` is marked
-    the same on all of them, ``g`` times their number."""
-    dm = groups[0][0]
-    dims = frozenset(d for _, d in groups)
-    uniform = uniform_dims(g, dm)
-    if not dims <= uniform:
-        return SumOverRanks.apply(g, groups)
-    ranks = 1
+def ranks(dm, dims) -> int:
+    """How many ranks the mesh dims ``dims`` of ``dm`` hold together."""
+    out = 1
     for d in dims:
-        ranks *= dm.size(d)
-    return mark_uniform(g * ranks, dm, uniform)
+        out *= dm.size(d)
+    return out
+
+
+def uniform_part(g: torch.Tensor, dims, dm) -> tuple:
+    """A partial sum ``g`` over the mesh ``dims`` -> (``g`` summed over those of them it
+    is marked the same along -- ``g`` times their ranks, no communication --, the dims
+    still to sum over)."""
+    same = uniform_dims(g, dm)
+    done = ranks(dm, [d for d in dims if d in same])
+    return (g * done if done != 1 else g), tuple(d for d in dims if d not in same)
+
+
+def sum_of_cotangents(g: torch.Tensor, groups: list) -> torch.Tensor:
+    """``g`` summed over the ranks of ``groups``: times their number along the mesh dims
+    where ``g`` is marked the same on all of them, an all-reduce along the others."""
+    dm = groups[0][0]
+    uniform = uniform_dims(g, dm)
+    g, rest = uniform_part(g, [d for _, d in groups], dm)
+    if rest:
+        return SumOverRanks.apply(g, mesh_groups(dm, rest))
+    return mark_uniform(g, dm, uniform)
 
 
 class SumOverRanks(torch.autograd.Function):
@@ -139,10 +153,7 @@ class SumBeforeBroadcast(torch.autograd.Function):
         same = uniform_dims(g, dm)
         if not ctx.switch[0] or dims <= same:
             return g, None, None, None
-        ranks = 1
-        for d in dims:
-            ranks *= dm.size(d)
         total = sum_of_cotangents(g, mesh_groups(dm, tuple(sorted(dims))))
-        return mark_uniform(total / ranks, dm, same | dims), None, None, None
+        return mark_uniform(total / ranks(dm, dims), dm, same | dims), None, None, None
 
 
