@@ -279,6 +279,10 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     example = list(example_inputs)
+    if any(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in example):
+        from ._heap import tune_heap
+
+        tune_heap()   # a step's freed buffers stay in the heap (see _heap)
     captured: list = []
 
     def inner(g, inputs, *args, **kwargs):
@@ -287,6 +291,7 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
         return out
 
     patches = {"size_asserts": False} if hasattr(config, "size_asserts") else {}
+    patches["post_grad_custom_post_pass"] = _with_scalar_pass(config.post_grad_custom_post_pass)
     # AOT autograd's own cache would skip ``inner`` on a hit (and with it the direct
     # call below); inductor's FX-graph cache under it still saves the code generation.
     _isa_probe.before_compile()
@@ -300,6 +305,15 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
     if direct is not None:
         return direct
     return lambda args: full(*args)
+
+
+def _with_scalar_pass(user_passes: Any) -> tuple:
+    """The user's post-grad passes (if any), then :class:`_scalar_pass.RealizeScalars`."""
+    from torch._inductor.custom_graph_pass import get_custom_graph_passes
+
+    from ._scalar_pass import RealizeScalars
+
+    return (*get_custom_graph_passes(user_passes), RealizeScalars())
 
 
 def _fake_inputs(example: list) -> list:

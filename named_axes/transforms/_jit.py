@@ -29,6 +29,7 @@ from .. import _env
 from .._errors import AxisSpecError, AxisTypeError, NamedAxisError
 from .._tensor import NamedTensor
 from ._backend import _grad_constants
+from ._fast_call import structure_reader, tensor_guard
 from ._graph import trace_flat
 from ._instances import FOLD_MISSES
 
@@ -143,20 +144,6 @@ def _must_inline(leaves: list) -> bool:
     return False
 
 
-def _tensor_guard(args: tuple) -> Any:
-    """A guard passing exactly plain tensors like ``args`` (None when unavailable)."""
-    if not all(type(a) is _Tensor or type(a) is _Parameter for a in args):
-        return None
-    try:
-        from torch._C._dynamo.guards import TensorGuards
-
-        guard = TensorGuards(*args, dynamic_dims_sizes=[list(a.shape) for a in args],
-                             dynamic_dims_strides=[list(a.stride()) for a in args])
-        return guard if guard.check(*args) else None
-    except Exception:  # pragma: no cover - a torch without this (private) guard
-        return None
-
-
 class _BackwardProbe(TorchDispatchMode):
     """Notes whether an autograd backward ran while the program was traced (the program
     computes gradients itself: ``value_and_grad``, a training step)."""
@@ -200,10 +187,15 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
 
     Returns:
         The compiled function; ``.cache_size()`` tells how many programs it holds,
-        ``.stats()`` how many calls ran compiled and how many inline.
+        ``.stats()`` how many calls ran compiled (``fast_lane``: of those, how many
+        repeated the previous call's signature and skipped the cache key) and how many
+        inline.
         Compiled code is also kept in inductor's on-disk cache
         (``TORCHINDUCTOR_CACHE_DIR``), so a second process compiles the same program
-        faster (tracing still runs).
+        faster (tracing still runs).  The first program compiled for the CPU raises
+        glibc's heap thresholds, so a step's freed buffers serve the next step instead
+        of being faulted in again (``NAMED_AXES_HEAP_TUNING=0`` opts out; see
+        ``transforms/_heap.py``).
 
     Gradients.  Calls whose inputs (or closed-over tensors such as a module's
     ``nn.Parameter`` weights) require grad, with grad enabled, are compiled too:
@@ -239,11 +231,13 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
         raise AxisTypeError(f"jit: backend must be a string, got {backend!r}")
     cache: dict = {}
     name = getattr(fun, "__name__", "fun")
-    # The entry of the last call whose arguments were all plain tensors (or parameters),
-    # with a C++ guard checking their sizes, strides, dtypes, devices and grad flags in
-    # one call, and the grad mode it was made under.
-    fast: list = [None, None, None]
-    counts = [0, 0]   # calls run compiled, calls run inline
+    # The fast lane (_fast_call): the last call's reader of its tensor leaves (its
+    # arguments are pytrees of plain tensors or parameters), a C++ guard checking the
+    # leaves' sizes, strides, dtypes, devices and grad flags in one call, its entry and
+    # the grad mode it was made under.
+    fast: list = [None, None, None, None]
+    counts = [0, 0, 0]   # calls run compiled, calls run inline, compiled by the fast lane
+    lanes: dict = {}  # cache key -> its fast lane's (reader, guard)
 
     @functools.wraps(fun)
     def run(*args):
@@ -251,16 +245,14 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
             counts[1] += 1                       # jit is transparent
             return fun(*args)
         grad_on = _grad_enabled()
-        guard = fast[0]
-        if guard is not None and fast[2] is grad_on and not _env.bound_axes():
-            try:
-                hit = guard.check(*args)
-            except TypeError:   # another number of arguments
-                hit = False
-            if hit:
-                entry = fast[1]
+        read = fast[0]
+        if read is not None and fast[3] is grad_on and not _env.bound_axes():
+            flat = read(args)
+            if flat is not None and fast[1].check(*flat):
+                entry = fast[2]
                 counts[0] += 1
-                return entry.rebuild(entry.compiled(list(args)))
+                counts[2] += 1
+                return entry.rebuild(entry.compiled(flat))
         if static or donate:
             dyn_args, st_vals = _split_static(args, static, donate, name)
         else:
@@ -299,8 +291,13 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
                     cache.setdefault(plain_key, entry)
             cache[key] = entry
         compiled, tensor_pos, rebuild, pure, _ = entry
-        if fast[1] is not entry and pure and not (static or bound or tied):
-            fast[:] = [_tensor_guard(args), entry, grad_on]
+        if pure and tensor_pos is None and not (static or bound or tied):
+            # this call missed the lane (or it was another's): the lane is now this key's
+            lane = lanes.get(key)
+            if lane is None:
+                lane = lanes[key] = _fast_lane(args)
+            fast[:] = [lane[0], lane[1], entry, grad_on] if lane[1] is not None else [
+                None, None, None, None]
         if tensor_pos is not None:
             leaves = [leaves[i] for i in tensor_pos]
         counts[0] += 1
@@ -328,13 +325,27 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
         return len({id(e) for e in cache.values()})
 
     run.cache_size = n_programs  # type: ignore[attr-defined]
-    run.clear_cache = cache.clear  # type: ignore[attr-defined]
+
+    def clear_cache() -> None:
+        cache.clear()
+        lanes.clear()
+        fast[:] = [None, None, None, None]
+
+    run.clear_cache = clear_cache  # type: ignore[attr-defined]
     run.stats = lambda: {"compiled": counts[0], "inline": counts[1],  # type: ignore[attr-defined]
-                         "programs": n_programs()}
+                         "fast_lane": counts[2], "programs": n_programs()}
     return run
 
 
 _grad_enabled = torch.is_grad_enabled
+
+
+def _fast_lane(args: tuple) -> tuple:
+    """``(reader, guard)`` passing calls with ``args``' structure and tensor properties
+    (``(None, None)`` when such calls must take the full key)."""
+    read = structure_reader(args)
+    guard = None if read is None else tensor_guard(read(args))
+    return (read, guard) if guard is not None else (None, None)
 
 
 def _copies(args: tuple) -> tuple:
