@@ -73,11 +73,19 @@ def _small_matmul(prev: Callable | None) -> Callable:
     """A decomposition of ``mm`` / ``bmm``: tiny floating matmuls become a broadcast
     multiply and a sum; others go to ``prev`` (inductor's own), else stay as they are."""
     def decomp(a: torch.Tensor, b: torch.Tensor) -> Any:
-        if (a.is_floating_point() and b.dtype == a.dtype
-                and a.numel() * b.shape[-1] <= SMALL_MATMUL):
-            return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2)
+        if _is_small(a, b):
+            return _multiply_sum(a, b)
         return NotImplemented if prev is None else prev(a, b)
     return decomp
+
+
+def _is_small(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (a.is_floating_point() and b.dtype == a.dtype
+            and a.numel() * b.shape[-1] <= SMALL_MATMUL)
+
+
+def _multiply_sum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2)
 
 
 # A float32 CPU matmul at least this large (m * n * k multiply-adds, with k >= 32) runs
@@ -181,7 +189,11 @@ def _matmul(prev: Callable | None, batched: bool) -> Callable:
         if not batched:
             out = mm(a, b)
         elif a.shape[0] == 1 and b.shape[0] == 1:
+            # one batch (a pdot's lowering): a 2-D product, so the graph's view of the
+            # result back to 2-D cancels (no reinterpret of an output per call)
             out = mm(a[0], b[0])
+            if out is None and _is_small(a, b):
+                out = _multiply_sum(a[0], b[0])
             out = None if out is None else out.unsqueeze(0)
         else:
             out = None

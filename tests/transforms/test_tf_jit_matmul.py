@@ -82,6 +82,26 @@ def test_decomposition_sizes_and_dtypes():
         assert "nx_jit::onednn_mm" not in {e.name for e in prof.events()}
 
 
+def test_small_single_batch_bmm_is_a_two_dimensional_product():
+    """A pdot lowers to a bmm of one batch; as a fused multiply-and-sum it is computed
+    2-D, so the graph's view of the result back to 2-D cancels (no per-call reinterpret
+    of a 3-D output buffer)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    bmm = _decomp(torch.ops.aten.bmm.default)
+    a, b = torch.randn(1, 8, 16), torch.randn(1, 16, 4)
+    torch.testing.assert_close(bmm(a, b), torch.bmm(a, b))
+    gm = make_fx(lambda x, y: bmm(x, y)[0], tracing_mode="fake")(a, b)
+    sums = [n for n in gm.graph.nodes if n.target == torch.ops.aten.sum.dim_IntList]
+    assert len(sums) == 1 and sums[0].meta["val"].dim() == 2
+    for x, y in [(torch.randn(2, 8, 16), torch.randn(2, 16, 4)),      # two batches
+                 (torch.randn(1, 8, 16).double(), torch.randn(1, 16, 4).double())]:
+        torch.testing.assert_close(bmm(x, y), torch.bmm(x, y))
+    ints = torch.ones(1, 2, 3, dtype=torch.int64), torch.ones(1, 3, 2, dtype=torch.int64)
+    out = bmm(*ints)   # not a floating product: inductor's own decomposition (or none)
+    assert out is NotImplemented or torch.equal(out, torch.bmm(*ints))
+
+
 @needs_onednn
 def test_linear_with_bias():
     lin = torch.nn.Linear(256, 96)
