@@ -74,6 +74,11 @@ def test_startup_bench_measures_imports_and_reports_targets():
     assert "| 1.10 | meets target ≤ 1.3× |" in text
     assert "MISSES target ≤ 2× JAX first call (2.50×)" in text
     assert "meets target ≤ torch.compile cold (0.75×)" in text
+    first[("make_fx of x + 1", "floor")] = 1.1
+    text = "\n".join(bench_startup.report({"torch": 2.0, "named_axes": 2.2}, first))
+    assert "takes 1.10 s" in text and "2x JAX's first call is 0.80 s." in text
+    floor = bench_startup._child(bench_startup._MAKE_FX_FLOOR)   # a real child process
+    assert 0 < floor < 60
 
 
 @pytest.mark.distributed
