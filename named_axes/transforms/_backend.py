@@ -319,12 +319,16 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
     return lambda args: full(*args)
 
 
-def _with_scalar_pass(user_passes: Any) -> tuple:
+def _with_scalar_pass(user_passes: Any) -> Any:
     """The user's post-grad passes (if any), then :class:`_scalar_pass.RealizeScalars`."""
-    from torch._inductor.custom_graph_pass import get_custom_graph_passes
-
     from ._scalar_pass import RealizeScalars
 
+    if user_passes is None:
+        return RealizeScalars()
+    try:
+        from torch._inductor.custom_graph_pass import get_custom_graph_passes
+    except ImportError:   # torch < 2.10 takes one pass: the user's stays alone
+        return user_passes
     return (*get_custom_graph_passes(user_passes), RealizeScalars())
 
 
