@@ -678,3 +678,28 @@ def test_resource_that_is_not_a_mesh_axis_name():
 def test_axis_resources_not_a_dict():
     with _raises(TypeError, r"axis_resources must be a dict name -> resource"):
         nx.xmap(ident, in_axes=['i', ...], out_axes=['i', ...], axis_resources=['x'])
+
+
+def test_optimizer_step_inside_jit():
+    lin = torch.nn.Linear(4, 3)
+    opt = torch.optim.Adam(lin.parameters())
+
+    def step(x):
+        opt.zero_grad()
+        lin(x).sum().backward()
+        opt.step()
+    with _raises(nx.NamedAxisError, r"jit\(step\): the program calls Adam\.step\(\)\. An "
+                                    r"optimizer keeps Python-side state"):
+        nx.jit(step, backend='eager')(torch.zeros(2, 4))
+
+
+def test_backward_inside_jit():
+    lin = torch.nn.Linear(4, 3)
+
+    def loss_step(x):
+        loss = lin(x).sum()
+        loss.backward()
+        return loss.detach()
+    with _raises(nx.NamedAxisError, r"jit\(loss_step\): the program calls \.backward\(\): it set "
+                                    r"the \.grad of 2 tensor\(s\) of shape\(s\) \(3, 4\), \(3,\)"):
+        nx.jit(loss_step, backend='eager')(torch.zeros(2, 4))

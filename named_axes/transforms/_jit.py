@@ -23,7 +23,6 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import _env
 from .._errors import AxisSpecError, AxisTypeError, NamedAxisError
@@ -32,6 +31,7 @@ from ._backend import _grad_constants
 from ._fast_call import structure_reader, tensor_guard
 from ._graph import trace_flat
 from ._instances import FOLD_MISSES
+from ._trace_probe import TraceProbe, check_grads_untouched, refusing_optimizer_steps
 
 __all__ = ["jit", "disable_jit"]
 
@@ -142,21 +142,6 @@ def _must_inline(leaves: list) -> bool:
         if type(t) is not _Tensor and type(t) is not _Parameter and isinstance(t, _Tensor):
             return True
     return False
-
-
-class _BackwardProbe(TorchDispatchMode):
-    """Notes whether an autograd backward ran while the program was traced (the program
-    computes gradients itself: ``value_and_grad``, a training step)."""
-
-    ran = False
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if not self.ran and _graph_task_id() != -1:
-            self.ran = True
-        return func(*args, **(kwargs or {}))
-
-
-_graph_task_id = torch._C._current_graph_task_id
 
 
 def _no_grad_call(compiled: Callable) -> Callable:
@@ -413,18 +398,25 @@ def _build(fun: Callable, args: tuple, static: tuple, backend: str):
     else:
         dyn_fun, dyn_args = fun, args
     result: list = []
-    probe = _BackwardProbe()
+    traced_inputs: list = []
+    probe = TraceProbe()
 
     def traced(*a):
         with probe:
             result[:] = [dyn_fun(*a)]
+        traced_inputs[:] = [x._data if type(x) is _NT else x for x in tree_flatten(a)[0]
+                            if type(x) is _NT or isinstance(x, _Tensor)]
         return result[0]
 
     # fake tensors: tracing must not run the program (it may mutate its inputs)
-    gm, leaves, (_, _, tensor_pos), out_info = trace_flat(traced, dyn_args, mode="fake")
+    name = getattr(fun, "__name__", "fun")
+    with refusing_optimizer_steps(name):
+        gm, leaves, (_, _, tensor_pos), out_info = trace_flat(traced, dyn_args, mode="fake")
     # which output leaves are tensors (a None *value* among them is a constant)
     is_tensor = [type(x) is _NT or isinstance(x, _Tensor) for x in tree_flatten(result[0])[0]]
     result.clear()
+    check_grads_untouched(name, traced_inputs + _constants(gm))
+    traced_inputs.clear()
     example = [leaves[i] for i in tensor_pos]
     values = probe.ran
     if values:   # the program computes its gradients itself: its results are values
@@ -442,6 +434,12 @@ def _build(fun: Callable, args: tuple, static: tuple, backend: str):
     all_tensors = len(tensor_pos) == len(leaves)
     return Program(compiled, None if all_tensors else tensor_pos,
                    _output_builder(out_info, is_tensor), _pure(gm), values)
+
+
+def _constants(gm: torch.fx.GraphModule) -> list:
+    """The tensors the graph closed over (parameters, buffers, other tensors)."""
+    attrs = (getattr(gm, n.target, None) for n in gm.graph.nodes if n.op == "get_attr")
+    return [v for v in attrs if isinstance(v, torch.Tensor)]
 
 
 def _pure(gm: torch.fx.GraphModule) -> bool:

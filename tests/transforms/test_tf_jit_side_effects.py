@@ -1,0 +1,87 @@
+"""nx.jit refuses the Python side effects a compiled program cannot replay (they used to
+train silently wrongly): an optimizer step inside the program (its state was created
+once, as tracing placeholders, and its step count baked in) and ``loss.backward()``
+inside it (each ``.grad`` was set once, to a placeholder).  The errors leave the
+parameters and the optimizer as they were, and the recommended forms train like eager."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import named_axes as nx
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Linear(4, 3)
+
+
+def _named_loss(lin):
+    return nx.xmap(lambda x: lin(x).tanh().sum(), in_axes=["b", ...], out_axes=["b", ...])
+
+
+@pytest.mark.parametrize("make_opt", [
+    lambda ps: torch.optim.Adam(ps, lr=1e-2),
+    lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+    lambda ps: torch.optim.SGD(ps, lr=0.1),
+])
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_optimizer_step_inside_jit_is_refused_and_leaves_no_trace(make_opt, backend):
+    lin = _model()
+    opt = make_opt(lin.parameters())
+    f = _named_loss(lin)
+
+    def step(x):
+        opt.zero_grad()
+        loss = f(x).sum()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    x = torch.randn(5, 4)
+    before = [p.detach().clone() for p in lin.parameters()]
+    with pytest.raises(nx.NamedAxisError, match=r"jit\(step\): the program calls .*\.step\(\)"):
+        nx.jit(step, backend=backend)(x)
+    assert all(p.grad is None for p in lin.parameters()) and not opt.state
+    for p, b in zip(lin.parameters(), before):
+        assert torch.equal(p.detach(), b)
+    # the optimizer works eagerly afterwards (the refusal hook is gone)
+    step(x)
+    assert all(type(p.grad) is torch.Tensor for p in lin.parameters())
+
+
+@pytest.mark.parametrize("as_argument", [False, True])
+def test_backward_inside_jit_is_refused_and_grads_reset(as_argument):
+    lin = _model()
+    x = torch.randn(5, 4)
+    if as_argument:
+        def step(w, b, x):
+            loss = torch.nn.functional.linear(x, w, b).tanh().sum()
+            loss.backward()
+            return loss.detach()
+        args = (lin.weight, lin.bias, x)
+    else:
+        def step(x):
+            loss = lin(x).tanh().sum()
+            loss.backward()
+            return loss.detach()
+        args = (x,)
+    with pytest.raises(nx.NamedAxisError, match=r"calls \.backward\(\): it set the \.grad of 2"):
+        nx.jit(step, backend="eager")(*args)
+    assert all(p.grad is None for p in lin.parameters())
+
+
+def test_recommended_forms_train_like_eager():
+    """Compiled loss with .backward() and opt.step() outside; and a functional step."""
+    ref, lin = _model(), _model()
+    ropt = torch.optim.Adam(ref.parameters(), lr=1e-2)
+    opt = torch.optim.Adam(lin.parameters(), lr=1e-2)
+    loss = nx.jit(_named_loss(lin))
+    g = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        x = torch.randn(5, 4, generator=g)
+        ropt.zero_grad(); _named_loss(ref)(x).sum().backward(); ropt.step()
+        opt.zero_grad(); loss(x).sum().backward(); opt.step()
+    for a, b in zip(lin.parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b)
+    assert loss.cache_size() == 1 and loss.stats()["inline"] == 0
