@@ -703,3 +703,10 @@ def test_backward_inside_jit():
     with _raises(nx.NamedAxisError, r"jit\(loss_step\): the program calls \.backward\(\): it set "
                                     r"the \.grad of 2 tensor\(s\) of shape\(s\) \(3, 4\), \(3,\)"):
         nx.jit(loss_step, backend='eager')(torch.zeros(2, 4))
+
+
+def test_counter_updated_and_read_as_a_number_inside_jit():
+    bn = torch.nn.BatchNorm1d(3, momentum=None)
+    with _raises(nx.NamedAxisError, r"jit\(<lambda>\): the program updates a closed-over "
+                                    r"torch\.int64 tensor of shape \(\) in place and reads it"):
+        nx.jit(lambda x: bn(x).sum(), backend='eager')(torch.zeros(4, 3))

@@ -31,7 +31,8 @@ from ._backend import _grad_constants
 from ._fast_call import structure_reader, tensor_guard
 from ._graph import trace_flat
 from ._instances import FOLD_MISSES
-from ._trace_probe import TraceProbe, check_grads_untouched, refusing_optimizer_steps
+from ._trace_probe import (TraceProbe, check_grads_untouched, check_no_stale_numbers,
+                           refusing_optimizer_steps)
 
 __all__ = ["jit", "disable_jit"]
 
@@ -410,13 +411,18 @@ def _build(fun: Callable, args: tuple, static: tuple, backend: str):
 
     # fake tensors: tracing must not run the program (it may mutate its inputs)
     name = getattr(fun, "__name__", "fun")
-    with refusing_optimizer_steps(name):
-        gm, leaves, (_, _, tensor_pos), out_info = trace_flat(traced, dyn_args, mode="fake")
+    try:
+        with refusing_optimizer_steps(name):
+            gm, leaves, (_, _, tensor_pos), out_info = trace_flat(traced, dyn_args,
+                                                                   mode="fake")
+    finally:
+        probe.restore()
     # which output leaves are tensors (a None *value* among them is a constant)
     is_tensor = [type(x) is _NT or isinstance(x, _Tensor) for x in tree_flatten(result[0])[0]]
     result.clear()
     check_grads_untouched(name, traced_inputs + _constants(gm))
     traced_inputs.clear()
+    check_no_stale_numbers(name, probe)
     example = [leaves[i] for i in tensor_pos]
     values = probe.ran
     if values:   # the program computes its gradients itself: its results are values

@@ -12,7 +12,10 @@ side effects.  Two of those ran without an error and trained wrongly:
 Both are errors now: :func:`refusing_optimizer_steps` makes an optimizer step inside
 the trace raise before it touches its state, and :func:`check_grads_untouched` finds
 the ``.grad`` a backward set on the program's inputs or closed-over tensors (resets it
-to None, as it was: a real ``.grad`` stays real under fake tensors) and raises.
+to None, as it was: a real ``.grad`` stays real under fake tensors) and raises.  The
+:class:`TraceProbe` also undoes ``make_fx``'s real updates of one-element constants
+(a counter advanced twice on the first call) and refuses a tensor the program updates
+in place and reads as a Python number (:func:`check_no_stale_numbers`).
 
 >>> import torch
 >>> w = torch.nn.Parameter(torch.ones(2))
@@ -34,7 +37,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .._errors import NamedAxisError
 
-__all__ = ["TraceProbe", "refusing_optimizer_steps", "check_grads_untouched"]
+__all__ = ["TraceProbe", "refusing_optimizer_steps", "check_grads_untouched",
+           "check_no_stale_numbers"]
 
 _graph_task_id = torch._C._current_graph_task_id
 
@@ -46,14 +50,81 @@ _ADVICE = ("Compute gradients with nx.grad / nx.value_and_grad and update the pa
 
 class TraceProbe(TorchDispatchMode):
     """Notes whether an autograd backward ran while the program was traced (the program
-    computes gradients itself: ``value_and_grad``, a training step)."""
+    computes gradients itself: ``value_and_grad``, a training step), and keeps the
+    values of the real one-element tensors the program updates in place.
 
-    ran = False
+    ``make_fx`` runs an op on one-element real constants for real ("constant
+    propagation"), in-place ops included: a closed-over counter (``BatchNorm``'s
+    ``num_batches_tracked += 1``) was advanced by the trace *and* by the compiled
+    program, twice on the first call.  :meth:`restore` puts the kept values back.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ran = False
+        self._kept: dict = {}
+        self._read: dict = {}   # real tensors read as Python numbers while tracing
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
         if not self.ran and _graph_task_id() != -1:
             self.ran = True
-        return func(*args, **(kwargs or {}))
+        schema = getattr(func, "_schema", None)
+        if schema is not None and schema.is_mutable:
+            self._keep_written(schema, args, kwargs)
+        if (torch.Tag.data_dependent_output in getattr(func, "tags", ()) and args
+                and _is_real(args[0])):
+            self._read.setdefault(id(args[0]), args[0])
+        return func(*args, **kwargs)
+
+    def stale_numbers(self) -> list:
+        """Real tensors the program both updated in place and read as Python numbers:
+        the trace baked the number in, so every later call would use it."""
+        return [t for i, t in self._read.items() if i in self._kept]
+
+    def _keep_written(self, schema, args: tuple, kwargs: dict) -> None:
+        from torch.fx.experimental.proxy_tensor import CONSTANT_NUMEL_LIMIT
+
+        for i, arg in enumerate(schema.arguments):
+            if arg.alias_info is None or not arg.alias_info.is_write:
+                continue
+            t = args[i] if i < len(args) else kwargs.get(arg.name)
+            if _is_real(t) and t.numel() <= CONSTANT_NUMEL_LIMIT and id(t) not in self._kept:
+                with _no_modes():
+                    self._kept[id(t)] = (t, t.detach().clone())
+
+    def restore(self) -> None:
+        """Give the real tensors the trace updated in place their values back."""
+        with torch.no_grad():
+            for t, value in self._kept.values():
+                t.copy_(value)
+
+
+def _is_real(t) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return (isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor)
+            and t.device.type != "meta")
+
+
+def check_no_stale_numbers(name: str, probe: TraceProbe) -> None:
+    """Raise if the traced program read a tensor it updates in place as a Python number."""
+    stale = probe.stale_numbers()
+    if stale:
+        t = stale[0]
+        raise NamedAxisError(
+            f"jit({name}): the program updates a closed-over {t.dtype} tensor of shape "
+            f"{tuple(t.shape)} in place and reads it as a Python number (float(), .item(), "
+            "a comparison in an if): the trace bakes in the number it read, and every "
+            "compiled call would use it again (BatchNorm with momentum=None reads its "
+            "num_batches_tracked so). Keep the arithmetic on tensors, or pass the value as "
+            "an argument.")
+
+
+def _no_modes():
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    return _disable_current_modes()
 
 
 class _Tracing(threading.local):

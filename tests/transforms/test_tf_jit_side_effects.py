@@ -85,3 +85,43 @@ def test_recommended_forms_train_like_eager():
     for a, b in zip(lin.parameters(), ref.parameters()):
         torch.testing.assert_close(a, b)
     assert loss.cache_size() == 1 and loss.stats()["inline"] == 0
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_closed_over_counters_advance_once_per_call(backend):
+    """make_fx runs ops on one-element real constants for real, in-place ones included:
+    the trace advanced BatchNorm's num_batches_tracked (and any closed-over counter)
+    before the compiled program did it again (twice on the first call)."""
+    bn, ref = torch.nn.BatchNorm1d(3), torch.nn.BatchNorm1d(3)
+    counter = torch.zeros((), dtype=torch.int64)
+
+    def program(x):
+        counter.add_(1)
+        return bn(x).sum() + counter
+
+    f = nx.jit(program, backend=backend)
+    g = torch.Generator().manual_seed(0)
+    for i in range(1, 4):
+        x = torch.randn(8, 3, generator=g)
+        with torch.no_grad():
+            out = f(x)
+            expected = ref(x).sum() + i
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+        assert int(counter) == i and int(bn.num_batches_tracked) == i
+        torch.testing.assert_close(bn.running_mean, ref.running_mean)
+        torch.testing.assert_close(bn.running_var, ref.running_var)
+
+
+def test_a_counter_read_as_a_number_is_refused():
+    """BatchNorm with momentum=None divides by float(num_batches_tracked): the trace
+    baked 1.0 in, and every compiled call took the last batch's mean as the average."""
+    bn = torch.nn.BatchNorm1d(3, momentum=None)
+    f = nx.jit(lambda x: bn(x).sum(), backend="eager")
+    with pytest.raises(nx.NamedAxisError, match=r"updates a closed-over torch.int64 tensor of "
+                                                r"shape \(\) in place and reads it as a Python"):
+        with torch.no_grad():
+            f(torch.randn(8, 3))
+    assert int(bn.num_batches_tracked) == 0          # the trace's update was undone
+    step = torch.zeros(())
+    g = nx.jit(lambda x: x * float(step), backend="eager")   # read, never updated: a constant
+    torch.testing.assert_close(g(torch.ones(2)), torch.zeros(2))
