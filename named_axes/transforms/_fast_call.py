@@ -22,6 +22,8 @@ from typing import Any, Callable
 
 import torch
 
+from .._tensor import NamedTensor
+
 __all__ = ["structure_reader", "tensor_guard"]
 
 _Tensor = torch.Tensor
@@ -33,11 +35,13 @@ def structure_reader(args: tuple) -> Callable[[tuple], list | None] | None:
     call has ``args``' structure -- the same containers (tuple, list, dict with the
     same keys in the same order), lengths and tensor positions -- else to None.
 
-    None when ``args`` hold anything but plain tensors, ``nn.Parameter``s, tuples,
-    lists and dicts (those calls take the full key).  The leaves' own properties are
-    the guard's to check (:func:`tensor_guard`).
+    A NamedTensor leaf gives its data, when its names are the same.  None when
+    ``args`` hold anything but plain tensors, ``nn.Parameter``s, NamedTensors of those,
+    tuples, lists and dicts (those calls take the full key).  The leaves' own
+    properties are the guard's to check (:func:`tensor_guard`).
     """
     keys: list = []
+    names: list = []
     lines: list[str] = []
     count = [0]
 
@@ -45,6 +49,16 @@ def structure_reader(args: tuple) -> Callable[[tuple], list | None] | None:
         t = type(x)
         if t is _Tensor or t is _Parameter:
             return [expr]
+        if t is NamedTensor:   # its data, when its names are the same
+            if type(x._data) is not _Tensor and type(x._data) is not _Parameter:
+                return None
+            name = f"v{count[0]}"
+            count[0] += 1
+            names.append(x._names)
+            lines.append(f"    {name} = {expr}")
+            lines.append(f"    if type({name}) is not NT or {name}._names != N[{len(names) - 1}]:"
+                         " return None")
+            return [f"{name}._data"]
         if t is tuple or t is list or t is dict:
             name = f"v{count[0]}"
             count[0] += 1
@@ -72,7 +86,7 @@ def structure_reader(args: tuple) -> Callable[[tuple], list | None] | None:
     if leaves is None or not leaves:
         return None
     source = "def read(a):\n" + "\n".join(lines) + f"\n    return [{', '.join(leaves)}]\n"
-    env: dict = {"K": keys}
+    env: dict = {"K": keys, "N": names, "NT": NamedTensor}
     exec(source, env)  # noqa: S102 - code built above from the arguments' structure
     return env["read"]
 

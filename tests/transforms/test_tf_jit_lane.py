@@ -15,11 +15,20 @@ from named_axes.transforms._fast_call import structure_reader, tensor_guard
 
 
 def weighted_sum(*args):
-    """Every leaf counts with its own weight, so swapped or dropped leaves show."""
+    """Every leaf counts with its own weight, so swapped or dropped leaves show (and a
+    named leaf's names: its axes are summed in name order, each weighted by position)."""
     leaves = torch.utils._pytree.tree_leaves(args)
     total = torch.zeros(())
     for i, x in enumerate(leaves):
-        if isinstance(x, torch.Tensor):
+        if isinstance(x, nx.NamedTensor):
+            d = x._data.float()
+            pos = [j for j, n in enumerate(x.names) if n is not None][0]
+            w = torch.arange(1, d.shape[pos] + 1, dtype=d.dtype) * (2 if x.names[pos] == "a"
+                                                                   else 3)
+            shape = [1] * d.dim()
+            shape[pos] = -1
+            total = total + (i + 1) * (d * w.reshape(shape)).sum()
+        elif isinstance(x, torch.Tensor):
             total = total + (i + 1) * x.float().sum()
         else:
             total = total + (i + 1) * float(x)
@@ -27,9 +36,12 @@ def weighted_sum(*args):
 
 
 def random_tree(rng: random.Random, depth: int = 0):
-    kind = rng.choice(["tensor", "tensor", "tuple", "list", "dict"] if depth < 3 else ["tensor"])
+    kind = rng.choice(["tensor", "tensor", "named", "tuple", "list", "dict"] if depth < 3
+                      else ["tensor", "named"])
     if kind == "tensor":
         return torch.randn([rng.randint(1, 3) for _ in range(rng.randint(0, 2))])
+    if kind == "named":
+        return nx.named(torch.randn(rng.randint(1, 3), 2), {0: rng.choice("ab")})
     items = [random_tree(rng, depth + 1) for _ in range(rng.randint(1, 3))]
     if kind == "tuple":
         return tuple(items)
@@ -40,6 +52,13 @@ def random_tree(rng: random.Random, depth: int = 0):
 
 def mutations(tree):
     """Trees differing from ``tree`` in one way (structure or a leaf's properties)."""
+    if isinstance(tree, nx.NamedTensor):
+        other = "b" if tree.names[0] == "a" else "a"
+        yield nx.named(tree._data, {0: other})                  # another name
+        yield nx.named(tree._data, {1: tree.names[0]})          # the name elsewhere
+        yield tree._data                                        # no names
+        yield nx.named(tree._data.double(), {0: tree.names[0]})  # dtype
+        return
     if isinstance(tree, torch.Tensor):
         yield torch.randn([*tree.shape, 2])                     # shape
         yield tree.double()                                     # dtype
@@ -110,7 +129,11 @@ def test_reader_refuses_what_the_lane_does_not_serve():
     assert structure_reader((t, 3)) is None                      # a static leaf
     assert structure_reader(({1: t},)) is None                   # a non-string key
     assert structure_reader(()) is None                          # no tensor
-    assert structure_reader((nx.named(torch.zeros(2), {0: "a"}),)) is None
+    named = nx.named(torch.zeros(2), {0: "a"})
+    read_named = structure_reader((named,))
+    assert read_named((named,))[0] is named._data
+    assert read_named((nx.named(torch.zeros(2), {0: "b"}),)) is None
+    assert read_named((torch.zeros(2),)) is None
     read = structure_reader(([t, (t,)],))
     assert read(([t, (t,)],)) == [t, t]
     assert read(([t, [t]],)) is None and read(((t, (t,)),)) is None
