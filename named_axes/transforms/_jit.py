@@ -196,6 +196,14 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
       differentiated again: to differentiate through the step, apply the transform
       outside (``nx.grad(step)``): under it the program runs inline.
 
+    Side effects.  The compiled program replays the traced tensor operations: closed-over
+    tensors are read (and updated in place) on every call, but Python numbers the trace
+    read -- closed-over floats, ``float()`` / ``.item()`` of a tensor -- are baked in,
+    as JAX's ``jit`` bakes Python values.  What a compiled program could not carry
+    raises a ``NamedAxisError`` instead of training wrongly: a ``torch.optim`` step or a
+    ``loss.backward()`` inside the program, a tensor it updates in place and reads as a
+    number (``transforms/_trace_probe.py``).
+
     Calls made under another trace or transform (``make_fx``, dynamo, ``torch.func``,
     ``nx.grad`` ...), with tensor subclasses other than ``nn.Parameter``, or inside
     ``disable_jit()`` run ``fun`` inline, uncompiled, so ``grad(jit(f))``
