@@ -116,8 +116,18 @@ def _concrete(t) -> bool:
     """Whether ``t`` holds real values we may read (not traced, fake or batched)."""
     # plain tensors and subclasses that hold real values (DTensor: every rank runs the
     # same comparison); fake and proxy tensors only exist under a dispatch mode
-    return (isinstance(t, torch.Tensor) and not _is_wrapped(t) and not _dispatch_depth()
+    return (isinstance(t, torch.Tensor) and not _is_wrapped(t) and _modes_run_values()
             and not torch.compiler.is_compiling())
+
+
+def _modes_run_values() -> bool:
+    """Whether every active dispatch mode runs ops on real values (none, or modes marked
+    ``runs_values``, such as jit's warm-up call's ``preserving_writes``)."""
+    if not _dispatch_depth():
+        return True
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return all(getattr(m, "runs_values", False) for m in _get_current_dispatch_mode_stack())
 
 
 # Copies along an axis are folded when equal up to this many units in the last place:

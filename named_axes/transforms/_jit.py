@@ -32,7 +32,7 @@ from ._fast_call import structure_reader, tensor_guard
 from ._graph import trace_flat
 from ._instances import FOLD_MISSES
 from ._trace_probe import (TraceProbe, check_grads_untouched, check_no_stale_numbers,
-                           refusing_optimizer_steps)
+                           preserving_writes, refusing_optimizer_steps)
 
 __all__ = ["jit", "disable_jit"]
 
@@ -279,7 +279,8 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
                 if FOLD_MISSES[0] != misses:
                     # a gradient inside decides its named shape by value (see
                     # _instances.drop_replicated): one eager call on copies, then retrace
-                    fun(*_copies(args))
+                    with preserving_writes():   # closed-over state advances once
+                        fun(*_copies(args))
                     entry = _build(fun, args, static, backend)
                 if entry.values and plain_key is not None:
                     cache.setdefault(plain_key, entry)

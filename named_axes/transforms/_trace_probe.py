@@ -38,7 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .._errors import NamedAxisError
 
 __all__ = ["TraceProbe", "refusing_optimizer_steps", "check_grads_untouched",
-           "check_no_stale_numbers"]
+           "check_no_stale_numbers", "preserving_writes"]
 
 _graph_task_id = torch._C._current_graph_task_id
 
@@ -98,6 +98,58 @@ class TraceProbe(TorchDispatchMode):
         with torch.no_grad():
             for t, value in self._kept.values():
                 t.copy_(value)
+
+
+class preserving_writes(TorchDispatchMode):
+    """Run a call whose in-place updates of tensors that existed before it are undone
+    afterwards (the tensors made during the call are its own).
+
+    ``nx.jit`` runs a program once eagerly, on copies of its arguments, when a gradient
+    inside decides a named shape by value (``_instances.drop_replicated``); without this
+    that call also advanced the program's closed-over state (a counter, BatchNorm's
+    running statistics) once more on the first call.
+
+    >>> import torch
+    >>> counter = torch.zeros(())
+    >>> with preserving_writes():
+    ...     y = (counter.add_(1) * 2).add_(1)   # y is the call's own
+    >>> float(counter), float(y)
+    (0.0, 3.0)
+    """
+
+    runs_values = True   # ops see real values: _instances may read them
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._made: set = set()
+        self._kept: dict = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        schema = getattr(func, "_schema", None)
+        if schema is not None and schema.is_mutable:
+            for i, arg in enumerate(schema.arguments):
+                if arg.alias_info is None or not arg.alias_info.is_write:
+                    continue
+                t = args[i] if i < len(args) else kwargs.get(arg.name)
+                if isinstance(t, torch.Tensor):
+                    t = t if t._base is None else t._base   # a write through a view
+                    if id(t) not in self._made and id(t) not in self._kept:
+                        with _no_modes():
+                            self._kept[id(t)] = (t, t.detach().clone())
+        out = func(*args, **kwargs)
+        for o in (out if isinstance(out, (tuple, list)) else (out,)):
+            if isinstance(o, torch.Tensor) and id(o) not in self._kept:
+                self._made.add(id(o))
+        return out
+
+    def __exit__(self, *exc):
+        out = super().__exit__(*exc)
+        with torch.no_grad():
+            for t, value in self._kept.values():
+                t.copy_(value)
+        self._kept.clear()
+        return out
 
 
 def _is_real(t) -> bool:

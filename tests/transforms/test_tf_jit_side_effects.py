@@ -125,3 +125,42 @@ def test_a_counter_read_as_a_number_is_refused():
     step = torch.zeros(())
     g = nx.jit(lambda x: x * float(step), backend="eager")   # read, never updated: a constant
     torch.testing.assert_close(g(torch.ones(2)), torch.zeros(2))
+
+
+@nx.custom_vjp
+def _f_psum(x):
+    return x
+
+
+_f_psum.defvjp(lambda x: (_f_psum(x), None), lambda _, g: (nx.lax.psum(g, "shard"),))
+
+
+def test_warm_up_call_does_not_advance_closed_over_state():
+    """When a gradient inside decides a named shape by value, nx.jit runs the program
+    once eagerly (on copies of its arguments) before tracing again; that call also
+    advanced closed-over state: a counter stood at 2 after the first call."""
+    counter = torch.zeros((), dtype=torch.int64)
+
+    def program(w, e, x):
+        counter.add_(1)
+
+        def loss(w, e):   # e: replicated, its gradient per instance until folded
+            return (torch.tanh(_f_psum(x * e) @ w) ** 2).mean()
+        value, grads = nx.value_and_grad(loss, argnums=(0, 1))(w, e)
+        return nx.lax.pmean(value, "batch"), [nx.lax.pmean(g, "batch") for g in grads]
+
+    f = nx.xmap(program, in_axes=(["shard", ...], [...], ["batch", ...]),
+                out_axes=(["shard", ...], (["shard", ...], [...])))
+    g = torch.Generator().manual_seed(0)
+    w, e = torch.randn(2, 4, 3, generator=g), torch.randn(4, generator=g)
+    x = torch.randn(2, 5, 4, generator=g)
+    jitted = nx.jit(f)   # first (no eager call of f before: the warm-up runs)
+    outs = []
+    for i in range(1, 3):
+        outs.append(jitted(w, e, x))
+        assert int(counter) == i
+    eager = f(w, e, x)
+    for out in outs:
+        for a, b in zip(torch.utils._pytree.tree_leaves(out),
+                        torch.utils._pytree.tree_leaves(eager)):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
