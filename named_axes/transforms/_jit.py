@@ -226,9 +226,9 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
     cache: dict = {}
     name = getattr(fun, "__name__", "fun")
     # The fast lane (_fast_call): the last call's reader of its tensor leaves (its
-    # arguments are pytrees of plain tensors or parameters), a C++ guard checking the
-    # leaves' sizes, strides, dtypes, devices and grad flags in one call, its entry and
-    # the grad mode it was made under.
+    # arguments are pytrees of plain tensors, parameters or NamedTensors of those), a
+    # C++ guard checking the leaves' sizes, strides, dtypes, devices and grad flags in
+    # one call, its entry and the grad mode it was made under.
     fast: list = [None, None, None, None]
     counts = [0, 0, 0]   # calls run compiled, calls run inline, compiled by the fast lane
     lanes: dict = {}  # cache key -> its fast lane's (reader, guard)
