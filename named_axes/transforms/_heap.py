@@ -20,7 +20,6 @@ True
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 
 __all__ = ["tune_heap", "MMAP_THRESHOLD", "TRIM_THRESHOLD"]
@@ -52,7 +51,7 @@ def _apply() -> bool:
     if any(v in os.environ for v in _USER_VARS):   # the user tuned malloc
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL(None)   # the process's own symbols: its C library's
         libc.gnu_get_libc_version   # glibc's; other C libraries lack mallopt's meaning
         mallopt = libc.mallopt
     except (OSError, AttributeError):
