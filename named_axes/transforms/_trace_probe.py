@@ -153,10 +153,7 @@ class preserving_writes(TorchDispatchMode):
 
 
 def _is_real(t) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    return (isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor)
-            and t.device.type != "meta")
+    return isinstance(t, torch.Tensor) and not _is_traced(t)
 
 
 def check_no_stale_numbers(name: str, probe: TraceProbe) -> None:
