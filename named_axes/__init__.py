@@ -58,12 +58,14 @@ __all__ += ["einsum", "one_hot", "lax", "nn"]
 from .transforms import (NamedGraphModule, ShapeDtypeStruct, checkpoint, closure_convert,
                          custom_jvp, custom_vjp, disable_jit, eval_shape, grad, hessian,
                          jacfwd, jacrev, jit, jvp, linear_transpose, linearize, make_graph,
-                         named_call, remat, value_and_grad, vectorize, vjp, vmap)
+                         named_call, remat, set_program_store, value_and_grad, vectorize,
+                         vjp, vmap)
 
 __all__ += ["vmap", "grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfwd", "jacrev",
             "hessian", "linear_transpose", "custom_vjp", "custom_jvp", "closure_convert",
             "checkpoint", "remat", "eval_shape", "ShapeDtypeStruct", "make_graph",
-            "NamedGraphModule", "named_call", "jit", "disable_jit", "vectorize"]
+            "NamedGraphModule", "named_call", "jit", "disable_jit", "set_program_store",
+            "vectorize"]
 
 # -- parallelism (Mesh, SerialLoop, pmap, devices) --------------------------------------
 from .parallel import (Mesh, SerialLoop, device_count, device_get, device_put,

@@ -23,6 +23,7 @@ from typing import Any, Hashable, NamedTuple
 
 import torch
 
+from ._modes import building_graph
 from ._dispatch import result
 from ._registry import register
 from ._env import _state as _env_state
@@ -297,17 +298,15 @@ def _run_plan(plan: tuple, operands: tuple, bound: dict, out: Any = None) -> Any
     return result(out, names, torch.einsum)
 
 
-_dispatch_modes = torch._C._len_torch_dispatch_stack
-
-
 def einsum2(eq: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """``torch.einsum(eq, x, y)``; in eager mode as one ``mm`` / ``bmm`` between views.
 
     torch.einsum's own planning costs ≈ 10 µs per call and leaves several autograd nodes
     (its backward is ≈ 3× that of one ``mm`` on small tensors).  While a graph is being
-    built (a dispatch mode on the stack, or dynamo) the einsum is kept as it is.
+    built (dynamo, or a dispatch mode that does not run values) the einsum is kept as
+    it is.
     """
-    if _is_compiling() or _dispatch_modes():
+    if building_graph():
         return torch.einsum(eq, x, y)
     return einsum2_eager(eq, x, y)
 

@@ -77,6 +77,13 @@ def test_startup_bench_measures_imports_and_reports_targets():
     first[("make_fx of x + 1", "floor")] = 1.1
     text = "\n".join(bench_startup.report({"torch": 2.0, "named_axes": 2.2}, first))
     assert "takes 1.10 s" in text and "2x JAX's first call is 0.80 s." in text
+    first.update({("nx.jit + program store", "cold"): 3.5,
+                  ("nx.jit + program store", "warm"): 0.008,
+                  ("nx.jit + program store", "saved after"): 7.0})
+    text = "\n".join(bench_startup.report({"torch": 2.0, "named_axes": 2.2}, first))
+    assert ("| P1 small train step, nx.jit + program store, first call, warm cache | 8.0 ms "
+            "| | meets target ≤ 2× JAX first call (0.02×) |") in text
+    assert "AOTInductor (7.0 s, measured" in text and "saved after" not in text
     floor = bench_startup._child(bench_startup._MAKE_FX_FLOOR)   # a real child process
     assert 0 < floor < 60
 

@@ -27,13 +27,12 @@ import torch
 from torch.library import custom_op
 
 from .._einsum import einsum2_eager
+from .._modes import building_graph
 
 __all__ = ["psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "all_to_all",
            "ppermute", "pdot", "axis_index"]
 
 _Fn = torch.autograd.Function
-_dispatch_modes = torch._C._len_torch_dispatch_stack
-_is_compiling = torch.compiler.is_compiling
 
 
 def _tracing() -> bool:
@@ -43,9 +42,10 @@ def _tracing() -> bool:
     dispatch mode; dynamo is seen by ``is_compiling`` (tested first: dynamo folds it).
     Plain eager code, torch.func transforms, DTensor and XLA tensors see neither, and
     there the plain op computes the same values (DTensor runs the op's plain definition
-    anyway, see ``parallel._dtensor.register_collectives``).
+    anyway, see ``parallel._dtensor.register_collectives``).  Modes that run ops on real
+    values (``runs_values``: nx.jit's warm-up and identifying runs) build no graph.
     """
-    return _is_compiling() or _dispatch_modes() > 0
+    return building_graph()
 
 
 def _shift(dims, by=1):

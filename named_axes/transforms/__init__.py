@@ -12,6 +12,7 @@ from ._grad import grad, linear_transpose, value_and_grad, vjp
 from ._jacobian import hessian, jacfwd, jacrev
 from ._graph import NamedGraphModule, make_graph, named_call
 from ._jit import disable_jit, jit
+from ._store import set_program_store
 from ._custom import closure_convert, custom_jvp, custom_vjp
 from ._remat import checkpoint, remat
 from ._shapes import ShapeDtypeStruct, eval_shape
@@ -20,5 +21,5 @@ from . import _backend  # noqa: F401  (registers the "named_axes" torch.compile 
 
 __all__ = ["vmap", "grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfwd", "jacrev",
            "hessian", "linear_transpose", "make_graph", "named_call", "NamedGraphModule",
-           "jit", "disable_jit", "custom_vjp", "custom_jvp", "closure_convert",
+           "jit", "disable_jit", "set_program_store", "custom_vjp", "custom_jvp", "closure_convert",
            "checkpoint", "remat", "ShapeDtypeStruct", "eval_shape", "vectorize"]

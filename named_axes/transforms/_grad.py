@@ -22,6 +22,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 from .._env import bound_axes
 from .._errors import AxisSpecError, AxisTypeError, fmt_named_shape
 from .._layout import align
+from .._modes import building_graph
 from .._tensor import NamedTensor
 from ._instances import Redo, Region, drop_replicated, fold_copies
 from ._tree import box_leaf, expand_over, named_axes_of, rebox, unbox
@@ -32,7 +33,6 @@ __all__ = ["grad", "value_and_grad", "vjp", "linear_transpose"]
 _NT = NamedTensor
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
-_dispatch_depth = torch._C._len_torch_dispatch_stack
 _peek_functorch = getattr(torch._C._functorch, "peek_interpreter_stack", None)
 
 
@@ -240,12 +240,12 @@ def _autograd_ok(prepared: list) -> bool:
     """Whether plain ``torch.autograd`` computes what ``torch.func.grad`` would.
 
     Yes when nothing traces or transforms around us (no torch.func level to nest in,
-    no make_fx / dynamo / dispatch mode) and every differentiated leaf is a plain
+    no make_fx / dynamo / graph-building dispatch mode) and every differentiated leaf is a plain
     floating tensor.  Eagerly this is much cheaper: no functorch level, no wrapper
     tensors, no per-call ``autograd.Function`` classes.
     """
-    if ((_peek_functorch is None or _peek_functorch() is not None) or _dispatch_depth()
-            or torch.compiler.is_compiling() or torch.is_inference_mode_enabled()):
+    if ((_peek_functorch is None or _peek_functorch() is not None) or building_graph()
+            or torch.is_inference_mode_enabled()):
         return False
     for leaves, _, _ in prepared:
         for x in leaves:

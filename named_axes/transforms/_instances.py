@@ -44,6 +44,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .._env import INNER, bound_axes
+from .._modes import modes_run_values as _modes_run_values
 from .._tensor import RECORDERS, NamedTensor
 
 __all__ = ["Region", "REGIONS", "Redo", "current", "lacking", "drop_replicated", "fold_copies"]
@@ -118,16 +119,6 @@ def _concrete(t) -> bool:
     # same comparison); fake and proxy tensors only exist under a dispatch mode
     return (isinstance(t, torch.Tensor) and not _is_wrapped(t) and _modes_run_values()
             and not torch.compiler.is_compiling())
-
-
-def _modes_run_values() -> bool:
-    """Whether every active dispatch mode runs ops on real values (none, or modes marked
-    ``runs_values``, such as jit's warm-up call's ``preserving_writes``)."""
-    if not _dispatch_depth():
-        return True
-    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
-
-    return all(getattr(m, "runs_values", False) for m in _get_current_dispatch_mode_stack())
 
 
 # Copies along an axis are folded when equal up to this many units in the last place:

@@ -23,6 +23,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from .._env import bind, bound_axes
+from .._modes import building_graph
 from .._tensor import NamedTensor
 from .._torch_func import ORIGINAL as _functorch
 from ._forward import jvp
@@ -73,7 +74,7 @@ def _materialized(t: Any) -> Any:
     data = t._data if type(t) is _NT else t
     if not isinstance(data, torch.Tensor):
         return t
-    if torch._C._len_torch_dispatch_stack() or torch.compiler.is_compiling():
+    if building_graph():
         data = data.clone()   # traced: which outputs are zero shows only when it runs
     elif data._is_zerotensor():
         data = torch.zeros(data.shape, dtype=data.dtype, device=data.device)

@@ -27,6 +27,7 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode
 from .. import _env
 from .._errors import AxisSpecError, AxisTypeError, NamedAxisError
 from .._tensor import NamedTensor
+from . import _store
 from ._backend import _grad_constants
 from ._fast_call import structure_reader, tensor_guard
 from ._graph import trace_flat
@@ -178,10 +179,16 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
         inline.
         Compiled code is also kept in inductor's on-disk cache
         (``TORCHINDUCTOR_CACHE_DIR``), so a second process compiles the same program
-        faster (tracing still runs).  The first program compiled for the CPU raises
-        glibc's heap thresholds, so a step's freed buffers serve the next step instead
-        of being faulted in again (``NAMED_AXES_HEAP_TUNING=0`` opts out; see
-        ``transforms/_heap.py``).
+        faster (tracing still runs).  With a program store (opt-in:
+        ``nx.set_program_store(dir)`` or ``NAMED_AXES_PROGRAM_STORE=dir``) a CPU program
+        whose results are values is also compiled, when the process exits, into a
+        library that a later process loads in milliseconds, without tracing: the first
+        call of each signature then runs the program once eagerly to identify it
+        (``transforms/_store.py`` says what it stores and what it refuses);
+        ``.stats()`` counts ``store_loaded`` and ``store_saved``.  The first program
+        compiled for the CPU raises glibc's heap thresholds, so a step's freed buffers
+        serve the next step instead of being faulted in again
+        (``NAMED_AXES_HEAP_TUNING=0`` opts out; see ``transforms/_heap.py``).
 
     Gradients.  Calls whose inputs (or closed-over tensors such as a module's
     ``nn.Parameter`` weights) require grad, with grad enabled, are compiled too:
@@ -230,7 +237,9 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
     # C++ guard checking the leaves' sizes, strides, dtypes, devices and grad flags in
     # one call, its entry and the grad mode it was made under.
     fast: list = [None, None, None, None]
-    counts = [0, 0, 0]   # calls run compiled, calls run inline, compiled by the fast lane
+    # calls run compiled, run inline, compiled by the fast lane; programs loaded from the
+    # program store, saved to it
+    counts = [0, 0, 0, 0, 0]
     lanes: dict = {}  # cache key -> its fast lane's (reader, guard)
 
     @functools.wraps(fun)
@@ -267,25 +276,33 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
             plain_key = None if tied else key_of(
                 [_detached(a) for a in dyn_args], st_vals, bound, False)[0]
             entry = cache.get(plain_key)
-            if entry is None or not entry.values:
-                if not cache:
-                    _ensure_compile_support()
+            if entry is not None and not entry.values:
+                entry = None
+            ident = None
+            if entry is None and _stored_ok(backend, bound, tied):
+                ident = _store.identify(fun, args, leaves, key)   # the program store
+                entry = None if ident is None else _load_stored(ident, leaves)
+                counts[3] += entry is not None
+            if entry is None:
+                _ensure_compile_support()
                 misses = FOLD_MISSES[0]
-                try:
-                    entry = _build(fun, args, static, backend)
-                except NamedAxisError:   # e.g. an unfolded copy met out_axes
-                    if FOLD_MISSES[0] == misses:
-                        raise
-                if FOLD_MISSES[0] != misses:
-                    # a gradient inside decides its named shape by value (see
-                    # _instances.drop_replicated): one eager call on copies, then retrace
-                    with preserving_writes():   # closed-over state advances once
-                        fun(*_copies(args))
-                    entry = _build(fun, args, static, backend)
+                with _store.compile_lock:
+                    try:
+                        entry = _build(fun, args, static, backend, ident)
+                    except NamedAxisError:   # e.g. an unfolded copy met out_axes
+                        if FOLD_MISSES[0] == misses:
+                            raise
+                    if FOLD_MISSES[0] != misses:
+                        # a gradient inside decides its named shape by value (see
+                        # _instances.drop_replicated): one eager call on copies, then retrace
+                        with preserving_writes():   # closed-over state advances once
+                            fun(*_copies(args))
+                        entry = _build(fun, args, static, backend)
+                counts[4] += entry.stored
                 if entry.values and plain_key is not None:
                     cache.setdefault(plain_key, entry)
             cache[key] = entry
-        compiled, tensor_pos, rebuild, pure, _ = entry
+        compiled, tensor_pos, rebuild, pure = entry[:4]
         if pure and tensor_pos is None and not (static or bound or tied):
             # this call missed the lane (or it was another's): the lane is now this key's
             lane = lanes.get(key)
@@ -328,7 +345,8 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
 
     run.clear_cache = clear_cache  # type: ignore[attr-defined]
     run.stats = lambda: {"compiled": counts[0], "inline": counts[1],  # type: ignore[attr-defined]
-                         "fast_lane": counts[2], "programs": n_programs()}
+                         "fast_lane": counts[2], "programs": n_programs(),
+                         "store_loaded": counts[3], "store_saved": counts[4]}
     return run
 
 
@@ -384,16 +402,36 @@ class Program(NamedTuple):
     rebuild: Callable
     pure: bool
     values: bool
+    stored: bool = False   # loaded from the program store, or handed to it
 
 
-def _build(fun: Callable, args: tuple, static: tuple, backend: str):
+def _stored_ok(backend: str, bound: dict, tied: bool) -> bool:
+    """Whether this call may use the program store (see ``_store``): one is set, the
+    backend is inductor, no axes are bound around the call, no tensor is passed twice."""
+    return (backend == "inductor" and not bound and not tied
+            and _store.program_store() is not None and _store.available())
+
+
+def _load_stored(ident: Any, leaves: list) -> Program | None:
+    """The stored program ``ident`` names, or None when the store lacks it."""
+    compiled = _store.load(ident)
+    if compiled is None:
+        return None
+    pos = [i for i, x in enumerate(leaves) if isinstance(x, _Tensor)]
+    return Program(compiled, None if len(pos) == len(leaves) else pos,
+                   _output_builder(ident.out_info, ident.is_tensor), True, False, True)
+
+
+def _build(fun: Callable, args: tuple, static: tuple, backend: str, ident: Any = None):
     """Trace and compile ``fun`` into a :class:`Program`.
 
     ``tensor_pos`` picks the tensor leaves out of the flat leaves (None: all of them);
     ``rebuild`` turns the compiled function's flat outputs into ``fun``'s result;
     ``pure``: the program mutates nothing; ``values``: it ran a backward while traced
     (it computes its own gradients), so it runs with grad disabled and serves calls
-    whatever their inputs' ``requires_grad``.
+    whatever their inputs' ``requires_grad``.  ``ident``: the call's identity in the
+    program store (``_store.identify``); a program whose results are values, that
+    mutates nothing and closes over nothing is compiled into the store.
     """
     n = len(args)
     st = {i % n for i in static}
@@ -434,11 +472,19 @@ def _build(fun: Callable, args: tuple, static: tuple, backend: str):
     check_no_stale_numbers(name, probe)
     example = [leaves[i] for i in tensor_pos]
     values = probe.ran
+    all_tensors = len(tensor_pos) == len(leaves)
+    rebuild = _output_builder(out_info, is_tensor)
+    differentiable = not values and _grad_enabled() and (
+        any(t.requires_grad for t in example) or _grad_constants(gm))
+    stored = (ident is not None and not differentiable and _pure(gm) and not _constants(gm)
+              and _same_output(out_info, is_tensor, ident))
+    if stored:   # compiled for later processes at exit
+        _store.save_later(gm, example, ident)
     if values:   # the program computes its gradients itself: its results are values
         with torch.no_grad():
             compiled = _no_grad_call(_compile(gm, [t.detach() for t in example], backend,
                                               grad_off=True))
-    elif _grad_enabled() and (any(t.requires_grad for t in example) or _grad_constants(gm)):
+    elif differentiable:
         # differentiable: compiled forward and backward (AOT autograd), collectives as
         # plain torch code (their custom ops carry no autograd formula)
         from ._backend import inline_collectives
@@ -446,9 +492,15 @@ def _build(fun: Callable, args: tuple, static: tuple, backend: str):
         compiled = _compile(inline_collectives(gm), example, backend)
     else:
         compiled = _compile(gm, example, backend)
-    all_tensors = len(tensor_pos) == len(leaves)
-    return Program(compiled, None if all_tensors else tensor_pos,
-                   _output_builder(out_info, is_tensor), _pure(gm), values)
+    return Program(compiled, None if all_tensors else tensor_pos, rebuild, _pure(gm), values,
+                   stored)
+
+
+def _same_output(out_info: list, is_tensor: list, ident: Any) -> bool:
+    """Whether the traced result has the structure the identifying eager call returned."""
+    spec, names, consts = ident.out_info
+    return (is_tensor == ident.is_tensor and out_info[0] == spec and out_info[1] == names
+            and repr(out_info[2]) == repr(consts))
 
 
 def _constants(gm: torch.fx.GraphModule) -> list:

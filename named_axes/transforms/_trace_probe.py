@@ -119,6 +119,10 @@ class preserving_writes(TorchDispatchMode):
 
     runs_values = True   # ops see real values: _instances may read them
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:   # its wrapper would import dynamo (~1 s)
+        return False
+
     def __init__(self) -> None:
         super().__init__()
         self._made: set = set()
@@ -126,17 +130,10 @@ class preserving_writes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        schema = getattr(func, "_schema", None)
-        if schema is not None and schema.is_mutable:
-            for i, arg in enumerate(schema.arguments):
-                if arg.alias_info is None or not arg.alias_info.is_write:
-                    continue
-                t = args[i] if i < len(args) else kwargs.get(arg.name)
-                if isinstance(t, torch.Tensor):
-                    t = t if t._base is None else t._base   # a write through a view
-                    if id(t) not in self._made and id(t) not in self._kept:
-                        with _no_modes():
-                            self._kept[id(t)] = (t, t.detach().clone())
+        for t in written_tensors(func, args, kwargs):
+            if id(t) not in self._made and id(t) not in self._kept:
+                with _no_modes():
+                    self._kept[id(t)] = (t, t.detach().clone())
         out = func(*args, **kwargs)
         for o in (out if isinstance(out, (tuple, list)) else (out,)):
             if isinstance(o, torch.Tensor) and id(o) not in self._kept:
@@ -150,6 +147,21 @@ class preserving_writes(TorchDispatchMode):
                 t.copy_(value)
         self._kept.clear()
         return out
+
+
+def written_tensors(func, args: tuple, kwargs: dict) -> list:
+    """The tensors an op call writes to in place (through a view: the view's base)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None or not schema.is_mutable:
+        return []
+    out = []
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        t = args[i] if i < len(args) else kwargs.get(arg.name)
+        if isinstance(t, torch.Tensor):
+            out.append(t if t._base is None else t._base)
+    return out
 
 
 def _is_real(t) -> bool:

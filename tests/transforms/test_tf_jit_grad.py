@@ -40,7 +40,8 @@ def test_forward_backward_compiled_reaches_param_grad():
         torch.testing.assert_close(out.detach(), plain_loss(w1, w2, x))
         torch.testing.assert_close(p1.grad, ref[0])
         torch.testing.assert_close(p2.grad, ref[1])
-    assert f.stats() == {"compiled": 3, "inline": 0, "fast_lane": 2, "programs": 1}
+    assert f.stats() == {"compiled": 3, "inline": 0, "fast_lane": 2, "programs": 1,
+                            "store_loaded": 0, "store_saved": 0}
 
 
 def test_closed_over_module_parameters_get_grads():
@@ -72,14 +73,16 @@ def test_value_and_grad_with_parameters_compiles_once_and_returns_values():
         torch.testing.assert_close(g2, ref_g[1])
         # the step computes its own gradients: its results are values (as JAX's jit)
         assert not (v.requires_grad or g1.requires_grad)
-    assert step.stats() == {"compiled": 3, "inline": 0, "fast_lane": 2, "programs": 1}
+    assert step.stats() == {"compiled": 3, "inline": 0, "fast_lane": 2, "programs": 1,
+                            "store_loaded": 0, "store_saved": 0}
     assert p1.grad is None
     v, (g1, g2) = step(w1, w2, x)   # plain tensors: the same program
     torch.testing.assert_close(g1, ref_g[0])
     with torch.no_grad():
         step(p1, p2, x)
     # plain tensors, then grad off: each a new signature (a new key, the same program)
-    assert step.stats() == {"compiled": 5, "inline": 0, "fast_lane": 2, "programs": 1}
+    assert step.stats() == {"compiled": 5, "inline": 0, "fast_lane": 2, "programs": 1,
+                            "store_loaded": 0, "store_saved": 0}
 
 
 def test_under_another_transform_runs_inline():

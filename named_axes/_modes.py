@@ -1,0 +1,37 @@
+"""Which torch dispatch modes are active: ones building a graph, or ones running values.
+
+A dispatch mode such as make_fx's tracer or ``FakeTensorMode`` sees no real values, so
+the library builds traceable code under it (collectives as named ops, no reads of
+values).  Modes of the library's own that run every op on real tensors -- ``nx.jit``'s
+eager warm-up (``preserving_writes``) and the identifying run of its program store
+(``transforms/_store.py``) -- set ``runs_values = True``: under them the eager code paths
+run, exactly as without a mode.
+
+>>> from named_axes._modes import building_graph, modes_run_values
+>>> modes_run_values(), building_graph()
+(True, False)
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["modes_run_values", "building_graph"]
+
+_dispatch_depth = torch._C._len_torch_dispatch_stack
+_is_compiling = torch.compiler.is_compiling
+
+
+def modes_run_values() -> bool:
+    """Whether every active dispatch mode runs ops on real values (none, or modes marked
+    ``runs_values``)."""
+    if not _dispatch_depth():
+        return True
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return all(getattr(m, "runs_values", False) for m in _get_current_dispatch_mode_stack())
+
+
+def building_graph() -> bool:
+    """Whether a graph is being built: dynamo runs, or a dispatch mode that does not run
+    values (make_fx's tracer, ``FakeTensorMode``) is on the stack."""
+    return _is_compiling() or (_dispatch_depth() > 0 and not modes_run_values())

@@ -1,0 +1,367 @@
+"""nx.jit's program store: compiled programs kept on disk, found again by what they do.
+
+A second process that calls the same jitted program would trace it again (``make_fx``
+alone costs about a second in a fresh process: its tracer imports inductor and dynamo)
+before inductor's on-disk cache can help.  With a program store (opt-in, like JAX's
+persistent compilation cache: ``NAMED_AXES_PROGRAM_STORE=DIR`` or
+:func:`set_program_store`), ``nx.jit`` identifies a program without tracing it, by one
+eager call under a dispatch mode that records every tensor operation (:class:`_Recorder`):
+the operator, its non-tensor arguments, where each tensor argument came from (which
+argument or earlier result) and each result's shape and dtype, plus the call's input
+signature, its result's structure and the versions of torch, this library and the CPU.
+The digest of that record names an AOTInductor library (``<digest>.so``) compiled in an
+earlier process from the traced graph; loading it costs about a millisecond and imports
+neither inductor nor dynamo, and its C++ wrapper calls the kernels with less overhead
+than inductor's Python wrapper.
+
+Two programs with the same record run the same operations on inputs of the same
+signature, so they compute the same function: the stored library is exactly what
+tracing would compile.  What a record cannot pin down is not stored (the call compiles
+as usual): a program that reads a tensor's value into Python (``.item()``, an ``if`` on a
+tensor), draws random numbers, updates a tensor that existed before the call, returns an
+input, closes over a tensor of more than ``_MAX_CONSTANT`` elements (a module's weights:
+the library would freeze their values; small constants go into the record by value), or
+runs on another device than the CPU.  Only programs compiled with ``backend='inductor'``
+whose results are values (no autograd graph: grad off, inputs that do not require grad,
+or a program computing its own gradients such as ``jit(value_and_grad(f))``) are stored.
+
+The identifying call is an extra eager call on the first call of each signature: its
+in-place updates of existing tensors, ``.grad`` changes and CPU random state are undone;
+Python side effects (prints, appends) happen once more.
+
+>>> import named_axes.transforms._store as store
+>>> store.set_program_store(None) is None or True
+True
+"""
+from __future__ import annotations
+
+import atexit
+import hashlib
+import os
+import platform
+import shutil
+import tempfile
+import threading
+import warnings
+import weakref
+from typing import Any, Callable, NamedTuple
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from ._trace_probe import preserving_writes, written_tensors
+from ._tree import unbox
+
+__all__ = ["set_program_store", "program_store", "flush", "ENV"]
+
+ENV = "NAMED_AXES_PROGRAM_STORE"
+_FORMAT = "1"
+_MAX_CONSTANT = 64   # elements of a closed-over tensor recorded by value
+_state: dict = {"dir": os.environ.get(ENV) or None}
+
+
+def set_program_store(path: str | os.PathLike | None) -> str | None:
+    """Keep ``nx.jit``'s compiled programs in directory ``path`` (``None``: no store);
+    returns the previous setting.  The default is ``$NAMED_AXES_PROGRAM_STORE``.
+
+    >>> import named_axes as nx
+    >>> before = nx.set_program_store(None)
+    >>> nx.set_program_store(before) is None
+    True
+    """
+    before = _state["dir"]
+    _state["dir"] = None if path is None else os.fspath(path)
+    return before
+
+
+def program_store() -> str | None:
+    """The directory ``nx.jit`` keeps compiled programs in, or ``None``."""
+    return _state["dir"]
+
+
+def available() -> bool:
+    """Whether this torch can load AOTInductor libraries on the CPU."""
+    aoti = getattr(torch._C, "_aoti", None)
+    return aoti is not None and hasattr(aoti, "AOTIModelContainerRunnerCpu")
+
+
+class _Unstorable(Exception):
+    """The identifying call did something a record cannot pin down."""
+
+
+class _Recorder(TorchDispatchMode):
+    """Records each operation of an eager call, with where its tensor arguments came from.
+
+    Tensors are named by origin: ``i<k>`` the k-th input leaf, ``<n>.<k>`` the k-th
+    result of the n-th operation, ``c(...)`` a small tensor from elsewhere, by value.
+    """
+
+    runs_values = True   # the library's eager paths run under it (see _modes)
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:   # its wrapper would import dynamo (~1 s)
+        return False
+
+    def __init__(self, inputs: list) -> None:
+        super().__init__()
+        self.lines: list = []
+        self.outside: list = []   # tensors from outside the call: (tensor, its .grad)
+        self._refs: dict = {}
+        for k, t in enumerate(inputs):
+            self._name(t, f"i{k}")
+            self.outside.append((t, t.grad))
+        self.why: str | None = None
+
+    def _name(self, t: torch.Tensor, name: str) -> None:
+        self._refs[id(t)] = (weakref.ref(t), name)
+
+    def _origin(self, t: torch.Tensor) -> str:
+        ref = self._refs.get(id(t))
+        if ref is not None and ref[0]() is t:
+            return ref[1]
+        if t.device.type != "cpu" or t.numel() > _MAX_CONSTANT or t.is_sparse:
+            raise _Unstorable(f"it closes over a {t.dtype} tensor of shape {tuple(t.shape)}")
+        data = t.detach().contiguous().view(-1).tolist()
+        name = f"c({t.dtype},{tuple(t.shape)},{t.stride()},{t.requires_grad},{data!r})"
+        self._name(t, name)
+        self.outside.append((t, t.grad))
+        return name
+
+    def _describe(self, x: Any) -> str:
+        if isinstance(x, torch.Tensor):
+            return self._origin(x)
+        if isinstance(x, (list, tuple)):
+            return "[" + ",".join(self._describe(v) for v in x) + "]"
+        return repr(x)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.why is None:
+            try:
+                self._record(func, args, kwargs)
+            except _Unstorable as e:
+                self.why = str(e)
+        out = func(*args, **kwargs)
+        if self.why is None:
+            n = len(self.lines) - 1
+            results = []
+            for k, o in enumerate(tree_flatten(out)[0]):
+                if isinstance(o, torch.Tensor):
+                    ref = self._refs.get(id(o))
+                    if ref is None or ref[0]() is not o:   # in-place ops return an arg
+                        self._name(o, f"{n}.{k}")
+                    results.append(f"{o.dtype}{tuple(o.shape)}{o.stride()}")
+                else:
+                    results.append(repr(o))
+            self.lines[-1] += " -> " + ",".join(results)
+        return out
+
+    def _record(self, func, args, kwargs) -> None:
+        tags = getattr(func, "tags", ())
+        if torch.Tag.nondeterministic_seeded in tags:
+            raise _Unstorable(f"it draws random numbers ({func})")
+        if torch.Tag.data_dependent_output in tags:
+            raise _Unstorable(f"it reads a tensor's value ({func})")
+        for t in written_tensors(func, args, kwargs):
+            if self._origin(t).startswith(("i", "c")):
+                raise _Unstorable(f"it updates a tensor in place ({func})")
+        described = ",".join(self._describe(a) for a in args)
+        if kwargs:
+            described += ";" + ",".join(f"{k}={self._describe(v)}"
+                                        for k, v in sorted(kwargs.items()))
+        self.lines.append(f"{func}({described})")
+
+    def origins(self, tensors: list) -> list:
+        return [self._origin(t) for t in tensors]
+
+
+class Identity(NamedTuple):
+    """A program identified by its eager call: ``digest`` names it in the store;
+    ``out_info`` / ``is_tensor`` rebuild its result from the flat tensor outputs."""
+    digest: str
+    out_info: list
+    is_tensor: list
+
+
+def _cpu_flags() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return hashlib.sha256(line.encode()).hexdigest()[:16]
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _sources_digest() -> str:
+    """This module's and the compile rules' sources: a changed rule is a new program."""
+    h = hashlib.sha256()
+    here = os.path.dirname(os.path.abspath(__file__))
+    for module in ("_backend.py", "_scalar_pass.py", "_store.py"):   # read, not imported:
+        with open(os.path.join(here, module), "rb") as f:            # inductor costs ~1 s
+            h.update(f.read())
+    return h.hexdigest()
+
+
+_context: list = []
+
+
+def _environment() -> str:
+    if not _context:
+        from .. import __version__
+
+        _context.append(repr((_FORMAT, torch.__version__, __version__, _sources_digest(),
+                              torch.backends.cpu.get_cpu_capability(), platform.machine(),
+                              _cpu_flags())))
+    return _context[0]
+
+
+def identify(fun: Callable, args: tuple, leaves: list, call_key: Any) -> Identity | None:
+    """Run ``fun(*args)`` once eagerly under the recorder; its :class:`Identity`, or
+    ``None`` when the call cannot be stored (or raised: tracing will say why)."""
+    tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+    if any(t.device.type != "cpu" for t in tensors):
+        return None
+    rng = torch.get_rng_state()
+    recorder = _Recorder(tensors)
+    try:
+        with preserving_writes(), recorder:
+            result = fun(*args)
+    except Exception:   # noqa: BLE001 - the traced call raises it again, or succeeds
+        return None
+    finally:
+        torch.set_rng_state(rng)
+        for t, grad in recorder.outside:   # a .backward() inside set these
+            if t.grad is not grad:
+                t.grad = grad
+    if recorder.why is not None:
+        return None
+    o_leaves, o_spec, o_names = unbox(result)
+    outs = [o for o in o_leaves if isinstance(o, torch.Tensor)]
+    try:
+        origins = recorder.origins(outs)
+    except _Unstorable:
+        return None
+    if any(o.startswith(("i", "c")) for o in origins):   # a result aliasing an input
+        return None
+    consts = [None if isinstance(o, torch.Tensor) else o for o in o_leaves]
+    is_tensor = [c is None and isinstance(o, torch.Tensor) for c, o in zip(consts, o_leaves)]
+    record = "\n".join([_environment(), repr(call_key), repr(o_spec), repr(o_names),
+                        repr(consts), ",".join(origins)] + recorder.lines)
+    digest = hashlib.sha256(record.encode()).hexdigest()
+    return Identity(digest, [o_spec, o_names, consts], is_tensor)
+
+
+def load(ident: Identity, directory: str | None = None) -> Callable | None:
+    """The stored program of ``ident`` as a boxed function (list of inputs -> outputs),
+    or ``None`` when the store (``directory``, default: the current one) lacks it."""
+    path = os.path.join(directory or _state["dir"], ident.digest + ".so")
+    if not os.path.exists(path):
+        return None
+    from ._heap import tune_heap
+
+    tune_heap()
+    runner = torch._C._aoti.AOTIModelContainerRunnerCpu(path, 1)
+    return runner.run
+
+
+def _aoti_graph(gm: torch.fx.GraphModule, example: list) -> torch.fx.GraphModule | None:
+    """``gm`` in the ops the compiler is given (nx.jit's decompositions applied), or
+    ``None`` when an op other than aten's or prims' is left (AOTInductor has no Python)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ._backend import _decompositions
+
+    decomposed = make_fx(gm, decomposition_table=_decompositions(flat=True),
+                         tracing_mode="fake")(*example)
+    for node in decomposed.graph.nodes:
+        if node.op == "get_attr":
+            return None
+        if node.op == "call_function" and getattr(node.target, "namespace", "aten") not in (
+                "aten", "prims") and node.target.__module__ != "_operator":
+            return None
+    return decomposed
+
+
+# One inductor compile at a time: its configuration patches are process-wide.
+compile_lock = threading.RLock()
+_pending: list = []   # programs to save: (graph, input specs, identity, directory)
+
+
+def save_later(gm: torch.fx.GraphModule, example: list, ident: Identity) -> None:
+    """Compile ``gm`` into the store under ``ident`` when the process exits (or at
+    :func:`flush`).
+
+    The call that traced it has its program already (inductor's usual compile): the
+    library serves later processes.  Not on a thread: torch's tracing and compiling keep
+    process-wide state (fx's tracing flags, node-meta annotations) that a compile running
+    beside the program would let it see.
+    """
+    if not _pending:
+        atexit.register(flush)
+    _pending.append((gm, [(t.shape, t.stride(), t.dtype) for t in example], ident,
+                     _state["dir"]))
+
+
+def flush() -> None:
+    """Save the programs handed to the store now (also run at exit).
+
+    >>> flush()
+    """
+    atexit.unregister(flush)
+    while _pending:
+        _save(*_pending.pop(0))
+
+
+def _save(gm: torch.fx.GraphModule, specs: list, ident: Identity, directory: str) -> None:
+    example = [torch.empty_strided(shape, stride, dtype=dtype) for shape, stride, dtype in specs]
+    try:
+        with compile_lock, warnings.catch_warnings():
+            # torch 2.13's AOTInductor deep-copies its own graph, whose input spec holds
+            # a LeafSpec, and copying one warns of LeafSpec's deprecation (torch-internal)
+            warnings.filterwarnings("ignore", message=r".isinstance\(treespec, LeafSpec\)",
+                                    category=FutureWarning)
+            saved = compile_and_save(gm, example, ident, directory)
+    except Exception as e:   # noqa: BLE001 - the process has its program; only the copy failed
+        warnings.warn(f"named_axes: the program store could not save a program ({e}); "
+                      "later processes will compile it again", RuntimeWarning, stacklevel=1)
+        return
+    if saved is None:
+        warnings.warn("named_axes: the program store cannot hold this program (an op "
+                      "AOTInductor does not take); later processes will compile it again",
+                      RuntimeWarning, stacklevel=1)
+
+
+def compile_and_save(gm: torch.fx.GraphModule, example: list, ident: Identity,
+                     directory: str) -> Callable | None:
+    """Compile ``gm`` with AOTInductor into the store ``directory`` under ``ident``; its
+    boxed function, or ``None`` when it holds an op the compiler cannot take."""
+    from torch._inductor import config
+
+    from .. import _compile_compat
+    from . import _isa_probe
+    from ._backend import _with_scalar_pass
+
+    _compile_compat.install()
+    example = [t.detach() for t in example]
+    with torch.no_grad():
+        graph = _aoti_graph(gm, example)
+        if graph is None:
+            return None
+        os.makedirs(directory, exist_ok=True)
+        work = tempfile.mkdtemp(prefix=".compiling-", dir=directory)
+        try:
+            options = {"aot_inductor.output_path": os.path.join(work, "program.so"),
+                       "post_grad_custom_post_pass": _with_scalar_pass(
+                           config.post_grad_custom_post_pass)}
+            _isa_probe.before_compile()
+            built = torch._inductor.aot_compile(graph, tuple(example), options=options)
+            _isa_probe.after_compile()
+            # atomic: a reader sees the whole library or none
+            os.replace(built, os.path.join(directory, ident.digest + ".so"))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return load(ident, directory)
+

@@ -1,0 +1,222 @@
+"""nx.jit's program store (transforms/_store.py): a second process starts warm.
+
+The store's promise is that a stored program is exactly what tracing would compile:
+the record that names it pins down every operation, constant, shape and the result's
+structure, and anything it cannot pin down is not stored.  Checked here: two processes
+(the second loads the library without tracing, without importing dynamo, and agrees
+with eager on new values), in-process reloads against the regular compile, generated
+programs (equal records exactly when the programs do the same), and each kind of
+program the store refuses, with its side effects undone.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import named_axes as nx
+from named_axes.transforms import _store
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+pytestmark = pytest.mark.skipif(not _store.available(), reason="torch without AOTInductor")
+
+
+@pytest.fixture
+def store(tmp_path):
+    before = nx.set_program_store(tmp_path)
+    try:
+        yield tmp_path
+    finally:
+        _store.flush()
+        nx.set_program_store(before)
+
+
+def _named_loss(w1, w2, images, labels):
+    hidden = torch.relu(nx.lax.pdot(images, w1, "inputs"))
+    logits = nx.lax.pdot(hidden, w2, "hidden")
+    predictions = logits - nx.logsumexp(logits, "classes")
+    targets = nx.one_hot(labels, 4, dim="classes")
+    return -nx.lax.pmean(nx.lax.psum(targets * predictions, "classes"), "batch")
+
+
+IN_AXES = [["inputs", "hidden", ...], ["hidden", "classes", ...], ["batch", "inputs", ...],
+           ["batch", ...]]
+
+
+def _step():
+    return nx.jit(nx.value_and_grad(nx.xmap(_named_loss, in_axes=IN_AXES, out_axes=[...]),
+                                    argnums=(0, 1)))
+
+
+def _data(seed):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.nn.Parameter(torch.randn(16, 8, generator=g)),
+            torch.nn.Parameter(torch.randn(8, 4, generator=g)),
+            torch.randn(6, 16, generator=g), torch.randint(0, 4, (6,), generator=g))
+
+
+def _flat(out):
+    value, (g1, g2) = out
+    return [value.tolist(), g1.tolist(), g2.tolist()]
+
+
+_CHILD = textwrap.dedent(r"""
+    import json, sys
+    sys.path.insert(0, {tests!r})
+    import torch
+    import test_tf_jit_store as t
+    step = t._step()
+    out = [t._flat(step(*t._data(seed))) for seed in (0, 1, 2)]
+    print(json.dumps({{"out": out, "stats": step.stats(),
+                      "dynamo": "torch._dynamo" in sys.modules,
+                      "inductor": "torch._inductor" in sys.modules}}))
+""")
+
+
+def _child(store_dir) -> dict:
+    code = _CHILD.format(tests=os.path.dirname(os.path.abspath(__file__)))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=600,
+                         env={**os.environ, _store.ENV: str(store_dir)})
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_second_process_loads_the_program_without_tracing(tmp_path):
+    first = _child(tmp_path)
+    assert first["stats"]["store_saved"] == 1 and first["stats"]["store_loaded"] == 0
+    assert len(list(tmp_path.glob("*.so"))) == 1   # saved when the first process exited
+    second = _child(tmp_path)
+    assert second["stats"]["store_loaded"] == 1 and second["stats"]["store_saved"] == 0
+    assert not second["dynamo"] and not second["inductor"]   # nothing traced or compiled
+    eager = nx.value_and_grad(nx.xmap(_named_loss, in_axes=IN_AXES, out_axes=[...]),
+                              argnums=(0, 1))
+    for seed, (a, b) in enumerate(zip(first["out"], second["out"])):
+        want = _flat(eager(*_data(seed)))
+        for x, y, z in zip(a, b, want):
+            torch.testing.assert_close(torch.tensor(y), torch.tensor(z), rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(torch.tensor(x), torch.tensor(z), rtol=1e-5, atol=1e-6)
+
+
+def test_reloaded_program_matches_the_regular_compile(store):
+    def f(x, y):
+        z = (x.sin() * y).sum("b")
+        return {"total": z.sum(), "per_b": x * 2.5, "n": 3}
+    g = nx.xmap(f, in_axes=(["b", ...], [...]), out_axes={"total": [...], "per_b": ["b", ...],
+                                                          "n": [...]})
+    first = nx.jit(g)
+    x, y = torch.randn(5, 3), torch.randn(3)
+    want = first(x, y)
+    _store.flush()
+    assert first.stats()["store_saved"] == 1
+    again = nx.jit(g)   # a new jit: nothing cached in-process
+    for seed in range(3):
+        x, y = torch.randn(5, 3), torch.randn(3)
+        got, want = again(x, y), first(x, y)
+        assert got["n"] == 3
+        torch.testing.assert_close(got["total"], want["total"])
+        torch.testing.assert_close(got["per_b"], want["per_b"])
+    assert again.stats()["store_loaded"] == 1 and again.stats()["compiled"] == 3
+
+
+def _record(fun, *args):
+    leaves = [a for a in args if isinstance(a, torch.Tensor)]
+    ident = _store.identify(fun, args, leaves, ("key",))
+    return None if ident is None else ident.digest
+
+
+def test_records_tell_programs_apart():
+    x = torch.randn(4, 3)
+    assert _record(lambda x: x * 2.0, x) == _record(lambda x: x * 2.0, x)
+    assert _record(lambda x: x * 2.0, x) != _record(lambda x: x * 3.0, x)
+    assert _record(lambda x: x * 2.0, x) != _record(lambda x: x * 2.0, x.t().contiguous().t())
+    assert _record(lambda x: x * 2.0, x) != _record(lambda x: x * 2.0, x[:3])
+    assert _record(lambda x: (x * 2, x + 1), x) != _record(lambda x: [x * 2, x + 1], x)
+    small, other = torch.tensor([1., 2., 3.]), torch.tensor([1., 2., 4.])
+    assert _record(lambda x: x * small, x) != _record(lambda x: x * other, x)
+    z = torch.randn(4, 3)
+    assert _record(lambda x, y: x - y, x, z) != _record(lambda x, y: y - x, x, z)
+
+
+_OPS = [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a - b,
+        lambda a, b: torch.maximum(a, b),
+        lambda a, b: a.sin() + b, lambda a, b: (a * 0.5).exp() - b]
+
+
+def _program(ops: list):
+    def f(x, y):
+        vals = [x, y]
+        for op, i, j in ops:
+            vals.append(_OPS[op](vals[i], vals[j]))
+        return vals[-1]
+    return f
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_generated_programs_share_a_record_exactly_when_they_do_the_same(seed):
+    rng = random.Random(seed)
+
+    def ops():
+        n = rng.randint(1, 4)
+        return [(rng.randrange(len(_OPS)), rng.randrange(k + 2), rng.randrange(k + 2))
+                for k in range(n)]
+    x, y = torch.randn(3, 2), torch.randn(3, 2)
+    x2, y2 = torch.randn(3, 2), torch.randn(3, 2)
+    programs = [ops() for _ in range(12)]
+    programs += [list(p) for p in programs[:4]]   # some repeated
+    digests = [_record(_program(p), x, y) for p in programs]
+    for p, d in zip(programs, digests):
+        assert d is not None
+        for q, e in zip(programs, digests):
+            if p == q:
+                assert d == e
+            if d == e:   # one record: the same function, on other values too
+                assert _program(p)(x2, y2).equal(_program(q)(x2, y2))
+
+
+def test_programs_the_store_refuses_and_side_effects_undone():
+    x = torch.randn(4, 3)
+    big = torch.randn(100)
+    counter = torch.zeros(())
+    assert _record(lambda x: x + torch.rand(3), x) is None              # random
+    assert _record(lambda x: x * float(x.sum()), x) is None             # reads a value
+    assert _record(lambda x: x * big[:3], x) is None                    # closes over weights
+    assert _record(lambda x: x, x) is None                              # returns its input
+    assert _record(lambda x: (counter.add_(1), x * 2)[1], x) is None    # updates state
+    assert float(counter) == 0.0                                        # ... undone
+    y = x.clone()
+    assert _record(lambda y: y.mul_(2), y) is None
+    assert y.equal(x)
+    rng = torch.get_rng_state()
+    _record(lambda x: x + torch.rand(3), x)
+    assert torch.get_rng_state().equal(rng)                             # random state kept
+    w = torch.nn.Parameter(torch.ones(3))
+    _record(lambda x: (x * w).sum().backward(), x)
+    assert w.grad is None                                               # .grad restored
+
+
+def test_store_is_skipped_for_calls_it_cannot_serve(store):
+    w = torch.nn.Parameter(torch.randn(3))
+    f = nx.jit(lambda x: (x * w).sum())   # differentiable result: not values
+    f(torch.randn(3)).backward()
+    assert f.stats()["store_saved"] == 0 and w.grad is not None
+    g = nx.jit(lambda x: x * 2, backend="eager")
+    g(torch.randn(3))
+    assert g.stats()["store_saved"] == 0
+    assert not list(store.glob("*.so"))
+
+
+def test_set_program_store_returns_the_previous_setting(tmp_path):
+    before = nx.set_program_store(tmp_path)
+    try:
+        assert nx.set_program_store(None) == str(tmp_path)
+        assert _store.program_store() is None
+    finally:
+        nx.set_program_store(before)
