@@ -13,7 +13,7 @@ ORACLE_N ?= 2000
 FUZZ_N   ?= 20000
 PYTEST_FLAGS ?= -q
 
-.PHONY: demo test test-nofastpath test-slow test-dist test-xla test-oracle fuzz-oracle fuzz-oracle-mesh bench fuzz clean
+.PHONY: demo test test-nofastpath test-slow test-dist test-xla test-oracle fuzz-oracle fuzz-oracle-mesh fuzz-store bench fuzz clean
 
 # pip shows what it collects and a progress bar for each download (no -q): the first
 # `make demo` downloads torch (~200 MB) and takes a few minutes.
@@ -76,13 +76,22 @@ $(JSTAMP):
 # Differential oracle: a fixed corpus of generated named programs, JAX xmap vs named_axes.
 test-oracle: $(STAMP) $(JSTAMP)
 	NX_ORACLE_JAX_PYTHON=$(abspath $(JVENV))/bin/python NX_ORACLE_N=$(ORACLE_N) NX_ORACLE_SEED=0 \
-		$(BIN)/python -m pytest $(PYTEST_FLAGS) -p no:randomly -o timeout=900 tests/oracle
+		$(BIN)/python -m pytest $(PYTEST_FLAGS) -p no:randomly -o timeout=900 tests/oracle/test_oracle.py
 
 # Open-ended: a random seed (or FUZZ_SEED=...), many more programs.
 fuzz-oracle: $(STAMP) $(JSTAMP)
 	NX_ORACLE_JAX_PYTHON=$(abspath $(JVENV))/bin/python NX_ORACLE_N=$(FUZZ_N) NX_ORACLE_JIT_EVERY=1 \
 		NX_ORACLE_SEED=$${FUZZ_SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')} \
-		$(BIN)/python -m pytest $(PYTEST_FLAGS) -p no:randomly -o timeout=0 tests/oracle
+		$(BIN)/python -m pytest $(PYTEST_FLAGS) -p no:randomly -o timeout=0 tests/oracle/test_oracle.py
+
+# nx.jit's program store against eager on generated programs (tests/oracle/test_store_hunt.py:
+# each compiled, saved, then loaded by a fresh jit); `make test` runs a fixed 12. Here
+# STORE_N programs (about 5 s each), a random seed (or FUZZ_SEED=...).
+STORE_N ?= 100
+fuzz-store: $(STAMP)
+	seed=$${FUZZ_SEED:-$$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')}; echo ">>> seed $$seed"; \
+	NX_STORE_N=$(STORE_N) NX_STORE_SEED=$$seed \
+		$(BIN)/python -m pytest $(PYTEST_FLAGS) -p no:randomly -s -o timeout=0 tests/oracle/test_store_hunt.py
 
 # The same generated programs on real meshes (tests/oracle/mesh_runs.py): the DTensor
 # engine on 4 gloo ranks and the torch-xla engine on 4 CPU devices, every sensible

@@ -59,6 +59,7 @@ ENV = "NAMED_AXES_PROGRAM_STORE"
 _FORMAT = "1"
 _MAX_CONSTANT = 64   # elements of a closed-over tensor recorded by value
 _state: dict = {"dir": os.environ.get(ENV) or None}
+totals = {"loaded": 0, "saved": 0}   # programs loaded from stores / saved, this process
 
 
 def set_program_store(path: str | os.PathLike | None) -> str | None:
@@ -196,12 +197,16 @@ def _cpu_flags() -> str:
 
 
 def _sources_digest() -> str:
-    """This module's and the compile rules' sources: a changed rule is a new program."""
+    """The library's sources (read, not imported): its traced paths and compile rules
+    make the stored program, so a changed library stores new ones."""
     h = hashlib.sha256()
-    here = os.path.dirname(os.path.abspath(__file__))
-    for module in ("_backend.py", "_scalar_pass.py", "_store.py"):   # read, not imported:
-        with open(os.path.join(here, module), "rb") as f:            # inductor costs ~1 s
-            h.update(f.read())
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for folder, dirs, files in sorted(os.walk(package)):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name), "rb") as f:
+                    h.update(name.encode() + f.read())
     return h.hexdigest()
 
 
@@ -263,13 +268,21 @@ def load(ident: Identity, directory: str | None = None) -> Callable | None:
     from ._heap import tune_heap
 
     tune_heap()
-    runner = torch._C._aoti.AOTIModelContainerRunnerCpu(path, 1)
+    try:
+        runner = torch._C._aoti.AOTIModelContainerRunnerCpu(path, 1)
+    except Exception as e:   # noqa: BLE001 - a damaged file: compile as usual
+        warnings.warn(f"named_axes: the program store's {path} does not load ({e}); "
+                      "compiling the program again", RuntimeWarning, stacklevel=3)
+        return None
+    totals["loaded"] += 1
     return runner.run
 
 
-def _aoti_graph(gm: torch.fx.GraphModule, example: list) -> torch.fx.GraphModule | None:
-    """``gm`` in the ops the compiler is given (nx.jit's decompositions applied), or
-    ``None`` when an op other than aten's or prims' is left (AOTInductor has no Python)."""
+def _aoti_graph(gm: torch.fx.GraphModule, example: list) -> torch.fx.GraphModule:
+    """``gm`` in the ops the compiler is given (nx.jit's decompositions applied); raises
+    :class:`_Unstorable` for what AOTInductor cannot take: an op with Python code, or a
+    constant tensor a decomposition made (``gm`` itself closes over none: nx.jit checks;
+    torch 2.13's AOTInductor meets the real constant among its fake tensors)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from ._backend import _decompositions
@@ -278,10 +291,10 @@ def _aoti_graph(gm: torch.fx.GraphModule, example: list) -> torch.fx.GraphModule
                          tracing_mode="fake")(*example)
     for node in decomposed.graph.nodes:
         if node.op == "get_attr":
-            return None
+            raise _Unstorable(f"a decomposition made a constant tensor ({node.target})")
         if node.op == "call_function" and getattr(node.target, "namespace", "aten") not in (
                 "aten", "prims") and node.target.__module__ != "_operator":
-            return None
+            raise _Unstorable(f"it holds {node.target}, which AOTInductor does not take")
     return decomposed
 
 
@@ -323,21 +336,19 @@ def _save(gm: torch.fx.GraphModule, specs: list, ident: Identity, directory: str
             # a LeafSpec, and copying one warns of LeafSpec's deprecation (torch-internal)
             warnings.filterwarnings("ignore", message=r".isinstance\(treespec, LeafSpec\)",
                                     category=FutureWarning)
-            saved = compile_and_save(gm, example, ident, directory)
+            compile_and_save(gm, example, ident, directory)
+    except _Unstorable as e:
+        warnings.warn(f"named_axes: the program store cannot hold a program: {e}; later "
+                      "processes will compile it again", RuntimeWarning, stacklevel=1)
     except Exception as e:   # noqa: BLE001 - the process has its program; only the copy failed
         warnings.warn(f"named_axes: the program store could not save a program ({e}); "
                       "later processes will compile it again", RuntimeWarning, stacklevel=1)
-        return
-    if saved is None:
-        warnings.warn("named_axes: the program store cannot hold this program (an op "
-                      "AOTInductor does not take); later processes will compile it again",
-                      RuntimeWarning, stacklevel=1)
 
 
 def compile_and_save(gm: torch.fx.GraphModule, example: list, ident: Identity,
-                     directory: str) -> Callable | None:
-    """Compile ``gm`` with AOTInductor into the store ``directory`` under ``ident``; its
-    boxed function, or ``None`` when it holds an op the compiler cannot take."""
+                     directory: str) -> None:
+    """Compile ``gm`` with AOTInductor into the store ``directory`` under ``ident``
+    (:class:`_Unstorable` when the compiler cannot take it)."""
     from torch._inductor import config
 
     from .. import _compile_compat
@@ -348,8 +359,6 @@ def compile_and_save(gm: torch.fx.GraphModule, example: list, ident: Identity,
     example = [t.detach() for t in example]
     with torch.no_grad():
         graph = _aoti_graph(gm, example)
-        if graph is None:
-            return None
         os.makedirs(directory, exist_ok=True)
         work = tempfile.mkdtemp(prefix=".compiling-", dir=directory)
         try:
@@ -361,7 +370,7 @@ def compile_and_save(gm: torch.fx.GraphModule, example: list, ident: Identity,
             _isa_probe.after_compile()
             # atomic: a reader sees the whole library or none
             os.replace(built, os.path.join(directory, ident.digest + ".so"))
+            totals["saved"] += 1
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    return load(ident, directory)
 

@@ -192,7 +192,8 @@ def _resources(res: dict) -> dict:
     return {n: nx.SerialLoop(r[1]) if isinstance(r, list) else r for n, r in res.items()}
 
 
-def run(prog: dict, resources: dict | None = None, jit: bool = False) -> dict:
+def run(prog: dict, resources: dict | None = None, jit: bool = False,
+        backend: str = "eager") -> dict:
     be = TorchBackend()
     named: list = []
 
@@ -211,7 +212,7 @@ def run(prog: dict, resources: dict | None = None, jit: bool = False) -> dict:
                     out_axes=dsl.decode_spec(prog["out_axes"]),
                     axis_sizes=prog.get("axis_sizes") or None, **kw)
         if jit:   # traced once by make_fx, run from the graph (the second call: the cache)
-            f = nx.jit(f, backend="eager")
+            f = nx.jit(f, backend=backend)
             f(*args)
         if resources and any(isinstance(r, str) for r in resources.values()):
             mesh = nx.Mesh(np.array(nx.devices()[:1]).reshape(1, 1), ("x", "y"))

@@ -117,13 +117,46 @@ def test_reloaded_program_matches_the_regular_compile(store):
     _store.flush()
     assert first.stats()["store_saved"] == 1
     again = nx.jit(g)   # a new jit: nothing cached in-process
+    results = []
     for seed in range(3):
         x, y = torch.randn(5, 3), torch.randn(3)
         got, want = again(x, y), first(x, y)
         assert got["n"] == 3
         torch.testing.assert_close(got["total"], want["total"])
         torch.testing.assert_close(got["per_b"], want["per_b"])
+        results.append((got, {k: v.clone() for k, v in want.items() if k != "n"}))
+    for got, want in results:   # each call's results are its own (no buffer reused)
+        torch.testing.assert_close(got["per_b"], want["per_b"])
     assert again.stats()["store_loaded"] == 1 and again.stats()["compiled"] == 3
+
+
+def test_strided_inputs_and_a_damaged_library(store):
+    def f(x):
+        return (x.exp() * 2).sum(0)
+    x = torch.randn(3, 4).t()   # strides (1, 4)
+    want = f(x)
+    nx.jit(f)(x)
+    _store.flush()
+    torch.testing.assert_close(nx.jit(f)(x), want)   # loaded, on the same strides
+    torch.testing.assert_close(nx.jit(f)(x.contiguous()), want)   # another signature
+    t = nx.named(torch.randn(2, 3), "b ...")   # named in, named out
+    nx.jit(lambda t: t.exp() * 2)(t)
+    _store.flush()
+    out = nx.jit(lambda t: t.exp() * 2)(t)
+    assert out.named_shape == {"b": 2}
+    torch.testing.assert_close(out._data, t._data.exp() * 2)
+    # a damaged library (one this process has not loaded: a loaded one stays mapped)
+    def h(x):
+        return (x.exp() * 3).sum(0)
+    known = set(store.glob("*.so"))
+    nx.jit(h)(x)
+    _store.flush()
+    (library,) = set(store.glob("*.so")) - known
+    library.write_bytes(b"not a library")
+    again = nx.jit(h)
+    with pytest.warns(RuntimeWarning, match="does not load"):
+        torch.testing.assert_close(again(x), h(x))   # compiled as usual
+    assert again.stats()["store_loaded"] == 0
 
 
 def _record(fun, *args):
