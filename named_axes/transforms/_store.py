@@ -153,8 +153,10 @@ class _Recorder(TorchDispatchMode):
                     if ref is None or ref[0]() is not o:   # in-place ops return an arg
                         self._name(o, f"{n}.{k}")
                     results.append(f"{o.dtype}{tuple(o.shape)}{o.stride()}")
-                else:
-                    results.append(repr(o))
+                elif o is None:
+                    results.append("None")
+                else:   # a number or a bool made from values (is_nonzero, equal)
+                    self.why = f"it reads a tensor's value ({func})"
             self.lines[-1] += " -> " + ",".join(results)
         return out
 
@@ -164,6 +166,8 @@ class _Recorder(TorchDispatchMode):
             raise _Unstorable(f"it draws random numbers ({func})")
         if torch.Tag.data_dependent_output in tags:
             raise _Unstorable(f"it reads a tensor's value ({func})")
+        if torch.Tag.dynamic_output_shape in tags:
+            raise _Unstorable(f"its result's shape depends on values ({func})")
         for t in written_tensors(func, args, kwargs):
             if self._origin(t).startswith(("i", "c")):
                 raise _Unstorable(f"it updates a tensor in place ({func})")

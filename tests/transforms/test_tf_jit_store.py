@@ -220,6 +220,9 @@ def test_programs_the_store_refuses_and_side_effects_undone():
     counter = torch.zeros(())
     assert _record(lambda x: x + torch.rand(3), x) is None              # random
     assert _record(lambda x: x * float(x.sum()), x) is None             # reads a value
+    assert _record(lambda x: x * 2 if x.sum() > 0 else x * 3, x) is None
+    assert _record(lambda x: x * torch.equal(x, x), x) is None
+    assert _record(lambda x: x[x > 0] * 2, x) is None                   # value-shaped
     assert _record(lambda x: x * big[:3], x) is None                    # closes over weights
     assert _record(lambda x: x, x) is None                              # returns its input
     assert _record(lambda x: (counter.add_(1), x * 2)[1], x) is None    # updates state
