@@ -27,7 +27,11 @@ or a program computing its own gradients such as ``jit(value_and_grad(f))``) are
 
 The identifying call is an extra eager call on the first call of each signature: its
 in-place updates of existing tensors, ``.grad`` changes and CPU random state are undone;
-Python side effects (prints, appends) happen once more.
+Python side effects (prints, appends) happen once more.  Programs are saved when the
+process exits (or at :func:`flush`), not on a thread beside the program: torch's
+tracing and compiling keep process-wide state that the program would see.  The store
+holds compiled code that later processes load and run: like inductor's cache, it must
+be a directory only its user can write.
 
 >>> import named_axes.transforms._store as store
 >>> store.set_program_store(None) is None or True
