@@ -111,12 +111,16 @@ class _Recorder(TorchDispatchMode):
     def __init__(self, inputs: list) -> None:
         super().__init__()
         self.lines: list = []
-        self.outside: list = []   # tensors from outside the call: (tensor, its .grad)
+        self.outside: list = []   # leaf tensors from outside the call: (tensor, its .grad)
         self._refs: dict = {}
         for k, t in enumerate(inputs):
             self._name(t, f"i{k}")
-            self.outside.append((t, t.grad))
+            self._keep_grad(t)
         self.why: str | None = None
+
+    def _keep_grad(self, t: torch.Tensor) -> None:
+        if t.is_leaf:   # only a leaf's .grad is set by a backward (and read without warning)
+            self.outside.append((t, t.grad))
 
     def _name(self, t: torch.Tensor, name: str) -> None:
         self._refs[id(t)] = (weakref.ref(t), name)
@@ -130,7 +134,7 @@ class _Recorder(TorchDispatchMode):
         data = t.detach().contiguous().view(-1).tolist()
         name = f"c({t.dtype},{tuple(t.shape)},{t.stride()},{t.requires_grad},{data!r})"
         self._name(t, name)
-        self.outside.append((t, t.grad))
+        self._keep_grad(t)
         return name
 
     def _describe(self, x: Any) -> str:

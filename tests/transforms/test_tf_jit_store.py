@@ -16,6 +16,7 @@ import random
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
@@ -236,6 +237,9 @@ def test_programs_the_store_refuses_and_side_effects_undone():
     w = torch.nn.Parameter(torch.ones(3))
     _record(lambda x: (x * w).sum().backward(), x)
     assert w.grad is None                                               # .grad restored
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # a non-leaf input: its .grad is not read
+        assert _record(lambda y: y * 2, w * 3) is not None
 
 
 def test_store_is_skipped_for_calls_it_cannot_serve(store):
