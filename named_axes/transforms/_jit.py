@@ -431,7 +431,7 @@ def _build(fun: Callable, args: tuple, static: tuple, backend: str, ident: Any =
     (it computes its own gradients), so it runs with grad disabled and serves calls
     whatever their inputs' ``requires_grad``.  ``ident``: the call's identity in the
     program store (``_store.identify``); a program whose results are values, that
-    mutates nothing and closes over nothing is compiled into the store.
+    mutates nothing and closes over no tensor the trace made is compiled into it.
     """
     n = len(args)
     st = {i % n for i in static}
@@ -476,10 +476,11 @@ def _build(fun: Callable, args: tuple, static: tuple, backend: str, ident: Any =
     rebuild = _output_builder(out_info, is_tensor)
     differentiable = not values and _grad_enabled() and (
         any(t.requires_grad for t in example) or _grad_constants(gm))
-    stored = (ident is not None and not differentiable and _pure(gm) and not _constants(gm)
+    positions = None if ident is None else _store.closed_over_positions(gm, ident)
+    stored = (positions is not None and not differentiable and _pure(gm)
               and _same_output(out_info, is_tensor, ident))
     if stored:   # compiled for later processes at exit
-        _store.save_later(gm, example, ident)
+        _store.save_later(gm, example, ident, positions)
     if values:   # the program computes its gradients itself: its results are values
         with torch.no_grad():
             compiled = _no_grad_call(_compile(gm, [t.detach() for t in example], backend,

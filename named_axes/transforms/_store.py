@@ -19,11 +19,13 @@ signature, so they compute the same function: the stored library is exactly what
 tracing would compile.  What a record cannot pin down is not stored (the call compiles
 as usual): a program that reads a tensor's value into Python (``.item()``, an ``if`` on a
 tensor), draws random numbers, updates a tensor that existed before the call, returns an
-input, closes over a tensor of more than ``_MAX_CONSTANT`` elements (a module's weights:
-the library would freeze their values; small constants go into the record by value), or
-runs on another device than the CPU.  Only programs compiled with ``backend='inductor'``
-whose results are values (no autograd graph: grad off, inputs that do not require grad,
-or a program computing its own gradients such as ``jit(value_and_grad(f))``) are stored.
+input, or runs on another device than the CPU.  Tensors the program closes over (a
+module's weights) are recorded by their dtype, shape and strides (small ones, up to
+``_MAX_CONSTANT`` elements, by value too) and handed to the library as extra inputs on
+every call, as the regular compiled program reads its constants: updated weights are
+seen.  Only programs compiled with ``backend='inductor'`` whose results are values (no
+autograd graph: grad off, inputs that do not require grad, or a program computing its
+own gradients such as ``jit(value_and_grad(f))``) are stored.
 
 The identifying call is an extra eager call on the first call of each signature: its
 in-place updates of existing tensors, ``.grad`` changes and CPU random state are undone;
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import json
 import os
 import platform
 import shutil
@@ -60,8 +63,8 @@ from ._tree import unbox
 __all__ = ["set_program_store", "program_store", "flush", "ENV"]
 
 ENV = "NAMED_AXES_PROGRAM_STORE"
-_FORMAT = "1"
-_MAX_CONSTANT = 64   # elements of a closed-over tensor recorded by value
+_FORMAT = "2"
+_MAX_CONSTANT = 64   # elements of a closed-over tensor recorded by value too
 _state: dict = {"dir": os.environ.get(ENV) or None}
 totals = {"loaded": 0, "saved": 0}   # programs loaded from stores / saved, this process
 
@@ -112,6 +115,7 @@ class _Recorder(TorchDispatchMode):
         super().__init__()
         self.lines: list = []
         self.outside: list = []   # leaf tensors from outside the call: (tensor, its .grad)
+        self.closed_over: list = []   # tensors neither inputs nor made by the call
         self._refs: dict = {}
         for k, t in enumerate(inputs):
             self._name(t, f"i{k}")
@@ -129,12 +133,17 @@ class _Recorder(TorchDispatchMode):
         ref = self._refs.get(id(t))
         if ref is not None and ref[0]() is t:
             return ref[1]
-        if t.device.type != "cpu" or t.numel() > _MAX_CONSTANT or t.is_sparse:
-            raise _Unstorable(f"it closes over a {t.dtype} tensor of shape {tuple(t.shape)}")
-        data = t.detach().contiguous().view(-1).tolist()
-        name = f"c({t.dtype},{tuple(t.shape)},{t.stride()},{t.requires_grad},{data!r})"
+        if (t.device.type != "cpu" or t.layout != torch.strided
+                or type(t) not in (torch.Tensor, torch.nn.Parameter)):
+            raise _Unstorable(f"it closes over a {type(t).__name__} on {t.device}")
+        k = len(self.closed_over)
+        spec = f"{t.dtype},{tuple(t.shape)},{t.stride()},{t.requires_grad}"
+        if t.numel() <= _MAX_CONSTANT:   # a literal's value shapes the program
+            spec += "," + repr(t.detach().contiguous().view(-1).tolist())
+        name = f"c{k}({spec})"
         self._name(t, name)
         self._keep_grad(t)
+        self.closed_over.append(t)
         return name
 
     def _describe(self, x: Any) -> str:
@@ -191,10 +200,12 @@ class _Recorder(TorchDispatchMode):
 
 class Identity(NamedTuple):
     """A program identified by its eager call: ``digest`` names it in the store;
-    ``out_info`` / ``is_tensor`` rebuild its result from the flat tensor outputs."""
+    ``out_info`` / ``is_tensor`` rebuild its result from the flat tensor outputs;
+    ``closed_over``: the tensors it read from outside, in the order it met them."""
     digest: str
     out_info: list
     is_tensor: list
+    closed_over: list
 
 
 def _cpu_flags() -> str:
@@ -268,7 +279,7 @@ def identify(fun: Callable, args: tuple, leaves: list, call_key: Any) -> Identit
     record = "\n".join([_environment(), repr(call_key), repr(o_spec), repr(o_names),
                         repr(consts), ",".join(origins)] + recorder.lines)
     digest = hashlib.sha256(record.encode()).hexdigest()
-    return Identity(digest, [o_spec, o_names, consts], is_tensor)
+    return Identity(digest, [o_spec, o_names, consts], is_tensor, recorder.closed_over)
 
 
 def load(ident: Identity, directory: str | None = None) -> Callable | None:
@@ -281,13 +292,50 @@ def load(ident: Identity, directory: str | None = None) -> Callable | None:
 
     tune_heap()
     try:
+        with open(path[:-3] + ".json") as f:
+            positions = json.load(f)["closed_over"]
+        constants = [ident.closed_over[j] for j in positions]
         runner = torch._C._aoti.AOTIModelContainerRunnerCpu(path, 1)
-    except Exception as e:   # noqa: BLE001 - a damaged file: compile as usual
+    except Exception as e:   # noqa: BLE001 - a damaged store: compile as usual
         warnings.warn(f"named_axes: the program store's {path} does not load ({e}); "
                       "compiling the program again", RuntimeWarning, stacklevel=3)
         return None
     totals["loaded"] += 1
-    return runner.run
+    run = runner.run
+    if not constants:
+        return run
+    return lambda args: run(args + constants)   # read on every call, as graph constants
+
+
+def closed_over_positions(gm: torch.fx.GraphModule, ident: Identity) -> list | None:
+    """Per tensor ``gm`` closes over (graph order), its position among the tensors the
+    identifying call met from outside; None when one is not among them (a tensor the
+    trace made, e.g. a literal: not the eager call's object)."""
+    where = {id(t): j for j, t in enumerate(ident.closed_over)}
+    positions = []
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            t = getattr(gm, node.target, None)
+            if not isinstance(t, torch.Tensor) or id(t) not in where:
+                return None
+            positions.append(where[id(t)])
+    return positions
+
+
+def _lifted(gm: torch.fx.GraphModule) -> tuple:
+    """``gm`` with the tensors it closes over as extra inputs (after its own), and those
+    tensors in that order."""
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    last = [n for n in graph.nodes if n.op == "placeholder"][-1]
+    constants = []
+    for node in [n for n in graph.nodes if n.op == "get_attr"]:
+        with graph.inserting_after(last):
+            last = graph.placeholder(f"closed_over_{len(constants)}")
+        constants.append(getattr(gm, node.target))
+        node.replace_all_uses_with(last)
+        graph.erase_node(node)
+    return torch.fx.GraphModule(torch.nn.Module(), graph), constants
 
 
 def _aoti_graph(gm: torch.fx.GraphModule, example: list) -> torch.fx.GraphModule:
@@ -315,7 +363,8 @@ compile_lock = threading.RLock()
 _pending: list = []   # programs to save: (graph, input specs, identity, directory)
 
 
-def save_later(gm: torch.fx.GraphModule, example: list, ident: Identity) -> None:
+def save_later(gm: torch.fx.GraphModule, example: list, ident: Identity,
+               positions: list) -> None:
     """Compile ``gm`` into the store under ``ident`` when the process exits (or at
     :func:`flush`).
 
@@ -327,7 +376,7 @@ def save_later(gm: torch.fx.GraphModule, example: list, ident: Identity) -> None
     if not _pending:
         atexit.register(flush)
     _pending.append((gm, [(t.shape, t.stride(), t.dtype) for t in example], ident,
-                     _state["dir"]))
+                     positions, _state["dir"]))
 
 
 def flush() -> None:
@@ -340,7 +389,8 @@ def flush() -> None:
         _save(*_pending.pop(0))
 
 
-def _save(gm: torch.fx.GraphModule, specs: list, ident: Identity, directory: str) -> None:
+def _save(gm: torch.fx.GraphModule, specs: list, ident: Identity, positions: list,
+          directory: str) -> None:
     example = [torch.empty_strided(shape, stride, dtype=dtype) for shape, stride, dtype in specs]
     try:
         with compile_lock, warnings.catch_warnings():
@@ -348,7 +398,7 @@ def _save(gm: torch.fx.GraphModule, specs: list, ident: Identity, directory: str
             # a LeafSpec, and copying one warns of LeafSpec's deprecation (torch-internal)
             warnings.filterwarnings("ignore", message=r".isinstance\(treespec, LeafSpec\)",
                                     category=FutureWarning)
-            compile_and_save(gm, example, ident, directory)
+            compile_and_save(gm, example, ident, positions, directory)
     except _Unstorable as e:
         warnings.warn(f"named_axes: the program store cannot hold a program: {e}; later "
                       "processes will compile it again", RuntimeWarning, stacklevel=1)
@@ -358,9 +408,10 @@ def _save(gm: torch.fx.GraphModule, specs: list, ident: Identity, directory: str
 
 
 def compile_and_save(gm: torch.fx.GraphModule, example: list, ident: Identity,
-                     directory: str) -> None:
+                     positions: list, directory: str) -> None:
     """Compile ``gm`` with AOTInductor into the store ``directory`` under ``ident``
-    (:class:`_Unstorable` when the compiler cannot take it)."""
+    (:class:`_Unstorable` when the compiler cannot take it); ``positions``: see
+    :func:`closed_over_positions`."""
     from torch._inductor import config
 
     from .. import _compile_compat
@@ -368,7 +419,9 @@ def compile_and_save(gm: torch.fx.GraphModule, example: list, ident: Identity,
     from ._backend import _with_scalar_pass
 
     _compile_compat.install()
-    example = [t.detach() for t in example]
+    gm, constants = _lifted(gm)
+    example = [t.detach() for t in example] + [
+        torch.empty_strided(t.shape, t.stride(), dtype=t.dtype) for t in constants]
     with torch.no_grad():
         graph = _aoti_graph(gm, example)
         os.makedirs(directory, exist_ok=True)
@@ -380,7 +433,11 @@ def compile_and_save(gm: torch.fx.GraphModule, example: list, ident: Identity,
             _isa_probe.before_compile()
             built = torch._inductor.aot_compile(graph, tuple(example), options=options)
             _isa_probe.after_compile()
-            # atomic: a reader sees the whole library or none
+            # atomic, the library last: a reader sees the whole program or none
+            with open(os.path.join(work, "program.json"), "w") as f:
+                json.dump({"closed_over": positions}, f)
+            os.replace(os.path.join(work, "program.json"),
+                       os.path.join(directory, ident.digest + ".json"))
             os.replace(built, os.path.join(directory, ident.digest + ".so"))
             totals["saved"] += 1
         finally:

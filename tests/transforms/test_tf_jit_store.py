@@ -131,6 +131,39 @@ def test_reloaded_program_matches_the_regular_compile(store):
     assert again.stats()["store_loaded"] == 1 and again.stats()["compiled"] == 3
 
 
+def test_closed_over_weights_are_inputs_of_the_stored_program(store):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(),
+                                torch.nn.Linear(32, 1))
+    scale = torch.tensor(0.5)   # small: recorded by value too
+
+    def loss(x):
+        return (model(x) * scale).pow(2).mean()
+    step = nx.value_and_grad(loss)   # grad with respect to x; the weights closed over
+    x = torch.randn(8, 16)
+    first = nx.jit(step)
+    first(x)
+    _store.flush()
+    assert first.stats()["store_saved"] == 1
+    again = nx.jit(step)
+    for _ in range(2):
+        got, want = again(x), step(x)
+        torch.testing.assert_close(got[0], want[0])
+        torch.testing.assert_close(got[1], want[1])
+        with torch.no_grad():   # the stored program reads the weights on every call
+            model[0].weight.mul_(1.5)
+            scale.add_(0.25)
+    assert again.stats()["store_loaded"] == 1
+    other = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(),
+                                torch.nn.Linear(32, 1))   # same shapes, its own weights
+    elsewhere = nx.jit(nx.value_and_grad(lambda x: (other(x) * scale).pow(2).mean()))
+    torch.testing.assert_close(elsewhere(x)[0], (other(x) * scale).pow(2).mean())
+    scale.fill_(3.0)   # a small constant's value is part of the record: a new program
+    third = nx.jit(step)
+    torch.testing.assert_close(third(x)[1], step(x)[1])
+    assert third.stats()["store_loaded"] == 0
+
+
 def test_strided_inputs_and_a_damaged_library(store):
     def f(x):
         return (x.exp() * 2).sum(0)
@@ -224,7 +257,11 @@ def test_programs_the_store_refuses_and_side_effects_undone():
     assert _record(lambda x: x * 2 if x.sum() > 0 else x * 3, x) is None
     assert _record(lambda x: x * torch.equal(x, x), x) is None
     assert _record(lambda x: x[x > 0] * 2, x) is None                   # value-shaped
-    assert _record(lambda x: x * big[:3], x) is None                    # closes over weights
+    other = torch.randn(100)   # large closed-over tensors: recorded by spec (inputs)
+    assert _record(lambda x: x * big[:3], x) == _record(lambda x: x * other[:3], x)
+    assert _record(lambda x: x * big[:3], x) != _record(lambda x: x * big[1:4], x)
+    sparse = big.to_sparse()
+    assert _record(lambda x: x * sparse.to_dense()[:3], x) is None     # closes over sparse
     assert _record(lambda x: x, x) is None                              # returns its input
     assert _record(lambda x: (counter.add_(1), x * 2)[1], x) is None    # updates state
     assert float(counter) == 0.0                                        # ... undone
