@@ -476,7 +476,7 @@ def _build(fun: Callable, args: tuple, static: tuple, backend: str, ident: Any =
     rebuild = _output_builder(out_info, is_tensor)
     differentiable = not values and _grad_enabled() and (
         any(t.requires_grad for t in example) or _grad_constants(gm))
-    positions = None if ident is None else _store.closed_over_positions(gm, ident)
+    positions = None if ident is None else _store.closed_over_positions(_constants(gm), ident)
     stored = (positions is not None and not differentiable and _pure(gm)
               and _same_output(out_info, is_tensor, ident))
     if stored:   # compiled for later processes at exit

@@ -308,19 +308,14 @@ def load(ident: Identity, directory: str | None = None) -> Callable | None:
     return lambda args: run(args + constants)   # read on every call, as graph constants
 
 
-def closed_over_positions(gm: torch.fx.GraphModule, ident: Identity) -> list | None:
-    """Per tensor ``gm`` closes over (graph order), its position among the tensors the
-    identifying call met from outside; None when one is not among them (a tensor the
-    trace made, e.g. a literal: not the eager call's object)."""
+def closed_over_positions(constants: list, ident: Identity) -> list | None:
+    """Per tensor the graph closes over (``constants``, in graph order), its position
+    among the tensors the identifying call met from outside; None when one is not among
+    them (a tensor the trace made, e.g. a literal: not the eager call's object)."""
     where = {id(t): j for j, t in enumerate(ident.closed_over)}
-    positions = []
-    for node in gm.graph.nodes:
-        if node.op == "get_attr":
-            t = getattr(gm, node.target, None)
-            if not isinstance(t, torch.Tensor) or id(t) not in where:
-                return None
-            positions.append(where[id(t)])
-    return positions
+    if any(id(t) not in where for t in constants):
+        return None
+    return [where[id(t)] for t in constants]
 
 
 def _lifted(gm: torch.fx.GraphModule) -> tuple:
@@ -333,7 +328,10 @@ def _lifted(gm: torch.fx.GraphModule) -> tuple:
     for node in [n for n in graph.nodes if n.op == "get_attr"]:
         with graph.inserting_after(last):
             last = graph.placeholder(f"closed_over_{len(constants)}")
-        constants.append(getattr(gm, node.target))
+        t = getattr(gm, node.target)
+        if not isinstance(t, torch.Tensor):   # positions count tensors only
+            raise _Unstorable(f"it holds a {type(t).__name__} attribute ({node.target})")
+        constants.append(t)
         node.replace_all_uses_with(last)
         graph.erase_node(node)
     return torch.fx.GraphModule(torch.nn.Module(), graph), constants

@@ -41,7 +41,7 @@ def test_forward_backward_compiled_reaches_param_grad():
         torch.testing.assert_close(p1.grad, ref[0])
         torch.testing.assert_close(p2.grad, ref[1])
     assert f.stats() == {"compiled": 3, "inline": 0, "fast_lane": 2, "programs": 1,
-                            "store_loaded": 0, "store_saved": 0}
+                         "store_loaded": 0, "store_saved": 0}
 
 
 def test_closed_over_module_parameters_get_grads():
