@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from . import _isa_probe
+from . import _isa_probe, _matmul_choice
 
 __all__ = ["compile_named", "compile_flat", "collective_decompositions", "BACKEND_NAME"]
 
@@ -88,110 +88,31 @@ def _multiply_sum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2)
 
 
-# A float32 CPU matmul at least this large (m * n * k multiply-adds, with k >= 32) runs
-# on oneDNN rather than on torch's BLAS (MKL): on AMD CPUs MKL's single-thread sgemm
-# reaches half of oneDNN's speed (and of XLA's); below this size oneDNN's fixed cost
-# (~10 us per call) outweighs the gain.
-ONEDNN_MATMUL = 1 << 19
-_ONEDNN_LIB: list = []
-
-
-def _onednn_mm_op() -> Any:
-    """``nx_jit::onednn_mm(a, b, bias) = a @ b (+ bias)`` (2-D, float32, CPU), by oneDNN.
-
-    A plain op (a C++ schema, a Python CPU kernel and a meta kernel) so that inductor
-    calls it as an external kernel: torch's own ``mkldnn._linear_pointwise`` has an
-    inductor lowering that only takes a constant (frozen) weight.  None when torch has
-    no oneDNN.
-    """
-    if _ONEDNN_LIB:
-        return _ONEDNN_LIB[1]
-    linear = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
-    if linear is None or not torch.backends.mkldnn.is_available():
-        _ONEDNN_LIB[:] = [None, None]
+def _measured_mm(a: torch.Tensor, b: torch.Tensor,
+                 bias: torch.Tensor | None = None) -> torch.Tensor | None:
+    """``a @ b (+ bias)`` (2-D) in the formulation timed fastest here, or None when
+    it is not a product that is timed (see ``_matmul_choice``)."""
+    if not _matmul_choice.measured(a, b):
         return None
-    linear = linear.default
-
-    def cpu(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        return linear(a, b.t(), bias, "none", [], "")
-
-    def meta(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        return a.new_empty((a.shape[0], b.shape[1]))
-
-    lib = torch.library.Library("nx_jit", "DEF")
-    lib.define("onednn_mm(Tensor a, Tensor b, Tensor? bias=None) -> Tensor")
-    lib.impl("onednn_mm", cpu, "CPU")
-    lib.impl("onednn_mm", meta, "Meta")
-    _ONEDNN_LIB[:] = [lib, torch.ops.nx_jit.onednn_mm.default]
-    return _ONEDNN_LIB[1]
-
-
-def _unit_stride(t: torch.Tensor) -> bool:
-    return t.stride(-1) == 1 or t.stride(-2) == 1
-
-
-def _onednn_mm(a: torch.Tensor, b: torch.Tensor,
-               bias: torch.Tensor | None = None) -> torch.Tensor | None:
-    """``a @ b (+ bias)`` (2-D; bias 1-D) through oneDNN when faster there, else None."""
-    m, k = a.shape
-    n = b.shape[1]
-    if not (a.device.type == "cpu" and a.dtype == torch.float32 and b.dtype == a.dtype
-            and b.device == a.device and k >= 32 and m * n * k > ONEDNN_MATMUL
-            and _unit_stride(a) and _unit_stride(b)):
-        return None
-    op = _onednn_mm_op()
-    if op is None:
-        return None
-    # oneDNN copies a non-row-major ``a`` itself; copied here, inductor writes it in
-    # that layout from the kernel producing it (or copies it faster, tiled)
-    a = a if a.stride(-1) == 1 else a.contiguous()
-    return op(a, b) if bias is None else op(a, b, bias.contiguous())
-
-
-# A float32 CPU matmul this large with a narrow output (n <= NARROW < m) runs as the
-# transposed product ``(b.T @ a.T).T`` on torch's BLAS: MKL's sgemm is 3-5x slower with
-# a narrow n than with that n as m (P1: ``hidden @ w2``, ``hidden.T @ dlogits``), and
-# oneDNN's per-call cost (~10 us) is most of such a product's time.
-NARROW = 16
-_RAW_MM: list = []   # set while a decomposition emits a plain ``mm`` (no re-entry)
-
-
-def _narrow_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None:
-    """``a @ b`` (2-D) as the transposed product when its output is narrow, else None."""
-    m, k = a.shape
-    n = b.shape[1]
-    if not (a.device.type == "cpu" and a.dtype == torch.float32 and b.dtype == a.dtype
-            and b.device == a.device and n <= NARROW < m and k >= 32
-            and m * n * k > ONEDNN_MATMUL and _unit_stride(a) and _unit_stride(b)):
-        return None
-    _RAW_MM.append(True)
-    try:
-        out = torch.ops.aten.mm.default(b.t(), a.t())
-    finally:
-        _RAW_MM.pop()
-    return out.t().contiguous()
+    return _matmul_choice.FORMS[_matmul_choice.choose(a, b, bias)](a, b, bias)
 
 
 def _matmul(prev: Callable | None, batched: bool) -> Callable:
     """A decomposition of ``mm`` / ``bmm``: tiny floating matmuls become a broadcast
-    multiply and a sum, large float32 CPU ones (a ``bmm`` of one batch too) go to
-    oneDNN, or transposed to BLAS when narrow; others go to ``prev`` (inductor's own),
+    multiply and a sum, large float32 CPU ones (a ``bmm`` of one batch too) run in the
+    formulation timed fastest on this machine; others go to ``prev`` (inductor's own),
     else stay as they are."""
     small = _small_matmul(prev)
 
-    def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None:
-        out = _narrow_mm(a, b)
-        return _onednn_mm(a, b) if out is None else out
-
     def decomp(a: torch.Tensor, b: torch.Tensor) -> Any:
-        if _RAW_MM:
+        if _matmul_choice.emitting_plain():
             return NotImplemented if prev is None else prev(a, b)
         if not batched:
-            out = mm(a, b)
+            out = _measured_mm(a, b)
         elif a.shape[0] == 1 and b.shape[0] == 1:
             # one batch (a pdot's lowering): a 2-D product, so the graph's view of the
             # result back to 2-D cancels (no reinterpret of an output per call)
-            out = mm(a[0], b[0])
+            out = _measured_mm(a[0], b[0])
             if out is None and _is_small(a, b):
                 out = _multiply_sum(a[0], b[0])
             out = None if out is None else out.unsqueeze(0)
@@ -205,8 +126,9 @@ def _addmm(prev: Callable | None) -> Callable:
     """``addmm`` (``nn.Linear``) with a row-vector bias and unit scales: as ``_matmul``."""
     def decomp(bias, a, b, *, beta=1, alpha=1) -> Any:
         out = None
-        if beta == 1 and alpha == 1 and bias.dim() == 1 and bias.dtype == a.dtype:
-            out = _onednn_mm(a, b, bias.expand(b.shape[1]))
+        if (not _matmul_choice.emitting_plain() and beta == 1 and alpha == 1
+                and bias.dim() == 1 and bias.dtype == a.dtype):
+            out = _measured_mm(a, b, bias.expand(b.shape[1]))
         if out is not None:
             return out
         return NotImplemented if prev is None else prev(bias, a, b, beta=beta, alpha=alpha)
@@ -220,8 +142,11 @@ def _decompositions(flat: bool = False) -> dict:
 def _source_digest() -> str:
     import hashlib
 
-    with open(__file__, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:16]
+    h = hashlib.sha256()
+    for path in (__file__, _matmul_choice.__file__):
+        with open(path, "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:16]
 
 
 class _DecompositionTable(dict):
@@ -230,7 +155,8 @@ class _DecompositionTable(dict):
     Inductor hashes the decomposition table into its on-disk cache keys by pickling it;
     the table holds closures and C++ functions that do not pickle, which would turn the
     FX-graph cache off. The table pickles as what builds it: this class, ``flat`` and a
-    digest of this module's source (a changed rule gives a new key).
+    digest of this module's and ``_matmul_choice``'s source (a changed rule gives a new
+    key).
     """
 
     def __init__(self, flat: bool, digest: str = "") -> None:
@@ -273,7 +199,8 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
     full ``compile_fx`` result is used.
 
     Shapes are static here, so matmuls are lowered by size: tiny ones fuse with their
-    neighbours as multiply-and-sum loops, large float32 CPU ones call oneDNN.
+    neighbours as multiply-and-sum loops, large float32 CPU ones run in the formulation
+    (BLAS or oneDNN, transposed or not) timed fastest on this machine.
 
     The caller guarantees that every call passes tensors with the example inputs'
     sizes and strides (``nx.jit`` keys its cache on them), so inductor's per-call size

@@ -1,5 +1,8 @@
-"""nx.jit's matmul choices: large float32 CPU matmuls on oneDNN, others unchanged."""
+"""nx.jit's matmul choices: large float32 CPU matmuls in the formulation timed fastest
+on this machine (BLAS or oneDNN, transposed or not), tiny ones fused, others unchanged."""
 from __future__ import annotations
+
+import itertools
 
 import pytest
 import torch
@@ -8,11 +11,17 @@ import torch.nn.functional as F
 import named_axes as nx
 from named_axes.lax import pdot, pmean, psum
 from named_axes.transforms import _backend
+from named_axes.transforms import _matmul_choice as mc
 
-needs_onednn = pytest.mark.skipif(_backend._onednn_mm_op() is None, reason="no oneDNN")
+HAS_ONEDNN = mc.onednn_mm_op() is not None
+FORMS = [f for f in mc.FORMS if HAS_ONEDNN or not f.startswith("onednn")]
+LAYOUTS = ["nn", "tn", "nt", "tt"]
 
 
 def _ops_called(f, *args) -> set:
+    """The ops a call runs (a first call, outside the profile, compiles)."""
+    with torch.no_grad():
+        f(*args)
     with torch.no_grad(), torch.profiler.profile() as prof:
         f(*args)
     return {e.name for e in prof.events()}
@@ -33,48 +42,91 @@ def _operands(m: int, k: int, n: int, layout: str):
     return a, b
 
 
-@needs_onednn
-@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
-def test_large_mm_runs_on_onednn(layout):
+def _key(a, b, bias=False):
+    return (a.shape[0], a.shape[1], b.shape[1], a.stride(-1) == 1, b.stride(-1) == 1, bias,
+            torch.get_num_threads())
+
+
+@pytest.fixture
+def forced():
+    """Set the choice for a product (as if timed); the process's choices come back after."""
+    saved = dict(mc._chosen)
+
+    def force(a, b, form, bias=False):
+        mc._chosen[_key(a, b, bias)] = form
+    yield force
+    mc._chosen.clear()
+    mc._chosen.update(saved)
+
+
+@pytest.mark.parametrize("form,layout", list(itertools.product(FORMS, LAYOUTS)))
+def test_every_form_computes_the_product(form, layout):
     a, b = _operands(96, 128, 80, layout)
-    f = nx.jit(lambda x, y: x @ y)
-    torch.testing.assert_close(f(a, b), a @ b, rtol=1e-5, atol=1e-4)
-    assert "nx_jit::onednn_mm" in _ops_called(f, a, b)
+    out = mc.FORMS[form](a, b)
+    torch.testing.assert_close(out, a @ b, rtol=1e-5, atol=1e-4)
+    assert out.is_contiguous()
 
 
-@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
-def test_narrow_mm_runs_transposed_on_blas(layout):
-    """A large matmul with a narrow output runs as ``(b.T @ a.T).T`` on aten's mm."""
-    a, b = _operands(256, 512, 10, layout)
+@pytest.mark.parametrize("form,layout", list(itertools.product(FORMS, LAYOUTS)))
+def test_nx_jit_runs_the_chosen_form(form, layout, forced):
+    """Whatever the timing picked, the compiled program computes ``a @ b`` with it."""
+    a, b = _operands(96, 128, 80, layout)
+    forced(a, b, form)
     f = nx.jit(lambda x, y: x @ y)
     out = f(a, b)
     torch.testing.assert_close(out, a @ b, rtol=1e-5, atol=1e-4)
     assert out.is_contiguous()
     ops = _ops_called(f, a, b)
-    assert "nx_jit::onednn_mm" not in ops and "aten::mm" in ops
+    assert ("nx_jit::onednn_mm" in ops) == form.startswith("onednn")
+    assert ("aten::mm" in ops) == form.startswith("blas")
 
 
-def test_narrow_mm_decomposition_limits():
-    mm = _decomp(torch.ops.aten.mm.default)
-    # float64, a short contraction, a small product: not transposed
-    for a, b in [(torch.randn(256, 512).double(), torch.randn(512, 10).double()),
-                 (torch.randn(8192, 8), torch.randn(8, 10)),
-                 (torch.randn(64, 128), torch.randn(128, 10))]:
-        assert _backend._narrow_mm(a, b) is None
-    a, b = torch.randn(256, 512), torch.randn(512, 10)
-    torch.testing.assert_close(mm(a, b), a @ b, rtol=1e-5, atol=1e-4)
+def test_choice_is_timed_once_per_kind_outside_the_trace():
+    """``choose`` takes fake operands (a trace's), times real ones outside every tracing
+    mode (nothing of the timing enters the graph) and keeps the answer."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    a, b = _operands(64, 96, 128, "tn")
+    mc._chosen.pop(_key(a, b), None)
+    gm = make_fx(lambda x, y: _decomp(torch.ops.aten.mm.default)(x, y),
+                 tracing_mode="fake")(a, b)
+    form = mc._chosen[_key(a, b)]
+    assert form in FORMS
+    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    assert not any("rand" in str(t) for t in targets)
+    uses_onednn = any("onednn_mm" in str(t) for t in targets)
+    assert uses_onednn == form.startswith("onednn")
+    torch.testing.assert_close(gm(a, b), a @ b, rtol=1e-5, atol=1e-4)
+    before = dict(mc._chosen)
+    assert mc.choose(a, b) == form and mc._chosen == before
 
 
-@needs_onednn
+def test_choice_without_timing_for_a_huge_product():
+    """A product estimated above a twentieth of a second is not timed (fake operands:
+    nothing is allocated)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        a, b = torch.empty(8192, 8192), torch.empty(8192, 8192)
+        assert mc.choose(a, b) == ("onednn" if HAS_ONEDNN else "blas")
+
+
+def test_untimed_products():
+    # float64, a small product, no unit stride: not timed
+    assert not mc.measured(torch.randn(256, 512).double(), torch.randn(512, 10).double())
+    assert not mc.measured(torch.randn(64, 64), torch.randn(64, 64))
+    assert not mc.measured(torch.randn(512, 1024)[:, ::2], torch.randn(512, 512))
+    assert mc.measured(torch.randn(256, 512), torch.randn(512, 10))
+
+
 def test_decomposition_sizes_and_dtypes():
     mm, bmm = _decomp(torch.ops.aten.mm.default), _decomp(torch.ops.aten.bmm.default)
     big = torch.randn(128, 64), torch.randn(64, 128)
     torch.testing.assert_close(mm(*big), big[0] @ big[1], rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(bmm(big[0][None], big[1][None]), (big[0] @ big[1])[None],
                                rtol=1e-5, atol=1e-4)
-    # float64, a short contraction, a batch of two: not oneDNN's (inductor's own choice)
+    # float64, a batch of two: inductor's own choice
     for a, b, f in [(big[0].double(), big[1].double(), mm),
-                    (torch.randn(1024, 8), torch.randn(8, 1024), mm),
                     (torch.randn(2, 128, 64), torch.randn(2, 64, 128), bmm)]:
         with torch.profiler.profile() as prof:
             out = f(a, b)
@@ -102,14 +154,15 @@ def test_small_single_batch_bmm_is_a_two_dimensional_product():
     assert out is NotImplemented or torch.equal(out, torch.bmm(*ints))
 
 
-@needs_onednn
-def test_linear_with_bias():
+@pytest.mark.parametrize("form", [f for f in FORMS if not f.endswith("_t")])
+def test_linear_with_bias(form, forced):
     lin = torch.nn.Linear(256, 96)
-    f = nx.jit(lambda x: lin(x).relu())
     x = torch.randn(64, 256)
+    forced(x, lin.weight.t(), form, bias=True)
+    f = nx.jit(lambda x: lin(x).relu())
     with torch.no_grad():
         torch.testing.assert_close(f(x), lin(x).relu(), rtol=1e-5, atol=1e-5)
-    assert "nx_jit::onednn_mm" in _ops_called(f, x)
+    assert ("nx_jit::onednn_mm" in _ops_called(f, x)) == (form == "onednn")
 
 
 def _named_loss(w1, w2, images, labels):
@@ -127,7 +180,7 @@ def _loss(w1, w2, images, labels):
 
 
 def test_training_step_matches_eager():
-    """The tutorial's step at a size whose matmuls go to oneDNN (where there is one)."""
+    """The tutorial's step at a size whose matmuls are timed, in the forms chosen here."""
     g = torch.Generator().manual_seed(0)
     w1 = torch.randn(256, 128, generator=g) / 16
     w2 = torch.randn(128, 10, generator=g) / 11
@@ -144,5 +197,3 @@ def test_training_step_matches_eager():
     torch.testing.assert_close(g1, ref_grads[0], rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(g2, ref_grads[1], rtol=1e-4, atol=1e-6)
     assert g1.is_contiguous() and g2.is_contiguous()
-    if _backend._onednn_mm_op() is not None:
-        assert "nx_jit::onednn_mm" in _ops_called(step, w1, w2, images, labels)
