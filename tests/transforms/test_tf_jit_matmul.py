@@ -134,6 +134,48 @@ def test_decomposition_sizes_and_dtypes():
         assert "nx_jit::onednn_mm" not in {e.name for e in prof.events()}
 
 
+@pytest.mark.parametrize("shared", ["a", "b"])
+def test_bmm_with_a_shared_operand_is_one_product(shared):
+    """A bmm whose operand is the same for every batch (stride 0) runs as one 2-D
+    product with the batch folded into the other operand."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    bmm = _decomp(torch.ops.aten.bmm.default)
+    g = torch.Generator().manual_seed(1)
+    if shared == "a":
+        a, b = torch.randn(96, 128, generator=g).expand(4, 96, 128), torch.randn(4, 128, 64)
+    else:
+        a, b = torch.randn(4, 96, 128, generator=g), torch.randn(128, 64).expand(4, 128, 64)
+    torch.testing.assert_close(bmm(a, b), torch.bmm(a, b), rtol=1e-5, atol=1e-4)
+    gm = make_fx(lambda x, y: bmm(x, y), tracing_mode="fake")(a, b)
+    assert torch.ops.aten.bmm.default not in {n.target for n in gm.graph.nodes}
+    torch.testing.assert_close(gm(a, b), torch.bmm(a, b), rtol=1e-5, atol=1e-4)
+    # both shared, or neither: inductor's own bmm
+    for x, y in [(a[:1].expand(4, -1, -1), b[:1].expand(4, -1, -1)),
+                 (a.contiguous(), b.contiguous())]:
+        out = bmm(x, y)
+        assert out is NotImplemented or torch.allclose(out, torch.bmm(x, y), atol=1e-4)
+
+
+def test_summed_heads_projection_gradient():
+    """``psum(o @ wo, 'heads')`` (the xmap attention's output projection): its backward
+    holds bmms of a broadcast cotangent; under nx.jit they are single products."""
+    g = torch.Generator().manual_seed(2)
+    o, wo = torch.randn(4, 96, 32, generator=g), torch.randn(4, 32, 128, generator=g)
+
+    def loss(o, wo):
+        return (psum(o @ wo, "heads") ** 2).sum()
+    f = nx.xmap(loss, in_axes=[{0: "heads"}, {0: "heads"}], out_axes=[...])
+    step = nx.jit(nx.grad(f, argnums=(0, 1)))
+    want = torch.func.grad(lambda o, wo: (torch.bmm(o, wo).sum(0) ** 2).sum(),
+                           argnums=(0, 1))(o, wo)
+    for got, ref in zip(step(o, wo), want):
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-3)
+    with torch.profiler.profile() as prof:
+        step(o, wo)
+    assert [e.name for e in prof.events()].count("aten::bmm") == 1   # the forward's
+
+
 def test_small_single_batch_bmm_is_a_two_dimensional_product():
     """A pdot lowers to a bmm of one batch; as a fused multiply-and-sum it is computed
     2-D, so the graph's view of the result back to 2-D cancels (no per-call reinterpret
