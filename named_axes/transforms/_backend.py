@@ -250,7 +250,7 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
         return out
 
     patches = {"size_asserts": False} if hasattr(config, "size_asserts") else {}
-    patches["post_grad_custom_post_pass"] = _with_scalar_pass(config.post_grad_custom_post_pass)
+    patches["post_grad_custom_post_pass"] = _with_own_passes(config.post_grad_custom_post_pass)
     # AOT autograd's own cache would skip ``inner`` on a hit (and with it the direct
     # call below); inductor's FX-graph cache under it still saves the code generation.
     _isa_probe.before_compile()
@@ -266,17 +266,18 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
     return lambda args: full(*args)
 
 
-def _with_scalar_pass(user_passes: Any) -> Any:
-    """The user's post-grad passes (if any), then :class:`_scalar_pass.RealizeScalars`."""
-    from ._scalar_pass import RealizeScalars
+def _with_own_passes(user_passes: Any) -> Any:
+    """The user's post-grad passes (if any), then nx.jit's own (``_fold_pass.OwnPasses``:
+    a bmm summed over its batch folded, scalars realized)."""
+    from ._fold_pass import OwnPasses
 
     if user_passes is None:
-        return RealizeScalars()
+        return OwnPasses()
     try:
         from torch._inductor.custom_graph_pass import get_custom_graph_passes
     except ImportError:   # torch < 2.10 takes one pass: the user's stays alone
         return user_passes
-    return (*get_custom_graph_passes(user_passes), RealizeScalars())
+    return (*get_custom_graph_passes(user_passes), OwnPasses())
 
 
 def _fake_inputs(example: list) -> list:

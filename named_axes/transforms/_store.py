@@ -415,7 +415,7 @@ def compile_and_save(gm: torch.fx.GraphModule, example: list, ident: Identity,
 
     from .. import _compile_compat
     from . import _isa_probe
-    from ._backend import _with_scalar_pass
+    from ._backend import _with_own_passes
 
     _compile_compat.install()
     gm, constants = _lifted(gm)
@@ -427,7 +427,7 @@ def compile_and_save(gm: torch.fx.GraphModule, example: list, ident: Identity,
         work = tempfile.mkdtemp(prefix=".compiling-", dir=directory)
         try:
             options = {"aot_inductor.output_path": os.path.join(work, "program.so"),
-                       "post_grad_custom_post_pass": _with_scalar_pass(
+                       "post_grad_custom_post_pass": _with_own_passes(
                            config.post_grad_custom_post_pass)}
             _isa_probe.before_compile()
             built = torch._inductor.aot_compile(graph, tuple(example), options=options)
