@@ -147,6 +147,7 @@ def test_bmm_with_a_shared_operand_is_one_product(shared):
     else:
         a, b = torch.randn(4, 96, 128, generator=g), torch.randn(128, 64).expand(4, 128, 64)
     torch.testing.assert_close(bmm(a, b), torch.bmm(a, b), rtol=1e-5, atol=1e-4)
+    assert bmm(a, b).stride() == torch.bmm(a, b).stride()   # a decomposition keeps strides
     gm = make_fx(lambda x, y: bmm(x, y), tracing_mode="fake")(a, b)
     assert torch.ops.aten.bmm.default not in {n.target for n in gm.graph.nodes}
     torch.testing.assert_close(gm(a, b), torch.bmm(a, b), rtol=1e-5, atol=1e-4)
@@ -155,6 +156,48 @@ def test_bmm_with_a_shared_operand_is_one_product(shared):
                  (a.contiguous(), b.contiguous())]:
         out = bmm(x, y)
         assert out is NotImplemented or torch.allclose(out, torch.bmm(x, y), atol=1e-4)
+
+
+_A, _W = torch.randn(128, 256), torch.randn(256, 64)
+_B, _A3 = torch.randn(4, 256, 64), torch.randn(4, 128, 256)
+_X, _Y = torch.randn(8, 128, 64), torch.randn(8, 64, 96)
+STRIDE_CASES = {
+    "shared a (2-D @ 3-D)": (lambda a, b: a @ b, (_A, _B)),
+    "shared a (bmm)": (lambda a, b: torch.bmm(a.expand(4, 128, 256), b), (_A, _B)),
+    "shared b (bmm)": (lambda a, w: torch.bmm(a, w.expand(4, 256, 64)), (_A3, _W)),
+    "3-D @ 2-D": (lambda a, w: a @ w, (_A3, _W)),
+    "user's transpose": (lambda a, b: (a @ b).transpose(0, 1), (_A, _B)),
+    "2-D transposed": (lambda a, w: (a @ w).t(), (_A, _W)),
+    "bmm summed over the batch": (lambda x, y: torch.bmm(x, y).sum(0), (_X, _Y)),
+    "split, permuted, summed": (lambda x, y: torch.bmm(x, y).reshape(8, 2, 64, 96)
+                                .permute(1, 0, 2, 3).sum(1), (_X, _Y)),
+    "linear": (lambda a, w: F.linear(a, w.t(), torch.ones(64)), (_A, _W)),
+}
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("case", list(STRIDE_CASES))
+def test_outputs_keep_eager_strides(case, form, monkeypatch):
+    """Whatever formulation runs a product, nx.jit's outputs have eager's strides (a
+    user's ``out.view(...)`` works as it does eagerly)."""
+    f, args = STRIDE_CASES[case]
+    monkeypatch.setattr(mc, "choose", lambda a, b, bias=None: "blas" if bias is not None
+                        and form.endswith("_t") else form)
+    out, eager = nx.jit(lambda *a: f(*a))(*args), f(*args)
+    torch.testing.assert_close(out, eager, rtol=1e-4, atol=1e-3)
+    assert out.stride() == eager.stride()
+
+
+def test_gradients_keep_eager_strides():
+    """The same for gradients (the shared-operand bmm is the backward of a batched sum)."""
+    def loss(a, b):
+        return ((a @ b) ** 2).sum()
+
+    grads = nx.jit(nx.grad(loss, argnums=(0, 1)))(_A, _B)
+    eager = torch.func.grad(loss, argnums=(0, 1))(_A, _B)
+    for g, e in zip(grads, eager):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-2)
+        assert g.stride() == e.stride()
 
 
 def test_summed_heads_projection_gradient():
