@@ -114,7 +114,7 @@ def measure_import(reps: int = 7) -> dict[str, float]:
             "named_axes from source": statistics.median(source)}
 
 
-def measure_first_calls(reps: int = 2, log=print) -> dict[tuple[str, str], float]:
+def measure_first_calls(reps: int = 3, log=print) -> dict[tuple[str, str], float]:
     """Median first-call seconds per (variant, cache state); a variant that fails is left out."""
     times: dict[tuple[str, str], list[float]] = {}
     for _ in range(reps):
@@ -184,9 +184,10 @@ def report(imports: dict[str, float], first: dict[tuple[str, str], float]) -> li
               "it is an editable checkout under `PYTHONDONTWRITEBYTECODE` (this machine's "
               "environment), which compiles every module at each import."]
     lines += ["", "First call = building the step, tracing, compiling (forward and backward) and "
-              "one run, in a fresh process after its imports. Cold: an empty "
-              "`TORCHINDUCTOR_CACHE_DIR`; warm: a second process on the directory the cold run "
-              "filled. JAX: `jax.jit(value_and_grad)` of the same loss, no persistent cache."]
+              "one run, in a fresh process after its imports (median of three launches). "
+              "Cold: an empty `TORCHINDUCTOR_CACHE_DIR`; warm: a second process on the "
+              "directory the cold run filled. JAX: `jax.jit(value_and_grad)` of the same "
+              "loss, no persistent cache."]
     for label, s in saved.items():
         lines += ["", f"{label}: opt-in (`NAMED_AXES_PROGRAM_STORE`, like JAX's persistent "
                   "cache). The cold process compiles as usual and serves its first call; at "
