@@ -198,6 +198,13 @@ def test_gradients_keep_eager_strides():
     for g, e in zip(grads, eager):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-2)
         assert g.stride() == e.stride()
+    # weights that require grad: the compiled forward's output, then .backward()
+    a, b = _A.clone().requires_grad_(), _B.clone().requires_grad_()
+    out = nx.jit(lambda a, b: a @ b)(a, b)
+    assert out.stride() == (_A @ _B).stride() and out.view(4, -1).shape == (4, 128 * 64)
+    (out ** 2).sum().backward()
+    for g, e in zip((a.grad, b.grad), eager):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-2)
 
 
 def test_summed_heads_projection_gradient():
