@@ -26,9 +26,10 @@ from ._pointwise import by_name as _by_name
 from ._pointwise import finish as _finish
 from ._pointwise import inline_operand as _inline_operand
 from ._pointwise import pointwise_rule
-from ._registry import RECORDS
+from ._registry import RECORDS, is_inplace
 from ._switches import FASTPATH
 from ._tensor import NamedTensor
+from ._writes import check_inplace
 
 _ndarray = np.ndarray
 _pointwise = pointwise_rule(False)
@@ -60,7 +61,13 @@ def _direct(func, rule, dispatch):
     those), when the rule declines, and after a positional error (to raise its error
     naming the op).  While dynamo traces, the rule runs directly for unnamed operands too:
     the dispatcher's table lookup keyed by a Tensor method fails under torch 2.9's dynamo."""
+    writes = is_inplace(func)
+
     def call(args, kwargs):
+        if kwargs and "out" in kwargs:   # out= has one rule, in the dispatcher
+            return dispatch(func, args, kwargs)
+        if writes:
+            check_inplace(func, args, kwargs)
         a0 = args[0] if args else None
         if type(a0) is _NT and (a0._names and not _has_unnamed(args, kwargs)
                                 or torch.compiler.is_compiling()):

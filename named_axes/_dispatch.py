@@ -27,6 +27,7 @@ from ._registry import is_inplace as _is_inplace
 from ._shape_errors import positional_failure
 from ._tensor import NamedTensor
 from ._torch_func import ORIGINAL as _functorch
+from ._writes import check_inplace, write_out
 
 _ndarray = np.ndarray
 
@@ -42,6 +43,10 @@ class ShapeError(AxisSizeError, RuntimeError):
 
 def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
     """Run ``func(*args, **kwargs)`` where some arguments are NamedTensors."""
+    if kwargs and kwargs.get("out") is not None:
+        return write_out(func, args, kwargs, dispatch)
+    if _writes_target(func):
+        check_inplace(func, args, kwargs)
     rule = rule_while_compiling(func) if torch.compiler.is_compiling() else RULES.get(func)
     a, kw = args, kwargs
     for v in args:
@@ -93,6 +98,17 @@ def _unwrap_unnamed(func: Callable, args: tuple, kwargs: dict) -> tuple:
 
 
 _KEEPS_TARGET: dict = {}
+_WRITES_TARGET: dict = {}
+
+
+def _writes_target(func: Callable) -> bool:
+    """Is ``func`` an in-place op (``mul_``, ``__imul__``)?  Cached per function."""
+    if torch.compiler.is_compiling():
+        return _is_inplace(func)
+    r = _WRITES_TARGET.get(func)
+    if r is None:
+        r = _WRITES_TARGET[func] = _is_inplace(func)
+    return r
 
 
 def _keeps_target(func: Callable) -> bool:
@@ -158,14 +174,6 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
     operands = [(_leaf_label(spec, i), flat[i]) for i in idx]
     U = union_names(operands, op=func)
     inplace = _is_inplace(func)
-    if inplace and isinstance(args[0], _NT):
-        extra = [n for n in U if n not in args[0]._names]
-        if extra:
-            raise AxisSizeError(
-                f"{op_name(func)}: in-place update of a value with named shape "
-                f"{args[0].named_shape} would broadcast named axis {extra[0]!r} into it; "
-                f"use the out-of-place op instead"
-            )
     phys = []
     member = []
     for i in idx:
@@ -197,7 +205,8 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
             raise
         # functorch has no batching rule, the op branches on values, or its result's
         # shape depends on the values (nonzero, unique, masked_select, ...): loop instead
-        tensors = _loop(call, phys, member, U, func)
+        shared = [v for i, v in enumerate(flat) if isinstance(v, _Tensor) and i not in idx]
+        tensors = _loop(call, phys, member, U, func, shared)
     s, others = out_spec
     it = iter(tensors)
     out = tree_unflatten([next(it) if o is _SLOT else o for o in others], s)
@@ -208,7 +217,7 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
 
 _SLOT = object()  # marks where a tensor output goes back
 _UNBATCHABLE = ("Batching rule not implemented", "data-dependent control flow",
-                "We could not generate a fallback", "is not possible because there exists",
+                "We could not generate a fallback",
                 # dynamic shapes: functorch refuses them, or its per-example fallback
                 # (argwhere, bincount, ...) fails to stack unequal results
                 "dynamic shape", "differently shaped", "stack expects each tensor to be equal size")
@@ -219,8 +228,12 @@ def _unbatchable(e: RuntimeError) -> bool:
     return any(m in msg for m in _UNBATCHABLE)
 
 
-def _loop(call, phys, member, U, func=None):
+def _loop(call, phys, member, U, func=None, shared=()):
     """``call`` once per index of the named dims ``U`` (leading, in order), stacked.
+
+    ``shared`` are the op's plain tensor arguments, the same for every instance: an op
+    that writes into one of them (a running statistic) is refused, and the write undone,
+    as a loop would apply every instance to it in turn.
 
     Exact when every instance's results have one shape; when an op's result shape
     depends on the values and differs between instances, no named value can hold them
@@ -232,13 +245,16 @@ def _loop(call, phys, member, U, func=None):
     for t, m in zip(phys, member):
         order = [n for n in U if n in m]
         sizes.update(zip(order, t.shape[:len(order)]))
+    op = op_name(func) if func is not None else "the op"
+    saved = [(t, t.detach().clone(), t._version) for t in shared]
     outs, where = [], []
     for index in itertools.product(*[range(sizes[n]) for n in U]):
         at = dict(zip(U, index))
         sliced = [t[tuple(at[n] for n in U if n in m)] for t, m in zip(phys, member)]
         outs.append(call(*sliced))
         where.append(at)
-    op = op_name(func) if func is not None else "the op"
+        if not outs[1:]:
+            _refuse_shared_writes(op, saved, sizes)
     if not outs:
         raise ShapeError(f"{op}: a named axis has size 0 ({_fmt_sizes(sizes)}), so the shape "
                          f"of this op's result (which depends on the values) is unknown")
@@ -258,6 +274,19 @@ def _loop(call, phys, member, U, func=None):
     lead = tuple(sizes[n] for n in U)
     return tuple(torch.stack([o[j] for o in outs]).reshape(lead + tuple(outs[0][j].shape))
                  for j in range(len(outs[0])))
+
+
+def _refuse_shared_writes(op: str, saved: list, sizes: dict) -> None:
+    """After the first instance: did the op write into a tensor shared by all of them?"""
+    for k, (t, before, version) in enumerate(saved):
+        if t._version != version:
+            with torch.no_grad():
+                t.copy_(before)
+            raise AxisSizeError(
+                f"{op}: writes into a plain tensor argument of shape {tuple(t.shape)} that "
+                f"every instance of the named axes {_fmt_sizes(sizes)} shares; each "
+                f"instance would update it in turn. Give that argument the named axes "
+                f"(one copy per instance), or reduce them first")
 
 
 def _fmt_sizes(sizes: dict) -> str:

@@ -141,10 +141,17 @@ def refine_names(x: NamedTensor, *names) -> NamedTensor:
     """
     from ._layout import named
 
+    names = _ellipsis(names)
+    mapping = _from_list(names, x.ndim, "Tensor.refine_names")
+    return named(x, mapping) if mapping else x
+
+
+def _ellipsis(names: tuple) -> tuple:
+    """A name list given as one list or as arguments, with PyTorch's ``'...'`` read as
+    ``...``."""
     if len(names) == 1 and isinstance(names[0], (list, tuple)):
         names = tuple(names[0])
-    mapping = _from_list(tuple(names), x.ndim, "Tensor.refine_names")
-    return named(x, mapping) if mapping else x
+    return tuple(Ellipsis if type(n) is str and n == "..." else n for n in names)
 
 
 # -- align_to / align_as ---------------------------------------------------------------------
@@ -161,8 +168,7 @@ def align_to(x: NamedTensor, *names):
     from ._parsing import parse_mapping
 
     op = "Tensor.align_to"
-    if len(names) == 1 and isinstance(names[0], (list, tuple)):
-        names = tuple(names[0])
+    names = _ellipsis(names)
     if Ellipsis not in names and x.ndim:
         raise AxisSpecError(
             f"{op}{names!r}: the value has {x.ndim} positional dim(s) (shape "
@@ -385,7 +391,10 @@ def getitem(x: NamedTensor, index):
         data = data[tuple(basic)]
     out = NamedTensor._wrap(data, kept)
     pidx = _positional_index(out, pos)
-    return out if pidx is None else out[pidx]
+    if pidx is not None:
+        out = out[pidx]
+    # no named axis left: a plain tensor, as every op returns one (guide §1)
+    return out._data if type(out) is NamedTensor and not out._names else out
 
 
 def setitem(x: NamedTensor, index, value) -> None:

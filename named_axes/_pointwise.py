@@ -24,11 +24,11 @@ import torch
 from ._dispatch import ShapeError, check_conflicts, result, wrap
 from ._env import _state as _env_state
 from ._env import conflicts
-from ._errors import AxisSizeError
 from ._layout import align, align_plan, apply_align, union_names
 from ._plancache import PlanCache
 from ._registry import op_name
 from ._switches import FASTPATH
+from ._writes import check_inplace
 from ._tensor import NamedTensor
 
 __all__ = ["pointwise_rule", "pointwise", "inline_operand", "by_name", "finish", "NO"]
@@ -216,17 +216,7 @@ def _pointwise_general(func, args, kwargs, inplace):
         target = args[0]
         if not isinstance(target, _NT):
             return NotImplemented
-        extra = [n for n in U if n not in target._names]
-        if extra:
-            sizes = {}
-            for _, o in operands:
-                sizes.update(o.named_shape)
-            raise AxisSizeError(
-                f"{op_name(func)}: in-place update of a value with named shape "
-                f"{target.named_shape} by a value with named axis {extra[0]!r} (size "
-                f"{sizes[extra[0]]}) would broadcast that axis into a value that lacks it; "
-                f"use the out-of-place op instead"
-            )
+        check_inplace(func, args, kwargs)
         U = target._names
         if target.ndim < P:
             raise ShapeError(

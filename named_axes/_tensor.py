@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ._errors import AxisTypeError, fmt_named_shape
+from ._errors import AxisSpecError, AxisTypeError, fmt_named_shape
 
 __all__ = ["NamedTensor"]
 
@@ -123,7 +123,31 @@ class NamedTensor:
             return self.shape
         if isinstance(dim, int):
             return self.shape[dim]
-        return self.named_shape[dim]
+        return self._data.shape[self._named_dim(dim, "size")]
+
+    def stride(self, dim: Any = None):
+        """Strides of the positional dims, as torch's; ``x.stride(name)``: the stride of a
+        named axis in the physical tensor.
+
+        >>> import torch, named_axes as nx
+        >>> x = nx.named(torch.zeros(2, 3), 'N ...')
+        >>> x.stride(), x.stride(0), x.stride('N')
+        ((1,), 1, 3)
+        """
+        k = len(self._names)
+        if dim is None:
+            return self._data.stride()[k:]
+        if isinstance(dim, int):
+            return self._data.stride()[k:][dim]
+        return self._data.stride(self._named_dim(dim, "stride"))
+
+    def _named_dim(self, name: Any, method: str) -> int:
+        try:
+            return self._names.index(name)
+        except ValueError:
+            raise AxisSpecError(
+                f"Tensor.{method}({name!r}): the value has no named axis {name!r} (named_shape "
+                f"{fmt_named_shape(self.named_shape)}); ints index positional dims") from None
 
     def numel(self) -> int:
         """The number of positional elements (per instance of the named axes, as under

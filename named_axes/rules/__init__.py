@@ -2,7 +2,8 @@
 
 One module per family: ``pointwise`` (tables of elementwise ops), ``reductions`` (dim
 arguments that name axes), ``dimwise`` (softmax-like ops along a dim), ``shape``
-(views, indexing, concatenation), ``matmul`` and ``nn`` (``torch.nn.functional``).
+(views, indexing, concatenation), ``matmul``, ``nn`` (``torch.nn.functional``) and
+``whole`` (``equal``/``allclose``: one Python value about whole tensors).
 A function no module declares runs under the dispatcher's vmap fallback.  Each
 module only declares :class:`~named_axes._registry.OpRule`s; the direct bindings are
 made from the registry afterwards (rules -> registry -> bindings).
@@ -14,12 +15,12 @@ made from the registry afterwards (rules -> registry -> bindings).
 """
 from __future__ import annotations
 
-from . import dimwise, matmul, nn, pointwise, reductions, shape
+from . import dimwise, matmul, nn, pointwise, reductions, shape, whole
 
 __all__ = ["install"]
 
 
 def install() -> None:
     """Declare every family's rules (once, at import of named_axes)."""
-    for family in (pointwise, reductions, dimwise, shape, matmul, nn):
+    for family in (pointwise, reductions, dimwise, shape, matmul, nn, whole):
         family.install()

@@ -1,0 +1,138 @@
+"""Writes into tensors that already exist: in-place ops and ``out=``, one rule for both.
+
+A write keeps its target's named shape (vmap's rule): the value written may not carry a
+named axis the target lacks, since every instance of that axis would write into the
+one target -- ``torch.ones(2, 3).mul_(named)`` used to apply every instance in turn.
+``out=`` receives the result the op gives without it: the same named shape (names in
+any order), torch's resizing of a positional shape that differs and torch's casting
+rule; a plain ``out`` can only receive a result without named axes.
+
+>>> import torch, named_axes as nx
+>>> a = nx.named(torch.ones(2, 3), 'N ...')
+>>> out = nx.named(torch.empty(2, 3), 'N ...')
+>>> torch.abs(-a, out=out) is out, out.named_shape
+(True, {'N': 2})
+>>> torch.ones(3).mul_(a)
+Traceback (most recent call last):
+ ...
+named_axes._errors.AxisSizeError: Tensor.mul_: in-place update of a plain tensor of shape (3,) by a value with named axis 'N' (size 2) would write every instance of that axis into it; compute a new value instead (x = x + y, not x += y or x.add_(y)), or give the target the axis first
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import torch
+
+from ._errors import AxisSizeError, fmt_named_shape
+from ._layout import align
+from ._registry import op_name
+from ._tensor import NamedTensor
+
+__all__ = ["check_inplace", "write_out"]
+
+_NT = NamedTensor
+
+
+def _operand_axes(values) -> dict:
+    """name -> size over the NamedTensors among ``values`` (and inside lists of them)."""
+    axes: dict = {}
+    for v in values:
+        if type(v) is _NT:
+            axes.update(v.named_shape)
+        elif type(v) in (list, tuple):
+            axes.update(_operand_axes(v))
+    return axes
+
+
+def _describe(target) -> str:
+    if type(target) is _NT:
+        return f"a value with named shape {fmt_named_shape(target.named_shape)}"
+    return f"a plain tensor of shape {tuple(target.shape)}"
+
+
+def _refuse(func: Callable, target, axes: dict, missing: list) -> None:
+    name = missing[0]
+    raise AxisSizeError(
+        f"{op_name(func)}: in-place update of {_describe(target)} by a value with named axis "
+        f"{name!r} (size {axes[name]}) would write every instance of that axis into it; "
+        f"compute a new value instead (x = x + y, not x += y or x.add_(y)), or give the "
+        f"target the axis first")
+
+
+def check_inplace(func: Callable, args: tuple, kwargs: dict) -> None:
+    """Refuse an in-place op whose operands carry a named axis its target lacks."""
+    if not args:
+        return
+    target = args[0]
+    if type(target) in (list, tuple):          # torch._foreach_*_: pairwise targets
+        for i, t in enumerate(target):
+            paired = [a[i] if type(a) in (list, tuple) and len(a) == len(target) else a
+                      for a in args[1:]]
+            check_inplace(func, (t, *paired), kwargs)
+        return
+    axes = _operand_axes(args[1:])
+    axes.update(_operand_axes(v for k, v in kwargs.items() if k != "out"))
+    have = target._names if type(target) is _NT else ()
+    missing = [n for n in axes if n not in have]
+    if missing:
+        _refuse(func, target, axes, missing)
+
+
+def write_out(func: Callable, args: tuple, kwargs: dict, compute: Callable) -> Any:
+    """``func(*args, **kwargs)`` with ``out=``: ``compute`` gives the result without it,
+    which is then written into ``out`` (one tensor or a tuple of them)."""
+    kwargs = dict(kwargs)
+    out = kwargs.pop("out")
+    if torch.is_grad_enabled() and _needs_grad(args, kwargs):
+        raise AxisSizeError(
+            f"{op_name(func)}: functions with out=... arguments don't support automatic "
+            f"differentiation (torch's rule), but an argument requires grad; drop out=")
+    result = compute(func, args, kwargs)
+    if type(out) in (list, tuple):
+        results = result if isinstance(result, (list, tuple)) else (result,)
+        if len(results) != len(out):
+            raise AxisSizeError(f"{op_name(func)}: out= has {len(out)} tensors but the op "
+                                f"returns {len(results)}")
+        for r, o in zip(results, out):
+            _write(func, r, o)
+        return out if type(results) in (list, tuple) else type(results)(out)
+    _write(func, result, out)
+    return out
+
+
+def _needs_grad(args, kwargs) -> bool:
+    for v in (*args, *kwargs.values()):
+        if isinstance(v, (torch.Tensor, _NT)) and v.requires_grad:
+            return True
+        if type(v) in (list, tuple) and _needs_grad(v, {}):
+            return True
+    return False
+
+
+def _write(func: Callable, r, o) -> None:
+    """Write result ``r`` into ``o`` under torch's out= rules, named shapes kept."""
+    r_axes = r.named_shape if type(r) is _NT else {}
+    o_axes = o.named_shape if type(o) is _NT else {}
+    if r_axes != o_axes:
+        raise AxisSizeError(
+            f"{op_name(func)}: out= has named shape {fmt_named_shape(o_axes)} but the result "
+            f"has {fmt_named_shape(r_axes)}; out= must have the result's named axes and "
+            f"sizes (any order)" + ("" if o_axes else
+                                    ": a plain tensor cannot receive named axes"))
+    if not torch.can_cast(r.dtype, o.dtype):
+        raise AxisSizeError(f"{op_name(func)}: result type {r.dtype} can't be cast to the "
+                            f"desired output type {o.dtype} of out= (torch's rule)")
+    o_names = o._names if type(o) is _NT else ()
+    o_data = o._data if type(o) is _NT else o
+    r_data = r._data if type(r) is _NT else r
+    shape = tuple(r.shape)
+    if tuple(o.shape) != shape:
+        if o_data.numel():
+            warnings.warn(f"An output with one or more elements was resized since it had "
+                          f"shape {list(o.shape)}, which does not match the required output "
+                          f"shape {list(shape)} (torch's out= rule)", UserWarning, stacklevel=4)
+        o_data.resize_(tuple(o_axes[n] for n in o_names) + shape)
+    if type(r) is _NT:
+        r_data = align(r_data, r._names, r.ndim, o_names, r.ndim)
+    o_data.copy_(r_data)

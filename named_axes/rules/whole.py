@@ -1,0 +1,47 @@
+"""Rules for ops whose result is one Python value about whole tensors: ``torch.equal``
+and ``torch.allclose``.
+
+No per-instance answer fits in a ``bool``, so these compare whole values, names
+included, as ``torch.equal`` compares whole tensors: equal named shapes (names in any
+order), then the values aligned by name.  Values whose named shapes differ are neither
+equal nor close.
+
+>>> import torch, named_axes as nx
+>>> t = torch.arange(6.).reshape(2, 3)
+>>> torch.equal(nx.named(t, 'N C'), nx.named(t.T, 'C N'))
+True
+>>> torch.equal(nx.named(t, 'N C'), nx.named(t + 1e-3 * (t == 0), 'N C'))
+False
+>>> torch.allclose(nx.named(t, 'N ...'), nx.named(t + 1e-9, 'N ...'))
+True
+"""
+from __future__ import annotations
+
+import torch
+
+from .._layout import align
+from .._registry import register
+from .._tensor import NamedTensor
+
+__all__ = ["install"]
+
+_NT = NamedTensor
+
+
+def _whole(func, args, kwargs):
+    a, b, rest = args[0], args[1], args[2:]
+    a_axes = a.named_shape if type(a) is _NT else {}
+    b_axes = b.named_shape if type(b) is _NT else {}
+    if a_axes != b_axes:
+        return False
+    names = a._names if type(a) is _NT else ()
+    da = a._data if type(a) is _NT else a
+    db = b._data if type(b) is _NT else b
+    if type(b) is _NT and b._names != names:
+        db = align(db, b._names, b.ndim, names, b.ndim)
+    return func(da, db, *rest, **kwargs)
+
+
+def install() -> None:
+    register([torch.equal, torch.Tensor.equal, torch.allclose, torch.Tensor.allclose], _whole,
+             kind="whole")
