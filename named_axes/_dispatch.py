@@ -20,7 +20,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ._env import conflicts
-from ._errors import AxisResourceError, AxisSizeError, NamedAxisError
+from ._errors import AxisResourceError, AxisSizeError, AxisTypeError, NamedAxisError
 from ._layout import align, union_names
 from ._registry import RULES, op_name, rule_while_compiling
 from ._registry import is_inplace as _is_inplace
@@ -184,6 +184,7 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
 
     # vmap returns tensors only: the op's other outputs (None, ints) ride outside it
     out_spec: list = []
+    py_values: list = []   # each call's non-tensor outputs (the loop: one per instance)
 
     def call(*tensors):
         leaves = list(flat)
@@ -192,6 +193,7 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
         a, kw = tree_unflatten(leaves, spec)
         out_leaves, s = tree_flatten(func(*a, **kw))
         out_spec[:] = [s, [_SLOT if isinstance(o, _Tensor) else o for o in out_leaves]]
+        py_values.append(out_spec[1])
         return tuple(o for o in out_leaves if isinstance(o, _Tensor))
 
     f = call
@@ -207,6 +209,7 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
         # shape depends on the values (nonzero, unique, masked_select, ...): loop instead
         shared = [v for i, v in enumerate(flat) if isinstance(v, _Tensor) and i not in idx]
         tensors = _loop(call, phys, member, U, func, shared)
+        _refuse_python_values(func, py_values)
     s, others = out_spec
     it = iter(tensors)
     out = tree_unflatten([next(it) if o is _SLOT else o for o in others], s)
@@ -274,6 +277,19 @@ def _loop(call, phys, member, U, func=None, shared=()):
     lead = tuple(sizes[n] for n in U)
     return tuple(torch.stack([o[j] for o in outs]).reshape(lead + tuple(outs[0][j].shape))
                  for j in range(len(outs[0])))
+
+
+def _refuse_python_values(func, per_instance: list) -> None:
+    """A loop whose instances returned different Python values (``torch.equal`` per
+    row, ``is_nonzero``): one value cannot stand for them all, and keeping the last
+    instance's was a silent wrong answer."""
+    first = per_instance[0] if per_instance else None
+    if any(repr(v) != repr(first) for v in per_instance[1:]):
+        raise AxisTypeError(
+            f"{op_name(func)}: returns a Python value that differs between instances of the "
+            f"named axes ({first[0]!r} for the first, {per_instance[-1][0]!r} for the last "
+            f"one shown); a Python value has no named axes. Compute a tensor instead (e.g. "
+            f"(a == b).all() rather than torch.equal), or make the axes positional first")
 
 
 def _refuse_shared_writes(op: str, saved: list, sizes: dict) -> None:

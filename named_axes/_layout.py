@@ -17,12 +17,12 @@ from typing import Any, Hashable, Mapping
 
 import torch
 
-from ._env import axis_size, bound_axes
+from ._env import INNER, axis_size, bound_axes
 from ._errors import AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape
-from ._parsing import AxisMapping, parse_mapping
+from ._parsing import AxisMapping, check_identifier, parse_mapping
 from ._plancache import PlanCache
 from ._registry import op_name
-from ._tensor import NamedTensor
+from ._tensor import RECORDERS, NamedTensor
 
 __all__ = ["align", "align_to", "named", "positional", "to_named", "to_named_perm", "insert_named",
            "insert_plan", "apply_insert", "union_names"]
@@ -228,6 +228,8 @@ def named(t: Any, axes: Any) -> NamedTensor:
     {'a': 2, 'b': 3}
     """
     mapping = parse_mapping(axes)
+    for n in mapping.names:
+        check_identifier(n, where="named()")
     if isinstance(t, NamedTensor):
         base, before, p = t._data, t._names, t.ndim
     else:
@@ -238,6 +240,8 @@ def named(t: Any, axes: Any) -> NamedTensor:
         raise AxisSpecError(f"named(): the value already has a named axis {clash[0]!r}")
     resolved = mapping.resolve(p, what="named()")
     data, names = to_named(base, resolved, before)
+    for rec in RECORDERS:   # axes made here are this function's own, as an inner xmap's
+        rec.setdefault(INNER, set()).update(mapping.names)
     return NamedTensor._wrap(data, names)
 
 

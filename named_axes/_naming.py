@@ -33,7 +33,7 @@ import torch
 
 from ._env import bound_axes
 from ._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape
-from ._parsing import check_name
+from ._parsing import check_identifier
 from ._tensor import NamedTensor
 
 __all__ = ["rename", "refine_names", "align_to", "align_as", "flatten", "unflatten",
@@ -90,7 +90,7 @@ def _from_list(names: tuple, rank: int, op: str) -> dict:
         out = {i: n for i, n in enumerate(names) if n is not None}
     seen = set()
     for n in out.values():
-        check_name(n, where=op)
+        check_identifier(n, where=op)
         if n in seen:
             raise AxisSpecError(f"{op}: axis {n!r} listed twice")
         seen.add(n)
@@ -121,7 +121,7 @@ def rename(x: NamedTensor, *args, **rename_map) -> NamedTensor:
                 f"positional dims are named with x.refine_names(...)")
     for old, new in rename_map.items():
         _has(x, old, op)
-        check_name(new, where=op)
+        check_identifier(new, where=op)
     _not_bound(list(rename_map) + list(rename_map.values()), op)
     names = tuple(rename_map.get(n, n) for n in x._names)
     if len(set(names)) != len(names):
@@ -241,7 +241,7 @@ def flatten(x: NamedTensor, *args, **kwargs):
     if len(set(dims)) != len(dims):
         raise AxisSpecError(f"{op}: {dims!r} lists an axis twice")
     idx = [_has(x, d, op) for d in dims]
-    check_name(out_dim, where=op)
+    check_identifier(out_dim, where=op)
     rest = [i for i, n in enumerate(x._names) if i not in idx]
     if out_dim in [x._names[i] for i in rest]:
         raise AxisSpecError(f"{op}: the value already has a named axis {out_dim!r}")
@@ -279,7 +279,7 @@ def unflatten(x: NamedTensor, *args, **kwargs):
     op = "Tensor.unflatten"
     new = [n for n, _ in pairs]
     for n in new:
-        check_name(n, where=op)
+        check_identifier(n, where=op)
     i = x._names.index(dim)
     rest = [j for j in range(len(x._names)) if j != i]
     clash = [n for n in new if n in [x._names[j] for j in rest]] or \

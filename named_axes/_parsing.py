@@ -52,6 +52,17 @@ def check_name(name: Any, *, where: str) -> Hashable:
     return name
 
 
+def check_identifier(name: Any, *, where: str) -> Hashable:
+    """:func:`check_name`, and a string name must be a Python identifier, as PyTorch's
+    named-tensor API requires (``'1'`` or ``'?'`` would read as positions or wildcards).
+    JAX's axis names are any hashable, so xmap specs take :func:`check_name` only."""
+    check_name(name, where=where)
+    if type(name) is str and not name.isidentifier():
+        raise AxisTypeError(f"{where}: axis name {name!r} is not a valid identifier (names "
+                            f"are identifiers, as in PyTorch's named tensors)")
+    return name
+
+
 @dataclass(frozen=True)
 class AxisMapping:
     """A parsed axis mapping: ``entries`` are ``(position, name)`` pairs as the user gave them."""

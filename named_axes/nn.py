@@ -22,7 +22,7 @@ from ._one_hot import one_hot as _one_hot
 
 __all__ = ["relu", "relu6", "gelu", "silu", "swish", "sigmoid", "softplus", "log_sigmoid",
            "elu", "leaky_relu", "tanh", "softmax", "log_softmax", "logsumexp",
-           "standardize", "normalize", "one_hot"]
+           "standardize", "normalize", "one_hot", "functional_call"]
 
 
 def relu(x: Any) -> Any:
@@ -153,3 +153,40 @@ def one_hot(x: Any, num_classes: int, *, dtype: torch.dtype | None = None,
     tensor([[0., 1., 0.]])
     """
     return _one_hot(x, num_classes, dim=axis, dtype=dtype)
+
+
+def functional_call(module: torch.nn.Module, parameters_and_buffers: dict, args: Any = (),
+                    kwargs: dict | None = None) -> Any:
+    """``torch.func.functional_call`` that takes named values: ``module`` run with some of
+    its parameters and buffers replaced (by dotted name), then restored.
+
+    torch's own ``functional_call`` accepts ``torch.Tensor`` values only; inside
+    ``nx.grad`` over named inputs the parameters being differentiated carry the inputs'
+    named axes (one gradient per instance, JAX's convention), so per-example gradients
+    of a module go through this one.
+
+    >>> import torch, named_axes as nx
+    >>> m = torch.nn.Linear(3, 1)
+    >>> p = {k: v.detach() for k, v in m.named_parameters()}
+    >>> loss = lambda p, x: nx.nn.functional_call(m, p, (x,)).sum()
+    >>> g = nx.xmap(nx.grad(loss), in_axes=[{}, ['batch', ...]], out_axes=['batch', ...])
+    >>> g(p, torch.ones(5, 3))['weight'].shape
+    torch.Size([5, 1, 3])
+    """
+    args = args if isinstance(args, tuple) else (args,)
+    saved = []
+    try:
+        for name, value in parameters_and_buffers.items():
+            owner, _, attr = name.rpartition(".")
+            sub = module.get_submodule(owner)
+            table = sub._parameters if attr in sub._parameters else sub._buffers
+            if attr not in table:
+                raise AttributeError(f"functional_call: {type(module).__name__} has no "
+                                     f"parameter or buffer {name!r}")
+            saved.append((table, attr, table[attr]))
+            # a dict write: Module.__setattr__ would ask for a torch.Tensor
+            table[attr] = value
+        return module(*args, **(kwargs or {}))
+    finally:
+        for table, attr, old in reversed(saved):
+            table[attr] = old

@@ -173,3 +173,15 @@ def test_pytorch_ellipsis_string_in_align_to_and_refine_names():
     assert nx.named(t, 'N C').align_to('N', '...', 'C').shape == (7, 2)
     x = nx.named(torch.zeros(2, 3, 4), 'N ...').refine_names('...', 'C', 'H')
     assert x.named_shape == {'N': 2, 'C': 3, 'H': 4}
+
+
+def test_equal_inside_xmap_refuses_a_python_bool_per_instance():
+    a = torch.tensor([[1., 2.], [3., 4.]])
+    b = torch.tensor([[1., 2.], [3., 5.]])
+    f = nx.xmap(lambda a, b: torch.tensor(torch.equal(a, b)), in_axes=[['r', ...]] * 2,
+                out_axes=['r', ...])
+    with pytest.raises(nx.AxisTypeError, match=r"torch.equal: inside xmap each instance of "
+                                               r"axis 'r' is its own value"):
+        f(a, b)
+    g = nx.xmap(lambda a, b: (a == b).all(), in_axes=[['r', ...]] * 2, out_axes=['r', ...])
+    assert g(a, b).tolist() == [True, False]

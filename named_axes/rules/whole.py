@@ -4,7 +4,8 @@ and ``torch.allclose``.
 No per-instance answer fits in a ``bool``, so these compare whole values, names
 included, as ``torch.equal`` compares whole tensors: equal named shapes (names in any
 order), then the values aligned by name.  Values whose named shapes differ are neither
-equal nor close.
+equal nor close.  Inside ``xmap``, where each instance of a bound axis is its own value,
+they refuse: a per-instance answer must be a tensor (``(a == b).all()``).
 
 >>> import torch, named_axes as nx
 >>> t = torch.arange(6.).reshape(2, 3)
@@ -19,8 +20,10 @@ from __future__ import annotations
 
 import torch
 
+from .._env import bound_axes
+from .._errors import AxisTypeError
 from .._layout import align
-from .._registry import register
+from .._registry import op_name, register
 from .._tensor import NamedTensor
 
 __all__ = ["install"]
@@ -32,6 +35,12 @@ def _whole(func, args, kwargs):
     a, b, rest = args[0], args[1], args[2:]
     a_axes = a.named_shape if type(a) is _NT else {}
     b_axes = b.named_shape if type(b) is _NT else {}
+    bound = [n for n in (*a_axes, *b_axes) if n in bound_axes()]
+    if bound:
+        raise AxisTypeError(
+            f"{op_name(func)}: inside xmap each instance of axis {bound[0]!r} is its own "
+            f"value, and one Python bool cannot answer for each; compute a named tensor "
+            f"instead: (a == b).all() for equal, torch.isclose(a, b).all() for allclose")
     if a_axes != b_axes:
         return False
     names = a._names if type(a) is _NT else ()
