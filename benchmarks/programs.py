@@ -227,6 +227,12 @@ def make_p1(batch, n_in, n_hidden, n_classes, *, rtol=1e-4, atol=1e-5) -> list[V
         f = nx.xmap(p1_named_loss(nx), in_axes=P1_IN_AXES, out_axes=[...])
         return _grad_step(f, params, images, labels)
 
+    def nx_compile():   # torch.compile of the named program, beside compile_'s twin
+        nx = nx_module()
+        need(nx, "xmap")
+        f = _compiled(nx.xmap(p1_named_loss(nx), in_axes=P1_IN_AXES, out_axes=[...]))
+        return _grad_step(f, params, images, labels)
+
     def nx_vg():
         nx = nx_module()
         need(nx, "xmap", "value_and_grad")
@@ -305,7 +311,8 @@ def _flat_vg(out):
 
 def _variants(ns: dict, rtol: float, atol: float) -> list[Variant]:
     table = [("eager", "eager"), ("compile", "compile_"), ("vmap", "vmap"), ("fdim", "fdim"),
-             ("nx.xmap", "nx_xmap"), ("nx.vg", "nx_vg"), ("nx.jit", "nx_jit"),
+             ("nx.xmap", "nx_xmap"), ("nx.compile", "nx_compile"), ("nx.vg", "nx_vg"),
+             ("nx.jit", "nx_jit"),
              ("nx.jit.fb", "nx_jit_fb"), ("jax.jit", "jax_jit"), ("jax.xmap", "jax_xmap_"),
              ("nx.jit.det", "nx_jit_det")]
     return [Variant(key, ns[fn], rtol=rtol, atol=atol,
@@ -452,6 +459,10 @@ def make_p2(*, rtol=2e-4, atol=2e-5, **sizes) -> list[Variant]:
 
     def nx_xmap():
         f = _nx_f(nx_module())
+        return _grad_step(lambda *ps: f(x, x, *ps), params)
+
+    def nx_compile():
+        f = _compiled(_nx_f(nx_module()))
         return _grad_step(lambda *ps: f(x, x, *ps), params)
 
     def nx_vg():
@@ -724,6 +735,12 @@ def make_p3(shape=(8, 16), *, rtol=1e-5, atol=1e-6) -> list[Variant]:
         nx = nx_module()
         need(nx, "xmap")
         f = nx.xmap(p3_chain, in_axes=["a", "b", ...], out_axes=["a", "b", ...])
+        return lambda: f(x, y)
+
+    def nx_compile():
+        nx = nx_module()
+        need(nx, "xmap")
+        f = _compiled(nx.xmap(p3_chain, in_axes=["a", "b", ...], out_axes=["a", "b", ...]))
         return lambda: f(x, y)
 
     def nx_jit():

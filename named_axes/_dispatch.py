@@ -31,7 +31,8 @@ from ._writes import check_inplace, write_out
 
 _ndarray = np.ndarray
 
-__all__ = ["dispatch", "vmap_fallback", "wrap", "result", "check_conflicts", "ShapeError"]
+__all__ = ["dispatch", "vmap_fallback", "wrap", "result", "check_conflicts", "ShapeError",
+           "UseFallback"]
 
 _Tensor = torch.Tensor
 _NT = NamedTensor
@@ -39,6 +40,11 @@ _wrap_nt = NamedTensor._wrap
 
 class ShapeError(AxisSizeError, RuntimeError):
     """A positional shape problem inside an op on NamedTensors (also a RuntimeError, like torch's)."""
+
+
+class UseFallback(RuntimeError):
+    """Raised by a rule's helpers where the rule cannot lay the op out (returning
+    ``NotImplemented`` from deep inside): the dispatcher runs the vmap fallback."""
 
 
 def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
@@ -61,7 +67,10 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
                     break
     try:
         if rule is not None:
-            out = rule(func, a, kw)
+            try:
+                out = rule(func, a, kw)
+            except UseFallback:
+                out = NotImplemented
             if out is not NotImplemented:
                 return out
         return vmap_fallback(func, a, kw)
@@ -202,7 +211,7 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
         f = _functorch["vmap"](f, in_dims=in_dims, randomness="different")
     try:
         tensors = f(*phys)
-    except RuntimeError as e:
+    except (RuntimeError, IndexError) as e:
         if not _unbatchable(e):
             raise
         # functorch has no batching rule, the op branches on values, or its result's
@@ -223,7 +232,9 @@ _UNBATCHABLE = ("Batching rule not implemented", "data-dependent control flow",
                 "We could not generate a fallback",
                 # dynamic shapes: functorch refuses them, or its per-example fallback
                 # (argwhere, bincount, ...) fails to stack unequal results
-                "dynamic shape", "differently shaped", "stack expects each tensor to be equal size")
+                "dynamic shape", "differently shaped", "stack expects each tensor to be equal size",
+                # some batching rules refuse dims torch takes on 0-d values (flip(-1))
+                "Dimension out of range")
 
 
 def _unbatchable(e: RuntimeError) -> bool:

@@ -21,7 +21,8 @@ from ._tensor import RECORDERS
 
 # Recorder key (see NamedTensor._wrap): names bound by frames opened while a
 # differentiated function runs, i.e. a nested xmap's own axes (transforms/_instances.py).
-INNER = object()
+class INNER:
+    """The key itself (a class: dynamo compares classes by identity, not object())."""
 
 __all__ = ["Frame", "bind", "push", "pop", "bound_axes", "axis_size", "current_frame", "frames",
            "conflicts", "within"]

@@ -316,7 +316,7 @@ def _str_index(x: NamedTensor, index: str):
 
 
 def _is_int(v: Any) -> bool:
-    if isinstance(v, bool):
+    if isinstance(v, (bool, slice)) or v is None:   # (before hasattr: dynamo traces these)
         return False
     if isinstance(v, int):
         return True

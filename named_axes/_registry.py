@@ -52,6 +52,9 @@ def spellings(name: str) -> list:
 
 def is_inplace(func: Callable) -> bool:
     """Whether ``func`` writes into its first argument (``add_``, ``__iadd__``)."""
+    if torch.compiler.is_compiling():
+        # dynamo can't trace str methods on a function's name: a precomputed lookup
+        return getattr(func, "__name__", None) in _INPLACE_NAMES
     return is_inplace_name(getattr(func, "__name__", "") or "")
 
 
@@ -59,6 +62,12 @@ def is_inplace_name(name: str) -> bool:
     return (name.endswith("_") and not name.endswith("__")) or (
         name.startswith("__i") and name.endswith("__") and name not in (
             "__index__", "__init__", "__iter__", "__int__", "__invert__"))
+
+
+# The in-place names among torch's functions, Tensor methods and F (``is_inplace`` under
+# dynamo): names only, so dynamo never hashes the function.
+_INPLACE_NAMES = frozenset(
+    n for owner in (torch.Tensor, torch, F) for n in dir(owner) if is_inplace_name(n))
 
 
 def register(funcs, impl: Callable, *, kind: str = "op", arity: int | None = None) -> None:

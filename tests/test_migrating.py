@@ -23,9 +23,9 @@ def _tables() -> list[list[list[str]]]:
     return tables
 
 
-def test_two_tables_without_blank_cells():
+def test_tables_without_blank_cells():
     tables = _tables()
-    assert len(tables) == 2
+    assert len(tables) == 3   # PyTorch named tensors, JAX, the translated tests' differences
     for t in tables:
         width = len(t[0])
         for row in t:

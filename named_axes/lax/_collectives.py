@@ -532,9 +532,10 @@ def pshuffle(x: Any, axis_name: Any, perm: Sequence[int]) -> Any:
         return method(_as_named(x, op), names, perm=perm)
     # the size where the axis is bound (a value's own size may be a chunk of it)
     bound = bound_axes()
-    n = math.prod(bound[a] if a in bound else
-                  x.named_shape[a] if type(x) is _NT and a in x._names
-                  else axis_size(a, op=op) for a in names)
+    n = 1
+    for a in names:   # (a loop: dynamo can't trace math.prod of a generator)
+        n *= (bound[a] if a in bound else x.named_shape[a] if type(x) is _NT and a in x._names
+              else axis_size(a, op=op))
     try:
         perm = [_index(i) for i in perm]
     except TypeError:
@@ -562,10 +563,19 @@ def axis_index(axis_name: Any) -> NamedTensor:
     if method is not None:
         return method(names)
     sizes = tuple(axis_size(n, op="axis_index") for n in names)
-    data = _ops.axis_index(math.prod(sizes), torch.get_default_device())
+    data = _ops.axis_index(math.prod(sizes), _default_device())
     if len(names) != 1:
         data = data.reshape(sizes)   # (no names: the index 0 in a group of one, as in JAX)
     return result(data, names, axis_index) if names else data
+
+
+def _default_device() -> torch.device:
+    """The device factory functions use (``torch.get_default_device()``).  Under dynamo,
+    which can't trace that function (it returns a non-tensor), the device of a new
+    tensor, a constant while tracing (dynamo guards on the default device)."""
+    if torch.compiler.is_compiling():
+        return torch.empty(0).device
+    return torch.get_default_device()
 
 
 _OPS = {"psum": psum, "pmean": pmean, "pmax": pmax, "pmin": pmin}

@@ -44,7 +44,15 @@ def _tracing() -> bool:
     there the plain op computes the same values (DTensor runs the op's plain definition
     anyway, see ``parallel._dtensor.register_collectives``).  Modes that run ops on real
     values (``runs_values``: nx.jit's warm-up and identifying runs) build no graph.
+
+    Under dynamo inside a ``torch.func`` transform (``torch.compile(nx.grad(f))``) the
+    plain op is used too: dynamo inlines an autograd.Function's forward there, so the
+    registered op would meet functorch's wrapped tensors, whose autograd refuses a
+    custom op (its generated autograd.Function has no ``setup_context``); the transform
+    differentiates or batches the plain op instead.
     """
+    if torch.compiler.is_compiling():
+        return torch._C._functorch.peek_interpreter_stack() is None
     return building_graph()
 
 
@@ -346,7 +354,7 @@ def all_to_all(x: torch.Tensor, dim: int, split: int, concat: int, tiled: bool) 
 # -- ppermute: move slices of a named dim --------------------------------------------------
 
 def _permute_impl(x, dim, src, dst):
-    out = torch.zeros_like(x)
+    out = x.new_zeros(x.shape)   # contiguous, as index_copy's result and the fake kernel's
     if not src:
         return out
     s = torch.tensor(src, device=x.device)
@@ -361,7 +369,7 @@ def _ppermute(x: torch.Tensor, dim: int, src: list[int], dst: list[int]) -> torc
 
 @_ppermute.register_fake
 def _(x, dim, src, dst):
-    return torch.empty_like(x)
+    return x.new_empty(x.shape)   # contiguous, as the real kernel's (inductor checks strides)
 
 
 _ppermute.register_vmap(_batched_vmap(_ppermute, 1))
@@ -469,6 +477,8 @@ class _PDot(_Fn):
 def pdot(x: torch.Tensor, y: torch.Tensor, equation: str) -> torch.Tensor:
     """``torch.einsum(equation, x, y)`` as the named op ``named_axes::pdot``."""
     if not _tracing():  # one mm / bmm where it can (see named_axes._einsum.einsum2)
+        if torch.compiler.is_compiling():   # (dynamo in a torch.func transform)
+            return torch.einsum(equation, x, y)
         return einsum2_eager(equation, x, y)
     return _fn(_PDot).apply(x, y, equation)
 

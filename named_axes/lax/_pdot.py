@@ -7,7 +7,6 @@ which has no psum (``_contracted_size``).
 """
 from __future__ import annotations
 
-import math
 import string
 from typing import Any, NamedTuple
 
@@ -93,7 +92,11 @@ def _contracted_size(names: tuple) -> int:
     per instance (transforms/_instances), where JAX's pdot transpose counts it once.
     Axes bound inside it (an xmap within ``grad``) are ordinary sums there: 1."""
     inner = RECORDERS[-1].get(INNER, ())
-    return math.prod(axis_size(n, op="pdot") for n in names if n not in inner)
+    size = 1
+    for n in names:   # (a loop: dynamo can't trace math.prod of a generator)
+        if n not in inner:
+            size *= axis_size(n, op="pdot")
+    return size
 
 
 def _pdot_cached(x: NamedTensor, y: NamedTensor, name: str, pos_contract, pos_batch):

@@ -1,6 +1,7 @@
 """What the rule modules share: dim spelling and positional-dim checks."""
 from __future__ import annotations
 
+from .._dispatch import UseFallback
 from .._errors import AxisSpecError
 from .._registry import op_name
 from .._tensor import NamedTensor
@@ -16,6 +17,12 @@ def _spelled(op) -> str:
 
 
 def _norm_pos(d: int, p: int, op) -> int:
+    """Positional dim ``d`` of ``p`` as a non-negative index.  With no positional dims,
+    torch reads -1 and 0 as the scalar itself (``scalar.sum(-1)`` is the scalar); no
+    physical dim stands for that, so the op runs under the vmap fallback, which has
+    torch's own 0-d semantics (a -1 here had reduced the last named axis)."""
+    if p == 0 and d in (-1, 0):
+        raise UseFallback(d)
     if not -max(p, 1) <= d < max(p, 1):
         raise _AxisIndexError(
             f"{_spelled(op)}: dimension {d} is out of range for a value with {p} positional "

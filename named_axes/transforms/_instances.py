@@ -38,7 +38,6 @@ tensor([[1., 2.],
 """
 from __future__ import annotations
 
-import math
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
@@ -100,7 +99,11 @@ class Region:
 
     def seed_scale(self, names: tuple) -> int:
         """How many instances a loss carrying ``names`` stands for."""
-        return math.prod(s for n, s in self.axes.items() if n not in names)
+        scale = 1
+        for n, s in self.axes.items():   # a loop: dynamo cannot trace prod(<generator>)
+            if n not in names:
+                scale *= s
+        return scale
 
 
 def current() -> Region | None:
@@ -117,8 +120,9 @@ def _concrete(t) -> bool:
     """Whether ``t`` holds real values we may read (not traced, fake or batched)."""
     # plain tensors and subclasses that hold real values (DTensor: every rank runs the
     # same comparison); fake and proxy tensors only exist under a dispatch mode
-    return (isinstance(t, torch.Tensor) and not _is_wrapped(t) and _modes_run_values()
-            and not torch.compiler.is_compiling())
+    # (is_compiling first: dynamo refuses to trace _is_wrapped)
+    return (not torch.compiler.is_compiling() and isinstance(t, torch.Tensor)
+            and not _is_wrapped(t) and _modes_run_values())
 
 
 # Copies along an axis are folded when equal up to this many units in the last place:
@@ -239,7 +243,9 @@ def drop_replicated(items: list) -> list:
             continue
         full, names, checks = plan
         if checks is None:   # traced: the last eager decision, else keep the copies
-            folded = _FOLDS.get(full) if full is not None else ()
+            # (not while dynamo traces: it cannot guard on a key holding a code object)
+            folded = (_FOLDS.get(full) if full is not None
+                      and not torch.compiler.is_compiling() else ())
             if folded is None:   # no eager call decided it yet: nx.jit makes one, retraces
                 FOLD_MISSES[0] += 1
                 folded = ()
