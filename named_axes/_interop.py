@@ -1,11 +1,8 @@
 """NamedTensor in the torch ecosystem: DataLoader collation, torch.save / torch.load
 (``weights_only=True``), ``copy.deepcopy``, state dicts, numpy.
 
-Installed at ``import named_axes``:
-
-- ``DataLoader``'s default collate stacks named examples along a new positional dim 0
-  (:func:`collate_named` is in ``torch.utils.data``'s default collate map); ``nx.collate``
-  is the same collate function, usable as ``collate_fn=nx.collate``.
+- ``DataLoader(..., collate_fn=nx.collate)`` stacks named examples along a new
+  positional dim 0 (torch's default collation is left as it is: it refuses them).
 - Pickling reduces a NamedTensor to ``(data, names)``; the rebuild function is a torch
   safe global, so ``torch.load(path)`` (``weights_only=True``, torch's default) loads it.
 - numpy: ``np.asarray(x)`` works for a value without named axes (an ``AxisTypeError``
@@ -128,11 +125,9 @@ def array_ufunc(ufunc, method: str, inputs: tuple, kwargs: dict) -> Any:
 
 
 def install() -> None:
-    """Wire NamedTensor into torch's default collate map and the weights_only unpickler
-    (idempotent)."""
-    from torch.utils.data._utils import collate as _c
-
-    _c.default_collate_fn_map[NamedTensor] = collate_named
+    """Allow NamedTensor in the weights_only unpickler (torch's own extension point,
+    idempotent).  DataLoader's default collation is left as torch has it: pass
+    ``collate_fn=nx.collate``."""
     add = getattr(torch.serialization, "add_safe_globals", None)
     if add is not None:
         add([NamedTensor, _rebuild_named])

@@ -37,8 +37,8 @@ class _Named(Dataset):
 
 # -- DataLoader ------------------------------------------------------------------------
 
-def test_dataloader_default_collate_stacks_along_a_new_positional_dim():
-    batch = next(iter(DataLoader(_Named(), batch_size=4)))
+def test_dataloader_collate_stacks_along_a_new_positional_dim():
+    batch = next(iter(DataLoader(_Named(), batch_size=4, collate_fn=nx.collate)))
     x = batch["x"]
     assert x.shape == (4, 4) and x.named_shape == {"seq": 3}
     assert torch.equal(batch["y"], torch.arange(4))
@@ -47,10 +47,21 @@ def test_dataloader_default_collate_stacks_along_a_new_positional_dim():
 
 
 def test_dataloader_with_a_worker_process():
-    batches = list(DataLoader(_Named(), batch_size=3, num_workers=1))
+    batches = list(DataLoader(_Named(), batch_size=3, num_workers=1, collate_fn=nx.collate))
     assert [b["x"].named_shape for b in batches] == [{"seq": 3}] * 2
     torch.testing.assert_close(nx.positional(batches[1]["x"], "seq ...")[0, 0],
                                torch.arange(4.) + 3)
+
+
+def test_default_collate_is_left_as_torch_has_it():
+    import subprocess
+    import sys
+
+    code = ("from torch.utils.data._utils import collate as c; before = dict(c.default_collate_fn_map)"
+            "; import named_axes; assert dict(c.default_collate_fn_map) == before")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    with pytest.raises(TypeError, match="default_collate: batch must contain tensors"):
+        next(iter(DataLoader(_Named(), batch_size=2)))   # a clear error: pass nx.collate
 
 
 def test_collate_is_exported_and_works_on_nested_structures():

@@ -15,11 +15,9 @@ registered by ``named_axes._compile_compat`` as soon as ``torch._dynamo`` is imp
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import torch
-
-from . import _isa_probe, _matmul_choice
 
 __all__ = ["compile_named", "compile_flat", "collective_decompositions", "BACKEND_NAME"]
 
@@ -63,154 +61,47 @@ def inline_collectives(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     return gm
 
 
-# A matmul this small (batch * m * n * k multiply-adds) costs less as a fused
-# multiply-and-sum loop than as an external BLAS call (a call, two tensor views and an
-# output allocation each): inductor then fuses it with its neighbours.
-SMALL_MATMUL = 1 << 13
-
-
-def _small_matmul(prev: Callable | None) -> Callable:
-    """A decomposition of ``mm`` / ``bmm``: tiny floating matmuls become a broadcast
-    multiply and a sum; others go to ``prev`` (inductor's own), else stay as they are."""
-    def decomp(a: torch.Tensor, b: torch.Tensor) -> Any:
-        if _is_small(a, b):
-            return _multiply_sum(a, b)
-        return NotImplemented if prev is None else prev(a, b)
-    return decomp
-
-
-def _is_small(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (a.is_floating_point() and b.dtype == a.dtype
-            and a.numel() * b.shape[-1] <= SMALL_MATMUL)
-
-
-def _multiply_sum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return (a.unsqueeze(-1) * b.unsqueeze(-3)).sum(-2)
-
-
-def _measured_mm(a: torch.Tensor, b: torch.Tensor,
-                 bias: torch.Tensor | None = None) -> torch.Tensor | None:
-    """``a @ b (+ bias)`` (2-D) in the formulation timed fastest here, or None when
-    it is not a product that is timed (see ``_matmul_choice``)."""
-    if not _matmul_choice.measured(a, b):
-        return None
-    return _matmul_choice.FORMS[_matmul_choice.choose(a, b, bias)](a, b, bias)
-
-
-def _matmul(prev: Callable | None, batched: bool) -> Callable:
-    """A decomposition of ``mm`` / ``bmm``: tiny floating matmuls become a broadcast
-    multiply and a sum, large float32 CPU ones (a ``bmm`` of one batch, or with an
-    operand shared by all batches, too) run in the formulation timed fastest on this
-    machine; others go to ``prev`` (inductor's own), else stay as they are."""
-    small = _small_matmul(prev)
-
-    def decomp(a: torch.Tensor, b: torch.Tensor) -> Any:
-        if _matmul_choice.emitting_plain():
-            return NotImplemented if prev is None else prev(a, b)
-        if not batched:
-            out = _measured_mm(a, b)
-        elif a.shape[0] == 1 and b.shape[0] == 1:
-            # one batch (a pdot's lowering): a 2-D product, so the graph's view of the
-            # result back to 2-D cancels (no reinterpret of an output per call)
-            out = _measured_mm(a[0], b[0])
-            if out is None and _is_small(a, b):
-                out = _multiply_sum(a[0], b[0])
-            out = None if out is None else out.unsqueeze(0)
-        else:
-            out = _shared_operand_bmm(a, b)
-        return small(a, b) if out is None else out
-    return decomp
-
-
-def _shared_operand_bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor | None:
-    """A large ``bmm`` one of whose operands is the same for every batch (stride 0: the
-    backward of a sum over a batched axis, ``psum(o @ wo, 'heads')``) as one 2-D product,
-    the batch folded into the other operand's rows or columns; else None.  Eight
-    (1024, 256) @ (256, 32) products took 2.1 ms, the one (1024, 256) @ (256, 256) 1.9.
-    The result is row-major, as ``bmm``'s: a decomposition keeps eager's strides (the
-    graph's outputs have them, and user code may ``view`` them)."""
-    h, m, k = a.shape
-    n = b.shape[2]
-    if h < 2 or (a.stride(0) == 0) == (b.stride(0) == 0):
-        return None
-    if b.stride(0) == 0:   # out[i] = a[i] @ b[0]
-        rows = a.reshape(h * m, k)
-        if not _matmul_choice.measured(rows, b[0]):
-            return None
-        return _measured_mm(rows, b[0]).view(h, m, n)
-    cols = b.permute(1, 0, 2).reshape(k, h * n)   # out[i] = a[0] @ b[i]
-    if not _matmul_choice.measured(a[0], cols):
-        return None
-    # (m, h, n) in memory; bmm's (h, m, n) layout costs one copy (P2's: 0.06 ms, 1.6 the product)
-    return _measured_mm(a[0], cols).view(m, h, n).permute(1, 0, 2).contiguous()
-
-
-def _addmm(prev: Callable | None) -> Callable:
-    """``addmm`` (``nn.Linear``) with a row-vector bias and unit scales: as ``_matmul``."""
-    def decomp(bias, a, b, *, beta=1, alpha=1) -> Any:
-        out = None
-        if (not _matmul_choice.emitting_plain() and beta == 1 and alpha == 1
-                and bias.dim() == 1 and bias.dtype == a.dtype):
-            out = _measured_mm(a, b, bias.expand(b.shape[1]))
-        if out is not None:
-            return out
-        return NotImplemented if prev is None else prev(bias, a, b, beta=beta, alpha=alpha)
-    return decomp
-
-
-def _decompositions(flat: bool = False) -> dict:
-    return _DecompositionTable(flat)
+def _decompositions() -> dict:
+    return _DecompositionTable()
 
 
 def _source_digest() -> str:
     import hashlib
 
-    h = hashlib.sha256()
-    for path in (__file__, _matmul_choice.__file__):
-        with open(path, "rb") as f:
-            h.update(f.read())
-    return h.hexdigest()[:16]
+    with open(__file__, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
 class _DecompositionTable(dict):
-    """Inductor's table plus the collectives' own code (and, for ``nx.jit``, matmul by size).
+    """Inductor's own table plus the collectives' code: matmuls and everything else are
+    lowered as inductor lowers them (its modes and options choose kernels, not us).
 
     Inductor hashes the decomposition table into its on-disk cache keys by pickling it;
     the table holds closures and C++ functions that do not pickle, which would turn the
-    FX-graph cache off. The table pickles as what builds it: this class, ``flat`` and a
-    digest of this module's and ``_matmul_choice``'s source (a changed rule gives a new
-    key).
+    FX-graph cache off. The table pickles as what builds it: this class and a digest of
+    this module's source (a changed rule gives a new key).
     """
 
-    def __init__(self, flat: bool, digest: str = "") -> None:
+    def __init__(self, digest: str = "") -> None:
         from torch._inductor.decomposition import select_decomp_table
 
         super().__init__(select_decomp_table())
         self.update(collective_decompositions())
-        if flat:   # static shapes (nx.jit): size-dependent choices add no guards
-            for op, batched in ((torch.ops.aten.bmm.default, True),
-                                (torch.ops.aten.mm.default, False)):
-                self[op] = _matmul(self.get(op), batched)
-            addmm = torch.ops.aten.addmm.default
-            self[addmm] = _addmm(self.get(addmm))
-        self.flat = flat
 
     def __reduce__(self):
-        return (_DecompositionTable, (self.flat, _source_digest()))
+        return (_DecompositionTable, (_source_digest(),))
 
 
 def compile_named(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callable:
     """Compile an FX graph (torch IR or aten) with inductor, collectives inlined."""
     from torch._inductor.compile_fx import compile_fx
 
-    _isa_probe.before_compile()
-    out = compile_fx(gm, list(example_inputs), decompositions=_decompositions())
-    _isa_probe.after_compile()
-    return out
+    return compile_fx(gm, list(example_inputs), decompositions=_decompositions())
 
 
 def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
-                 grad_off: bool = False) -> Callable:
+                 grad_off: bool = False, mode: str | None = None,
+                 options: dict | None = None) -> Callable:
     """Compile a whole traced program (an aten graph returning a list of tensors).
 
     Returns a *boxed* function: it takes a list of the input tensors (and empties it)
@@ -221,9 +112,8 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
     wrapper's per-call cost.  Otherwise (or on a torch whose internals differ) the
     full ``compile_fx`` result is used.
 
-    Shapes are static here, so matmuls are lowered by size: tiny ones fuse with their
-    neighbours as multiply-and-sum loops, large float32 CPU ones run in the formulation
-    (BLAS or oneDNN, transposed or not) timed fastest on this machine.
+    ``mode`` and ``options`` are ``torch.compile``'s (``mode="max-autotune"`` turns on
+    inductor's own GEMM autotuning); kernels are inductor's choice.
 
     The caller guarantees that every call passes tensors with the example inputs'
     sizes and strides (``nx.jit`` keys its cache on them), so inductor's per-call size
@@ -241,10 +131,6 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
     example = list(example_inputs)
-    if any(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in example):
-        from ._heap import tune_heap
-
-        tune_heap()   # a step's freed buffers stay in the heap (see _heap)
     captured: list = []
 
     def inner(g, inputs, *args, **kwargs):
@@ -252,15 +138,15 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
         captured.append((out, len(inputs), _plain_inference(g, len(example))))
         return out
 
-    patches = {"size_asserts": False} if hasattr(config, "size_asserts") else {}
-    patches["post_grad_custom_post_pass"] = _with_own_passes(config.post_grad_custom_post_pass)
+    patches = dict(_mode_options(mode))
+    patches.update(options or {})
+    if hasattr(config, "size_asserts"):
+        patches["size_asserts"] = False
     # AOT autograd's own cache would skip ``inner`` on a hit (and with it the direct
     # call below); inductor's FX-graph cache under it still saves the code generation.
-    _isa_probe.before_compile()
     with torch._functorch.config.patch(enable_autograd_cache=False):
         full = compile_fx(gm, _fake_inputs(example), inner_compile=inner,
-                          config_patches=patches, decompositions=_decompositions(flat=True))
-    _isa_probe.after_compile()
+                          config_patches=patches, decompositions=_decompositions())
     differentiable = torch.is_grad_enabled() and (
         any(t.requires_grad for t in example) or (not grad_off and _grad_constants(gm)))
     direct = None if differentiable else _direct_callable(captured, example)
@@ -269,18 +155,13 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
     return lambda args: full(*args)
 
 
-def _with_own_passes(user_passes: Any) -> Any:
-    """The user's post-grad passes (if any), then nx.jit's own (``_fold_pass.OwnPasses``:
-    a bmm summed over its batch folded, scalars realized)."""
-    from ._fold_pass import OwnPasses
+def _mode_options(mode: str | None) -> dict:
+    """Inductor's options for a ``torch.compile`` mode (``"max-autotune"`` ...)."""
+    if mode in (None, "default"):
+        return {}
+    from torch._inductor import list_mode_options
 
-    if user_passes is None:
-        return OwnPasses()
-    try:
-        from torch._inductor.custom_graph_pass import get_custom_graph_passes
-    except ImportError:   # torch < 2.10 takes one pass: the user's stays alone
-        return user_passes
-    return (*get_custom_graph_passes(user_passes), OwnPasses())
+    return list_mode_options(mode)
 
 
 def _fake_inputs(example: list) -> list:

@@ -100,7 +100,15 @@ def disable_jit():
         _flags.disabled = old
 
 
-def _compile(gm: torch.fx.GraphModule, example: list, backend: str,
+class Backend(NamedTuple):
+    """Which compiler ``nx.jit`` hands its graphs to: ``torch.compile``'s backend name,
+    and for inductor its ``mode`` and ``options``."""
+    name: str
+    mode: Any = None
+    options: tuple = ()   # sorted (key, value) pairs: hashable, part of no cache key
+
+
+def _compile(gm: torch.fx.GraphModule, example: list, backend: Backend,
              grad_off: bool = False) -> Callable:
     """A *boxed* compiled function: it takes the list of flat input tensors.
 
@@ -109,14 +117,15 @@ def _compile(gm: torch.fx.GraphModule, example: list, backend: str,
     autograd node), as ``torch.compile`` does.  ``grad_off``: the caller runs it with
     grad disabled.
     """
-    if backend == "inductor":
+    if backend.name == "inductor":
         from ._backend import compile_flat
 
-        return compile_flat(gm, example, grad_off=grad_off)
-    if backend == "eager":
+        return compile_flat(gm, example, grad_off=grad_off, mode=backend.mode,
+                            options=dict(backend.options))
+    if backend.name == "eager":
         return lambda args: gm(*args)
     _ensure_compile_support()
-    compiled = torch.compile(gm, backend=backend, fullgraph=True, dynamic=False)
+    compiled = torch.compile(gm, backend=backend.name, fullgraph=True, dynamic=False)
     return lambda args: compiled(*args)
 
 
@@ -161,7 +170,8 @@ def _no_grad_call(compiled: Callable) -> Callable:
 
 
 def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
-        donate_argnums: int | Sequence[int] = (), backend: str = "inductor") -> Callable:
+        donate_argnums: int | Sequence[int] = (), backend: str = "inductor",
+        mode: str | None = None, options: dict | None = None) -> Callable:
     """Compile ``fun``: trace it once per input signature into an aten graph and compile.
 
     Args:
@@ -171,6 +181,9 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
         donate_argnums: arguments whose buffers the program may reuse (accepted; torch
             keeps them intact).
         backend: ``'inductor'`` (default), ``'eager'``, or any ``torch.compile`` backend.
+        mode, options: ``torch.compile``'s, for inductor: ``mode="max-autotune"`` gives
+            inductor's own GEMM autotuning; ``options`` are inductor config entries.
+            The program is lowered to plain aten ops and kernels are inductor's choice.
 
     Returns:
         The compiled function; ``.cache_size()`` tells how many programs it holds,
@@ -185,10 +198,7 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
         library that a later process loads in milliseconds, without tracing: the first
         call of each signature then runs the program once eagerly to identify it
         (``transforms/_store.py`` says what it stores and what it refuses);
-        ``.stats()`` counts ``store_loaded`` and ``store_saved``.  The first program
-        compiled for the CPU raises glibc's heap thresholds, so a step's freed buffers
-        serve the next step instead of being faulted in again
-        (``NAMED_AXES_HEAP_TUNING=0`` opts out; see ``transforms/_heap.py``).
+        ``.stats()`` counts ``store_loaded`` and ``store_saved``.
 
     Gradients.  Calls whose inputs (or closed-over tensors such as a module's
     ``nn.Parameter`` weights) require grad, with grad enabled, are compiled too:
@@ -230,6 +240,9 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
     donate = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
     if not isinstance(backend, str):
         raise AxisTypeError(f"jit: backend must be a string, got {backend!r}")
+    if (mode is not None or options) and backend != "inductor":
+        raise AxisTypeError(f"jit: mode= and options= are inductor's; backend={backend!r}")
+    backend = Backend(backend, mode, tuple(sorted((options or {}).items())))
     cache: dict = {}
     name = getattr(fun, "__name__", "fun")
     # The fast lane (_fast_call): the last call's reader of its tensor leaves (its
@@ -405,10 +418,11 @@ class Program(NamedTuple):
     stored: bool = False   # loaded from the program store, or handed to it
 
 
-def _stored_ok(backend: str, bound: dict, tied: bool) -> bool:
+def _stored_ok(backend: Backend, bound: dict, tied: bool) -> bool:
     """Whether this call may use the program store (see ``_store``): one is set, the
-    backend is inductor, no axes are bound around the call, no tensor is passed twice."""
-    return (backend == "inductor" and not bound and not tied
+    backend is inductor in its default mode, no axes are bound around the call, no
+    tensor is passed twice."""
+    return (backend == Backend("inductor") and not bound and not tied
             and _store.program_store() is not None and _store.available())
 
 
@@ -422,7 +436,7 @@ def _load_stored(ident: Any, leaves: list) -> Program | None:
                    _output_builder(ident.out_info, ident.is_tensor), True, False, True)
 
 
-def _build(fun: Callable, args: tuple, static: tuple, backend: str, ident: Any = None):
+def _build(fun: Callable, args: tuple, static: tuple, backend: Backend, ident: Any = None):
     """Trace and compile ``fun`` into a :class:`Program`.
 
     ``tensor_pos`` picks the tensor leaves out of the flat leaves (None: all of them);

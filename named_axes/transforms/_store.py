@@ -289,9 +289,6 @@ def load(ident: Identity, directory: str | None = None) -> Callable | None:
     path = os.path.join(directory or _state["dir"], ident.digest + ".so")
     if not os.path.exists(path):
         return None
-    from ._heap import tune_heap
-
-    tune_heap()
     try:
         with open(path[:-3] + ".json") as f:
             positions = json.load(f)["closed_over"]
@@ -346,7 +343,7 @@ def _aoti_graph(gm: torch.fx.GraphModule, example: list) -> torch.fx.GraphModule
 
     from ._backend import _decompositions
 
-    decomposed = make_fx(gm, decomposition_table=_decompositions(flat=True),
+    decomposed = make_fx(gm, decomposition_table=_decompositions(),
                          tracing_mode="fake")(*example)
     for node in decomposed.graph.nodes:
         if node.op == "get_attr":
@@ -411,11 +408,8 @@ def compile_and_save(gm: torch.fx.GraphModule, example: list, ident: Identity,
     """Compile ``gm`` with AOTInductor into the store ``directory`` under ``ident``
     (:class:`_Unstorable` when the compiler cannot take it); ``positions``: see
     :func:`closed_over_positions`."""
-    from torch._inductor import config
 
     from .. import _compile_compat
-    from . import _isa_probe
-    from ._backend import _with_own_passes
 
     _compile_compat.install()
     gm, constants = _lifted(gm)
@@ -426,12 +420,8 @@ def compile_and_save(gm: torch.fx.GraphModule, example: list, ident: Identity,
         os.makedirs(directory, exist_ok=True)
         work = tempfile.mkdtemp(prefix=".compiling-", dir=directory)
         try:
-            options = {"aot_inductor.output_path": os.path.join(work, "program.so"),
-                       "post_grad_custom_post_pass": _with_own_passes(
-                           config.post_grad_custom_post_pass)}
-            _isa_probe.before_compile()
+            options = {"aot_inductor.output_path": os.path.join(work, "program.so")}
             built = torch._inductor.aot_compile(graph, tuple(example), options=options)
-            _isa_probe.after_compile()
             # atomic, the library last: a reader sees the whole program or none
             with open(os.path.join(work, "program.json"), "w") as f:
                 json.dump({"closed_over": positions}, f)

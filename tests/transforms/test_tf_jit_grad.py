@@ -1,10 +1,8 @@
 """nx.jit on inputs that require grad: compiled forward + backward, training steps."""
 import os
-import platform
 import subprocess
 import sys
 
-import pytest
 import torch
 
 import named_axes as nx
@@ -242,15 +240,9 @@ def test_second_process_reuses_inductors_cache(tmp_path):
         "x = torch.linspace(0, 1, 20).reshape(5, 4)\n"
         "f(x, w).sum().backward()\n"
         "c = counters['inductor']\n"
-        "from named_axes.transforms._isa_probe import _state\n"
-        "print(c['fxgraph_cache_hit'], c['fxgraph_cache_bypass'], float(w.grad.sum()),\n"
-        "      _state['probed'])\n")
+        "print(c['fxgraph_cache_hit'], c['fxgraph_cache_bypass'], float(w.grad.sum()))\n")
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
     first = _run(code, env).split()
     second = _run(code, env).split()
     assert first[1] == "0" and second[1] == "0", (first, second)   # never bypassed
     assert int(second[0]) >= 1 and second[2] == first[2], (first, second)
-    # inductor's vector-ISA probe (a child process per ISA) ran once, in the first
-    # process; the second reused its outcome (transforms/_isa_probe.py)
-    if sys.platform == "linux" and platform.machine() == "x86_64":
-        assert int(first[3]) > 0 and second[3] == "0", (first, second)
