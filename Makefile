@@ -13,7 +13,7 @@ ORACLE_N ?= 2000
 FUZZ_N   ?= 20000
 PYTEST_FLAGS ?= -q
 
-.PHONY: demo test test-nofastpath test-slow test-dist test-xla test-oracle fuzz-oracle fuzz-oracle-mesh fuzz-store bench fuzz clean
+.PHONY: demo test test-all test-nofastpath test-slow test-dist test-xla test-oracle fuzz-oracle fuzz-oracle-mesh fuzz-store bench fuzz clean
 
 # pip shows what it collects and a progress bar for each download (no -q): the first
 # `make demo` downloads torch (~200 MB) and takes a few minutes.
@@ -33,9 +33,17 @@ demo: $(STAMP)
 
 # pytest prints one character per test as it goes; the slowest tests are listed at the end.
 # Tests marked `slow` (GPT-J under nx.jit against JAX: minutes of inductor) run in test-slow.
+# Two pytest-xdist workers (tests that start process groups share one, in turn).
+XDIST ?= -n 2 --dist loadgroup
 test: $(STAMP)
 	@echo ">>> running the test suite (notebooks included; a few minutes on 2 cores)"
-	$(BIN)/python -m pytest $(PYTEST_FLAGS) -m "not slow" --durations=10
+	$(BIN)/python -m pytest $(PYTEST_FLAGS) $(XDIST) -m "not slow and not hunt" --durations=10
+
+# What CI runs beside make test: the long sweeps (hunt-marked tests) and the whole OpInfo
+# sweep (make test runs a fixed sample of it).
+test-all: test
+	NX_OPINFO_FULL=1 $(BIN)/python -m pytest $(PYTEST_FLAGS) $(XDIST) -m "hunt and not slow" \
+		--durations=10 tests/test_opinfo_sweep.py tests
 
 # The core suites again with every fast lane off (named_axes/_switches.py): the direct
 # bindings and inline lanes must give what the general dispatcher gives.

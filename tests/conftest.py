@@ -197,3 +197,12 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.section("named_axes vs JAX 0.4.30 oracle")
         for line in lines:
             terminalreporter.write_line(line)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``make test`` runs two workers), tests that start process
+    groups run one at a time, on one worker: two 4-rank launches side by side on a
+    2-core machine ran into their timeouts."""
+    for item in items:
+        if item.get_closest_marker("distributed") is not None:
+            item.add_marker(pytest.mark.xdist_group("distributed"))

@@ -130,7 +130,14 @@ PROGRAMS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(PROGRAMS))
+# torch < 2.10's functorch indexes with a batched 0-d index through .item(): eager fails too
+_OLD_FUNCTORCH = tuple(int(v) for v in torch.__version__.split(".")[:2]) < (2, 10)
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=pytest.mark.skipif(_OLD_FUNCTORCH and n == "index_by_named_int",
+                                             reason="torch < 2.10: eager indexing fails"))
+    for n in sorted(PROGRAMS)])
 def test_program_compiles_fullgraph(name):
     f, in_axes, out_axes, args, *kw = PROGRAMS[name]
     compiled_matches(xmapped(f, in_axes, out_axes, **(kw[0] if kw else {})), *args)
