@@ -42,8 +42,8 @@ test: $(STAMP)
 # What CI runs beside make test: the long sweeps (hunt-marked tests) and the whole OpInfo
 # sweep (make test runs a fixed sample of it).
 test-all: test
-	NX_OPINFO_FULL=1 $(BIN)/python -m pytest $(PYTEST_FLAGS) $(XDIST) -m "hunt and not slow" \
-		--durations=10 tests/test_opinfo_sweep.py tests
+	NX_OPINFO_FULL=1 $(BIN)/python -m pytest $(PYTEST_FLAGS) $(XDIST) tests/test_opinfo_sweep.py
+	$(BIN)/python -m pytest $(PYTEST_FLAGS) $(XDIST) -m "hunt and not slow" --durations=10
 
 # The core suites again with every fast lane off (named_axes/_switches.py): the direct
 # bindings and inline lanes must give what the general dispatcher gives.

@@ -1,0 +1,300 @@
+"""``nx.lax`` control flow with the signatures of ``jax.lax`` (JAX 0.4.30 semantics).
+
+``fori_loop``, ``while_loop`` and ``scan`` run as Python loops, so under ``nx.jit`` (and
+``make_fx``, ``torch.compile``) they trace unrolled: torch's control-flow operators
+(``torch.cond``, the ``while_loop`` higher-order op) take plain tensors only, not the
+NamedTensor wrapper, and unrolling keeps the traced graph the positional program a
+person would write.  Gradients flow through them by ordinary autograd.
+
+A per-instance (named) predicate is handled as JAX's batching rules do: ``cond`` runs
+both branches and selects, ``while_loop`` runs while any instance's condition holds.
+A carry keeps its positional shapes and dtypes; it may gain named axes (JAX batches it).
+
+>>> import torch, named_axes as nx
+>>> nx.lax.fori_loop(0, 4, lambda i, c: c + i, torch.tensor(0))
+tensor(6)
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Any, Callable
+
+import torch
+from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tree_map, \
+    tree_unflatten
+
+from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
+from .._layout import align, union_names
+from .._modes import building_graph
+from .._tensor import NamedTensor
+from ._slicing import _done, _nt
+
+__all__ = ["select", "stop_gradient", "cond", "fori_loop", "while_loop", "scan"]
+
+_NT = NamedTensor
+_CARRY_FIX = "return a carry with init_val's positional shapes and dtypes"
+
+
+def select(pred: Any, on_true: Any, on_false: Any) -> Any:
+    """``on_true`` where ``pred`` holds, else ``on_false`` (``jax.lax.select``): the cases
+    have one positional shape and dtype, ``pred`` that shape or ``()``; names broadcast.
+
+    >>> import torch, named_axes as nx
+    >>> nx.lax.select(torch.tensor([True, False]), torch.ones(2), torch.zeros(2))
+    tensor([1., 0.])
+    """
+    p, t, f = (_nt(v, "select", w) for v, w in
+               ((pred, "pred"), (on_true, "on_true"), (on_false, "on_false")))
+    if tuple(t.shape) != tuple(f.shape) or tuple(p.shape) not in ((), tuple(t.shape)):
+        raise AxisSizeError(f"select: the cases need one positional shape and pred it or (); got "
+                            f"pred {tuple(p.shape)}, cases {tuple(t.shape)}, {tuple(f.shape)}")
+    if t._data.dtype != f._data.dtype or p._data.dtype.is_floating_point:
+        raise AxisTypeError(f"select: the cases need one dtype and pred a boolean one, got "
+                            f"{t.dtype}, {f.dtype}, pred {p.dtype}; torch.where promotes")
+    return torch.where(_done(p, select) != 0, _done(t, select), _done(f, select))
+
+
+def stop_gradient(x: Any) -> Any:
+    """``x`` (a pytree) with no gradient flowing back (``jax.lax.stop_gradient``).
+
+    >>> import torch, named_axes as nx
+    >>> w = torch.ones(2, requires_grad=True)
+    >>> nx.lax.stop_gradient({'w': w})['w'].requires_grad
+    False
+    """
+    def leaf(v):
+        if type(v) is _NT:
+            return NamedTensor._wrap(v._data.detach(), v._names)
+        return v.detach() if isinstance(v, torch.Tensor) else v
+    return tree_map(leaf, x)
+
+
+def _leaf_type(v: Any) -> tuple:
+    """(positional shape, dtype, weak) of a leaf; a Python number is weakly typed."""
+    if isinstance(v, (torch.Tensor, _NT)):
+        return tuple(v.shape), v.dtype, False
+    if isinstance(v, (bool, int, float, complex)):
+        return (), torch.as_tensor(v).dtype, True
+    return None, type(v), False
+
+
+def _kind(dt) -> str:
+    return "b" if dt == torch.bool else "c" if dt.is_complex else "fi"[not dt.is_floating_point]
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    if a[0] != b[0] or a[0] is None and a[1] is not b[1]:
+        return False
+    if a[0] is None or a[1] == b[1]:
+        return True
+    return (a[2] or b[2]) and _kind(a[1]) == _kind(b[1])
+
+
+def _types(tree: Any) -> tuple:
+    flat, spec = tree_flatten_with_path(tree)
+    return spec, [(keystr(path), _leaf_type(v)) for path, v in flat]
+
+
+def _check(op: str, what: str, ref: tuple, new: Any, fix: str, sides=("input", "output")):
+    """``new`` has the tree structure, positional shapes and dtypes of ``ref``."""
+    spec, leaves = _types(new)
+    if spec != ref[0]:
+        raise AxisTypeError(f"{op}: {what} must have identical types, but the structure "
+                            f"differs: {ref[0]} vs {spec}; {fix}")
+    for (path, a), (_, b) in zip(ref[1], leaves):
+        if not _same(a, b):
+            raise AxisTypeError(f"{op}: {what} must have identical types, but the "
+                                f"component {path or '(root)'} is {_fmt(a)} in the {sides[0]} and "
+                                f"{_fmt(b)} in the {sides[1]} (positional shape and dtype); {fix}")
+
+
+def _fmt(t: tuple) -> str:
+    return f"{t[1]}{list(t[0])}" if t[0] is not None else t[1].__name__
+
+
+def _predicate(pred: Any, op: str, ints: bool) -> Any:
+    """A Python bool when every instance takes one decision, else the boolean value to
+    select with (a named one, or any value while tracing)."""
+    if isinstance(pred, bool) or ints and isinstance(pred, (numbers.Integral, float)):
+        return bool(pred)
+    if not isinstance(pred, (torch.Tensor, _NT)):
+        raise AxisTypeError(f"{op}: the predicate must be a boolean scalar, got "
+                            f"{type(pred).__name__}")
+    p = _nt(pred, op, "the predicate")
+    dt = p._data.dtype
+    if p.ndim or not (dt == torch.bool or ints and _kind(dt) == "i"):
+        raise AxisTypeError(f"{op}: the predicate must be a boolean scalar (positional shape "
+                            f"()), got dtype {dt} and positional shape {tuple(p.shape)}")
+    p = p if dt == torch.bool else p != 0
+    if p._names or building_graph():
+        return p if p._names else p._data
+    try:
+        return bool(p._data)
+    except RuntimeError:                 # a torch.func.vmap'd value: one per instance
+        return p._data
+
+
+def _select_tree(pred: Any, new: Any, old: Any) -> Any:
+    def leaf(a, b):
+        if a is None or not isinstance(a, (torch.Tensor, _NT)) and a == b:
+            return a
+        a, b = (v if isinstance(v, (torch.Tensor, _NT)) else torch.as_tensor(v) for v in (a, b))
+        return torch.where(pred, a, b)
+    return tree_map(leaf, new, old)
+
+
+def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> Any:
+    """``true_fun(*operands)`` if ``pred`` else ``false_fun(*operands)`` (``jax.lax.cond``).
+
+    A Python or concrete 0-d predicate calls one branch.  A per-instance (named)
+    predicate, or any tensor predicate while tracing, runs both branches and selects
+    per instance, as JAX's batched ``cond`` does (so both must be safe to run).
+
+    >>> import torch, named_axes as nx
+    >>> f = lambda x: nx.lax.cond(nx.lax.axis_index('i') > 0, lambda v: v * 10, lambda v: v, x)
+    >>> nx.xmap(f, in_axes=['i', ...], out_axes=['i', ...])(torch.tensor([1., 2.]))
+    tensor([ 1., 20.])
+    """
+    p = _predicate(pred, "cond", ints=True)
+    if isinstance(p, bool):
+        return (true_fun if p else false_fun)(*operands)
+    t, f = true_fun(*operands), false_fun(*operands)
+    _check("cond", "true_fun and false_fun output", _types(t), f, "make both branches return "
+           "the same positional shapes and dtypes", ("true branch", "false branch"))
+    return _select_tree(p, t, f)
+
+
+def _any(p: Any, op: str) -> bool:
+    """Whether any instance's condition holds (read in Python: loops run unrolled)."""
+    why = "is traced (nx.jit, make_fx, torch.compile)"
+    if not building_graph():
+        try:
+            return bool((p._data if type(p) is _NT else p).any())
+        except RuntimeError as e:
+            why = f"cannot be read here ({e})"
+    raise AxisTypeError(f"{op}: the loop condition {why}, so the number of steps is unknown: "
+                        f"loops run as Python loops (torch's loop operator takes no "
+                        f"NamedTensor). Use fori_loop with Python bounds or scan, or run the "
+                        f"loop outside the traced function")
+
+
+def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
+    """Repeat ``val = body_fun(val)`` while ``cond_fun(val)`` (``jax.lax.while_loop``).
+
+    A Python loop (torch's ``while_loop`` operator takes no NamedTensor), so under
+    ``nx.jit`` the condition must be a Python bool.  A per-instance (named) condition
+    runs while any instance's holds; finished ones keep their value (JAX's batching).
+
+    >>> import torch, named_axes as nx
+    >>> f = lambda: nx.lax.while_loop(lambda c: c < nx.lax.axis_index('i') * 3,
+    ...                               lambda c: c + 2, torch.tensor(0))
+    >>> nx.xmap(f, in_axes=[], out_axes=['i', ...], axis_sizes={'i': 3})()
+    tensor([0, 4, 6])
+    """
+    val, ref = init_val, _types(init_val)
+    while True:
+        p = _predicate(cond_fun(val), "while_loop", ints=False)
+        if p is False or not isinstance(p, bool) and not _any(p, "while_loop"):
+            return val
+        new = body_fun(val)
+        _check("while_loop", "body_fun output and input", ref, new, _CARRY_FIX)
+        val = new if p is True else _select_tree(p, new, val)
+
+
+def _bound(b: Any, op: str) -> Any:
+    """A loop bound as a Python int when every instance has the same one, else a tensor."""
+    if isinstance(b, numbers.Integral) and not isinstance(b, bool):
+        return int(b)
+    if isinstance(b, (torch.Tensor, _NT)) and not b.ndim and _kind(b.dtype) == "i":
+        try:
+            return b if type(b) is _NT and b._names or building_graph() else int(b)
+        except RuntimeError:             # a torch.func.vmap'd bound
+            return b
+    raise AxisTypeError(f"{op}: lower and upper must be integers or integer 0-d tensors, "
+                        f"got {b!r}")
+
+
+def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any) -> Any:
+    """``val = body_fun(i, val)`` for ``i`` in ``range(lower, upper)`` (``jax.lax.fori_loop``).
+
+    A Python loop (traced unrolled: torch's loop operators do not take NamedTensors); with
+    int bounds ``i`` is a Python int.  Tensor bounds, per instance if named, run as
+    :func:`while_loop` over ``(i, val)``.
+
+    >>> import torch, named_axes as nx
+    >>> nx.lax.fori_loop(0, 3, lambda i, x: x * 2, torch.ones(2))
+    tensor([8., 8.])
+    """
+    lo, hi = _bound(lower, "fori_loop"), _bound(upper, "fori_loop")
+    if isinstance(lo, int) and isinstance(hi, int):
+        val, ref = init_val, _types(init_val)
+        for i in range(lo, hi):
+            val = body_fun(i, val)
+            _check("fori_loop", "body_fun output and input", ref, val, _CARRY_FIX)
+        return val
+    i = torch.as_tensor(lo) if isinstance(lo, int) else lo
+    return while_loop(lambda c: c[0] < hi, lambda c: (c[0] + 1, body_fun(*c)), (i, init_val))[1]
+
+
+def _at(a: Any, i: Any) -> Any:
+    """Entry ``i`` of ``a``'s leading positional dim (``i=None``: zeros shaped like one)."""
+    x = _nt(a, "scan", "xs")
+    k, d = len(x._names), x._data
+    d = d.new_zeros(d.shape[:k] + d.shape[k + 1:]) if i is None else d.select(k, i)
+    return _done(NamedTensor._wrap(d, x._names), scan)
+
+
+def _stack(vals: list, empty: bool) -> Any:
+    """The steps' ``y`` leaves stacked along a new leading positional dim, named alike."""
+    if vals[0] is None:
+        return None
+    nts = [_nt(v, "scan", "the y of f") for v in vals]
+    U = union_names([(f"y at step {i}", v) for i, v in enumerate(nts)], op="scan")
+    p = nts[0].ndim
+    data = [align(v._data, v._names, p, U, p) for v in nts]
+    shape = torch.broadcast_shapes(*(d.shape for d in data))
+    out = torch.stack([d.expand(shape) for d in data], len(U))
+    return _done(NamedTensor._wrap(out.narrow(len(U), 0, 0) if empty else out, U), scan)
+
+
+def _length(flat: list, length: Any) -> int:
+    sizes = [_nt(a, "scan", "xs").shape[:1] for a in flat if a is not None]
+    if any(not s for s in sizes):
+        raise AxisSizeError("scan: every leaf of xs needs a leading positional dim to "
+                            "scan over; got a value with positional shape ()")
+    sizes = [s[0] for s in sizes]
+    if length is None and not sizes:
+        raise AxisSpecError("scan: xs has no values to scan over; pass length=")
+    if len(set(sizes + ([] if length is None else [int(length)]))) > 1:
+        raise AxisSizeError(f"scan: xs leading positional sizes {sizes} and length={length} "
+                            f"disagree; give every leaf of xs the same leading size")
+    return sizes[0] if sizes else int(length)
+
+
+def scan(f: Callable, init: Any, xs: Any, length: Any = None, reverse: bool = False,
+         unroll: Any = 1) -> Any:
+    """``carry, y = f(carry, x)`` over the leading positional dim of ``xs``
+    (``jax.lax.scan``); returns the final carry and the ``y``'s stacked along a new
+    leading positional dim (in the order of ``xs``, also when ``reverse``).
+
+    A Python loop, traced unrolled under ``nx.jit`` (torch's control-flow operators
+    don't take NamedTensors), so ``unroll`` changes nothing.  ``xs`` may be None with
+    ``length``.  Named axes of ``xs`` and ``init`` broadcast by name.
+
+    >>> import torch, named_axes as nx
+    >>> nx.lax.scan(lambda c, x: (c + x, c + x), torch.tensor(0.), torch.arange(4.))
+    (tensor(6.), tensor([0., 1., 3., 6.]))
+    """
+    flat, spec = tree_flatten(xs)
+    n = _length(flat, length)
+    ref, carry, ys = _types(init), init, [None] * max(n, 1)
+    for i in (range(n - 1, -1, -1) if reverse else range(n)) if n else [None]:
+        out = f(carry, tree_unflatten([None if a is None else _at(a, i) for a in flat], spec))
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise AxisTypeError(f"scan: f must return a pair (carry, y), got "
+                                f"{type(out).__name__}")
+        _check("scan", "the carry input and output of f", ref, out[0], _CARRY_FIX)
+        carry, ys[i or 0] = out if n else (carry, out[1])
+    y_flat = [tree_flatten(y) for y in ys]
+    leaves = [_stack([yf[0][j] for yf in y_flat], n == 0) for j in range(len(y_flat[0][0]))]
+    return carry, tree_unflatten(leaves, y_flat[0][1])
