@@ -17,7 +17,7 @@ NamedTensors in a module's state dict through ``get_extra_state``/``set_extra_st
 >>> import io, torch, named_axes as nx
 >>> from torch.utils.data import DataLoader
 >>> data = [nx.named(torch.full((3, 2), float(i)), 'seq ...') for i in range(4)]
->>> batch = next(iter(DataLoader(data, batch_size=2)))
+>>> batch = next(iter(DataLoader(data, batch_size=2, collate_fn=nx.collate)))
 >>> batch.shape, batch.named_shape
 (torch.Size([2, 2]), {'seq': 3})
 >>> buf = io.BytesIO(); torch.save({'x': data[1]}, buf); _ = buf.seek(0)
