@@ -107,6 +107,7 @@ def test_twenty_steps_match_plain_torch(corpus):
     assert curve[-1] < 0.8 * curve[0], curve  # it learns
 
 
+@pytest.mark.hunt   # 3-8 min on 2 cores: make test-all (make test runs 20 vectorized steps)
 @pytest.mark.timeout(900)
 def test_serial_batch_curve_equals_vectorized(corpus):
     # 20 steps: one replay per step for the gradient tree's pmean (~10 s on 2 cores)

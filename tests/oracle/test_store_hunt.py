@@ -22,6 +22,8 @@ import compare  # noqa: E402
 import programs  # noqa: E402
 import torch_interp  # noqa: E402
 
+pytestmark = pytest.mark.hunt   # minutes on 2 cores: make test-all runs it
+
 N = int(os.environ.get("NX_STORE_N", "12"))
 SEED = int(os.environ.get("NX_STORE_SEED", "7"))
 

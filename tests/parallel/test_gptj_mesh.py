@@ -16,6 +16,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.hunt   # minutes on 2 cores: make test-all runs it
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 MESHES = {"1x2": 2, "2x1": 2, "2x2": 4}
 

@@ -25,7 +25,7 @@ import mesh_runs  # noqa: E402
 from _ranks import free_port  # noqa: E402
 
 TIMEOUT = float(os.environ.get("NX_ORACLE_MESH_TIMEOUT", "400"))
-pytestmark = [pytest.mark.distributed, pytest.mark.timeout(TIMEOUT + 60)]
+pytestmark = [pytest.mark.distributed, pytest.mark.hunt, pytest.mark.timeout(TIMEOUT + 60)]
 NPROC = 4
 N, SEED, PER_PROG = mesh_runs.knobs(default_n=200, default_per_prog=3)
 
