@@ -24,7 +24,8 @@ from ._errors import AxisResourceError, AxisSizeError, AxisTypeError, NamedAxisE
 from ._layout import align, union_names
 from ._registry import RULES, op_name, rule_while_compiling
 from ._registry import is_inplace as _is_inplace
-from ._shape_errors import positional_failure
+from ._plancache import PlanCache
+from ._shape_errors import _meta, positional_failure
 from ._tensor import NamedTensor
 from ._torch_func import ORIGINAL as _functorch
 from ._writes import check_inplace, write_out
@@ -32,7 +33,7 @@ from ._writes import check_inplace, write_out
 _ndarray = np.ndarray
 
 __all__ = ["dispatch", "vmap_fallback", "wrap", "result", "check_conflicts", "ShapeError",
-           "UseFallback"]
+           "UseFallback", "check_instance"]
 
 _Tensor = torch.Tensor
 _NT = NamedTensor
@@ -180,6 +181,7 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
     idx = [i for i, leaf in enumerate(flat) if isinstance(leaf, _NT)]
     if not idx:
         return func(*args, **kwargs)
+    check_instance(func, args, kwargs, flat, spec, real=True)
     operands = [(_leaf_label(spec, i), flat[i]) for i in idx]
     U = union_names(operands, op=func)
     inplace = _is_inplace(func)
@@ -210,9 +212,12 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
         in_dims = tuple(0 if name in m else None for m in member)
         f = _functorch["vmap"](f, in_dims=in_dims, randomness="different")
     try:
+        looped = _LOOPED.get(func)
+        if looped is not None and looped(flat):
+            raise _Looped
         tensors = f(*phys)
-    except (RuntimeError, IndexError) as e:
-        if not _unbatchable(e):
+    except (RuntimeError, IndexError, _Looped) as e:
+        if not isinstance(e, _Looped) and not _unbatchable(e):
             raise
         # functorch has no batching rule, the op branches on values, or its result's
         # shape depends on the values (nonzero, unique, masked_select, ...): loop instead
@@ -227,12 +232,158 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
     return result(out, U, func)
 
 
+def _instance_signature(func, flat, spec) -> tuple:
+    """What one instance's call depends on: the op, the call's structure, each tensor's
+    positional shape and dtype (a plain tensor: its whole shape), the other arguments."""
+    return (func, spec) + tuple((tuple(v.shape), v.dtype) if isinstance(v, (_Tensor, _NT))
+                                else v for v in flat)
+
+
+def _instance_check(func, args, kwargs):
+    """torch's complaint about one instance's call (meta tensors of the positional
+    shapes), or None: batching rules accept batches whose instances torch refuses (a
+    1-D ``triu``, a weight of the wrong rank), so the per-instance call is checked.  A
+    TypeError (a call torch's parser refuses) is left to the call itself."""
+    try:
+        func(*[_meta(a) for a in args], **{k: _meta(v) for k, v in kwargs.items()})
+    except NotImplementedError:
+        return None
+    except (RuntimeError, IndexError, ValueError) as e:
+        text = str(e).strip()
+        if "meta" in text.lower():
+            return None
+        return text.splitlines()[0] if text else type(e).__name__
+    except Exception:
+        return None
+    return None
+
+
+_INSTANCE_OK = PlanCache("per-instance call checks", _instance_check)
+
+
+def _real_instance_check(func, flat, spec):
+    """torch's complaint about the first instance's call on a copy of its values, or None.
+    For ops whose meta kernels (or batching rules) skip torch's checks; only for plain
+    eager tensors (never under a dispatch mode or transform, which would record it), with
+    the random state restored and every tensor copied (writes land on the copies)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    if _get_current_dispatch_mode() is not None:
+        return None
+    leaves = list(flat)
+    devices = set()
+    shared = []    # copies of the plain tensors every instance shares
+    sizes = {}
+    target = flat[0] if _is_inplace(func) and flat else None
+    for j, v in enumerate(flat):
+        if isinstance(v, (_Tensor, _NT)):
+            data = v._data if type(v) is _NT else v
+            if type(data) is not _Tensor or data.is_meta or \
+                    torch._C._functorch.is_functorch_wrapped_tensor(data):
+                return None
+            if type(v) is _NT:
+                sizes.update(zip(v._names, data.shape))
+                if 0 in data.shape[:len(v._names)]:
+                    return None
+                data = data[(0,) * len(v._names)]
+            copy = data.detach().clone()
+            if data.requires_grad:   # (not a leaf: in-place ops stay allowed)
+                copy = copy.requires_grad_().clone()
+            leaves[j] = copy
+            if type(v) is not _NT and v is not target:
+                shared.append((leaves[j], leaves[j].clone()))
+            if data.is_cuda:
+                devices.add(data.device.index)
+    a, kw = tree_unflatten(leaves, spec)
+    try:
+        with torch.random.fork_rng(devices=sorted(devices)):
+            func(*a, **kw)
+    except (RuntimeError, IndexError, ValueError) as e:
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    except Exception:
+        return None
+    # a write into a plain argument (running statistics, a max_norm weight): every
+    # instance would update it in turn (compared by value: kernels such as
+    # native_batch_norm write without bumping the version counter)
+    _refuse_shared_writes(op_name(func), [(t, None, -1 if _bits_differ(t, before) else
+                                           t._version) for t, before in shared], sizes)
+    return None
+
+
+def _bits_differ(a, b) -> bool:
+    if a.numel() == 0:
+        return False
+    return not torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+
+
+def check_instance(func: Callable, args: tuple, kwargs: dict, flat=None, spec=None,
+                   real: bool = False) -> None:
+    """Raise :class:`ShapeError` (torch's message on the user's positional shapes) when
+    one instance's call of ``func`` fails on meta tensors of its shapes (``real``: or on
+    a copy of the first instance's values).  Cached per signature (op, positional shapes,
+    dtypes, other arguments): a valid layout costs a dict lookup."""
+    if torch.compiler.is_compiling():
+        return
+    if flat is None:
+        flat, spec = tree_flatten((args, kwargs))
+    try:
+        key = _instance_signature(func, flat, spec)
+        hash(key)
+    except TypeError:
+        key = None
+    level = 2 if real else 1   # checked on meta tensors (1), and on real values too (2)
+    if key is not None and (_INSTANCE_OK.lookup(key) or 0) >= level:
+        return
+    msg = _instance_check(func, args, kwargs)
+    if msg is None and real and key is not None:   # (uncached: not on every call)
+        msg = _real_instance_check(func, flat, spec)
+    if msg is not None:
+        raise ShapeError(positional_failure(op_name(func), func, args, kwargs,
+                                            RuntimeError(msg)))
+    if key is not None:
+        _INSTANCE_OK.store(key, level)
+
+
+class _Looped(Exception):
+    """An op that functorch batches wrongly: run it per instance."""
+
+
+def _not_all_named(flat) -> bool:
+    return any(type(v) is _Tensor for v in flat)
+
+
+def _unusual_solve(flat) -> bool:
+    """Not every operand named, or A with batch dims of its own (broadcast against B's)."""
+    tensors = [v for v in flat if isinstance(v, (_Tensor, _NT))]
+    return _not_all_named(flat) or not tensors or tensors[0].ndim != 2
+
+
+def _unequal_shapes(flat) -> bool:
+    """Not every operand named, positional shapes that differ, or 0-d ones (whose dim 0
+    the batching rule reads as the batch dim)."""
+    tensors = [v for v in flat if isinstance(v, (_Tensor, _NT))]
+    return _not_all_named(flat) or len({tuple(t.shape) for t in tensors}) > 1 or \
+        not tensors or tensors[0].ndim == 0
+
+
+# ops whose functorch batching rules give other values than the per-instance loop
+# (torch 2.13), with when: solve decides B's vector-or-matrix form on the batched rank,
+# lstsq broadcasts a batched B against A wrongly, native_batch_norm aligns a batched
+# weight with the wrong dim, _softmax_backward_data with one operand batched
+_LOOPED = {f: when for fs, when in (
+    ((torch.linalg.solve, torch.linalg.solve_ex, torch.linalg.lstsq), _unusual_solve),
+    ((torch.native_batch_norm, torch._native_batch_norm_legit), lambda flat: True),
+    ((getattr(torch, "_softmax_backward_data", None), torch.ops.aten._softmax_backward_data,
+      torch.ops.aten._softmax_backward_data.default), _unequal_shapes),
+) for f in fs if f is not None}
+
 _SLOT = object()  # marks where a tensor output goes back
 _UNBATCHABLE = ("Batching rule not implemented", "data-dependent control flow",
                 "We could not generate a fallback",
                 # dynamic shapes: functorch refuses them, or its per-example fallback
                 # (argwhere, bincount, ...) fails to stack unequal results
                 "dynamic shape", "differently shaped", "stack expects each tensor to be equal size",
+                "please provide an explicit positive num_classes",   # one_hot(x, -1)
                 # some batching rules refuse dims torch takes on 0-d values (flip(-1))
                 "Dimension out of range")
 
@@ -307,8 +458,9 @@ def _refuse_shared_writes(op: str, saved: list, sizes: dict) -> None:
     """After the first instance: did the op write into a tensor shared by all of them?"""
     for k, (t, before, version) in enumerate(saved):
         if t._version != version:
-            with torch.no_grad():
-                t.copy_(before)
+            if before is not None:
+                with torch.no_grad():
+                    t.copy_(before)
             raise AxisSizeError(
                 f"{op}: writes into a plain tensor argument of shape {tuple(t.shape)} that "
                 f"every instance of the named axes {_fmt_sizes(sizes)} shares; each "

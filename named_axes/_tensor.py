@@ -209,6 +209,12 @@ class NamedTensor:
 
     @property
     def H(self):
+        if self.ndim not in (0, 2):   # torch's rule, per instance
+            from ._dispatch import ShapeError
+
+            raise ShapeError(f"tensor.H is only supported on matrices (2-D tensors). Got "
+                             f"{self.ndim}-D positional values (named shape "
+                             f"{fmt_named_shape(self.named_shape)})")
         return self.T.conj()
 
     @property

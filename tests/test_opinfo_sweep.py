@@ -40,43 +40,11 @@ from opinfo_sweep_lib import FULL, OPS, SILENT, format_report, sweep  # noqa: E4
 # Silent mismatches the full sweep found, op -> root cause; these ops run as
 # xfail(strict=False) until the library is fixed.  Shrink it as fixes land; only silent
 # mismatches belong here (raw errors do not fail the test).
-_RANK = ("the loop raises on the per-instance rank or shape, the named call runs the op on "
-         "the physical tensor (named dims as extra leading dims) and returns a value")
-_RUNNING = ("a plain argument the op writes (running stats, a max_norm weight) is written "
-            "by every instance")
-_WEIGHT = "a named weight (0-d positional) is aligned with a positional dim of the same size"
-_FORMAT = ("memory_format=channels_last is checked against the physical rank; x.to(other) "
-           "with a named other / other plain gives the wrong shape")
+_DROPOUT = ("dropout_p > 0: the loop draws each instance's dropout mask in turn, the named "
+            "call one batched draw (same distribution, other numbers)")
 KNOWN_MISMATCH: dict[str, str] = {
-    **dict.fromkeys([
-        "H", "tril", "triu", "outer", "nn.functional.linear", "nn.functional.layer_norm",
-        "native_layer_norm", "native_group_norm", "nn.functional.pad.reflect",
-        "nn.functional.pad.replicate", "constant_pad_nd", "expand", "expand_copy",
-        "searchsorted", "multinomial", "linalg.householder_product", "index_add",
-        "index_copy", "select_scatter", "nn.functional.binary_cross_entropy",
-        "nn.functional.binary_cross_entropy_with_logits"], _RANK),
-    **dict.fromkeys(["to", "bfloat16", "bool", "byte", "cdouble", "cfloat", "char", "double",
-                     "float", "half", "int", "long", "short"], _FORMAT),
-    **dict.fromkeys(["native_batch_norm", "_native_batch_norm_legit"], f"{_RUNNING}; {_WEIGHT}"),
-    **dict.fromkeys(["_batch_norm_with_update", "nn.functional.instance_norm",
-                     "nn.functional.embedding"], _RUNNING),
-    "_softmax_backward_data": f"{_RANK}; dim=0 on 0-d positional values reaches the named dim",
-    "linalg.lstsq": f"{_RANK}; a named B against a plain A gives extra dims",
-    "linalg.lstsq.grad_oriented": f"{_RANK}; a named B against a plain A gives extra dims",
-    "linalg.solve": "B's vector-or-matrix rule is decided on B's physical rank",
-    "linalg.solve_ex": "B's vector-or-matrix rule on the physical rank; info gets an extra dim",
-    "linalg.matrix_norm": "dim=(-1, 0) reduces the named dim (and accepts a wrong-size out=)",
-    "nn.functional.gaussian_nll_loss": "var's broadcasting rule is decided on the physical rank",
-    "nn.functional.multi_head_attention_forward": "batched vs unbatched decided on the "
-                                                  "physical rank",
-    "nn.functional.scaled_dot_product_attention": ("a named q against plain 3-D k/v: the named "
-                                                   "dim is aligned with k's batch dim"),
-    "nn.functional.kl_div": "reduction='batchmean' on a 0-d positional input divides by the "
-                            "named size",
-    "index_select": "a named 0-d index selects as if it were 1-D (positional shape (5,) vs (1,))",
-    "nn.functional.one_hot": "num_classes=-1 inferred over all instances (per-instance shapes "
-                             "differ)",
-    "resize_as_": "torch.resize_as_(named, plain) silently leaves the target as it was",
+    "nn.functional.multi_head_attention_forward": _DROPOUT,
+    "nn.functional.scaled_dot_product_attention": _DROPOUT,
 }
 
 RESULTS: dict = {}

@@ -1,7 +1,8 @@
 """What the rule modules share: dim spelling and positional-dim checks."""
 from __future__ import annotations
 
-from .._dispatch import UseFallback
+from .._dispatch import ShapeError, UseFallback, check_instance
+from .._shape_errors import positional_failure
 from .._errors import AxisSpecError
 from .._registry import op_name
 from .._tensor import NamedTensor
@@ -33,3 +34,17 @@ def _norm_pos(d: int, p: int, op) -> int:
 
 class _AxisIndexError(AxisSpecError, IndexError):
     """A positional dim out of range (a ValueError subclass, and an IndexError like torch's)."""
+
+
+def instance_invalid(func, args, kwargs, why: str | None = None):
+    """The per-instance call is not what the physical call would do (a rule found the
+    positional shapes outside the op's requirements): raise :class:`ShapeError` with
+    torch's message for one instance (meta tensors of the positional shapes) or ``why``;
+    when torch accepts one instance after all, the vmap fallback runs the op
+    (``UseFallback``), which is per-instance by construction."""
+    check_instance(func, args, kwargs)
+    if why is not None:
+        msg = positional_failure(_spelled(func), func, args, kwargs, RuntimeError(why))
+        raise ShapeError(msg.replace(f"{why} (on the internal layout, named axes leading)",
+                                     why, 1))
+    raise UseFallback(func)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import result
+from .._dispatch import dispatch, result
 from .._registry import op_name, register, spellings
 from .._errors import AxisSpecError
 from .._pointwise import finish
@@ -36,6 +36,18 @@ DIMWISE = {
 }
 
 
+def _index_select_0d(func, args, kwargs):
+    """A named 0-d index selects like a one-element 1-D index (torch's rule per instance;
+    functorch's batching rule reads the batched index as 1-D)."""
+    index = args[2] if len(args) > 2 else kwargs.get("index")
+    if type(index) is not _NT or index.ndim != 0:
+        return NotImplemented
+    index = index.unsqueeze(0)
+    if len(args) > 2:
+        return dispatch(func, (*args[:2], index, *args[3:]), kwargs)
+    return dispatch(func, args, {**kwargs, "index": index})
+
+
 def _dimwise(name: str, dim_index: int, names_ok: bool):
     defaults = {"unbind": 0, "sort": -1, "argsort": -1, "topk": -1, "kthvalue": -1,
                 "diff": -1, "split": 0, "chunk": 0, "tensor_split": 0, "normalize": 1,
@@ -44,7 +56,8 @@ def _dimwise(name: str, dim_index: int, names_ok: bool):
     def rule(func, args, kwargs):
         x = args[0]
         if type(x) is not _NT:
-            return NotImplemented
+            return _index_select_0d(func, args, kwargs) if name == "index_select" else \
+                NotImplemented
         if len(args) == 2 and not kwargs and dim_index == 1:
             # x.softmax(d): one memoised translation, one call
             d = args[1]
@@ -56,6 +69,8 @@ def _dimwise(name: str, dim_index: int, names_ok: bool):
         if "axis" in kwargs and "dim" not in kwargs:
             kwargs["dim"] = kwargs.pop("axis")
         if any(isinstance(a, _NT) for a in rest) or any(isinstance(v, _NT) for v in kwargs.values()):
+            if name == "index_select":
+                return _index_select_0d(func, args, kwargs)
             return NotImplemented
         key = "dim"
         pos = dim_index - 1

@@ -24,6 +24,7 @@ from .._registry import op_name, register
 from .._layout import union_names
 from .._plancache import PlanCache
 from .._tensor import NamedTensor
+from ._common import instance_invalid
 
 _NT = NamedTensor
 
@@ -181,13 +182,19 @@ def _linear(func, args, kwargs):
         if x.ndim == 0:
             raise ShapeError(f"F.linear: the input has no positional dims (named shape "
                              f"{x.named_shape}); linear contracts the last positional dim")
+        if w.dim() != 2 or bias is not None and bias.dim() > 1:
+            instance_invalid(func, args, kwargs)
         return result(F.linear(x._data, w, bias), x._names, func)
+    if w.ndim != 2 or bias is not None and bias.ndim > 1 or x.ndim == 0:
+        instance_invalid(func, args, kwargs)
     out = torch.matmul(x, w.mT if w.ndim >= 2 else w)
     return out if bias is None else out + bias
 
 
 def _outer(func, args, kwargs):
     a, b = args[0], args[1]
+    if a.ndim != 1 or b.ndim != 1:
+        instance_invalid(func, args, kwargs)
     return pointwise(torch.mul, (a.unsqueeze(-1), b.unsqueeze(-2)), {}) if type(a) is _NT else \
         pointwise(torch.Tensor.__rmul__, (b.unsqueeze(-2), a.unsqueeze(-1)), {})
 

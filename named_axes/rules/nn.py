@@ -18,6 +18,7 @@ from .._dispatch import ShapeError, result
 from .._registry import op_name, register
 from .._errors import AxisSpecError
 from .._layout import union_names
+from ._common import instance_invalid
 from .shape import _first_only, _full_layout, _named_sizes
 from .._tensor import NamedTensor
 
@@ -29,15 +30,39 @@ _T = torch.Tensor
 def _layer_norm(func, args, kwargs):
     x = args[0]
     shape = args[1] if len(args) > 1 else kwargs.get("normalized_shape")
-    if type(x) is not _NT or not _first_only(args, kwargs) or len(tuple(shape)) > x.ndim:
+    if type(x) is not _NT or not _first_only(args, kwargs):
         return NotImplemented
+    n = 1 if isinstance(shape, int) else len(shape)
+    if n > x.ndim or n and tuple(x._data.shape[-n:]) != (
+            (shape,) if isinstance(shape, int) else tuple(shape)):
+        instance_invalid(func, args, kwargs)
     return result(func(x._data, *args[1:], **kwargs), x._names, func)
+
+
+def _shared_write(func, target, x, what: str):
+    """An op that writes ``target`` (plain, shared by every instance of ``x``'s named axes)."""
+    from .._errors import AxisSizeError, fmt_named_shape
+
+    return AxisSizeError(
+        f"{op_name(func)}: writes {what}, a plain tensor of shape {tuple(target.shape)} that "
+        f"every instance of the named axes {fmt_named_shape(x.named_shape)} shares; each "
+        f"instance would update it in turn. Give it the named axes (one copy per "
+        f"instance), or reduce them first")
 
 
 def _first_named_only(func, args, kwargs):
     x = args[0]
     if type(x) is not _NT or not _first_only(args, kwargs):
         return NotImplemented
+    if func is F.embedding:
+        max_norm = args[3] if len(args) > 3 else kwargs.get("max_norm")
+        if max_norm is not None:   # renormalizes the rows it reads, in place
+            raise _shared_write(func, args[1] if len(args) > 1 else kwargs["weight"], x,
+                                "the weight (max_norm renormalizes it in place)")
+    elif func is F.one_hot:
+        n = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
+        if n == -1:   # inferred per instance: the vmap fallback's loop checks they agree
+            return NotImplemented
     return result(func(x._data, *args[1:], **kwargs), x._names, func)
 
 
@@ -54,6 +79,9 @@ def _pad(func, args, kwargs):
                          f"positional dims (shape {tuple(x.shape)}, named shape {x.named_shape})")
     if mode == "constant":
         return result(func(x._data, *args[1:], **kwargs), x._names, func)
+    if not n + 1 <= p <= n + 2:   # torch pads (C, ...) or (N, C, ...) values in these modes
+        instance_invalid(func, args, kwargs,
+                         f"Padding size {2 * n} is not supported for {p}D input tensor.")
     lead = _named_sizes(x) + tuple(x.shape[:p - n - 1])
     data = x._data.reshape((-1,) + tuple(x.shape[p - n - 1:]))
     out = func(data, *args[1:], **kwargs)
@@ -68,6 +96,8 @@ def _fold_batch(spatial: int, unbatched_ok: bool = True):
         x = args[0]
         if type(x) is not _NT or not _first_only(args, kwargs):
             return NotImplemented
+        if func is F.instance_norm:
+            _instance_norm_stats(func, x, args, kwargs)
         p = x.ndim
         lead = _named_sizes(x)
         if p == batched:
@@ -86,6 +116,34 @@ def _fold_batch(spatial: int, unbatched_ok: bool = True):
     return rule
 
 
+def _instance_norm_stats(func, x, args, kwargs):
+    names = ("running_mean", "running_var", "weight", "bias", "use_input_stats")
+    given = dict(zip(names, args[1:]))
+    given.update((k, v) for k, v in kwargs.items() if k in names)
+    if not given.get("use_input_stats", True):
+        return
+    for k in ("running_mean", "running_var"):
+        if given.get(k) is not None:
+            raise _shared_write(func, given[k], x, k)
+
+
+def _batch_norm_shapes(func, args, kwargs):
+    """native_batch_norm and _native_batch_norm_legit read weight, bias and the running
+    statistics per channel without checking their sizes (a 0-d weight per instance reads
+    past its end): check one instance's shapes, then the vmap fallback runs it."""
+    x = args[0]
+    names = ("weight", "bias", "running_mean", "running_var")
+    vals = list(args[1:5]) + [kwargs.get(n) for n in names[len(args[1:5]):]]
+    px = x.ndim if type(x) is _NT else x.dim()
+    c = tuple(x.shape)[1] if px > 1 else None
+    for n, v in zip(names, vals):
+        if isinstance(v, (_NT, _T)) and (c is None or tuple(v.shape) != (c,)):
+            instance_invalid(func, args, kwargs,
+                             f"expected {n} of shape ({c},), the input's channels, but got "
+                             f"{tuple(v.shape)} for an input of shape {tuple(x.shape)}")
+    return NotImplemented
+
+
 def _sdpa(func, args, kwargs):
     names = ("query", "key", "value", "attn_mask")
     vals = list(args[:4]) + [kwargs.get(n) for n in names[len(args[:4]):]]
@@ -94,7 +152,8 @@ def _sdpa(func, args, kwargs):
     if any(v is not None and v.ndim < 2 for _, v in present if _ != "attn_mask"):
         return NotImplemented
     U = union_names(present, op="F.scaled_dot_product_attention")
-    _, phys = _full_layout([v for v in vals if v is not None], "F.scaled_dot_product_attention")
+    _, phys = _full_layout([v for v in vals if v is not None], "F.scaled_dot_product_attention",
+                           pad=True)   # positional dims broadcast right-aligned, per instance
     it = iter(phys)
     laid = [next(it) if v is not None else None for v in vals]
     return result(func(*laid[:3], attn_mask=laid[3], **rest), U, func)
@@ -115,6 +174,11 @@ def _losses(func, args, kwargs):
         return NotImplemented
     # every operand expanded to the full named sizes: losses check input/target shapes
     tensors = [a for a in args if isinstance(a, (_NT, _T))]
+    if any(tuple(t.shape) != tuple(tensors[0].shape) for t in tensors[1:]) or any(
+            isinstance(v, _T) and v.dim() > tensors[0].dim() for v in kw.values()):
+        if func is F.gaussian_nll_loss:   # var's broadcasting depends on the ranks
+            return NotImplemented
+        instance_invalid(func, args, kwargs)   # torch's per-instance size check
     U, phys = _full_layout(tensors, op_name(func), pad=True)
     it = iter(phys)
     laid = [next(it) if isinstance(a, (_NT, _T)) else a for a in args]
@@ -128,7 +192,8 @@ def _losses(func, args, kwargs):
     elif red == "mean":
         data = out._data.mean(dims) if dims else out._data
     elif red == "batchmean":
-        data = out._data.sum(dims) / (out._data.shape[k] if dims else 1)
+        x = args[0]   # torch divides by the input's (not the result's) first size
+        data = (out._data.sum(dims) if dims else out._data) / (x.shape[0] if x.dim() else 1)
     else:
         raise AxisSpecError(f"{op_name(func)}: unknown reduction {red!r}")
     return result(data, out._names, func)
@@ -203,6 +268,7 @@ def install() -> None:
     _declare([F.group_norm, F.instance_norm, F.local_response_norm], _fold_batch(1, False))
     _declare([F.interpolate, F.upsample], _fold_batch(2, False))
     _declare([F.scaled_dot_product_attention], _sdpa)
+    _declare([torch.native_batch_norm, torch._native_batch_norm_legit], _batch_norm_shapes)
     _declare([F.mse_loss, F.l1_loss, F.smooth_l1_loss, F.huber_loss, F.binary_cross_entropy,
               F.binary_cross_entropy_with_logits, F.kl_div, F.soft_margin_loss,
               F.poisson_nll_loss, F.gaussian_nll_loss], _losses)

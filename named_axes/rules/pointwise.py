@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from .._pointwise import pointwise_rule
+from .._pointwise import finish, pointwise_rule
 from .._registry import is_inplace_name, register, spellings
+from .._tensor import NamedTensor as _NT
+from ._common import instance_invalid
 
 _T = torch.Tensor
 
@@ -26,11 +28,11 @@ expit erfcx log_ndtr ndtr ndtri xlog1py entr i0e i1 i1e polygamma multigammaln
 bessel_j0 bessel_j1 bessel_y0 bessel_y1 modified_bessel_i0 modified_bessel_k0
 bernoulli
 zeros_like ones_like empty_like full_like rand_like randn_like randint_like
-clone detach contiguous float double half bfloat16 int long short bool byte char cpu cuda to
+clone detach contiguous cpu cuda
 type type_as requires_grad_ detach_ zero_ fill_ normal_ uniform_ bernoulli_ exponential_
 geometric_ log_normal_ cauchy_ random_ clamp_ clamp_min clamp_max nan_to_num_ sign_ abs_
 neg_ exp_ log_ sqrt_ relu_ sigmoid_ tanh_ round_ floor_ ceil_ trunc_ frac_ reciprocal_
-pin_memory cfloat cdouble resolve_conj resolve_neg
+pin_memory resolve_conj resolve_neg
 """.split()
 
 BINARY_POINTWISE = """
@@ -66,7 +68,55 @@ def _where(func, args, kwargs):
     return pointwise_rule(False)(func, args, kwargs)
 
 
+# Elementwise conversions that also take a memory_format (or, for ``to``, another tensor):
+# their Tensor methods have their own rule (``_convert``), the kernel's otherwise.
+CONVERSIONS = "to float double half bfloat16 int long short bool byte char cfloat cdouble".split()
+_KEEP_FORMATS = (None, torch.preserve_format, torch.contiguous_format)
+
+
+def _convert(func, args, kwargs):
+    """``x.to(...)``, ``x.float(...)``: elementwise, except that a memory format is a
+    layout of the positional dims (channels_last needs 4 of them; the physical tensor has
+    more) and that ``x.to(other)`` takes only other's dtype and device (no broadcast; a
+    named ``other`` gives every instance its own copy): those run under the vmap
+    fallback, after one instance's call is checked."""
+    if len(args) == 1 and not kwargs:
+        x = args[0]
+        if type(x) is _NT and x._names:
+            return finish(func(x._data), x._names, func)
+        return _pointwise_rule(func, args, kwargs)
+    unusual = False
+    for a in args[1:]:
+        if isinstance(a, _UNUSUAL):
+            unusual = True
+            break
+    if kwargs and not unusual:
+        fmt = kwargs.get("memory_format")
+        unusual = fmt not in _KEEP_FORMATS or any(isinstance(v, _UNUSUAL)
+                                                   for v in kwargs.values())
+    if unusual:
+        other = args[1] if len(args) > 1 else None
+        if type(other) is torch.Tensor and func is _T.to:   # its dtype and device only
+            args = (args[0], other.device, other.dtype, *args[2:])
+        fmt = kwargs.get("memory_format")
+        if fmt is None:
+            fmt = next((a for a in args[1:] if isinstance(a, torch.memory_format)), None)
+        if fmt not in _KEEP_FORMATS or any(isinstance(a, (_NT, torch.Tensor))
+                                           for a in (*args[1:], *kwargs.values())):
+            instance_invalid(func, args, kwargs)
+    return _pointwise_rule(func, args, kwargs)
+
+
+_UNUSUAL = (torch.Tensor, _NT, torch.memory_format)
+_pointwise_rule = pointwise_rule(False)
+
+
 def install() -> None:
+    for name in CONVERSIONS:
+        method = getattr(_T, name, None)
+        register([method], _convert, kind="convert", arity=1)
+        register([f for f in spellings(name) if f is not method], pointwise_rule(False),
+                 kind="pointwise", arity=1)
     for names, arity in ((UNARY_POINTWISE, 1), (BINARY_POINTWISE, 2)):
         for name in names:
             register(spellings(name), pointwise_rule(is_inplace_name(name)),

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import ShapeError, result, wrap
+from .._dispatch import ShapeError, UseFallback, result, wrap
 from .._registry import op_name, register
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from .._layout import align, union_names
-from ._common import _norm_pos
+from ._common import _norm_pos, instance_invalid
 from .._tensor import NamedTensor
 
 _NT = NamedTensor
@@ -90,6 +90,8 @@ def _expand(func, args, kwargs):
     data = x._data
     new = len(sizes) - p
     if new:
+        if -1 in sizes[:new]:
+            instance_invalid(func, args, kwargs)
         data = data.reshape(_named_sizes(x) + (1,) * new + tuple(x.shape))
     return result(data.expand((-1,) * k + sizes), x._names, func)
 
@@ -248,8 +250,41 @@ def _trailing(r: int):
         x = args[0]
         if type(x) is not _NT or not _first_only(args, kwargs) or x.ndim < r:
             return NotImplemented
+        if func is torch.linalg.matrix_norm:
+            args, kwargs = _matrix_norm_dims(x.ndim, args, kwargs)
         return result(func(x._data, *args[1:], **kwargs), x._names, func)
     return rule
+
+
+def _lu_unpack(func, args, kwargs):
+    """torch.lu_unpack reads the pivots without checking their shape against LU's (a
+    mismatch read past the end of the pivots and corrupted the heap): one instance's
+    shapes are checked here, then the vmap fallback runs it."""
+    lu = args[0] if args else kwargs.get("LU_data")
+    piv = args[1] if len(args) > 1 else kwargs.get("LU_pivots")
+    if not isinstance(lu, (_NT, torch.Tensor)) or not isinstance(piv, (_NT, torch.Tensor)):
+        return NotImplemented
+    shape, pshape = tuple(lu.shape), tuple(piv.shape)
+    if len(shape) < 2 or pshape != shape[:-2] + (min(shape[-2:]),):
+        instance_invalid(func, args, kwargs,
+                         f"torch.lu_unpack: expected LU_pivots of shape "
+                         f"{shape[:-2] + (min(shape[-2:]),) if len(shape) >= 2 else '(?)'} "
+                         f"for LU_data of shape {shape}, got {pshape}")
+    return NotImplemented
+
+
+def _matrix_norm_dims(p: int, args, kwargs):
+    """matrix_norm's ``dim`` as negative (positional) dims: a non-negative one would count
+    the named dims of the physical tensor."""
+    dim = args[2] if len(args) > 2 else kwargs.get("dim")
+    if dim is None or all(isinstance(d, int) and d < 0 for d in dim):
+        return args, kwargs
+    if not all(isinstance(d, int) and -p <= d < p for d in dim):
+        raise UseFallback(dim)   # torch's own error, per instance
+    dim = tuple(d - p if d >= 0 else d for d in dim)
+    if len(args) > 2:
+        return args[:2] + (dim,) + tuple(args[3:]), kwargs
+    return args, {**kwargs, "dim": dim}
 
 
 def _diagonal(func, args, kwargs):
@@ -382,7 +417,8 @@ def _relayout_in_place(func, args, kwargs):
             else args[1:]
         if tuple(size) == tuple(x.shape):
             return x
-    if func is torch.Tensor.resize_as_ and len(args) > 1 and tuple(args[1].shape) == x.shape:
+    if func in (torch.Tensor.resize_as_, torch.resize_as_) and len(args) > 1 and \
+            tuple(args[1].shape) == x.shape:
         return x
     raise AxisTypeError(
         f"{op_name(func)}: a value with named axes {x.named_shape} cannot be resized or "
@@ -487,7 +523,9 @@ def install() -> None:
               T.is_signed, T.untyped_storage, T.storage, T.storage_type, T.is_pinned, T.is_shared, T.is_set_to,
               torch.is_nonzero, T.retain_grad, torch.is_tensor, T.__format__], _query)
     _declare([T.stride], _stride)
-    _declare([T.resize_, T.resize_as_, T.as_strided_, T.set_], _relayout_in_place)
+    _declare([torch.lu_unpack], _lu_unpack)
+    _declare([T.resize_, T.resize_as_, torch.resize_as_, T.as_strided_, T.set_],
+             _relayout_in_place)
     _declare([T.numel, torch.numel, T.nelement], _numel)
     _declare([T.new_zeros, T.new_ones, T.new_empty, T.new_full, T.new_tensor], _new_plain)
     _declare([T.backward], _backward)
