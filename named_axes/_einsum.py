@@ -141,7 +141,10 @@ def einsum(spec: str, *operands: Any) -> Any:
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
     if "{" not in spec and not any(type(o) is _NT for o in operands):
-        return torch.einsum(spec, *operands)
+        try:
+            return torch.einsum(spec, *operands)
+        except RuntimeError as e:   # torch's complaint, as our error naming the spec
+            raise AxisSpecError(f"einsum({spec!r}): {e}") from None
     out = _named_einsum(spec, operands)
     if type(out) is _NT and not out._names:
         return out._data

@@ -279,7 +279,7 @@ def match_prefix(
         for k in tree:
             out += match_prefix(spec[k], tree[k], is_leaf, what=what, path=path + (k,))
         return out
-    raise AxisSpecError(
+    raise AxisTypeError(   # a TypeError, as JAX's for in_axes=3.5
         f"{what}: {spec!r} at {path_str(path)} is neither an axis mapping nor a container "
         f"of them"
     )

@@ -356,6 +356,12 @@ class _Xmapped:
                     f"{what}: inconsistent sizes for axis {name!r}: {s} (axis_sizes) vs "
                     f"{sizes[name]} ({_where(where[name])})")
             sizes.setdefault(name, s)
+        for name in _spec_names(self._in_spec):
+            if name not in sizes:   # JAX: "Failed to infer size of axes"
+                raise AxisSizeError(
+                    f"{what}: the size of axis {name!r} cannot be inferred: in_axes names it, "
+                    f"but no argument carries it (an empty container in its place?); give it "
+                    f"with axis_sizes={{{name!r}: n}}")
         for name in self.axis_resources:
             if name not in sizes:
                 raise AxisResourceError(f"{what}: axis_resources assigns axis {name!r}, which "
@@ -524,6 +530,19 @@ def xmap(fun: Callable, in_axes: Any, out_axes: Any, *, axis_sizes: Mapping | No
     return _Xmapped(fun, in_axes, out_axes, axis_sizes, axis_resources, donate_argnums, backend)
 
 
+def _spec_names(spec) -> list:
+    """Every axis name the mappings of an in_axes tree give."""
+    from ._parsing import is_mapping
+
+    if is_mapping(spec):
+        return list(parse_mapping(spec).names)
+    if isinstance(spec, (list, tuple)):
+        return [n for s in spec for n in _spec_names(s)]
+    if isinstance(spec, dict):
+        return [n for s in spec.values() for n in _spec_names(s)]
+    return []
+
+
 def _validate_spec_tree(spec, what):
     """Parse every mapping in a spec tree now, so bad specs fail at xmap(), not at call."""
     from ._parsing import is_mapping
@@ -537,5 +556,5 @@ def _validate_spec_tree(spec, what):
         for s in spec.values():
             _validate_spec_tree(s, what)
     else:
-        raise AxisSpecError(f"xmap {what}: {spec!r} is neither an axis mapping nor a container "
+        raise AxisTypeError(f"xmap {what}: {spec!r} is neither an axis mapping nor a container "
                             f"of them")

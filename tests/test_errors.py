@@ -327,7 +327,7 @@ def test_prefix_dict_keys_differ():
 
 @pytest.mark.parametrize("spec", [3, (3,), 1.5])
 def test_spec_leaf_that_is_not_a_mapping(spec):
-    with _raises(ValueError, r"xmap in_axes: .* is neither an axis mapping nor a container"):
+    with _raises(TypeError, r"xmap in_axes: .* is neither an axis mapping nor a container"):
         nx.xmap(ident, in_axes=spec, out_axes=[...])
 
 

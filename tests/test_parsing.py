@@ -81,5 +81,5 @@ def test_match_prefix_errors():
     leaf = lambda t: not isinstance(t, (tuple, list, dict))  # noqa: E731
     with pytest.raises(ValueError, match="keys"):
         match_prefix({'w': {}, 'q': {}}, {'w': 1, 'b': 2}, leaf, what='t')
-    with pytest.raises(ValueError, match="neither an axis mapping"):
+    with pytest.raises(TypeError, match="neither an axis mapping"):
         match_prefix(3, 1, leaf, what='t')

@@ -284,3 +284,33 @@ def test_backend_argument():
     assert f(torch.zeros(2)).device.type == 'cpu'
     with pytest.raises(ValueError, match="backend"):
         nx.xmap(lambda a: a, in_axes=['i', ...], out_axes=['i', ...], backend='abacus')(torch.zeros(2))
+
+
+# -- JAX's error kinds (issue 31, item 5) -------------------------------------------------
+
+def test_in_axes_that_is_no_mapping_is_a_type_error():
+    with pytest.raises(nx.AxisTypeError, match=r"3.5 is neither an axis mapping"):
+        nx.xmap(lambda x: x, in_axes=3.5, out_axes=[...])(torch.ones(2))
+
+
+def test_an_axis_no_argument_carries_has_no_size():
+    f = nx.xmap(lambda x: x, in_axes=['omega', ...], out_axes=['omega', ...])
+    with pytest.raises(nx.AxisSizeError, match=r"the size of axis 'omega' cannot be inferred.*"
+                                               r"axis_sizes=\{'omega': n\}"):
+        f({})
+    g = nx.xmap(lambda x: x, in_axes=['omega', ...], out_axes=['omega', ...],
+                axis_sizes={'omega': 2})
+    assert g({}) == {}
+
+
+def test_einsum_on_plain_tensors_raises_ours():
+    with pytest.raises(nx.AxisSpecError, match=r"einsum\('ij->jij'\): .*more than once"):
+        nx.einsum('ij->jij', torch.ones(2, 3))
+
+
+def test_jit_takes_numpy_arrays_as_arrays():
+    import numpy as np
+
+    f = nx.jit(lambda x: x * 2, backend="eager")
+    out = f(np.ones(3, dtype=np.float32))
+    assert isinstance(out, torch.Tensor) and out.tolist() == [2.0, 2.0, 2.0]

@@ -278,6 +278,9 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
         try:
             entry = cache.get(key)
         except TypeError:
+            arrays = _numpy_as_tensors(args)
+            if arrays is not None:   # numpy arrays are arrays, as in JAX's jit
+                return run(*arrays)
             raise AxisTypeError(f"jit({name}): static arguments must be hashable, got "
                                 f"{st_vals!r}") from None
         if entry is None:
@@ -416,6 +419,16 @@ class Program(NamedTuple):
     pure: bool
     values: bool
     stored: bool = False   # loaded from the program store, or handed to it
+
+
+def _numpy_as_tensors(args: tuple) -> tuple | None:
+    """``args`` with numpy arrays as tensors (sharing memory), or None if there are none."""
+    import numpy as np
+    from torch.utils._pytree import tree_flatten, tree_map
+
+    if not any(isinstance(v, np.ndarray) for v in tree_flatten(args)[0]):
+        return None
+    return tree_map(lambda v: torch.from_numpy(v) if isinstance(v, np.ndarray) else v, args)
 
 
 def _stored_ok(backend: Backend, bound: dict, tied: bool) -> bool:
