@@ -26,6 +26,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CACHE = os.path.join(HERE, ".cache")
 # every how many programs also run under nx.jit (``NX_ORACLE_JIT_EVERY``; the fuzz target: 1)
 JIT_EVERY = max(1, int(os.environ.get("NX_ORACLE_JIT_EVERY", "4")))
+# every how many programs also run under torch.compile(fullgraph=True) (dynamo only)
+COMPILE_EVERY = max(1, int(os.environ.get("NX_ORACLE_COMPILE_EVERY", "10")))
 
 
 @dataclass
@@ -79,12 +81,14 @@ def run_corpus(n: int, seed: int, python: str) -> Outcome:
     corpus = programs.generate(n, seed)
     finish = start_jax(corpus, python)
     t1 = time.time()
-    vec, res_runs, jit_runs = {}, {}, {}
+    vec, res_runs, jit_runs, compile_runs = {}, {}, {}, {}
     for k, prog in enumerate(corpus):
         vec[prog["id"]] = torch_interp.run(prog)
         res_runs[prog["id"]] = [(r, torch_interp.run(prog, r)) for r in prog.get("resources", ())]
         if k % JIT_EVERY == 0:
             jit_runs[prog["id"]] = torch_interp.run(prog, jit=True)
+        if k % COMPILE_EVERY == 0:
+            compile_runs[prog["id"]] = torch_interp.run(prog, compiled=True)
     t2 = time.time()
     meta, arrays = finish()
     t3 = time.time()
@@ -107,4 +111,11 @@ def run_corpus(n: int, seed: int, python: str) -> Outcome:
             out.runs[key] = out.runs.get(key, 0) + 1
             for d in compare.vs_vectorized({}, jres, vec[prog["id"]], where="nx.jit"):
                 out.fails.append((prog, d))
+        if prog["id"] in compile_runs:
+            cres, vres = compile_runs[prog["id"]], vec[prog["id"]]
+            key = f"torch.compile {cres['status']}"
+            out.runs[key] = out.runs.get(key, 0) + 1
+            if not (cres["status"] == vres["status"] == "rejected"):   # (same decision)
+                for d in compare.vs_vectorized({}, cres, vres, where="torch.compile"):
+                    out.fails.append((prog, d))
     return out

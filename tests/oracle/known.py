@@ -22,6 +22,21 @@ def uses(prog, pred) -> bool:
 
 KNOWN_CLASSES: dict = {}
 
+def _compile_custom_rule(prog, diff) -> bool:
+    """torch.compile(fullgraph=True) of a program with a custom_vjp / custom_jvp: each call
+    builds its autograd.Function class, and dynamo cannot trace a class definition
+    (Unsupported: Invalid call to __build_class__).  Fix: module-level Function classes
+    taking the call's state as an argument."""
+    return (diff.where == "torch.compile" and "__build_class__" in diff.msg
+            and uses(prog, lambda op: op.get("op") == "custom"))
+
+
+KNOWN_CLASSES["compile_custom_rule"] = (
+    _compile_custom_rule,
+    "seed 0, p0_00095: torch.compile(xmap(lambda x, y: nx.value_and_grad(lambda x: "
+    "psum(sum(sin(cjvp(x) * y) * x), 'd'))(x)), fullgraph=True, backend='eager'): "
+    "Unsupported: Invalid call to __build_class__ (eager and nx.jit agree with JAX)")
+
 # Fixed and removed (their programs must now pass): serial_loop_grad_keeps_loop_axis (a
 # gradient's loop-chunked copies are folded when equal across every chunk),
 # empty_sequence_spec (a top-level

@@ -193,7 +193,7 @@ def _resources(res: dict) -> dict:
 
 
 def run(prog: dict, resources: dict | None = None, jit: bool = False,
-        backend: str = "eager") -> dict:
+        backend: str = "eager", compiled: bool = False) -> dict:
     be = TorchBackend()
     named: list = []
 
@@ -214,6 +214,9 @@ def run(prog: dict, resources: dict | None = None, jit: bool = False,
         if jit:   # traced once by make_fx, run from the graph (the second call: the cache)
             f = nx.jit(f, backend=backend)
             f(*args)
+        if compiled:   # torch.compile(xmap(f), fullgraph=True): dynamo traces the program
+            torch._dynamo.reset()
+            f = torch.compile(f, fullgraph=True, backend="eager")
         if resources and any(isinstance(r, str) for r in resources.values()):
             mesh = nx.Mesh(np.array(nx.devices()[:1]).reshape(1, 1), ("x", "y"))
             with mesh:
