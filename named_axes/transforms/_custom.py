@@ -117,68 +117,104 @@ class custom_vjp:
             raise AxisTypeError(f"custom_vjp({self.__name__}): call defvjp(fwd, bwd) first")
         if getattr(self._in_fwd, "depth", 0):   # fwd calls the function itself: its value
             return self.fun(*args)
-        nd = tuple(i % len(args) for i in self.nondiff_argnums)
-        diff_pos, leaves, spec, names = _split(args, nd)
-        me = self
-        box: dict = {}
+        call = _Call(self, args)
         # Per-instance cotangents (see _instances): the axes of the differentiated
         # region around this call, or, outside one, the axes bound here.
-        region = _instances.current()
-        bound = bound_axes()
-        scope = list(frames())   # bwd runs in this axis environment, wherever autograd is
-
-        def rebuild(phys):
-            call = list(args)
-            for i, a in zip(diff_pos, rebox(phys, spec, names)):
-                call[i] = a
-            return call
-
-        class Fn(torch.autograd.Function):
-            generate_vmap_rule = True
-
-            @staticmethod
-            def forward(*phys):
-                state = me._in_fwd
-                state.depth = getattr(state, "depth", 0) + 1
-                try:
-                    out, res = me.fwd(*rebuild(phys))
-                finally:
-                    state.depth -= 1
-                o_leaves, o_spec, o_names = unbox(out)
-                box["out"] = (o_spec, o_names)
-                box["res"] = res
-                return tuple(o_leaves)
-
-            @staticmethod
-            def setup_context(ctx, inputs, output):
-                ctx.res = box["res"]
-
-            @staticmethod
-            def backward(ctx, *gs):
-                o_spec, o_names = box["out"]
-                axes = region.axes if region is not None else bound
-                inner_mode = region is not None
-                g = rebox([_per_instance(gi, ni or (), axes) for gi, ni in zip(gs, o_names)],
-                          o_spec, [ni if ni is not None else () for ni in o_names])
-                nondiff = [args[i] for i in nd]
-                with within(scope):
-                    grads = me.bwd(*nondiff, ctx.res, g)
-                if not isinstance(grads, (tuple, list)):
-                    raise AxisTypeError(f"custom_vjp({me.__name__}): bwd must return a tuple "
-                                        f"with one entry per differentiable argument")
-                flat = tree_flatten(list(grads), is_leaf=lambda x: x is None)[0]
-                if len(flat) != len(leaves):
-                    raise AxisSpecError(f"custom_vjp({me.__name__}): bwd returned "
-                                        f"{len(flat)} cotangents for {len(leaves)} "
-                                        f"differentiable inputs")
-                return tuple(_like(_summed_back(gi, ni or (), axes, inner_mode), li, ni,
-                                   f"custom_vjp({me.__name__}) bwd")
-                             if isinstance(li, torch.Tensor) else None
-                             for gi, li, ni in zip(flat, leaves, names))
-
-        out = Fn.apply(*leaves)
-        o_spec, o_names = box["out"]
+        call.region = _instances.current()
+        if call.region is not None and torch.compiler.is_compiling():
+            # dynamo traces bwd while the forward is traced, before the region knows its
+            # axes: the cotangent shares came out wrong (half, for an axis of size 2)
+            raise AxisTypeError(
+                f"custom_vjp({self.__name__}) inside nx.grad cannot be traced by "
+                f"torch.compile yet: compile the step with nx.jit instead (or call "
+                f"torch.compile on the function without nx.grad around this call)")
+        call.bound = bound_axes()
+        call.scope = list(frames())   # bwd runs in this environment, wherever autograd is
+        out = _VjpFunction.apply(call, *call.leaves)
+        o_spec, o_names = call.box["out"]
         return rebox(list(out), o_spec, o_names)
+
+
+class _Call:
+    """One call of a custom_vjp / custom_jvp function: its arguments, how the
+    differentiable ones are laid out physically, and what the forward left (``box``).
+    The autograd.Function classes are defined once (dynamo cannot trace a class
+    definition) and get this object as their first argument."""
+
+    def __init__(self, me, args: tuple) -> None:
+        self.me, self.args = me, args
+        self.nd = tuple(i % len(args) for i in me.nondiff_argnums)
+        self.diff_pos, self.leaves, self.spec, self.names = _split(args, self.nd)
+        self.box: dict = {}
+
+    def rebuild(self, phys) -> list:
+        call = list(self.args)
+        for i, a in zip(self.diff_pos, rebox(phys, self.spec, self.names)):
+            call[i] = a
+        return call
+
+    def tangent_phys(self, prim_phys, tan_phys) -> tuple:
+        """A custom_jvp rule's output tangent, physical, as a function of the tangents."""
+        me = self.me
+        prim = self.rebuild(prim_phys)
+        tan = [None] * len(self.args)
+        for i, a in zip(self.diff_pos, rebox(tan_phys, self.spec, self.names)):
+            tan[i] = a
+        _, t_out = me.rule(tuple(prim), tuple(tan))
+        o_spec, o_names = self.box["out"]
+        t_leaves = tree_flatten(t_out)[0]
+        data = unbox(self.box["out_value"])[0]
+        return tuple(_like(t, d, n, f"custom_jvp({me.__name__}) rule")
+                     for t, d, n in zip(t_leaves, data, o_names))
+
+
+class _VjpFunction(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(call, *phys):
+        me = call.me
+        state = me._in_fwd
+        state.depth = getattr(state, "depth", 0) + 1
+        try:
+            out, res = me.fwd(*call.rebuild(phys))
+        finally:
+            state.depth -= 1
+        o_leaves, o_spec, o_names = unbox(out)
+        call.box["out"] = (o_spec, o_names)
+        call.box["res"] = res
+        return tuple(o_leaves)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.call = inputs[0]
+        ctx.res = inputs[0].box["res"]
+
+    @staticmethod
+    def backward(ctx, *gs):
+        call = ctx.call
+        me, region = call.me, call.region
+        o_spec, o_names = call.box["out"]
+        axes = region.axes if region is not None else call.bound
+        inner_mode = region is not None
+        g = rebox([_per_instance(gi, ni or (), axes) for gi, ni in zip(gs, o_names)],
+                  o_spec, [ni if ni is not None else () for ni in o_names])
+        nondiff = [call.args[i] for i in call.nd]
+        with within(call.scope):
+            grads = me.bwd(*nondiff, ctx.res, g)
+        if not isinstance(grads, (tuple, list)):
+            raise AxisTypeError(f"custom_vjp({me.__name__}): bwd must return a tuple "
+                                f"with one entry per differentiable argument")
+        flat = tree_flatten(list(grads), is_leaf=lambda x: x is None)[0]
+        if len(flat) != len(call.leaves):
+            raise AxisSpecError(f"custom_vjp({me.__name__}): bwd returned "
+                                f"{len(flat)} cotangents for {len(call.leaves)} "
+                                f"differentiable inputs")
+        return (None,) + tuple(
+            _like(_summed_back(gi, ni or (), axes, inner_mode), li, ni,
+                  f"custom_vjp({me.__name__}) bwd")
+            if isinstance(li, torch.Tensor) else None
+            for gi, li, ni in zip(flat, call.leaves, call.names))
 
 
 class custom_jvp:
@@ -220,61 +256,47 @@ class custom_jvp:
     def __call__(self, *args):
         if self.rule is None:
             raise AxisTypeError(f"custom_jvp({self.__name__}): call defjvp(rule) first")
-        nd = tuple(i % len(args) for i in self.nondiff_argnums)
-        diff_pos, leaves, spec, names = _split(args, nd)
-        me = self
-        box: dict = {}
-
-        def rebuild(phys):
-            call = list(args)
-            for i, a in zip(diff_pos, rebox(phys, spec, names)):
-                call[i] = a
-            return call
-
-        def tangent_phys(prim_phys, tan_phys):
-            """The rule's output tangent, physical, as a function of the tangents."""
-            prim = rebuild(prim_phys)
-            tan = [None] * len(args)
-            for i, a in zip(diff_pos, rebox(tan_phys, spec, names)):
-                tan[i] = a
-            _, t_out = me.rule(tuple(prim), tuple(tan))
-            o_spec, o_names = box["out"]
-            t_leaves = tree_flatten(t_out)[0]
-            data = unbox(box["out_value"])[0]
-            return tuple(_like(t, d, n, f"custom_jvp({me.__name__}) rule")
-                         for t, d, n in zip(t_leaves, data, o_names))
-
-        class Fn(torch.autograd.Function):
-            generate_vmap_rule = True
-
-            @staticmethod
-            def forward(*phys):
-                out = me.fun(*rebuild(phys))
-                o_leaves, o_spec, o_names = unbox(out)
-                box["out"] = (o_spec, o_names)
-                box["out_value"] = out
-                return tuple(o_leaves)
-
-            @staticmethod
-            def setup_context(ctx, inputs, output):
-                ctx.save_for_backward(*[x for x in inputs if isinstance(x, torch.Tensor)])
-                ctx.inputs = inputs
-
-            @staticmethod
-            def jvp(ctx, *tangents):
-                return tangent_phys(list(ctx.inputs), list(tangents))
-
-            @staticmethod
-            def backward(ctx, *gs):
-                prim = list(ctx.inputs)
-                zeros = [torch.zeros_like(p) if isinstance(p, torch.Tensor) else p
-                         for p in prim]
-                _, pull = _functorch["vjp"](lambda *t: tangent_phys(prim, list(t)), *zeros)
-                return pull(tuple(gs))
-
-        out = Fn.apply(*leaves)
-        o_spec, o_names = box["out"]
+        call = _Call(self, args)
+        # dynamo traces no autograd.Function with a jvp method: under torch.compile the
+        # rule serves reverse mode only (forward mode there raises torch's error)
+        fn = _JvpReverse if torch.compiler.is_compiling() else _JvpFunction
+        out = fn.apply(call, *call.leaves)
+        o_spec, o_names = call.box["out"]
         return rebox(list(out), o_spec, o_names)
+
+
+class _JvpReverse(torch.autograd.Function):
+    """custom_jvp's Function for reverse mode: the rule transposed (``backward``)."""
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(call, *phys):
+        out = call.me.fun(*call.rebuild(phys))
+        o_leaves, o_spec, o_names = unbox(out)
+        call.box["out"] = (o_spec, o_names)
+        call.box["out_value"] = out
+        return tuple(o_leaves)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*[x for x in inputs[1:] if isinstance(x, torch.Tensor)])
+        ctx.call = inputs[0]
+        ctx.inputs = inputs[1:]
+
+    @staticmethod
+    def backward(ctx, *gs):
+        prim = list(ctx.inputs)
+        zeros = [torch.zeros_like(p) if isinstance(p, torch.Tensor) else p for p in prim]
+        _, pull = _functorch["vjp"](lambda *t: ctx.call.tangent_phys(prim, list(t)), *zeros)
+        return (None,) + tuple(pull(tuple(gs)))
+
+
+class _JvpFunction(_JvpReverse):
+    """custom_jvp's Function: the rule itself in forward mode, transposed in reverse."""
+
+    @staticmethod
+    def jvp(ctx, _call_tangent, *tangents):
+        return ctx.call.tangent_phys(list(ctx.inputs), list(tangents))
 
 
 def closure_convert(fun: Callable, *example_args: Any):
