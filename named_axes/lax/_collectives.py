@@ -166,14 +166,16 @@ def _engine_method(op: str, names: tuple):
     return None
 
 
-def _as_named(x: Any, op: str) -> NamedTensor:
+def _as_named(x: Any, op: str, what: str = "the argument") -> NamedTensor:
+    """``x`` as a NamedTensor (a plain tensor or number: one with no names)."""
     if type(x) is _NT:
         return x
     if isinstance(x, torch.Tensor):
         return NamedTensor._wrap(x, ())
     if isinstance(x, (bool, int, float, complex)):
         return NamedTensor._wrap(torch.as_tensor(x), ())
-    raise AxisTypeError(f"{op}: expected a tensor, NamedTensor or number, got {type(x).__name__}")
+    raise AxisTypeError(f"{op}: {what} must be a tensor, NamedTensor or number, got "
+                        f"{type(x).__name__}")
 
 
 def _out(data: torch.Tensor, names: tuple, op) -> Any:

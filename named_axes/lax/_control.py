@@ -27,7 +27,8 @@ from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from .._layout import align, union_names
 from .._modes import building_graph
 from .._tensor import NamedTensor
-from ._slicing import _done, _nt
+from ._collectives import _as_named
+from ._slicing import _done
 
 __all__ = ["select", "stop_gradient", "cond", "fori_loop", "while_loop", "scan"]
 
@@ -43,7 +44,7 @@ def select(pred: Any, on_true: Any, on_false: Any) -> Any:
     >>> nx.lax.select(torch.tensor([True, False]), torch.ones(2), torch.zeros(2))
     tensor([1., 0.])
     """
-    p, t, f = (_nt(v, "select", w) for v, w in
+    p, t, f = (_as_named(v, "select", w) for v, w in
                ((pred, "pred"), (on_true, "on_true"), (on_false, "on_false")))
     if tuple(t.shape) != tuple(f.shape) or tuple(p.shape) not in ((), tuple(t.shape)):
         raise AxisSizeError(f"select: the cases need one positional shape and pred it or (); got "
@@ -120,7 +121,7 @@ def _predicate(pred: Any, op: str, ints: bool) -> Any:
     if not isinstance(pred, (torch.Tensor, _NT)):
         raise AxisTypeError(f"{op}: the predicate must be a boolean scalar, got "
                             f"{type(pred).__name__}")
-    p = _nt(pred, op, "the predicate")
+    p = _as_named(pred, op, "the predicate")
     dt = p._data.dtype
     if p.ndim or not (dt == torch.bool or ints and _kind(dt) == "i"):
         raise AxisTypeError(f"{op}: the predicate must be a boolean scalar (positional shape "
@@ -238,7 +239,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any) -> Any:
 
 def _at(a: Any, i: Any) -> Any:
     """Entry ``i`` of ``a``'s leading positional dim (``i=None``: zeros shaped like one)."""
-    x = _nt(a, "scan", "xs")
+    x = _as_named(a, "scan", "xs")
     k, d = len(x._names), x._data
     d = d.new_zeros(d.shape[:k] + d.shape[k + 1:]) if i is None else d.select(k, i)
     return _done(NamedTensor._wrap(d, x._names), scan)
@@ -248,7 +249,7 @@ def _stack(vals: list, empty: bool) -> Any:
     """The steps' ``y`` leaves stacked along a new leading positional dim, named alike."""
     if vals[0] is None:
         return None
-    nts = [_nt(v, "scan", "the y of f") for v in vals]
+    nts = [_as_named(v, "scan", "the y of f") for v in vals]
     U = union_names([(f"y at step {i}", v) for i, v in enumerate(nts)], op="scan")
     p = nts[0].ndim
     data = [align(v._data, v._names, p, U, p) for v in nts]
@@ -258,7 +259,7 @@ def _stack(vals: list, empty: bool) -> Any:
 
 
 def _length(flat: list, length: Any) -> int:
-    sizes = [_nt(a, "scan", "xs").shape[:1] for a in flat if a is not None]
+    sizes = [_as_named(a, "scan", "xs").shape[:1] for a in flat if a is not None]
     if any(not s for s in sizes):
         raise AxisSizeError("scan: every leaf of xs needs a leading positional dim to "
                             "scan over; got a value with positional shape ()")

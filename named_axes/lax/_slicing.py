@@ -23,23 +23,13 @@ from .._dispatch import result
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from .._layout import align, union_names
 from .._tensor import NamedTensor
+from ._collectives import _as_named
 
 __all__ = ["dynamic_slice", "dynamic_slice_in_dim", "dynamic_index_in_dim",
            "dynamic_update_slice", "dynamic_update_slice_in_dim",
            "dynamic_update_index_in_dim", "squeeze", "expand_dims"]
 
 _NT = NamedTensor
-
-
-def _nt(x: Any, op: str, what: str) -> NamedTensor:
-    """``x`` as a NamedTensor (a plain tensor or number: one with no names)."""
-    if type(x) is _NT:
-        return x
-    if isinstance(x, torch.Tensor):
-        return NamedTensor._wrap(x, ())
-    if isinstance(x, (bool, int, float, complex)):
-        return NamedTensor._wrap(torch.as_tensor(x), ())
-    raise AxisTypeError(f"{op}: {what} must be a tensor or NamedTensor, got {type(x).__name__}")
 
 
 def _done(x: NamedTensor, op) -> Any:
@@ -54,7 +44,7 @@ def _index(s: Any, op: str, d: int) -> Any:
     if not isinstance(s, (torch.Tensor, _NT)):
         raise AxisTypeError(f"{op}: start index {d} must be an integer or an integer 0-d "
                             f"tensor, got {type(s).__name__}")
-    s = _nt(s, op, f"start index {d}")
+    s = _as_named(s, op, f"start index {d}")
     dt = s._data.dtype
     if dt == torch.bool or dt.is_floating_point or dt.is_complex or s.ndim:
         raise AxisTypeError(
@@ -66,7 +56,7 @@ def _index(s: Any, op: str, d: int) -> Any:
 
 def _starts(start_indices: Any, p: int, op: str, shape: tuple) -> list:
     if isinstance(start_indices, (torch.Tensor, _NT)):
-        s = _nt(start_indices, op, "start_indices")
+        s = _as_named(start_indices, op, "start_indices")
         if s.ndim != 1:
             raise AxisSpecError(f"{op}: start_indices as a tensor must have one positional "
                                 f"dim, got positional shape {tuple(s.shape)}")
@@ -134,7 +124,7 @@ def dynamic_slice(operand: Any, start_indices: Sequence, slice_sizes: Sequence[i
             [3, 4, 5, 6],
             [6, 7, 8, 9]])
     """
-    x = _nt(operand, "dynamic_slice", "operand")
+    x = _as_named(operand, "dynamic_slice", "operand")
     shape = tuple(x.shape)
     starts = _starts(start_indices, len(shape), "dynamic_slice", shape)
     sizes = _sizes(slice_sizes, shape, "dynamic_slice")
@@ -150,7 +140,7 @@ def dynamic_slice(operand: Any, start_indices: Sequence, slice_sizes: Sequence[i
 
 
 def _in_dim(operand: Any, start: Any, axis: int, op: str) -> tuple:
-    p = _nt(operand, op, "operand").ndim
+    p = _as_named(operand, op, "operand").ndim
     if not isinstance(axis, int) or not -p <= axis < p:
         raise AxisSpecError(f"{op}: axis={axis!r} is out of range for {p} positional dims")
     axis %= p
@@ -166,7 +156,7 @@ def dynamic_slice_in_dim(operand: Any, start_index: Any, slice_size: int, axis: 
             [4, 5]])
     """
     starts, axis = _in_dim(operand, start_index, axis, "dynamic_slice_in_dim")
-    sizes = list(_nt(operand, "dynamic_slice_in_dim", "operand").shape)
+    sizes = list(_as_named(operand, "dynamic_slice_in_dim", "operand").shape)
     sizes[axis] = slice_size
     return dynamic_slice(operand, starts, sizes)
 
@@ -202,7 +192,7 @@ def dynamic_update_slice(operand: Any, update: Any, start_indices: Sequence) -> 
     tensor([0., 0., 0., 0., 1., 1.])
     """
     op = "dynamic_update_slice"
-    x, u = _nt(operand, op, "operand"), _nt(update, op, "update")
+    x, u = _as_named(operand, op, "operand"), _as_named(update, op, "update")
     _update_checks(x, u, op)
     p, shape = x.ndim, tuple(x.shape)
     starts = _starts(start_indices, p, op, shape)
@@ -250,7 +240,7 @@ def dynamic_update_index_in_dim(operand: Any, update: Any, index: Any, axis: int
     """
     op = "dynamic_update_index_in_dim"
     _, axis = _in_dim(operand, index, axis, op)
-    if _nt(update, op, "update").ndim == _nt(operand, op, "operand").ndim - 1:
+    if _as_named(update, op, "update").ndim == _as_named(operand, op, "operand").ndim - 1:
         update = expand_dims(update, [axis])
     return dynamic_update_slice_in_dim(operand, update, index, axis)
 
@@ -273,7 +263,7 @@ def squeeze(array: Any, dimensions: Sequence[int]) -> Any:
     >>> nx.lax.squeeze(torch.ones(1, 3, 1), [0, -1]).shape
     torch.Size([3])
     """
-    x = _nt(array, "squeeze", "array")
+    x = _as_named(array, "squeeze", "array")
     dims = _canon(dimensions, x.ndim, "squeeze")
     if any(x.shape[d] != 1 for d in dims):
         raise AxisSizeError(f"squeeze: cannot squeeze out a dim whose size is not 1, got "
@@ -290,7 +280,7 @@ def expand_dims(array: Any, dimensions: Sequence[int]) -> Any:
     >>> nx.lax.expand_dims(torch.ones(2, 3), [0, -1]).shape
     torch.Size([1, 2, 3, 1])
     """
-    x = _nt(array, "expand_dims", "array")
+    x = _as_named(array, "expand_dims", "array")
     dims = _canon(dimensions, x.ndim + len(dimensions), "expand_dims")
     data, k = x._data, len(x._names)
     for d in sorted(dims):
