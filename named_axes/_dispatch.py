@@ -107,7 +107,6 @@ def _unwrap_unnamed(func: Callable, args: tuple, kwargs: dict) -> tuple:
     return a, kw
 
 
-_KEEPS_TARGET: dict = {}
 _WRITES_TARGET: dict = {}
 
 
@@ -126,11 +125,8 @@ def _keeps_target(func: Callable) -> bool:
     so — a lookup keyed by the function can fail its guards, see _registry.rule_while_compiling.)"""
     if torch.compiler.is_compiling():
         return True
-    r = _KEEPS_TARGET.get(func)
-    if r is None:
-        r = _KEEPS_TARGET[func] = _is_inplace(func) or func in (
-            _Tensor.__setitem__, _Tensor.backward, _Tensor.register_hook)
-    return r
+    return _writes_target(func) or func in (
+        _Tensor.__setitem__, _Tensor.backward, _Tensor.register_hook)
 
 
 def wrap(out: Any, names: tuple) -> Any:

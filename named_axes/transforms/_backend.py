@@ -15,11 +15,12 @@ registered by ``named_axes._compile_compat`` as soon as ``torch._dynamo`` is imp
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
-__all__ = ["compile_named", "compile_flat", "collective_decompositions", "BACKEND_NAME"]
+__all__ = ["compile_named", "compile_flat", "compile_boxed", "Backend",
+           "collective_decompositions", "BACKEND_NAME"]
 
 BACKEND_NAME = "named_axes"
 
@@ -220,3 +221,32 @@ def _direct_callable(captured: list, example: list) -> Callable | None:
     # run once through the OutputCode (its first call finishes compile-time bookkeeping)
     out(list(example))
     return out.current_callable
+
+
+class Backend(NamedTuple):
+    """Which compiler ``nx.jit`` hands its graphs to: ``torch.compile``'s backend name,
+    and for inductor its ``mode`` and ``options``."""
+    name: str
+    mode: Any = None
+    options: tuple = ()   # sorted (key, value) pairs: hashable, part of no cache key
+
+
+def compile_boxed(gm: torch.fx.GraphModule, example: list, backend: Backend,
+             grad_off: bool = False) -> Callable:
+    """A *boxed* compiled function: it takes the list of flat input tensors.
+
+    With example inputs that require grad (grad on) the result is differentiable: the
+    inductor path goes through AOT autograd (a compiled forward and backward in one
+    autograd node), as ``torch.compile`` does.  ``grad_off``: the caller runs it with
+    grad disabled.
+    """
+    if backend.name == "inductor":
+        return compile_flat(gm, example, grad_off=grad_off, mode=backend.mode,
+                            options=dict(backend.options))
+    if backend.name == "eager":
+        return lambda args: gm(*args)
+    from .. import _compile_compat
+
+    _compile_compat.install()
+    compiled = torch.compile(gm, backend=backend.name, fullgraph=True, dynamic=False)
+    return lambda args: compiled(*args)

@@ -147,6 +147,13 @@ class _Call:
         self.diff_pos, self.leaves, self.spec, self.names = _split(args, self.nd)
         self.box: dict = {}
 
+    def keep(self, out, **extra) -> tuple:
+        """Note a forward's output structure (and ``extra``) in ``box``; its tensor leaves."""
+        o_leaves, o_spec, o_names = unbox(out)
+        self.box["out"] = (o_spec, o_names)
+        self.box.update(extra)
+        return tuple(o_leaves)
+
     def rebuild(self, phys) -> list:
         call = list(self.args)
         for i, a in zip(self.diff_pos, rebox(phys, self.spec, self.names)):
@@ -180,10 +187,7 @@ class _VjpFunction(torch.autograd.Function):
             out, res = me.fwd(*call.rebuild(phys))
         finally:
             state.depth -= 1
-        o_leaves, o_spec, o_names = unbox(out)
-        call.box["out"] = (o_spec, o_names)
-        call.box["res"] = res
-        return tuple(o_leaves)
+        return call.keep(out, res=res)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -272,10 +276,7 @@ class _JvpReverse(torch.autograd.Function):
     @staticmethod
     def forward(call, *phys):
         out = call.me.fun(*call.rebuild(phys))
-        o_leaves, o_spec, o_names = unbox(out)
-        call.box["out"] = (o_spec, o_names)
-        call.box["out_value"] = out
-        return tuple(o_leaves)
+        return call.keep(out, out_value=out)
 
     @staticmethod
     def setup_context(ctx, inputs, output):

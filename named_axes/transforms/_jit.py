@@ -28,7 +28,7 @@ from .. import _env
 from .._errors import AxisSpecError, AxisTypeError, NamedAxisError
 from .._tensor import NamedTensor
 from . import _store
-from ._backend import _grad_constants
+from ._backend import Backend, _grad_constants, compile_boxed
 from ._fast_call import structure_reader, tensor_guard
 from ._graph import trace_flat
 from ._instances import FOLD_MISSES
@@ -98,35 +98,6 @@ def disable_jit():
         yield
     finally:
         _flags.disabled = old
-
-
-class Backend(NamedTuple):
-    """Which compiler ``nx.jit`` hands its graphs to: ``torch.compile``'s backend name,
-    and for inductor its ``mode`` and ``options``."""
-    name: str
-    mode: Any = None
-    options: tuple = ()   # sorted (key, value) pairs: hashable, part of no cache key
-
-
-def _compile(gm: torch.fx.GraphModule, example: list, backend: Backend,
-             grad_off: bool = False) -> Callable:
-    """A *boxed* compiled function: it takes the list of flat input tensors.
-
-    With example inputs that require grad (grad on) the result is differentiable: the
-    inductor path goes through AOT autograd (a compiled forward and backward in one
-    autograd node), as ``torch.compile`` does.  ``grad_off``: the caller runs it with
-    grad disabled.
-    """
-    if backend.name == "inductor":
-        from ._backend import compile_flat
-
-        return compile_flat(gm, example, grad_off=grad_off, mode=backend.mode,
-                            options=dict(backend.options))
-    if backend.name == "eager":
-        return lambda args: gm(*args)
-    _ensure_compile_support()
-    compiled = torch.compile(gm, backend=backend.name, fullgraph=True, dynamic=False)
-    return lambda args: compiled(*args)
 
 
 def _ensure_compile_support() -> None:
@@ -510,16 +481,16 @@ def _build(fun: Callable, args: tuple, static: tuple, backend: Backend, ident: A
         _store.save_later(gm, example, ident, positions)
     if values:   # the program computes its gradients itself: its results are values
         with torch.no_grad():
-            compiled = _no_grad_call(_compile(gm, [t.detach() for t in example], backend,
+            compiled = _no_grad_call(compile_boxed(gm, [t.detach() for t in example], backend,
                                               grad_off=True))
     elif differentiable:
         # differentiable: compiled forward and backward (AOT autograd), collectives as
         # plain torch code (their custom ops carry no autograd formula)
         from ._backend import inline_collectives
 
-        compiled = _compile(inline_collectives(gm), example, backend)
+        compiled = compile_boxed(inline_collectives(gm), example, backend)
     else:
-        compiled = _compile(gm, example, backend)
+        compiled = compile_boxed(gm, example, backend)
     return Program(compiled, None if all_tensors else tensor_pos, rebuild, _pure(gm), values,
                    stored)
 
