@@ -266,7 +266,10 @@ def unflatten(x: NamedTensor, *args, **kwargs):
     dim = args[0] if args else kwargs.get("dim")
     sizes = args[1] if len(args) > 1 else kwargs.get("sizes")
     pairs = None
-    if _is_name(dim) and dim in x._names:
+    if _is_name(dim) and dim not in x._names:
+        _not_bound([dim], "Tensor.unflatten")
+        _has(x, dim, "Tensor.unflatten")   # raises: the value has no named axis `dim`
+    if _is_name(dim):
         if isinstance(sizes, dict):
             pairs = list(sizes.items())
         elif isinstance(sizes, (list, tuple)) and sizes and all(

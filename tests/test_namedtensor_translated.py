@@ -1506,10 +1506,6 @@ def test_unflatten():
     assert torch.equal(P(out, "N ..."), t.view(7, 5, 6, 11))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: unflatten of a name the value lacks says \"named axis 'Q' can't be used here: "
-    "this op changes the size of that dimension\" instead of 'the value has no named axis "
-    "'Q'' (as flatten/rename/size say)"))
 def test_unflatten_missing_name():
     # test_namedtensor.py::test_unflatten (error paths; 'Name ... not found')
     tensor = nt(torch.randn(7, 30, 11), "N D K")
@@ -1595,10 +1591,6 @@ def test_reduction_fns_simple_reduce(name):
     _check_reduce(op(xp, -1), ref(t, -1), {"N": 2}, "N ...")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: x.kthvalue(k, 'C') is refused with \"named axis 'C' can't be used here: this op "
-    "changes the size of that dimension\", but kthvalue reduces the dim like "
-    "median/mode (which work by name); PyTorch supported it"))
 def test_reduction_fns_kthvalue():
     # test_namedtensor.py::test_reduction_fns (kthvalue_wrapper)
     t = torch.randn(2, 3, 5)
@@ -1805,10 +1797,6 @@ def test_cat():
     assert torch.equal(P(out, "N ..."), torch.cat([a, b], 1))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: cat of values with no positional dims fails with an internal 'list assignment "
-    "index out of range' (IndexError text from the shape rule) instead of torch's "
-    "'zero-dimensional tensor ... cannot be concatenated'"))
 def test_cat_zero_dim():
     # test_namedtensor.py::test_cat (error: zero dim)
     with pytest.raises(ShapeError, match="zero-dim"):

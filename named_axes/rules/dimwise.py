@@ -1,6 +1,8 @@
 """Dim-wise rules: ops with one dim argument whose result keeps the rest of the value's
 shape (softmax, cumsum, sort, split, ...).  ``dim`` is translated to the physical layout;
 where ``names_ok`` an axis name (softmax family: a tuple of names and ints) may be given.
+``kthvalue`` removes its dim like ``median``, so it takes the reduction rule: by name it
+reduces the named axis.
 
 >>> import torch, named_axes as nx
 >>> x = nx.named(torch.zeros(2, 3), {0: 'b'})
@@ -11,12 +13,13 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import dispatch, result
+from .._dispatch import result
 from .._registry import op_name, register, spellings
 from .._errors import AxisSpecError
 from .._pointwise import finish
 from .._tensor import NamedTensor
-from .reductions import _dims_of
+from . import named_ints
+from .reductions import _dims_of, _reduction
 
 _NT = NamedTensor
 
@@ -24,40 +27,33 @@ __all__ = ["DIMWISE", "install"]
 
 
 # name -> (index of the dim argument, whether an axis name may be given)
+# (an axis name is allowed where the result keeps that dim's size, or removes the dim)
 DIMWISE = {
     "softmax": (1, True), "log_softmax": (1, True), "softmin": (1, True),
     "cumsum": (1, True), "cumprod": (1, True), "logcumsumexp": (1, True),
     "cummax": (1, True), "cummin": (1, True), "sort": (1, True), "argsort": (1, True),
     "normalize": (2, True), "glu": (1, False),
     "narrow": (1, False), "select": (1, False), "unbind": (1, False), "split": (2, False),
-    "chunk": (2, False), "tensor_split": (2, False), "topk": (2, False), "kthvalue": (2, False),
+    "chunk": (2, False), "tensor_split": (2, False), "topk": (2, False), "kthvalue": (2, True),
     "diff": (2, False), "index_select": (1, False), "repeat_interleave": (2, False),
     "unflatten": (1, False), "msort": (None, False),
 }
 
 
-def _index_select_0d(func, args, kwargs):
-    """A named 0-d index selects like a one-element 1-D index (torch's rule per instance;
-    functorch's batching rule reads the batched index as 1-D)."""
-    index = args[2] if len(args) > 2 else kwargs.get("index")
-    if type(index) is not _NT or index.ndim != 0:
-        return NotImplemented
-    index = index.unsqueeze(0)
-    if len(args) > 2:
-        return dispatch(func, (*args[:2], index, *args[3:]), kwargs)
-    return dispatch(func, args, {**kwargs, "index": index})
+# ops whose tensor arguments (a named start or index) vary per instance: rules/named_ints.py
+_NAMED_ARGS = {"narrow": named_ints.narrow, "index_select": named_ints.index_select}
 
 
 def _dimwise(name: str, dim_index: int, names_ok: bool):
     defaults = {"unbind": 0, "sort": -1, "argsort": -1, "topk": -1, "kthvalue": -1,
                 "diff": -1, "split": 0, "chunk": 0, "tensor_split": 0, "normalize": 1,
                 "glu": -1}
+    per_instance = _NAMED_ARGS.get(name)
 
     def rule(func, args, kwargs):
         x = args[0]
         if type(x) is not _NT:
-            return _index_select_0d(func, args, kwargs) if name == "index_select" else \
-                NotImplemented
+            return per_instance(func, args, kwargs) if per_instance else NotImplemented
         if len(args) == 2 and not kwargs and dim_index == 1:
             # x.softmax(d): one memoised translation, one call
             d = args[1]
@@ -69,9 +65,7 @@ def _dimwise(name: str, dim_index: int, names_ok: bool):
         if "axis" in kwargs and "dim" not in kwargs:
             kwargs["dim"] = kwargs.pop("axis")
         if any(isinstance(a, _NT) for a in rest) or any(isinstance(v, _NT) for v in kwargs.values()):
-            if name == "index_select":
-                return _index_select_0d(func, args, kwargs)
-            return NotImplemented
+            return per_instance(func, args, kwargs) if per_instance else NotImplemented
         key = "dim"
         pos = dim_index - 1
         if len(rest) > pos:
@@ -103,12 +97,21 @@ def _dimwise(name: str, dim_index: int, names_ok: bool):
             rest[where[1]] = newd
         else:
             kwargs[where[1]] = newd
-        out = func(x._data, *rest, **kwargs)
+        if name == "index_select":
+            try:
+                out = func(x._data, *rest, **kwargs)
+            except (RuntimeError, IndexError):   # an index out of range, said per instance
+                named_ints.explain_index(func, args, kwargs)
+                raise
+        else:
+            out = func(x._data, *rest, **kwargs)
         return result(out, x._names, func)
     return rule
 
 
 _SOFTMAXES = ("softmax", "log_softmax", "softmin")
+# ops that remove their dim (keepdim=False): the reduction rule, names reduce named axes
+_REDUCES = ("kthvalue",)
 
 
 def _softmax_over(name: str, func, x: _NT, dims, rest: list, kwargs: dict, where: tuple):
@@ -153,4 +156,5 @@ def install() -> None:
     for name, (idx, names_ok) in DIMWISE.items():
         if idx is None:
             continue
-        _declare(spellings(name), _dimwise(name, idx, names_ok))
+        impl = _reduction(name, idx, False) if name in _REDUCES else _dimwise(name, idx, names_ok)
+        _declare(spellings(name), impl)

@@ -94,7 +94,7 @@ REDUCTIONS = {
 # where positional `keepdim` sits, relative to the dim argument
 _KEEPDIM_AFTER = {"var": 2, "std": 2, "var_mean": 2, "std_mean": 2}
 # reductions whose dim defaults to -1 rather than "everything"
-_DEFAULT_DIM = {"mode": -1}
+_DEFAULT_DIM = {"mode": -1, "kthvalue": -1}
 # with no dim, these return values only (torch.max(x) vs torch.max(x, 0))
 _VALUES_ONLY = {"max", "min", "median", "nanmedian"}
 

@@ -17,7 +17,7 @@ import torch
 
 from .._dispatch import ShapeError, UseFallback, result, wrap
 from .._registry import op_name, register
-from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
+from .._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape
 from .._layout import align, union_names
 from ._common import _norm_pos, instance_invalid
 from .._tensor import NamedTensor
@@ -209,25 +209,6 @@ def _flip(func, args, kwargs):
     return result(torch.flip(x._data, [k + _norm_pos(d, p, op) for d in dims]), x._names, func)
 
 
-def _roll(func, args, kwargs):
-    x = args[0]
-    if type(x) is not _NT:
-        return NotImplemented
-    shifts = args[1] if len(args) > 1 else kwargs.get("shifts")
-    dims = args[2] if len(args) > 2 else kwargs.get("dims")
-    if dims is None:
-        return NotImplemented
-    op = op_name(func)
-    k, p = len(x._names), x.ndim
-    if isinstance(dims, (list, tuple)):
-        _int_dims(dims, op)
-        pd = [k + _norm_pos(d, p, op) for d in dims]
-    else:
-        _int_dims((dims,), op)
-        pd = k + _norm_pos(dims, p, op)
-    return result(torch.roll(x._data, shifts, pd), x._names, func)
-
-
 def _repeat(func, args, kwargs):
     x = args[0]
     if type(x) is not _NT:
@@ -337,6 +318,14 @@ def _cat(new_dim: bool):
             raise ShapeError(f"{op}: tensors must have the same number of positional dims, "
                              f"got positional shapes {shapes}")
         p = ranks.pop()
+        if p == 0 and not new_dim:
+            shapes = ", ".join(fmt_named_shape(t.named_shape) if type(t) is _NT else "{}"
+                               for t in tensors)
+            raise ShapeError(
+                f"{op}: zero-dimensional tensor (at position 0) cannot be concatenated: "
+                f"the operands have no positional dims (named shapes {shapes}); named axes "
+                f"are not dims to concatenate along: torch.stack adds a positional dim, "
+                f"nx.positional(x, name) makes a named axis one")
         U, phys = _full_layout(tensors, op)
         d = _norm_pos(dim, p + 1 if new_dim else p, op)
         return result(func(phys, len(U) + d), U, func)
@@ -505,7 +494,6 @@ def install() -> None:
     _declare([T.unsqueeze, torch.unsqueeze, T.unsqueeze_], _unsqueeze)
     _declare([T.movedim, torch.movedim, T.moveaxis, torch.moveaxis], _movedim)
     _declare([T.flip, torch.flip], _flip)
-    _declare([T.roll, torch.roll], _roll)
     _declare([T.repeat, T.tile, torch.tile], _repeat)
     _declare([T.diagonal, torch.diagonal], _diagonal)
     _declare([T.tril, torch.tril, T.triu, torch.triu, torch.linalg.det, torch.det, T.det,

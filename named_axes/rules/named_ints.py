@@ -1,0 +1,335 @@
+"""Integer arguments that vary per instance: ``roll``'s ``shifts``, ``narrow``'s ``start``,
+``index_select``'s and ``gather``'s ``index`` given as named integer values.
+
+Inside ``nx.xmap`` an integer such as ``nx.lax.axis_index('i')`` is a named value: one
+integer per instance of ``'i'``.  Passed as one of these arguments, every instance of the
+named axes gets the op applied with its own integer -- what a Python loop over the named
+indices computes, and what JAX's ``xmap`` does with ``jnp.roll(x, shift)`` or
+``lax.dynamic_slice_in_dim``.  No value is read into Python on the way: a per-instance
+shift or start becomes index arithmetic and one ``take_along_dim``, so the ops run under
+``nx.jit``, ``torch.compile``, ``nx.grad`` and ``torch.func``.
+
+- ``torch.roll`` / ``Tensor.roll``: any integer shift, taken modulo the dim's size (torch's
+  and JAX's rule); several ``dims`` take a shift each, named or not; with no ``dims`` each
+  instance's positional dims are rolled flattened, as torch does.  A plain-int roll of a
+  named value is one ``torch.roll`` of its data.
+- ``torch.narrow`` / ``Tensor.narrow``: torch's rule per instance (a negative start counts
+  from the end once); ``length`` is a Python int, since it sets the result's positional
+  shape, which every instance shares.  An out-of-range start raises :class:`ShapeError`
+  naming the instance, when the values can be read (eager execution).  While a graph is
+  traced (``nx.jit``, ``torch.compile``, ``make_graph``) or under a ``torch.func.vmap`` that
+  batches the start, the values cannot be read: each start is then clamped into range, as
+  ``nx.lax.dynamic_slice_in_dim`` (JAX's rule) does, which changes nothing for a valid
+  start.  The result is a copy, not a view: each instance's slice starts elsewhere.
+- ``index_select`` / ``gather``: a named index runs per instance (functorch's batching
+  rules); an index out of range is reported with the instance, the argument and the dim's
+  size instead of torch's message about the internal layout.
+
+>>> import torch, named_axes as nx
+>>> f = nx.xmap(lambda v: torch.roll(v, nx.lax.axis_index('i')), in_axes=['i', ...],
+...             out_axes=['i', ...])
+>>> f(torch.arange(3.).repeat(3, 1))
+tensor([[0., 1., 2.],
+        [2., 0., 1.],
+        [1., 2., 0.]])
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .._dispatch import ShapeError, result, vmap_fallback
+from .._errors import AxisSpecError, AxisTypeError, fmt_named_shape
+from .._layout import align, union_names
+from .._modes import building_graph
+from .._registry import register, spellings
+from .._tensor import NamedTensor
+from ._common import _norm_pos, _spelled
+
+__all__ = ["install", "narrow", "index_select", "explain_index"]
+
+_NT = NamedTensor
+_T = torch.Tensor
+_wrap_nt = NamedTensor._wrap
+_MISSING = object()
+
+
+def _is_tensor(v: Any) -> bool:
+    return type(v) is _NT or isinstance(v, _T)
+
+
+def _int_value(v: Any, op, arg: str) -> NamedTensor:
+    """``v`` (a tensor or NamedTensor) as an integer NamedTensor; an error naming ``arg``."""
+    s = v if type(v) is _NT else _wrap_nt(v, ())
+    dt = s._data.dtype
+    if dt == torch.bool or dt.is_floating_point or dt.is_complex:
+        raise AxisTypeError(f"{_spelled(op)}: {arg} must hold integers, got dtype {dt}; "
+                            f"cast it (.long())")
+    return s
+
+
+def _scalar(v: Any, op, arg: str) -> NamedTensor:
+    s = _int_value(v, op, arg)
+    if s.ndim:
+        raise AxisSpecError(
+            f"{_spelled(op)}: {arg} must be one integer per instance (positional shape ()), "
+            f"got positional shape {tuple(s.shape)} with named shape "
+            f"{fmt_named_shape(s.named_shape)}")
+    return s
+
+
+def _values_readable(data: _T) -> bool:
+    """Whether ``data``'s values may be read here: an eager tensor, no graph being built."""
+    return type(data) is _T and not data.is_meta and not building_graph()
+
+
+def _first_bad(bad: _T, names: tuple) -> tuple | None:
+    """The first instance (``{name: index}``) and position where ``bad`` holds, or None
+    when it holds nowhere or the values cannot be read (a ``torch.func.vmap`` level)."""
+    try:
+        if not bool(bad.any()):
+            return None
+    except RuntimeError:   # a batched tensor: values are not readable here
+        return None
+    where = [int(i) for i in bad.nonzero()[0]]
+    k = len(names)
+    return {n: where[i] for i, n in enumerate(names)}, tuple(where[k:]), tuple(where)
+
+
+def _shape_of(v: Any) -> str:
+    if type(v) is _NT:
+        return (f"positional shape {tuple(v.shape)}, named shape "
+                f"{fmt_named_shape(v.named_shape)}")
+    return f"positional shape {tuple(v.shape)}, unnamed tensor"
+
+
+# -- roll -------------------------------------------------------------------------------------
+
+def _roll(func, args, kwargs):
+    if not args or len(args) > 3 or (kwargs and set(kwargs) - {"shifts", "dims"}):
+        return NotImplemented
+    x = args[0]
+    shifts = args[1] if len(args) > 1 else kwargs.get("shifts", _MISSING)
+    if shifts is _MISSING or not _is_tensor(x):
+        return NotImplemented
+    dims = args[2] if len(args) > 2 else kwargs.get("dims")
+    flat = dims is None or (isinstance(dims, (tuple, list)) and not dims)
+    dim_list = [] if flat else list(dims) if isinstance(dims, (tuple, list)) else [dims]
+    for d in dim_list:
+        if _is_tensor(d):
+            raise AxisTypeError(f"{_spelled(func)}: dims must be ints (positional dims), "
+                                f"got a tensor")
+        if isinstance(d, bool) or not isinstance(d, int):
+            raise AxisSpecError(
+                f"{_spelled(func)}: dims={dims!r}: roll shifts positional dims (ints); a "
+                f"named axis has no order to roll along: shift its instances with "
+                f"nx.lax.ppermute, or make it positional (nx.positional) first")
+    shift_list = _shift_list(shifts, func)
+    want = 1 if flat else len(dim_list)
+    if len(shift_list) != want:
+        raise ShapeError(
+            f"{_spelled(func)}: shifts and dims must align: {len(shift_list)} shift(s) for "
+            f"{'no dims (a flattened roll takes one shift)' if flat else f'dims={dims!r}'}")
+    if not any(type(s) is _NT for s in shift_list):
+        if type(x) is not _NT:
+            return NotImplemented
+        return _roll_static(func, x, shift_list, dim_list, flat)
+    return _roll_named(func, x if type(x) is _NT else _wrap_nt(x, ()), shift_list,
+                       dim_list, flat)
+
+
+def _shift_list(shifts, func) -> list:
+    """The shifts, one entry per dim: ints as they are, tensors as integer NamedTensors."""
+    if _is_tensor(shifts):
+        s = _int_value(shifts, func, "shifts")
+        if s.ndim == 0:
+            return [s]
+        if s.ndim != 1:
+            raise AxisSpecError(
+                f"{_spelled(func)}: shifts as a tensor must have positional shape () or "
+                f"(number of dims,), got {_shape_of(s)}")
+        k = len(s._names)
+        return [_wrap_nt(t, s._names) for t in s._data.unbind(k)]
+    items = list(shifts) if isinstance(shifts, (tuple, list)) else [shifts]
+    out = []
+    for e in items:
+        if _is_tensor(e):
+            out.append(_scalar(e, func, "shifts"))
+        elif isinstance(e, (bool, float, complex, str)) or e is None:
+            raise AxisTypeError(
+                f"{_spelled(func)}: shifts must be ints or integer values (a named one "
+                f"shifts each instance by its own amount), got {e!r}")
+        else:
+            out.append(e)
+    return out
+
+
+def _roll_static(func, x: NamedTensor, shifts: list, dims: list, flat: bool):
+    """Plain-int shifts: one torch.roll of the data (the named dims lead)."""
+    data, k, p = x._data, len(x._names), x.ndim
+    if flat:
+        lead = tuple(data.shape[:k])
+        out = data.reshape(lead + (-1,)).roll(shifts[0], -1).reshape(data.shape)
+    else:
+        out = torch.roll(data, shifts, [k + _norm_pos(d, p, func) for d in dims])
+    return result(out, x._names, func)
+
+
+def _roll_named(func, x: NamedTensor, shifts: list, dims: list, flat: bool):
+    """Per-instance shifts: out[j] = x[(j - shift) mod n] by take_along_dim."""
+    operands = [("input", x)] + [(f"shifts[{i}]" if len(shifts) > 1 else "shifts", s)
+                                 for i, s in enumerate(shifts) if type(s) is _NT]
+    U = union_names(operands, op=func)
+    k, p = len(U), x.ndim
+    data = align(x._data, x._names, p, U, p)
+    if flat:
+        shape = tuple(data.shape)
+        data = _shift(data.reshape(shape[:k] + (-1,)), k, shifts[0], U)
+        data = data.reshape(tuple(data.shape[:k]) + shape[k:])
+    else:
+        for s, d in zip(shifts, dims):
+            dd = k + _norm_pos(d, p, func)
+            data = _shift(data, dd, s, U) if type(s) is _NT else torch.roll(data, s, dd)
+    sizes = {}
+    for _, v in operands:
+        sizes.update(zip(v._names, v._data.shape))
+    full = tuple(sizes[n] for n in U)
+    if tuple(data.shape[:k]) != full:   # (an empty dim: nothing was gathered)
+        data = data.expand(full + tuple(data.shape[k:]))
+    return result(data, U, func)
+
+
+def _shift(data: _T, dd: int, s: NamedTensor, U: tuple) -> _T:
+    """``data`` (``[U..., positional]``) rolled along physical dim ``dd`` by ``s``."""
+    n = data.shape[dd]
+    if n == 0:
+        return data
+    k = len(U)
+    sd = align(s._data, s._names, 0, U, 0).to(device=data.device, dtype=torch.long)
+    idx = torch.remainder(torch.arange(n, device=data.device) - sd.unsqueeze(-1), n)
+    idx = idx.reshape(tuple(idx.shape[:-1]) + (1,) * (dd - k) + (n,)
+                      + (1,) * (data.dim() - dd - 1))
+    return torch.take_along_dim(data, idx, dd)
+
+
+# -- narrow -----------------------------------------------------------------------------------
+
+def narrow(func, args, kwargs):
+    """``narrow`` with a tensor among its arguments (the dim-wise rule hands it over)."""
+    names = ("input", "dim", "start", "length")
+    if len(args) > 4 or (kwargs and set(kwargs) - set(names)):
+        return NotImplemented
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    if any(n not in bound for n in names):
+        return NotImplemented
+    x, dim, start, length = (bound[n] for n in names)
+    if _is_tensor(dim):
+        raise AxisTypeError(f"{_spelled(func)}: dim must be a positional dim (an int), got a "
+                            f"tensor ({_shape_of(dim)})")
+    if _is_tensor(length):
+        raise AxisTypeError(
+            f"{_spelled(func)}: length must be a Python int, got a tensor ({_shape_of(length)}): "
+            f"it sets the result's positional shape, which every instance shares. Narrow "
+            f"to the longest length and mask the rest (torch.where) per instance")
+    if not _is_tensor(x) or type(start) is not _NT:
+        return NotImplemented
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise AxisSpecError(f"{_spelled(func)}: dim={dim!r}: narrow acts on a positional dim "
+                            f"(an int); a named axis has one size")
+    x = x if type(x) is _NT else _wrap_nt(x, ())
+    s = _scalar(start, func, "start")
+    union_names([("input", x), ("start", s)], op=func)
+    d = _norm_pos(dim, x.ndim, func)
+    n = x.shape[d]
+    if isinstance(length, int) and not 0 <= length <= n:
+        raise ShapeError(
+            f"{_spelled(func)}: length {length} does not fit dim {dim} of size {n} "
+            f"(input {_shape_of(x)}); it must be in [0, {n}]")
+    if _values_readable(s._data):
+        _check_starts(func, x, s, dim, n, length)
+    from ..lax._slicing import dynamic_slice_in_dim   # (lax comes after the rules)
+
+    return dynamic_slice_in_dim(x, s, length, axis=d)
+
+
+def _check_starts(func, x: NamedTensor, s: NamedTensor, dim: int, n: int, length: int) -> None:
+    """torch's rule per instance: ``-n <= start <= n`` and ``start + length <= n`` after a
+    negative start is counted from the end."""
+    sd = s._data
+    wrapped = torch.where(sd < 0, sd + n, sd)
+    hit = _first_bad((wrapped < 0) | (wrapped + length > n), s._names)
+    if hit is None:
+        return
+    instance, _, at = hit
+    value = int(sd[at])
+    raise ShapeError(
+        f"{_spelled(func)}: start is out of range at instance {instance}: start {value} with "
+        f"length {length} does not fit dim {dim} of size {n} (each instance needs a start "
+        f"in [0, {n - length}], or one in [{-n}, {-length}] counting from the end).\n"
+        f"  input: {_shape_of(x)}\n  start: {_shape_of(s)}\n"
+        f"Fix the start, or use nx.lax.dynamic_slice_in_dim, which clamps it into range "
+        f"(JAX's rule)")
+
+
+# -- index_select / gather --------------------------------------------------------------------
+
+def index_select(func, args, kwargs):
+    """``index_select`` with a named index (or a plain input): per instance of the names.
+
+    A 0-d index selects like a one-element 1-D index (torch's rule per instance;
+    functorch's batching rule reads the batched index as 1-D)."""
+    index = args[2] if len(args) > 2 else kwargs.get("index")
+    if type(index) is _NT and index.ndim == 0:
+        index = index.unsqueeze(0)
+        if len(args) > 2:
+            args = (*args[:2], index, *args[3:])
+        else:
+            kwargs = {**kwargs, "index": index}
+    return _per_instance_index(func, args, kwargs)
+
+
+def _gather(func, args, kwargs):
+    return _per_instance_index(func, args, kwargs)
+
+
+def _per_instance_index(func, args, kwargs):
+    """The op under the vmap fallback; an index out of range explained by instance."""
+    try:
+        return vmap_fallback(func, args, kwargs)
+    except (RuntimeError, IndexError):
+        explain_index(func, args, kwargs)
+        raise
+
+
+def explain_index(func, args, kwargs) -> None:
+    """Raise ShapeError naming the instance when ``index`` holds a value outside the dim."""
+    names = ("input", "dim", "index")
+    bound = dict(zip(names, args))
+    bound.update(kwargs)
+    x, dim, index = (bound.get(n) for n in names)
+    if not (_is_tensor(x) and _is_tensor(index) and isinstance(dim, int)):
+        return
+    data = index._data if type(index) is _NT else index
+    inames = index._names if type(index) is _NT else ()
+    p = x.ndim if type(x) is _NT else x.dim()
+    if not _values_readable(data) or data.dtype.is_floating_point or data.dtype == torch.bool:
+        return
+    if not -max(p, 1) <= dim < max(p, 1):
+        return
+    n = x.shape[dim] if p else 1
+    hit = _first_bad((data < 0) | (data >= n), inames)
+    if hit is None:
+        return
+    instance, pos, at = hit
+    where = f"instance {instance}, position {pos}" if inames else f"position {pos}"
+    raise ShapeError(
+        f"{_spelled(func)}: index is out of range at {where}: "
+        f"it holds {int(data[at])}, but dim {dim} has size {n} (indices must be in "
+        f"[0, {n - 1}]).\n  input: {_shape_of(x)}\n  index: {_shape_of(index)}") from None
+
+
+def install() -> None:
+    register(spellings("roll"), _roll, kind="named_int")
+    register(spellings("gather"), _gather, kind="named_int")
