@@ -51,6 +51,8 @@ def nx_module():
         import named_axes as nx
     except Exception as e:  # noqa: BLE001 - any import failure means "not there yet"
         raise NotAvailable(f"import named_axes failed ({type(e).__name__})") from None
+    if hasattr(nx, "enable_dynamo_matmul"):   # the programs write `x @ w` (a dynamo bug)
+        nx.enable_dynamo_matmul()
     return nx
 
 

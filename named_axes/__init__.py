@@ -28,12 +28,10 @@ from ._layout import named, positional
 from ._xmap import xmap
 from ._functions import (all, amax, amin, any, argmax, argmin, log_softmax, logsumexp, max,
                          mean, min, norm, prod, softmax, std, sum, var)
-from . import _compile_compat as _compile_compat  # noqa: F401  (dynamo fix for `named @ tensor`,
-#   installed lazily: the first time torch._dynamo is imported or nx.jit compiles)
 from ._interop import collate  # DataLoader collation, torch.load safe globals, numpy interop
-from . import _torch_func as _torch_func_module
-
-_torch_func_module.install()  # torch.func transforms on named values run as nx's
+# explicit opt-ins that change torch (import named_axes changes nothing in torch)
+from ._torch_func import disable_torch_func, enable_torch_func
+from ._compile_compat import disable_dynamo_matmul, enable_dynamo_matmul
 
 __version__ = "0.1.0"
 
@@ -43,6 +41,7 @@ __all__ = [
     "softmax", "log_softmax", "var", "std", "all", "any", "norm",
     "NamedAxisError", "AxisSizeError", "AxisSpecError", "AxisResourceError", "AxisTypeError",
     "UnboundAxisError", "ShapeError", "collate",
+    "enable_torch_func", "disable_torch_func", "enable_dynamo_matmul", "disable_dynamo_matmul",
 ]
 
 # -- named ops & collectives (einsum, one_hot, nx.lax, nx.nn) ---------------------------

@@ -26,6 +26,7 @@ from ._registry import RULES, op_name, rule_while_compiling
 from ._registry import is_inplace as _is_inplace
 from ._plancache import PlanCache
 from ._shape_errors import _meta, positional_failure
+from . import _tensor
 from ._tensor import NamedTensor
 from ._torch_func import ORIGINAL as _functorch
 from ._writes import check_inplace, write_out
@@ -476,3 +477,6 @@ def _leaf_label(spec, i: int) -> str:
     return f"operand {i}"
 
 
+# NamedTensor.__torch_function__ calls this module's dispatch; bound here (not on the
+# first call) so that dynamo never guards on a stub that later replaces itself
+_tensor._dispatch = dispatch

@@ -16,8 +16,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Iterator, Mapping
 
+import torch
+
+from . import _levels
 from ._errors import UnboundAxisError, unbound_message
 from ._tensor import RECORDERS
+from ._torch_private import functorch_active, functorch_level
 
 # Recorder key (see NamedTensor._wrap): names bound by frames opened while a
 # differentiated function runs, i.e. a nested xmap's own axes (transforms/_instances.py).
@@ -62,6 +66,8 @@ class _State(threading.local):
         self.engine: bool = False
         # (bound, conflicts, engine) as they were before each frame of ``stack`` was pushed
         self.saved: list[tuple] = []
+        # the torch.func level active when each frame of ``stack`` was pushed
+        self.levels: list = []
 
 
 _state = _State()
@@ -109,6 +115,8 @@ def push(frame: Frame) -> None:
     bound, pairs = st.bound, st.conflicts
     st.saved.append((bound, pairs, st.engine))
     st.stack.append(frame)
+    st.levels.append(functorch_level() if functorch_active()
+                     and not torch.compiler.is_compiling() else None)
     st.bound = {**bound, **frame.sizes} if bound else frame.sizes
     if frame.conflicts:
         st.conflicts = pairs | frame.conflicts
@@ -123,7 +131,17 @@ def pop() -> None:
     """Leave the innermost frame, restoring the environment around it."""
     st = _state
     st.stack.pop()
+    st.levels.pop()
     st.bound, st.conflicts, st.engine = st.saved.pop()
+
+
+def _innermost_frame_level() -> tuple:
+    """``(whether a frame is bound, the torch.func level when the innermost was pushed)``"""
+    levels = _state.levels
+    return (True, levels[-1]) if levels else (False, None)
+
+
+_levels.frame_level = _innermost_frame_level   # _levels sits below this module
 
 
 @contextlib.contextmanager

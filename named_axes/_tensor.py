@@ -24,6 +24,8 @@ from typing import Any
 import torch
 
 from ._errors import AxisSpecError, AxisTypeError, fmt_named_shape
+from ._levels import check_foreign as _check_foreign
+from ._torch_private import functorch_active as _functorch_active
 
 __all__ = ["NamedTensor"]
 
@@ -72,8 +74,11 @@ class NamedTensor:
         self = object.__new__(cls)
         self._data = data
         self._names = names
-        if RECORDERS and names:
-            _record(data, names)
+        if names:
+            if RECORDERS:
+                _record(data, names)
+            if _functorch_active():
+                _check_foreign()
         return self
 
     # -- shapes ---------------------------------------------------------------
@@ -457,12 +462,8 @@ def _preview(data: torch.Tensor, names: tuple, edgeitems: int = 3) -> str:
 
 
 def _dispatch(func, args, kwargs):
-    # bound late: _dispatch imports this module
-    from ._dispatch import dispatch
-
-    global _dispatch
-    _dispatch = dispatch
-    return dispatch(func, args, kwargs)
+    # replaced by _dispatch.dispatch when that module is imported (it imports this one)
+    raise RuntimeError("named_axes._dispatch was not imported")
 
 
 def _make_operator(name: str):

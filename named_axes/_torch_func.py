@@ -1,27 +1,30 @@
-"""``torch.func`` transforms on named values run as their named_axes counterparts.
+"""``torch.func`` and named values: the library's own calls, and an opt-in for users.
 
-functorch accepts plain tensors only: ``torch.func.grad(f)(w)`` on a NamedTensor (every
-argument inside ``nx.xmap`` is one) raised ``ValueError: Thing passed to transform API
-must be Tensor``. At ``import named_axes`` the transforms in ``torch.func`` (and
-``torch.vmap``) are wrapped: a call whose arguments hold a NamedTensor runs
-``nx.grad`` / ``nx.value_and_grad`` / ``nx.vjp`` / ``nx.jvp`` / ``nx.vmap`` /
-``nx.jacrev`` / ``nx.jacfwd`` / ``nx.hessian`` with torch's argument and result
-conventions (so does any call inside a named program, where a closure may bring named
-values) (``grad_and_value`` returns ``(grad, value)``); any other call goes to
-torch's own transform untouched. Inside ``xmap`` this gives JAX's per-instance
-gradients (docs/guide.md §4), as ``nx.grad`` does. A transform imported by name before
-``import named_axes`` (``from torch.func import grad``) is torch's own.
+functorch accepts plain tensors only (``torch.func.grad(f)(w)`` on a NamedTensor raises
+torch's ``Thing passed to transform API must be Tensor``), and a named value that a
+closure brings into a ``torch.func`` transform would be differentiated positionally --
+the sum over its instances, not JAX's per-instance cotangents (docs/guide.md §4).
+So:
 
-named_axes's own modules call torch's transforms through :data:`ORIGINAL` (never the
-wrappers).
+* :data:`ORIGINAL` holds torch's transforms as the library calls them: each records
+  the functorch level it opens, so named values know the transforms that are ours.
+* :func:`check_foreign` (called where named values are built) refuses a named value
+  under a differentiating ``torch.func`` transform that named_axes did not open, with
+  an error pointing to ``nx.grad`` and :func:`enable_torch_func`.
+* :func:`enable_torch_func` is the explicit opt-in that makes ``torch.func``'s
+  transforms (and ``torch.vmap``) run their ``nx`` counterparts on named values, with
+  torch's argument and result conventions; :func:`disable_torch_func` undoes it.
+  ``import named_axes`` changes nothing in ``torch.func``.
 
 >>> import torch, named_axes as nx
+>>> nx.enable_torch_func()
 >>> def per_example(x, w):
 ...     return torch.func.grad(lambda w: (x * w).sum())(w)
 >>> g = nx.xmap(per_example, in_axes=(['b', ...], [...]), out_axes=['b', ...])
 >>> g(torch.tensor([[1., 2.], [3., 4.]]), torch.zeros(2))
 tensor([[1., 2.],
         [3., 4.]])
+>>> nx.disable_torch_func()
 """
 from __future__ import annotations
 
@@ -33,12 +36,17 @@ import torch.func
 from torch.utils._pytree import tree_flatten
 
 from ._env import _state as _env_state
+from ._levels import owned
 from ._tensor import NamedTensor
 
-__all__ = ["ORIGINAL", "install"]
+__all__ = ["ORIGINAL", "enable_torch_func", "disable_torch_func"]
 
 _NAMES = ("grad", "grad_and_value", "vjp", "jvp", "vmap", "jacrev", "jacfwd", "hessian")
-ORIGINAL: dict[str, Callable] = {n: getattr(torch.func, n) for n in _NAMES}
+_TORCH: dict[str, Callable] = {n: getattr(torch.func, n) for n in _NAMES}
+_TORCH_VMAP = torch.vmap
+# torch's transforms as the library calls them: their levels are the library's own
+ORIGINAL: dict[str, Callable] = {n: owned(f, direct=n in ("vjp", "jvp"))
+                                 for n, f in _TORCH.items()}
 
 
 def _named(*values: Any) -> bool:
@@ -50,7 +58,7 @@ def _named(*values: Any) -> bool:
 
 def _transform(name: str, build_named: Callable) -> Callable:
     """``torch.func.<name>(func, ...)`` whose result dispatches per call on its arguments."""
-    original = ORIGINAL[name]
+    original = _TORCH[name]
 
     @functools.wraps(original)
     def transform(func: Callable, *t_args: Any, **t_kwargs: Any) -> Callable:
@@ -107,7 +115,7 @@ def _vjp(func: Callable, *primals: Any, has_aux: bool = False):
         from .transforms import vjp
 
         return vjp(func, *primals, has_aux=has_aux)
-    return ORIGINAL["vjp"](func, *primals, has_aux=has_aux)
+    return _TORCH["vjp"](func, *primals, has_aux=has_aux)
 
 
 def _jvp(func: Callable, primals: Any, tangents: Any, *, strict: bool = False,
@@ -116,11 +124,21 @@ def _jvp(func: Callable, primals: Any, tangents: Any, *, strict: bool = False,
         from .transforms import jvp
 
         return jvp(func, primals, tangents, has_aux=has_aux)
-    return ORIGINAL["jvp"](func, primals, tangents, strict=strict, has_aux=has_aux)
+    return _TORCH["jvp"](func, primals, tangents, strict=strict, has_aux=has_aux)
 
 
-def install() -> None:
-    """Wrap ``torch.func``'s transforms (idempotent)."""
+def enable_torch_func() -> None:
+    """Make ``torch.func``'s transforms (and ``torch.vmap``) take named values
+    (idempotent; process-wide until :func:`disable_torch_func`).
+
+    A call whose arguments hold a NamedTensor, or one made inside a named program (a
+    closure may bring named values), runs ``nx.grad`` / ``nx.value_and_grad`` /
+    ``nx.vjp`` / ``nx.jvp`` / ``nx.vmap`` / ``nx.jacrev`` / ``nx.jacfwd`` /
+    ``nx.hessian`` with torch's argument and result conventions (``grad_and_value``
+    returns ``(grad, value)``); any other call goes to torch's own transform.  A
+    transform imported by name before this call (``from torch.func import grad``)
+    stays torch's own.
+    """
     if getattr(torch.func.grad, "_named_axes", False):
         return
     wrapped = {
@@ -130,10 +148,17 @@ def install() -> None:
         "jacrev": _transform("jacrev", _jac("jacrev")),
         "jacfwd": _transform("jacfwd", _jac("jacfwd")),
         "hessian": _transform("hessian", _hessian),
-        "vjp": functools.wraps(ORIGINAL["vjp"])(_vjp),
-        "jvp": functools.wraps(ORIGINAL["jvp"])(_jvp),
+        "vjp": functools.wraps(_TORCH["vjp"])(_vjp),
+        "jvp": functools.wraps(_TORCH["jvp"])(_jvp),
     }
     for name, fn in wrapped.items():
         fn._named_axes = True
         setattr(torch.func, name, fn)
     torch.vmap = wrapped["vmap"]
+
+
+def disable_torch_func() -> None:
+    """Undo :func:`enable_torch_func`: torch's own transforms back in ``torch.func``."""
+    for name, fn in _TORCH.items():
+        setattr(torch.func, name, fn)
+    torch.vmap = _TORCH_VMAP

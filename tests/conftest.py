@@ -206,3 +206,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("distributed") is not None:
             item.add_marker(pytest.mark.xdist_group("distributed"))
+
+
+@pytest.fixture
+def dynamo_matmul():
+    """The opt-in dynamo fix for ``named @ tensor`` (docs/guide.md §4), undone after."""
+    nx.enable_dynamo_matmul()
+    yield
+    nx.disable_dynamo_matmul()

@@ -141,6 +141,7 @@ def test_bool_dim_is_not_served_as_int():
         x.sum(False)
 
 
+@pytest.mark.usefixtures("dynamo_matmul")
 def test_compiled_fullgraph_through_direct_paths():
     w = torch.randn(5)
 
@@ -183,6 +184,7 @@ def test_broadcast_by_name_paths():
             nx.named(torch.randn(3), {0: "a"}) + nx.named(torch.randn(4), {0: "b"})
 
 
+@pytest.mark.usefixtures("dynamo_matmul")
 def test_compiled_fullgraph_with_unnamed_inputs():
     # in_axes={} inputs arrive as NamedTensors without names: operators and methods on
     # them must trace too (no dispatcher table lookup keyed by a Tensor method)

@@ -38,6 +38,9 @@ def _matmul(func, args, kwargs):
     name = getattr(func, "__name__", "matmul")
     if name == "__rmatmul__":
         a, b = b, a
+    elif (type(a) is not _NT and torch.compiler.is_compiling()
+          and (func is torch.Tensor.matmul or func is torch.Tensor.__matmul__)):
+        _refuse_swapped_matmul()
     if name == "vdot":
         a = a.conj()
     pa = a.ndim if type(a) is _NT else a.dim()
@@ -54,6 +57,19 @@ def _matmul(func, args, kwargs):
         if pb >= 2 and a.dim() <= pb:
             return result(torch.matmul(a, b._data), b._names, func)
     return _matmul_folded(func, a, b, pa, pb)
+
+
+def _refuse_swapped_matmul() -> None:
+    """Under dynamo, ``named @ tensor`` arrives as ``Tensor.matmul(tensor, named)``
+    (its operands swapped: see ``_compile_compat``) unless the user opted into the fix."""
+    from .._compile_compat import matmul_is_fixed
+
+    if not matmul_is_fixed():
+        raise ShapeError(
+            "tensor @ named under torch.compile: dynamo traces `named @ tensor` as "
+            "`tensor.matmul(named)`, its operands swapped (its reverse-operator table lacks "
+            "matmul), so the two cannot be told apart. Call nx.enable_dynamo_matmul() once "
+            "before compiling, or write torch.matmul(a, b)")
 
 
 def _matmul_folded(func, a, b, pa: int, pb: int):

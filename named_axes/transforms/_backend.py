@@ -4,9 +4,10 @@ Each ``nx.lax`` collective is a ``torch.library`` custom op (``named_axes::psum`
 opaque to inductor, which would call it as an external kernel.  On one device its
 meaning is plain tensor code (its own implementation), so this backend hands inductor
 those implementations as decompositions; the collective then fuses with its
-neighbours.  ``nx.jit`` compiles with it when ``backend='inductor'``.  The name is
-registered by ``named_axes._compile_compat`` as soon as ``torch._dynamo`` is imported
-(importing this module imports neither dynamo nor inductor).
+neighbours.  ``nx.jit`` compiles with it when ``backend='inductor'``.  torch finds the
+name through the package's ``torch_dynamo_backends`` entry point (setup.cfg), so
+nothing is registered at run time (importing this module imports neither dynamo nor
+inductor).
 
 >>> import torch, named_axes as nx
 >>> f = torch.compile(lambda x: (x * 2).sum(), backend="named_axes", fullgraph=True)
@@ -125,9 +126,6 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
     one autograd node), called through its wrapper.  ``grad_off``: the caller runs the
     result with grad disabled (then constants requiring grad do not matter).
     """
-    from .. import _compile_compat
-
-    _compile_compat.install()
     from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
@@ -245,8 +243,5 @@ def compile_boxed(gm: torch.fx.GraphModule, example: list, backend: Backend,
                             options=dict(backend.options))
     if backend.name == "eager":
         return lambda args: gm(*args)
-    from .. import _compile_compat
-
-    _compile_compat.install()
     compiled = torch.compile(gm, backend=backend.name, fullgraph=True, dynamic=False)
     return lambda args: compiled(*args)

@@ -100,12 +100,6 @@ def disable_jit():
         _flags.disabled = old
 
 
-def _ensure_compile_support() -> None:
-    from .. import _compile_compat
-
-    _compile_compat.install()
-
-
 def _in_transform() -> bool:
     """Whether a trace (make_fx, dynamo) or a torch.func transform is running."""
     if _is_compiling():
@@ -271,7 +265,6 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
                 entry = None if ident is None else _load_stored(ident, leaves)
                 counts[3] += entry is not None
             if entry is None:
-                _ensure_compile_support()
                 misses = FOLD_MISSES[0]
                 with _store.compile_lock:
                     try:

@@ -409,9 +409,6 @@ def compile_and_save(gm: torch.fx.GraphModule, example: list, ident: Identity,
     (:class:`_Unstorable` when the compiler cannot take it); ``positions``: see
     :func:`closed_over_positions`."""
 
-    from .. import _compile_compat
-
-    _compile_compat.install()
     gm, constants = _lifted(gm)
     example = [t.detach() for t in example] + [
         torch.empty_strided(t.shape, t.stride(), dtype=t.dtype) for t in constants]

@@ -215,6 +215,7 @@ def run(prog: dict, resources: dict | None = None, jit: bool = False,
             f = nx.jit(f, backend=backend)
             f(*args)
         if compiled:   # torch.compile(xmap(f), fullgraph=True): dynamo traces the program
+            nx.enable_dynamo_matmul()   # programs may write `a @ b` (docs/guide.md §4)
             torch._dynamo.reset()
             f = torch.compile(f, fullgraph=True, backend="eager")
         if resources and any(isinstance(r, str) for r in resources.values()):

@@ -214,10 +214,11 @@ def _run(code: str, env: dict | None = None) -> str:
     return res.stdout
 
 
-def test_import_is_lazy_and_torch_compile_still_patched():
+def test_import_is_lazy_and_the_matmul_fix_is_opt_in():
     out = _run(
         "import sys, torch, named_axes as nx\n"
         "print('torch._dynamo' in sys.modules, 'torch._inductor' in sys.modules)\n"
+        "nx.enable_dynamo_matmul()\n"
         "f = nx.xmap(lambda x, w: (x @ w).sum(), in_axes=(['b', ...], {}), out_axes=['b', ...])\n"
         "x, w = torch.randn(3, 4), torch.randn(4, 2)\n"
         "c = torch.compile(f, fullgraph=True, backend='eager')\n"

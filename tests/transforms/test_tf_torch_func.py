@@ -1,4 +1,6 @@
-"""torch.func transforms on named values run as named_axes's (per-instance, SPEC §4)."""
+"""After ``nx.enable_torch_func()``, torch.func transforms on named values run as
+named_axes's (per-instance, SPEC §4).  Without it they are torch's own and refuse named
+values (tests/test_torch_untouched.py)."""
 from __future__ import annotations
 
 import pytest
@@ -9,6 +11,13 @@ import named_axes as nx
 X = torch.tensor([[1., 2., 3.], [4., 5., 6.], [-1., 0., 2.], [0.5, 0.5, 0.5]])
 W = torch.tensor([0.3, -0.2, 0.1])
 SPEC = dict(in_axes=(["b", ...], [...]), out_axes=["b", ...])
+
+
+@pytest.fixture(autouse=True)
+def _torch_func_enabled():
+    nx.enable_torch_func()
+    yield
+    nx.disable_torch_func()
 
 
 def _loop(fn):
