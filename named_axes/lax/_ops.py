@@ -404,14 +404,18 @@ def ppermute(x: torch.Tensor, dim: int, src: list, dst: list) -> torch.Tensor:
 
 # -- pdot: a two-operand einsum that contracts named dims ---------------------------------
 
+# The op's meaning (and, inlined by the compile backend, its lowering) is the product a
+# person would write: one mm / bmm between views where the equation allows, not
+# torch.einsum's bmm-of-everything decomposition (which gave inductor a batch-1 bmm and
+# extra permutes for `x @ w`).
 @custom_op("named_axes::pdot", mutates_args=())
 def _pdot(x: torch.Tensor, y: torch.Tensor, equation: str) -> torch.Tensor:
-    return torch.einsum(equation, x, y)
+    return einsum2_eager(equation, x, y)
 
 
 @_pdot.register_fake
 def _(x, y, equation):
-    return torch.einsum(equation, x, y)
+    return einsum2_eager(equation, x, y)
 
 
 def _pdot_vmap(info, in_dims, x, y, equation):
@@ -435,7 +439,7 @@ def _einsum_grad(g, go, other, to, mine, shape):
     """d(einsum(mine, to -> go))/d(mine) applied to g; letters only in ``mine`` broadcast."""
     avail = set(go) | set(to)
     keep = "".join(c for c in mine if c in avail)
-    grad = torch.einsum(f"{go},{to}->{keep}", g, other)
+    grad = einsum2_eager(f"{go},{to}->{keep}", g, other)
     view = [shape[i] if c in avail else 1 for i, c in enumerate(mine)]
     return grad.reshape(view).expand(shape)
 
@@ -477,8 +481,6 @@ class _PDot(_Fn):
 def pdot(x: torch.Tensor, y: torch.Tensor, equation: str) -> torch.Tensor:
     """``torch.einsum(equation, x, y)`` as the named op ``named_axes::pdot``."""
     if not _tracing():  # one mm / bmm where it can (see named_axes._einsum.einsum2)
-        if torch.compiler.is_compiling():   # (dynamo in a torch.func transform)
-            return torch.einsum(equation, x, y)
         return einsum2_eager(equation, x, y)
     return _fn(_PDot).apply(x, y, equation)
 
