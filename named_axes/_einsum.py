@@ -4,7 +4,11 @@ One letter per positional axis, named axes in braces: ``'n{b,k},{k,m}->n{b,m}'``
 Named axes listed in inputs but not in the output are contracted; an operand may
 list a name it lacks (it is replicated along it: broadcast).  A named axis an operand
 carries but its term does not list is vectorized over, as by every other op (a batch
-axis, kept in the output); a spec without braces treats every named axis that way.  The whole call is
+axis, kept in the output); a spec without braces treats every named axis that way.  Another
+operand's term may still list that name, as in JAX's ``xeinsum``: unless the output lists
+it too (one axis then, multiplied elementwise), the listing operand is summed over it
+first, ``einsum(',{i}->', a, b) == a * psum(b, 'i')`` for ``a`` carrying ``i`` unlisted
+(the ``axis_name`` of ``nx.vmap`` is such an axis).  The whole call is
 translated once into a positional ``torch.einsum`` on the physical tensors, each
 named axis getting a fresh letter, so it is as fast (and as traceable) as plain einsum.
 
@@ -129,7 +133,8 @@ def einsum(spec: str, *operands: Any) -> Any:
 
     Raises:
         AxisSpecError: a malformed spec, an output letter no input has or a repeated one,
-            a name one term lists while another operand carries it unlisted (batched).
+            a name two terms list to contract while a third operand carries it unlisted
+            (JAX's ``xeinsum`` takes two operands: contract in two einsums).
         UnboundAxisError: a braced name that no operand carries and no map binds.
         AxisSizeError: one letter or name with two sizes.
 
@@ -137,6 +142,9 @@ def einsum(spec: str, *operands: Any) -> Any:
     >>> a = nx.named(torch.arange(6.).reshape(2, 3), 'i ...')
     >>> nx.einsum('j{i}->', a)
     tensor(15.)
+    >>> b = nx.named(torch.tensor([1., 2.]), 'i ...')
+    >>> nx.positional(nx.einsum(',{i}->', b, b), 'i ...')   # b carries i unlisted: b * psum(b, 'i')
+    tensor([3., 6.])
     """
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
@@ -169,6 +177,8 @@ def _named_einsum(spec: str, operands: tuple) -> Any:
     key = _plan_key(spec, operands)
     plan = _PLANS.plan(key, spec, operands, bound) if key is not None else \
         _build_plan(spec, operands)
+    if type(plan) is Prereduce:
+        return _run_prereduce(plan, operands, bound)
     if _env_state.engine:   # an engine may compute some named axes in pieces
         out = _run_split(plan, operands, bound)
         if out is not None:
@@ -410,6 +420,74 @@ def _matmul_einsum(plan: tuple, x: torch.Tensor, y: torch.Tensor):
     return out if po is None else out.permute(po)
 
 
+class Prereduce(NamedTuple):
+    """A braced einsum in which one operand's term lists a named axis that another operand
+    carries unlisted (a batch axis there) and the output does not list.  As JAX's
+    ``xeinsum`` does, the listing operand is summed over that axis first (``psum``; scaled
+    by its size where the operand lacks it), then ``spec`` -- the spec without it in that
+    term -- runs, keeping the other operand's axis as a batch axis."""
+    spec: str             # the spec with the pre-summed names taken out of their terms
+    reduce: tuple         # (operand, names it is summed over) per listing operand
+    size_of: tuple        # (name, operand, physical dim): where each name's size is read
+    env: tuple = ()       # (read by _plan_holds, as an EinsumPlan's)
+    name_groups: tuple = ()
+    letter_groups: tuple = ()
+
+
+def _term(letters: tuple, names) -> str:
+    return "".join(letters) + ("" if names is None else "{" + ",".join(names) + "}")
+
+
+def _prereduce(inputs: tuple, output, operands: tuple, in_names: list, batch: dict,
+               out_names: tuple, name_dims: dict, what: str):
+    """The :class:`Prereduce` for a call in which a term lists a name another operand
+    carries unlisted, or None.  Where the output lists the name, every operand's copy is
+    one axis (kept, elementwise).  Two or more terms listing it (three operands or more,
+    which JAX's ``xeinsum`` does not take) is refused."""
+    reduce: dict = {}
+    for n, j in batch.items():
+        if n in out_names:
+            continue
+        listers = [i for i, names in enumerate(in_names) if n in names]
+        if len(listers) > 1:
+            raise AxisSpecError(
+                f"{what}: operands {listers[0]} and {listers[1]} list named axis {n!r} to "
+                f"contract it, while operand {j} carries {n!r} unlisted (named_shape "
+                f"{fmt_named_shape(operands[j].named_shape)}), a batch axis. Contract the "
+                f"operands that list {n!r} in one einsum, then combine the result with "
+                f"operand {j} in another (JAX's xeinsum takes two operands)")
+        if listers:
+            reduce.setdefault(listers[0], []).append(n)
+    if not reduce:
+        return None
+    terms = [_term(letters, tuple(m for m in (names or ()) if m not in reduce.get(i, ()))
+                   if i in reduce else names)
+             for i, (letters, names) in enumerate(inputs)]
+    new = ",".join(terms) + ("" if output is None else "->" + _term(*output))
+    size_of = tuple((n, *name_dims[n][0]) for ns in reduce.values() for n in ns)
+    groups = tuple(tuple(g) for g in name_dims.values() if len(g) > 1)
+    return Prereduce(new, tuple((i, tuple(ns)) for i, ns in reduce.items()), size_of,
+                     name_groups=groups)
+
+
+def _run_prereduce(pre: Prereduce, operands: tuple, bound: dict) -> Any:
+    from .lax import psum
+
+    ops = list(operands)
+    for i, names in pre.reduce:
+        x = ops[i]
+        held = tuple(n for n in names if type(x) is _NT and n in x._names)
+        scale = 1
+        for n, j, d in pre.size_of:
+            if n in names and n not in held:   # the operand is replicated along n
+                y = operands[j]
+                scale *= bound[n] if n in bound else y._data.shape[d]
+        if held:
+            x = psum(x, held)
+        ops[i] = x * scale if scale != 1 else x
+    return _named_einsum(pre.spec, tuple(ops))
+
+
 class EinsumPlan(NamedTuple):
     """A named einsum translated to one torch einsum over the physical dims."""
     eq: str
@@ -480,15 +558,6 @@ def _build_plan(spec: str, operands: tuple) -> tuple:
         terms.append(phys + "".join(letters))
     # the output's named axes
     if braced:
-        for n, j in batch.items():
-            for i, names in enumerate(in_names):
-                if n in names:
-                    raise AxisSpecError(
-                        f"{what}: operand {j} carries named axis {n!r} (named_shape "
-                        f"{fmt_named_shape(operands[j].named_shape)}) and its term does not "
-                        f"list it, so the einsum is vectorized over {n!r}; but operand {i}'s "
-                        f"term lists {n!r} to contract or keep it. List {n!r} in the term of "
-                        f"every operand that carries it, or in none")
         if output is not None:
             out_names = output[1] or ()
         else:  # implicit mode: names that appear in exactly one term
@@ -497,6 +566,9 @@ def _build_plan(spec: str, operands: tuple) -> tuple:
                 for n in names:
                     counts[n] = counts.get(n, 0) + 1
             out_names = tuple(n for n in counts if counts[n] == 1)
+        pre = _prereduce(inputs, output, operands, in_names, batch, out_names, name_dims, what)
+        if pre is not None:
+            return pre
         out_names += tuple(n for n in batch if n not in out_names)
         # the batch names join the terms of the operands that carry them
         in_names = [names + tuple(n for n in (operands[i]._names if type(operands[i]) is _NT

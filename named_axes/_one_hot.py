@@ -17,7 +17,7 @@ import torch
 from ._dispatch import result
 from ._env import _state as _env_state
 from ._env import bound_axes
-from ._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape
+from ._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from ._tensor import NamedTensor
 
 __all__ = ["one_hot"]
@@ -32,20 +32,26 @@ def one_hot(labels: Any, num_classes: int, dim: Any = -1, *, axis: Any = None,
         num_classes: the number of classes (an int; ``nx.lax.psum(1, 'classes')`` works).
         dim: where the classes axis goes: a positional index in the result (default -1,
             last) or an axis name, making the classes axis a named axis. ``axis=`` alias.
+            Labels that already carry that named axis keep it once: each instance
+            compares with its own index, ``labels == nx.lax.axis_index(dim)`` (JAX's
+            ``jax.nn.one_hot(labels, n, axis=name)`` inside xmap).
         dtype: the result dtype (default ``torch.int64``, like ``F.one_hot``).
 
     Returns:
         ``labels`` with one more (positional or named) axis of size ``num_classes``.
 
     Raises:
-        AxisSizeError: ``num_classes`` differs from the size of a bound axis named ``dim``.
-        AxisSpecError: ``labels`` already carries the named axis ``dim``, or ``dim`` is
-            out of range.
+        AxisSizeError: ``num_classes`` differs from the size of the axis named ``dim``
+            (bound, or carried by ``labels``).
+        AxisSpecError: ``dim`` is out of range.
 
     >>> import torch, named_axes as nx
     >>> nx.one_hot(torch.tensor([1, 0]), 2)
     tensor([[0, 1],
             [1, 0]])
+    >>> f = nx.xmap(lambda y: nx.one_hot(y, 3, dim='i'), in_axes=['i', ...], out_axes=['i', ...])
+    >>> f(torch.tensor([0, 1, 0]))          # labels carrying 'i': labels == axis_index('i')
+    tensor([1, 1, 0])
     """
     if axis is not None:
         dim = axis
@@ -77,13 +83,13 @@ def one_hot(labels: Any, num_classes: int, dim: Any = -1, *, axis: Any = None,
             hash(name)
     except TypeError:
         raise AxisTypeError(f"one_hot: dim must be an int or an axis name, got {dim!r}") from None
-    if name in names:
-        raise AxisSpecError(f"one_hot(dim={name!r}): the labels already carry named axis "
-                            f"{name!r} (named_shape {fmt_named_shape(labels.named_shape)})")
     bound = bound_axes()
-    if name in bound and bound[name] != num_classes:
+    held = name in names
+    size = bound[name] if name in bound else data.shape[names.index(name)] if held else None
+    if size is not None and size != num_classes:
+        where = "bound" if name in bound else "carried by the labels"
         raise AxisSizeError(f"one_hot(dim={name!r}): num_classes={num_classes} but axis "
-                            f"{name!r} is bound with size {bound[name]}")
+                            f"{name!r} is {where} with size {size}; one axis name has one size")
     # classes laid out after the labels' named dims (as F.one_hot puts them last): a
     # product with values laid out [..., classes] then needs no permute, and its
     # gradient stays contiguous
@@ -98,6 +104,10 @@ def one_hot(labels: Any, num_classes: int, dim: Any = -1, *, axis: Any = None,
             classes = method((name,))._data.to(data.device)
     if classes is None:
         classes = torch.arange(num_classes, device=data.device)
+    if held:   # the labels vary along the axis: each instance compares with its own index
+        j = names.index(name)
+        classes = classes.reshape((1,) * j + (-1,) + (1,) * (k - j - 1 + p))
+        return result((data == classes).to(dtype), names, one_hot)
     if p:
         classes = classes.reshape((classes.shape[0],) + (1,) * p)
     out = (data.unsqueeze(k) == classes).to(dtype)

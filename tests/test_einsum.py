@@ -78,11 +78,13 @@ def test_implicit_mode_keeps_names_in_one_term():
 def test_errors():
     x = nx.named(_r(2, 3), 'b ...')
     w = nx.named(_r(4, 5), 'b ...')
-    with pytest.raises(nx.AxisSpecError, match=r"operand 0 carries named axis 'b' \(named_shape "
-                                               r"\{'b': 2\}\) and its term does not list it, so "
-                                               r"the einsum is vectorized over 'b'; but operand 1's "
-                                               r"term lists 'b'"):
-        nx.einsum('n,m{b}->n', x, nx.named(_r(2, 5), 'b ...'))
+    with pytest.raises(nx.AxisSpecError, match=r"operands 1 and 2 list named axis 'b' to "
+                                               r"contract it, while operand 0 carries 'b' unlisted "
+                                               r"\(named_shape \{'b': 2\}\), a batch axis"):
+        nx.einsum('n,m{b},m{b}->n', x, nx.named(_r(2, 5), 'b ...'), nx.named(_r(2, 5), 'b ...'))
+    with pytest.raises(nx.AxisSizeError, match=r"inconsistent sizes for axis 'b': 2 \(operand 0\) "
+                                               r"vs 4 \(operand 1\)"):
+        nx.einsum('n,m{b}->n', x, w)
     with pytest.raises(nx.AxisSpecError, match="output letter 'q' appears in no input term"):
         nx.einsum('n{b}->q', x)
     with pytest.raises(nx.AxisSizeError, match=r"inconsistent sizes for axis 'b': 2 \(operand 0\) vs 4 \(operand 1\)"):
@@ -128,8 +130,10 @@ def test_one_hot_errors_and_tracing():
     with pytest.raises(nx.AxisSizeError, match=r"num_classes=4 but axis 'classes' is bound with size 3"):
         nx.xmap(lambda y, z: nx.one_hot(y, 4, dim='classes') * z, in_axes=({}, ['classes', ...]),
                 out_axes=['classes', ...])(torch.tensor([0]), torch.zeros(3))
-    with pytest.raises(nx.AxisSpecError, match="already carry named axis 'b'"):
-        nx.one_hot(nx.named(torch.tensor([0, 1]), 'b ...'), 2, dim='b')
+    # labels carrying the axis keep it (tests/test_one_hot_named.py); its size must agree
+    with pytest.raises(nx.AxisSizeError, match=r"num_classes=3 but axis 'b' is carried by the "
+                                               r"labels with size 2"):
+        nx.one_hot(nx.named(torch.tensor([0, 1]), 'b ...'), 3, dim='b')
     gm = make_fx(lambda y: nx.one_hot(y, 5))(torch.tensor([1, 4]))
     torch.testing.assert_close(gm(torch.tensor([3, 0])),
                                torch.nn.functional.one_hot(torch.tensor([3, 0]), 5))
@@ -148,8 +152,9 @@ def test_nn_softmax_over_names_and_positions():
 
 
 # -- named axes a term does not list are vectorized over (issue 11, item 6) -------------------
-# JAX 0.4.30's jnp.einsum has no braces ("Einstein sum subscript 'n{k}' does not contain the
-# correct number of indices"): the reference is the loop over the unlisted axis.
+# JAX 0.4.30's braces are jax.lax.xeinsum's (jnp.einsum has none): inside xmap, a named axis
+# a term does not list is batched by xmap like any op's.  The reference here is the loop
+# over the unlisted axis.
 
 def test_unlisted_named_axis_is_a_batch_axis():
     X, W = _r(2, 3, 4), _r(3, 5, seed=1)                 # X: [b, k, n], W: [k, m]
@@ -206,3 +211,78 @@ def test_einsum_spec_errors_are_named_axis_errors():
                                                   r"and it is not bound here \(bound: none\); "
                                                   r"operand 1's term lists it"):
         nx.einsum('n{k},{k,z}->n', x, nx.named(_r(3), 'k ...'))
+
+
+# -- a name one term lists while another operand carries it unlisted (issue 31, item 3) ------
+# JAX 0.4.30's jax.lax.xeinsum sums the listing operand over the name first (psum), unless the
+# output lists it; the other operand keeps it as a batch axis.  Values and gradients below
+# were computed with .venv-jax (jax 0.4.30):
+#   f = xmap(lambda a, b: jax.lax.xeinsum(spec, a, b), in_axes=(['i', ...], ['i', ...]),
+#            out_axes=['i', ...])
+#   f(X, Y); jax.grad(lambda a, b: f(a, b).sum(), argnums=(0, 1))(X, Y)
+#   xmap(lambda a, b: jax.grad(lambda a, b: xeinsum(spec, a, b).sum(), (0, 1))(a, b), ...)
+_A, _B = torch.tensor([1., 2., 3.], dtype=torch.float64), torch.tensor([10., 20., 30.],
+                                                                       dtype=torch.float64)
+_M = torch.arange(12., dtype=torch.float64).reshape(3, 4) / 7
+_N = (torch.arange(12., dtype=torch.float64).reshape(3, 4) + 1) / 5
+_GM = [[3.0, 3.6, 4.2, 4.8]] * 3
+_GN = [[1.714286, 2.142857, 2.571429, 3.0]] * 3
+_XEINSUM = {   # spec: (X, Y, value, d/dX and d/dY of the sum (outside and inside xmap agree))
+    ',{i}->': (_A, _B, [60., 120., 180.], [60.] * 3, [6.] * 3),
+    '{i},->': (_A, _B, [60., 120., 180.], [60.] * 3, [6.] * 3),
+    ',{i}->{i}': (_A, _B, [10., 40., 90.], [10., 20., 30.], [1., 2., 3.]),
+    'k,k{i}->': (_M, _N, [3.771429, 12.685714, 21.6], _GM, _GN),
+    'k{i},k->': (_M, _N, [5.142857, 12.685714, 20.228571], _GM, _GN),
+    'k,k{i}->k': (_M, _N, [[0.0, 0.514286, 1.2, 2.057143], [1.714286, 2.571429, 3.6, 4.8],
+                           [3.428571, 4.628571, 6.0, 7.542857]], _GM, _GN),
+}
+
+
+def _close(a, b):
+    torch.testing.assert_close(a, torch.tensor(b, dtype=torch.float64), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("spec", list(_XEINSUM))
+def test_listed_and_unlisted_name_is_xeinsum(spec):
+    X, Y, value, gx, gy = _XEINSUM[spec]
+    axes = dict(in_axes=(['i', ...], ['i', ...]), out_axes=['i', ...])
+    for fn in (nx.einsum, torch.einsum):
+        f = nx.xmap(lambda a, b: fn(spec, a, b), **axes)
+        Xg, Yg = X.clone().requires_grad_(), Y.clone().requires_grad_()
+        out = f(Xg, Yg)
+        _close(out.detach(), value)
+        out.sum().backward()
+        _close(Xg.grad, gx)
+        _close(Yg.grad, gy)
+    # per-instance gradients inside the map (JAX's convention)
+    body = lambda a, b: nx.grad(lambda a, b: nx.einsum(spec, a, b).sum(), argnums=(0, 1))(a, b)
+    ga, gb = nx.xmap(body, in_axes=axes['in_axes'], out_axes=(['i', ...], ['i', ...]))(X, Y)
+    _close(ga, gx)
+    _close(gb, gy)
+
+
+def test_listed_and_unlisted_name_under_vmap_jit_and_serial_loop():
+    # nx.vmap's axis_name is a named axis every operand carries unlisted
+    f = lambda a, b: nx.einsum(',{i}->', a, b)   # noqa: E731
+    torch.testing.assert_close(nx.vmap(f, axis_name='i')(_A, _B), _A * _B.sum())
+    g = nx.jit(nx.xmap(f, in_axes=(['i', ...], ['i', ...]), out_axes=['i', ...]))
+    torch.testing.assert_close(g(_A, _B), _A * _B.sum())
+    torch.testing.assert_close(g(_A, 2 * _B), 2 * _A * _B.sum())
+    # an engine computing 'i' in chunks: the sum over 'i' spans every chunk
+    X, Y = _r(4, 3), _r(4, 3, seed=1)
+    for spec in ('k,k{i}->', 'k{i},k->k', 'k,k{i}->{i}'):
+        h = lambda s: nx.xmap(lambda a, b: nx.einsum(spec, a, b),  # noqa: E731
+                              in_axes=(['i', ...], ['i', ...]), out_axes=['i', ...], **s)
+        torch.testing.assert_close(h({'axis_resources': {'i': nx.SerialLoop(2)}})(X, Y),
+                                   h({})(X, Y))
+
+
+def test_listing_operand_lacking_the_name_is_scaled_by_its_size():
+    # jax: xmap(lambda a, b: xeinsum(',{i}->', a, b), in_axes=(['i', ...], [...]), ...)
+    #      gives [6., 12., 18.] for a = [1, 2, 3], b = 2 (b * psum(1, 'i') = 6)
+    f = nx.xmap(lambda a, b: nx.einsum(',{i}->', a, b), in_axes=(['i', ...], [...]),
+                out_axes=['i', ...])
+    _close(f(_A, torch.tensor(2., dtype=torch.float64)), [6., 12., 18.])
+    # outside any map the size is the carrying operand's
+    out = nx.einsum(',{i}->', nx.named(_A, 'i ...'), torch.tensor(2., dtype=torch.float64))
+    _close(nx.positional(out, 'i ...'), [6., 12., 18.])

@@ -26,6 +26,7 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
 from .. import _env
 from .._errors import AxisSpecError, AxisTypeError, NamedAxisError
+from .._modes import building_graph
 from .._tensor import NamedTensor
 from . import _store
 from ._backend import Backend, _grad_constants, compile_boxed
@@ -101,8 +102,9 @@ def disable_jit():
 
 
 def _in_transform() -> bool:
-    """Whether a trace (make_fx, dynamo) or a torch.func transform is running."""
-    if _is_compiling():
+    """Whether a trace (make_fx, dynamo, a FakeTensorMode as in nx.eval_shape) or a
+    torch.func transform is running."""
+    if _is_compiling() or building_graph():   # (compiled code must not run on fakes)
         return True
     if _dispatch_depth() and get_proxy_mode() is not None:
         return True

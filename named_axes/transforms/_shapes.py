@@ -5,6 +5,17 @@ only.  Arguments may be tensors, NamedTensors, :class:`ShapeDtypeStruct` or any 
 with ``shape`` and ``dtype`` (a torch or numpy dtype; ``named_shape`` optional), as in
 JAX.
 
+Slices at per-instance starts are shaped too
+(``nx.lax.dynamic_slice_in_dim(x, nx.lax.axis_index('i') * 2, 2)``, ``torch.narrow``
+with a named start): a value an op reads as a Python number (``.item()``, one instance
+of the vmap fallback's loop) becomes a symbol with no value (the fake mode has a
+``ShapeEnv``), which is all an op whose shape does not depend on it needs.  A program
+whose result *shapes* depend on values (``torch.nonzero``, ``torch.zeros(int(t))``) is
+refused with :class:`~named_axes.AxisTypeError`, as JAX refuses it (a
+``ConcretizationTypeError``).  The mode is marked ``shapes_only``: control flow whose
+number of steps depends on values (``while_loop``) may read the mark and give the
+carry's shapes without running the steps.
+
 >>> import torch, named_axes as nx
 >>> nx.eval_shape(lambda x: x.sum(0), nx.ShapeDtypeStruct((5, 3), torch.float32, {'b': 2}))
 ShapeDtypeStruct(shape=(3,), dtype=torch.float32, named_shape={'b': 2})
@@ -15,8 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.utils._pytree import tree_map
+from torch._subclasses.fake_tensor import (DataDependentOutputException,
+                                           DynamicOutputShapeException, FakeTensorMode)
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, ShapeEnv
+from torch.utils._pytree import tree_leaves, tree_map
 
 from .._errors import AxisTypeError, fmt_named_shape
 from .._tensor import NamedTensor
@@ -82,17 +95,34 @@ def _describe(x: Any) -> Any:
 def eval_shape(fun: Callable, *args: Any, **kwargs: Any) -> Any:
     """The :class:`ShapeDtypeStruct` of every tensor ``fun(*args)`` would return.
 
+    ``fun`` runs on fake tensors: no FLOPs, no values.  Ops whose result shape does not
+    depend on the values they read (a slice at a per-instance start, ``torch.narrow``
+    with a named start, ``nx.lax.dynamic_slice`` / ``dynamic_update_slice``, ``cond``
+    and ``scan``) are shaped as they run.
+
     Raises:
-        AxisTypeError: ``fun`` is not callable.
+        AxisTypeError: ``fun`` is not callable, or a result's shape (or a Python number
+            ``fun`` computes from a tensor) depends on the values (JAX raises a
+            ``ConcretizationTypeError`` there).
 
     >>> import torch, named_axes as nx
     >>> f = nx.xmap(lambda x: x @ x.T, in_axes=['b', ...], out_axes=['b', ...])
     >>> nx.eval_shape(f, torch.ones(1000, 300, 300)).shape     # no 1000 matmuls are run
     (1000, 300, 300)
+    >>> g = nx.xmap(lambda x: torch.narrow(x, 0, nx.lax.axis_index('b') * 2, 2),
+    ...             in_axes=['b', ...], out_axes=['b', ...])
+    >>> nx.eval_shape(g, torch.ones(3, 8))                     # a start per instance
+    ShapeDtypeStruct(shape=(3, 2), dtype=torch.float32, named_shape={})
     """
     if not callable(fun):
         raise AxisTypeError(f"eval_shape: fun must be callable, got {type(fun).__name__}")
-    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+    name = getattr(fun, "__name__", type(fun).__name__)
+    # static_shapes: the arguments' sizes stay ints; a value read as a number is an
+    # unbacked symbol
+    mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv(),
+                          static_shapes=True)
+    mode.shapes_only = True
+    with mode:
         def fake(x):
             if isinstance(x, ShapeDtypeStruct):
                 return materialize(x)
@@ -107,5 +137,26 @@ def eval_shape(fun: Callable, *args: Any, **kwargs: Any) -> Any:
         leaf = lambda x: isinstance(x, ShapeDtypeStruct) or _duck_array(x)  # noqa: E731
         fargs = tree_map(fake, args, is_leaf=leaf)
         fkw = tree_map(fake, kwargs, is_leaf=leaf)
-        out = fun(*fargs, **fkw)
-    return tree_map(_describe, out, is_leaf=lambda x: isinstance(x, NamedTensor))
+        try:
+            out = fun(*fargs, **fkw)
+        except (DataDependentOutputException, DynamicOutputShapeException,
+                GuardOnDataDependentSymNode) as e:
+            text = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            text = text.split(" (unhinted")[0]
+            raise AxisTypeError(
+                f"eval_shape({name}): the program needs a tensor's value ({text}), which "
+                f"eval_shape does not have: it computes shapes and dtypes only. Keep "
+                f"values out of shapes and Python control flow (a fixed-size form such "
+                f"as torch.nonzero_static, nx.lax.cond / select on a tensor predicate, "
+                f"nx.lax.dynamic_slice for a start), or call fun itself") from None
+    is_nt = lambda x: isinstance(x, NamedTensor)  # noqa: E731
+    for x in tree_leaves(out, is_leaf=is_nt):
+        if isinstance(x, (torch.Tensor, NamedTensor)) and \
+                not all(type(d) is int for d in x.shape):
+            raise AxisTypeError(
+                f"eval_shape({name}): a result's positional shape "
+                f"({', '.join(str(d) for d in x.shape)}) depends on the values (an op such as "
+                f"torch.nonzero, unique or masked_select); eval_shape has no values. Use "
+                f"a fixed-size form (torch.nonzero_static(x, size=n), torch.where(mask, "
+                f"x, fill))")
+    return tree_map(_describe, out, is_leaf=is_nt)
