@@ -27,13 +27,9 @@ from named_axes import lax
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _dynamo_matmul_fixed():
-    """Programs here write ``x @ w``: dynamo needs the opt-in fix (see
-    tests/test_torch_untouched.py for the refusal without it)."""
-    nx.enable_dynamo_matmul()
-    yield
-    nx.disable_dynamo_matmul()
+# programs here write `x @ w`: dynamo needs the opt-in fix (tests/test_torch_untouched.py
+# shows the refusal without it)
+pytestmark = pytest.mark.usefixtures("dynamo_matmul")
 
 
 def compiled_matches(f, *args, backend="eager", rtol=None, atol=None):
