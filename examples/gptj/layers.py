@@ -85,7 +85,9 @@ def rotate_every_two(x):
     x1 = x[:, :, ::2]
     x2 = x[:, :, 1::2]
 
-    x = torch.stack((-x2, x1), dim=-1)
+    # a list, not a tuple: torch.compile's dynamo (torch 2.13) does not look inside a tuple
+    # argument for values with __torch_function__ (NamedTensors), a list it does
+    x = torch.stack([-x2, x1], dim=-1)
 
     return x.flatten(-2)  # rearrange(x, '... d j -> ... (d j)')
 

@@ -2,9 +2,10 @@
 
 ``custom_vjp`` / ``custom_jvp`` wrap a function whose derivative the user supplies; both
 are ``autograd.Function``s with ``setup_context`` and ``generate_vmap_rule``, so they
-compose with torch.func (grad, vmap, jvp) and with the named dispatcher.  A custom
-JVP rule is reverse-differentiated by transposing it with ``torch.func.vjp`` (it is
-linear in the tangents), as JAX does — never re-derived by hand.
+compose with torch.func (grad, vmap, jvp), with the named dispatcher and with
+torch.compile (dynamo traces the rules, inside ``nx.grad`` too).  A custom JVP rule is
+reverse-differentiated by transposing it with ``torch.func.vjp`` (it is linear in the
+tangents), as JAX does — never re-derived by hand.
 
 >>> import torch, named_axes as nx
 >>> @nx.custom_vjp
@@ -17,8 +18,6 @@ tensor([1., 1.])
 from __future__ import annotations
 
 import functools
-import math
-import threading
 from typing import Any, Callable, Sequence
 
 import torch
@@ -59,6 +58,16 @@ def _like(g: Any, like: torch.Tensor, names: tuple | None, what: str):
     return g.expand(like.shape) if g.shape != like.shape else g
 
 
+def _instances_lacking(axes: dict, names: tuple, skip: tuple = ()) -> int:
+    """How many instances of ``axes`` (name -> size) a value named ``names`` lacks,
+    leaving out ``skip`` (a loop: dynamo cannot trace ``math.prod(<generator>)``)."""
+    count = 1
+    for n, s in axes.items():
+        if n not in names and n not in skip:
+            count *= s
+    return count
+
+
 def _per_instance(g: torch.Tensor, names: tuple, axes: dict) -> NamedTensor:
     """A cotangent summed over the instances of ``axes`` that its output lacks, as each
     instance's share: divided by their number, one copy per instance."""
@@ -66,7 +75,7 @@ def _per_instance(g: torch.Tensor, names: tuple, axes: dict) -> NamedTensor:
     if not lack:
         return g
     sizes = tuple(lack.values())
-    share = g / math.prod(sizes)
+    share = g / _instances_lacking(axes, names)
     return NamedTensor._wrap(share.expand(sizes + tuple(share.shape)), tuple(lack) + names)
 
 
@@ -76,7 +85,7 @@ def _summed_back(g: Any, names: tuple, axes: dict, inner_mode: bool) -> Any:
     differentiated region, counting once per instance)."""
     if not isinstance(g, _NT):
         if inner_mode and isinstance(g, torch.Tensor):
-            scale = math.prod(_instances.lacking(axes, names).values())
+            scale = _instances_lacking(axes, names)
             return g * scale if scale != 1 else g
         return g
     extra = tuple(n for n in g._names if n not in names)
@@ -84,8 +93,7 @@ def _summed_back(g: Any, names: tuple, axes: dict, inner_mode: bool) -> Any:
         dims = [g._names.index(n) for n in extra]
         g = NamedTensor._wrap(g._data.sum(dims), tuple(n for n in g._names if n not in extra))
     if inner_mode:
-        scale = math.prod(s for n, s in _instances.lacking(axes, names).items()
-                          if n not in extra)
+        scale = _instances_lacking(axes, names, extra)
         if scale != 1:
             g = NamedTensor._wrap(g._data * scale, g._names)
     return g
@@ -96,7 +104,8 @@ class custom_vjp:
 
     ``fwd(*args) -> (out, residuals)``; ``bwd(*nondiff_args, residuals, g) -> tuple``
     with one cotangent per differentiable argument (``None`` for no gradient).
-    Arguments may be NamedTensors; the output is a tensor or NamedTensor.
+    Arguments may be NamedTensors; the output is a tensor or NamedTensor.  With grad
+    mode off (nothing records a derivative, as inside ``fwd``) a call runs ``fun``.
     """
 
     def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()) -> None:
@@ -105,7 +114,6 @@ class custom_vjp:
         self.fun = fun
         self.nondiff_argnums = tuple(nondiff_argnums)
         self.fwd = self.bwd = None
-        self._in_fwd = threading.local()   # depth of this function's fwd on the stack
         functools.update_wrapper(self, fun)
 
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
@@ -115,44 +123,65 @@ class custom_vjp:
     def __call__(self, *args):
         if self.fwd is None:
             raise AxisTypeError(f"custom_vjp({self.__name__}): call defvjp(fwd, bwd) first")
-        if getattr(self._in_fwd, "depth", 0):   # fwd calls the function itself: its value
+        if not torch.is_grad_enabled():
+            # nothing records a derivative (as inside the forward of a custom rule, whose
+            # fwd may call the function itself): the function's value
             return self.fun(*args)
         call = _Call(self, args)
         # Per-instance cotangents (see _instances): the axes of the differentiated
         # region around this call, or, outside one, the axes bound here.
-        call.region = _instances.current()
-        if call.region is not None and torch.compiler.is_compiling():
-            # dynamo traces bwd while the forward is traced, before the region knows its
-            # axes: the cotangent shares came out wrong (half, for an axis of size 2)
-            raise AxisTypeError(
-                f"custom_vjp({self.__name__}) inside nx.grad cannot be traced by "
-                f"torch.compile yet: compile the step with nx.jit instead (or call "
-                f"torch.compile on the function without nx.grad around this call)")
-        call.bound = bound_axes()
+        region = _instances.current()
+        call.inner_mode = region is not None
+        call.axes = (region.axes_for_rule(f"custom_vjp({self.__name__})")
+                     if region is not None else bound_axes())
         call.scope = list(frames())   # bwd runs in this environment, wherever autograd is
-        out = _VjpFunction.apply(call, *call.leaves)
-        o_spec, o_names = call.box["out"]
-        return rebox(list(out), o_spec, o_names)
+        *out, o = _VjpFunction.apply(call, *_traced_inputs(call.leaves))
+        return rebox(out, o.spec, o.names)
+
+
+def _traced_inputs(leaves: list) -> list:
+    """The physical inputs handed to a rule's ``autograd.Function``.
+
+    Under dynamo, fresh views: dynamo (torch 2.13) keeps ``requires_grad=False`` for the
+    tensors that ``torch.func.grad`` (``nx.grad``'s engine) differentiates, and traces an
+    ``autograd.Function`` applied to such a tensor as its plain forward, dropping the
+    rule without a word (pytorch/pytorch#193279); a view of it requires grad as it
+    should, and costs nothing in the compiled graph.
+    """
+    if not torch.compiler.is_compiling():
+        return leaves
+    return [t.view_as(t) if isinstance(t, torch.Tensor) else t for t in leaves]
+
+
+class _Out:
+    """A rule's forward result besides its tensors, returned as the Function's last
+    (non-tensor) output: the output's structure and ``extra`` (custom_vjp's residuals,
+    custom_jvp's output).  Returned rather than stored on the call: a forward with a
+    Python side effect makes dynamo (torch 2.13) fail inside ``torch.func.grad``
+    ("Expected FakeTensor", in its aliasing check of the subgraph's inputs)."""
+
+    __slots__ = ("spec", "names", "extra")
+
+    def __init__(self, spec, names: list, extra: Any) -> None:
+        self.spec, self.names, self.extra = spec, names, extra
 
 
 class _Call:
-    """One call of a custom_vjp / custom_jvp function: its arguments, how the
-    differentiable ones are laid out physically, and what the forward left (``box``).
-    The autograd.Function classes are defined once (dynamo cannot trace a class
-    definition) and get this object as their first argument."""
+    """One call of a custom_vjp / custom_jvp function: its arguments and how the
+    differentiable ones are laid out physically.  The autograd.Function classes are
+    defined once (dynamo cannot trace a class definition) and get this object as their
+    first argument."""
 
     def __init__(self, me, args: tuple) -> None:
         self.me, self.args = me, args
         self.nd = tuple(i % len(args) for i in me.nondiff_argnums)
         self.diff_pos, self.leaves, self.spec, self.names = _split(args, self.nd)
-        self.box: dict = {}
 
-    def keep(self, out, **extra) -> tuple:
-        """Note a forward's output structure (and ``extra``) in ``box``; its tensor leaves."""
+    @staticmethod
+    def keep(out, extra) -> tuple:
+        """A forward's outputs: the tensor leaves of ``out``, then its :class:`_Out`."""
         o_leaves, o_spec, o_names = unbox(out)
-        self.box["out"] = (o_spec, o_names)
-        self.box.update(extra)
-        return tuple(o_leaves)
+        return (*o_leaves, _Out(o_spec, o_names, extra))
 
     def rebuild(self, phys) -> list:
         call = list(self.args)
@@ -160,19 +189,19 @@ class _Call:
             call[i] = a
         return call
 
-    def tangent_phys(self, prim_phys, tan_phys) -> tuple:
-        """A custom_jvp rule's output tangent, physical, as a function of the tangents."""
+    def tangent_phys(self, prim_phys, tan_phys, out: _Out) -> tuple:
+        """A custom_jvp rule's output tangent, physical, as a function of the tangents
+        (``out``: the forward's :class:`_Out`)."""
         me = self.me
         prim = self.rebuild(prim_phys)
         tan = [None] * len(self.args)
         for i, a in zip(self.diff_pos, rebox(tan_phys, self.spec, self.names)):
             tan[i] = a
         _, t_out = me.rule(tuple(prim), tuple(tan))
-        o_spec, o_names = self.box["out"]
         t_leaves = tree_flatten(t_out)[0]
-        data = unbox(self.box["out_value"])[0]
+        data = unbox(out.extra)[0]
         return tuple(_like(t, d, n, f"custom_jvp({me.__name__}) rule")
-                     for t, d, n in zip(t_leaves, data, o_names))
+                     for t, d, n in zip(t_leaves, data, out.names))
 
 
 class _VjpFunction(torch.autograd.Function):
@@ -180,32 +209,27 @@ class _VjpFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(call, *phys):
-        me = call.me
-        state = me._in_fwd
-        state.depth = getattr(state, "depth", 0) + 1
-        try:
-            out, res = me.fwd(*call.rebuild(phys))
-        finally:
-            state.depth -= 1
-        return call.keep(out, res=res)
+        # grad off, as autograd runs every forward (dynamo, torch 2.13, inlines the forward
+        # of a Function whose inputs do not require grad with grad on): fwd may call the
+        # function itself, which then gives its value
+        with torch.no_grad():
+            out, res = call.me.fwd(*call.rebuild(phys))
+        return call.keep(out, res)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.call = inputs[0]
-        ctx.res = inputs[0].box["res"]
+        ctx.out = output[-1]
 
     @staticmethod
     def backward(ctx, *gs):
-        call = ctx.call
-        me, region = call.me, call.region
-        o_spec, o_names = call.box["out"]
-        axes = region.axes if region is not None else call.bound
-        inner_mode = region is not None
-        g = rebox([_per_instance(gi, ni or (), axes) for gi, ni in zip(gs, o_names)],
-                  o_spec, [ni if ni is not None else () for ni in o_names])
+        call, o = ctx.call, ctx.out
+        me, axes, inner_mode = call.me, call.axes, call.inner_mode
+        g = rebox([_per_instance(gi, ni or (), axes) for gi, ni in zip(gs, o.names)],
+                  o.spec, [ni if ni is not None else () for ni in o.names])
         nondiff = [call.args[i] for i in call.nd]
         with within(call.scope):
-            grads = me.bwd(*nondiff, ctx.res, g)
+            grads = me.bwd(*nondiff, o.extra, g)
         if not isinstance(grads, (tuple, list)):
             raise AxisTypeError(f"custom_vjp({me.__name__}): bwd must return a tuple "
                                 f"with one entry per differentiable argument")
@@ -263,10 +287,13 @@ class custom_jvp:
         call = _Call(self, args)
         # dynamo traces no autograd.Function with a jvp method: under torch.compile the
         # rule serves reverse mode only (forward mode there raises torch's error)
-        fn = _JvpReverse if torch.compiler.is_compiling() else _JvpFunction
-        out = fn.apply(call, *call.leaves)
-        o_spec, o_names = call.box["out"]
-        return rebox(list(out), o_spec, o_names)
+        compiling = torch.compiler.is_compiling()
+        region = _instances.current()
+        if compiling and region is not None:   # its transpose has a limit there (nx.vjp)
+            region.transposed.append(f"custom_jvp({self.__name__})")
+        fn = _JvpReverse if compiling else _JvpFunction
+        *out, o = fn.apply(call, *_traced_inputs(call.leaves))
+        return rebox(out, o.spec, o.names)
 
 
 class _JvpReverse(torch.autograd.Function):
@@ -276,20 +303,21 @@ class _JvpReverse(torch.autograd.Function):
     @staticmethod
     def forward(call, *phys):
         out = call.me.fun(*call.rebuild(phys))
-        return call.keep(out, out_value=out)
+        return call.keep(out, out)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(*[x for x in inputs[1:] if isinstance(x, torch.Tensor)])
         ctx.call = inputs[0]
         ctx.inputs = inputs[1:]
+        ctx.out = output[-1]
 
     @staticmethod
     def backward(ctx, *gs):
-        prim = list(ctx.inputs)
+        prim, o = list(ctx.inputs), ctx.out
         zeros = [torch.zeros_like(p) if isinstance(p, torch.Tensor) else p for p in prim]
-        _, pull = _functorch["vjp"](lambda *t: ctx.call.tangent_phys(prim, list(t)), *zeros)
-        return (None,) + tuple(pull(tuple(gs)))
+        _, pull = _functorch["vjp"](lambda *t: ctx.call.tangent_phys(prim, list(t), o), *zeros)
+        return (None,) + tuple(pull(tuple(gs[:-1])))
 
 
 class _JvpFunction(_JvpReverse):
@@ -297,7 +325,7 @@ class _JvpFunction(_JvpReverse):
 
     @staticmethod
     def jvp(ctx, _call_tangent, *tangents):
-        return ctx.call.tangent_phys(list(ctx.inputs), list(tangents))
+        return ctx.call.tangent_phys(list(ctx.inputs), list(tangents), ctx.out) + (None,)
 
 
 def closure_convert(fun: Callable, *example_args: Any):

@@ -471,6 +471,8 @@ def _vjp_once(fun, primals, has_aux, reduce_axes, sizes, first_run):
                     if b not in (n or ()) and b not in forward_axes and b in bound_axes():
                         batch.setdefault(b, size)
         lead = tuple(batch)
+        if region.transposed and len(lead) != 1 and torch.compiler.is_compiling():
+            _refuse_transposed_rule(what, region.transposed[0])
         phys = []
         for i, (c, o, n) in enumerate(zip(cts, out_leaves, names)):
             ct = _align_like(c, o, n, f"{what} cotangent {i}", lead, tuple(batch.values()))
@@ -491,6 +493,19 @@ def _vjp_once(fun, primals, has_aux, reduce_axes, sizes, first_run):
         leaves, aspec, anames = aux_box[0]
         return out, vjp_fn, rebox(leaves, aspec, anames)
     return out, vjp_fn
+
+
+def _refuse_transposed_rule(what: str, rule: str) -> None:
+    """A custom_jvp's reverse rule transposes its JVP rule with ``torch.func.vjp`` inside
+    the backward.  Dynamo (torch 2.13) traces that backward where the forward calls the
+    rule and keeps the functorch levels it had there; a pullback replays it after the
+    forward's level closed, which only lines up when the pullback is mapped over one
+    axis (as jacrev's is): otherwise torch fails an internal assert."""
+    raise AxisTypeError(
+        f"{what}: {rule}'s reverse rule (its JVP rule transposed with torch.func.vjp in "
+        f"the backward) cannot run in this pullback under torch.compile: dynamo (torch "
+        f"2.13) replays that backward at the functorch level of the forward. Take the "
+        f"gradient with nx.grad / nx.value_and_grad, or compile the step with nx.jit")
 
 
 def linear_transpose(fun: Callable, *primals: Any, reduce_axes: Sequence = ()) -> Callable:

@@ -43,6 +43,7 @@ import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .._env import INNER, bound_axes
+from .._errors import AxisTypeError
 from .._modes import modes_run_values as _modes_run_values
 from .._tensor import RECORDERS, NamedTensor
 
@@ -65,14 +66,18 @@ class Region:
     ``axes``: every relevant axis (name -> size), final once the function has run.
     """
 
-    __slots__ = ("seen", "expanded", "reduce", "axes", "inner_mode")
+    __slots__ = ("seen", "expanded", "reduce", "axes", "inner_mode", "early", "transposed")
 
     def __init__(self, expanded: dict, reduce_axes: tuple, inner_mode: bool = True) -> None:
-        self.seen: dict = {}
+        # the axes already known count as seen: noting them again would be a write, which
+        # dynamo refuses inside a custom rule's backward (traced with its forward)
+        self.seen: dict = dict(expanded)
         self.expanded = expanded
         self.reduce = reduce_axes
         self.axes: dict = dict(expanded)
         self.inner_mode = inner_mode
+        self.early: list = []   # (rule, axes) read by custom rules before the region settled
+        self.transposed: list = []   # custom_jvp rules dynamo traced here (_grad.vjp)
 
     def __enter__(self) -> "Region":
         RECORDERS.append(self.seen)
@@ -85,7 +90,12 @@ class Region:
 
     def settle(self, first_run: bool) -> None:
         """Fold the recorded axes into ``axes``; :class:`Redo` if a first run must
-        broadcast its inputs along more axes."""
+        broadcast its inputs along more axes.
+
+        Raises:
+            AxisTypeError: under dynamo, a custom rule read ``axes`` before an axis
+                joined them (see :meth:`axes_for_rule`).
+        """
         inner = self.seen.get(INNER, ())
         missing = {}
         for n, size in self.seen.items():
@@ -96,6 +106,29 @@ class Region:
                 missing[n] = size
         if missing and first_run:
             raise Redo(missing)
+        for rule, axes in self.early:
+            if axes != self.axes:
+                late = next(n for n in self.axes if n not in axes)
+                raise AxisTypeError(
+                    f"{rule} inside nx.grad / nx.vjp under torch.compile: the "
+                    f"differentiated function meets axis {late!r}, which no argument "
+                    f"carries, only after this call, and dynamo traces the rule's backward "
+                    f"where the call is traced, before the axis is known. Pass the value "
+                    f"carrying {late!r} as an argument of the differentiated function, or "
+                    f"compile the step with nx.jit")
+
+    def axes_for_rule(self, rule: str) -> dict:
+        """The axes a custom rule's backward reads (:mod:`._custom`).
+
+        Autograd runs a backward after the differentiated function returned, when
+        ``axes`` are final; dynamo traces it where the forward calls the rule, so it
+        reads them as they are then, and :meth:`settle` checks that none came later.
+        """
+        if torch.compiler.is_compiling():
+            axes = dict(self.axes)
+            self.early.append((rule, axes))
+            return axes
+        return self.axes
 
     def seed_scale(self, names: tuple) -> int:
         """How many instances a loss carrying ``names`` stands for."""
