@@ -17,7 +17,6 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ._env import conflicts
 from ._errors import AxisResourceError, AxisSizeError, AxisTypeError, NamedAxisError
@@ -26,6 +25,9 @@ from ._registry import RULES, op_name, rule_while_compiling
 from ._registry import is_inplace as _is_inplace
 from ._plancache import PlanCache
 from ._shape_errors import _meta, positional_failure
+from ._torch_private import (dispatch_depth, is_functorch_wrapped, native_batch_norm_legit,
+                             softmax_backward_data, softmax_backward_data_op, tensor_version,
+                             tree_flatten, tree_unflatten)
 from . import _tensor
 from ._tensor import NamedTensor
 from ._torch_func import ORIGINAL as _functorch
@@ -268,9 +270,7 @@ def _real_instance_check(func, flat, spec):
     For ops whose meta kernels (or batching rules) skip torch's checks; only for plain
     eager tensors (never under a dispatch mode or transform, which would record it), with
     the random state restored and every tensor copied (writes land on the copies)."""
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
-
-    if _get_current_dispatch_mode() is not None:
+    if dispatch_depth():
         return None
     leaves = list(flat)
     devices = set()
@@ -281,7 +281,7 @@ def _real_instance_check(func, flat, spec):
         if isinstance(v, (_Tensor, _NT)):
             data = v._data if type(v) is _NT else v
             if type(data) is not _Tensor or data.is_meta or \
-                    torch._C._functorch.is_functorch_wrapped_tensor(data):
+                    is_functorch_wrapped(data):
                 return None
             if type(v) is _NT:
                 sizes.update(zip(v._names, data.shape))
@@ -308,7 +308,7 @@ def _real_instance_check(func, flat, spec):
     # instance would update it in turn (compared by value: kernels such as
     # native_batch_norm write without bumping the version counter)
     _refuse_shared_writes(op_name(func), [(t, None, -1 if _bits_differ(t, before) else
-                                           t._version) for t, before in shared], sizes)
+                                           tensor_version(t)) for t, before in shared], sizes)
     return None
 
 
@@ -374,9 +374,9 @@ def _unequal_shapes(flat) -> bool:
 # weight with the wrong dim, _softmax_backward_data with one operand batched
 _LOOPED = {f: when for fs, when in (
     ((torch.linalg.solve, torch.linalg.solve_ex, torch.linalg.lstsq), _unusual_solve),
-    ((torch.native_batch_norm, torch._native_batch_norm_legit), lambda flat: True),
-    ((getattr(torch, "_softmax_backward_data", None), torch.ops.aten._softmax_backward_data,
-      torch.ops.aten._softmax_backward_data.default), _unequal_shapes),
+    ((torch.native_batch_norm, native_batch_norm_legit), lambda flat: True),
+    ((softmax_backward_data, softmax_backward_data_op,
+      softmax_backward_data_op.default), _unequal_shapes),
 ) for f in fs if f is not None}
 
 _SLOT = object()  # marks where a tensor output goes back
@@ -413,7 +413,7 @@ def _loop(call, phys, member, U, func=None, shared=()):
         order = [n for n in U if n in m]
         sizes.update(zip(order, t.shape[:len(order)]))
     op = op_name(func) if func is not None else "the op"
-    saved = [(t, t.detach().clone(), t._version) for t in shared]
+    saved = [(t, t.detach().clone(), tensor_version(t)) for t in shared]
     outs, where = [], []
     for index in itertools.product(*[range(sizes[n]) for n in U]):
         at = dict(zip(U, index))
@@ -459,7 +459,7 @@ def _refuse_python_values(func, per_instance: list) -> None:
 def _refuse_shared_writes(op: str, saved: list, sizes: dict) -> None:
     """After the first instance: did the op write into a tensor shared by all of them?"""
     for k, (t, before, version) in enumerate(saved):
-        if t._version != version:
+        if tensor_version(t) != version:
             if before is not None:
                 with torch.no_grad():
                     t.copy_(before)

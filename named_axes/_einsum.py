@@ -38,6 +38,7 @@ from ._errors import (AxisSizeError, AxisSpecError, AxisTypeError, UnboundAxisEr
                       fmt_named_shape, fmt_names)
 from ._plancache import PlanCache
 from ._tensor import NamedTensor
+from ._torch_private import einsum_kernel
 
 __all__ = ["einsum", "parse_spec"]
 
@@ -168,7 +169,6 @@ def _einsum_rule(func, args, kwargs):
     return _named_einsum(args[0], ops)
 
 
-_VF = torch._C._VariableFunctions
 _is_compiling = torch.compiler.is_compiling
 
 
@@ -294,7 +294,7 @@ def _run_plan(plan: tuple, operands: tuple, bound: dict, out: Any = None) -> Any
         if out is not None:
             pass
         elif len(datas) == 1 and not _is_compiling():  # torch.einsum's wrapper adds nothing
-            out = _VF.einsum(eq, datas)
+            out = einsum_kernel(eq, datas)
         else:
             out = torch.einsum(eq, *datas)
     scale = 1
@@ -337,7 +337,7 @@ def einsum2_eager(eq: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             out = _matmul_einsum(plan, x, y)
             if out is not None:
                 return out
-    return _VF.einsum(eq, (x, y))
+    return einsum_kernel(eq, (x, y))
 
 
 class MatmulPlan(NamedTuple):

@@ -58,11 +58,12 @@ def collate(batch):
     >>> x.shape, x.named_shape, y
     (torch.Size([2, 2]), {'seq': 3}, tensor([1, 0]))
     """
-    from torch.utils.data._utils import collate as _c
+    from ._torch_private import default_collate_parts
 
-    fn_map = dict(_c.default_collate_fn_map)
+    collate_with, fn_map = default_collate_parts()
+    fn_map = dict(fn_map)
     fn_map[NamedTensor] = collate_named
-    return _c.collate(batch, collate_fn_map=fn_map)
+    return collate_with(batch, collate_fn_map=fn_map)
 
 
 # numpy ufunc name -> torch function, where torch spells it otherwise

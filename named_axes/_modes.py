@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import torch
 
+from ._torch_private import dispatch_depth, dispatch_modes
+
 __all__ = ["modes_run_values", "building_graph"]
 
-_dispatch_depth = torch._C._len_torch_dispatch_stack
+_dispatch_depth = dispatch_depth
 _is_compiling = torch.compiler.is_compiling
 
 
@@ -26,9 +28,7 @@ def modes_run_values() -> bool:
     ``runs_values``)."""
     if not _dispatch_depth():
         return True
-    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
-
-    return all(getattr(m, "runs_values", False) for m in _get_current_dispatch_mode_stack())
+    return all(getattr(m, "runs_values", False) for m in dispatch_modes())
 
 
 def building_graph() -> bool:

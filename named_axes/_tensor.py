@@ -26,6 +26,7 @@ import torch
 from ._errors import AxisSpecError, AxisTypeError, fmt_named_shape
 from ._levels import check_foreign as _check_foreign
 from ._torch_private import functorch_active as _functorch_active
+from ._torch_private import tensor_body
 
 __all__ = ["NamedTensor"]
 
@@ -456,8 +457,7 @@ def _preview(data: torch.Tensor, names: tuple, edgeitems: int = 3) -> str:
     if data.is_meta or type(data) is not torch.Tensor:
         raise TypeError("no values")
     order = " × ".join([repr(n) for n in names] + [str(s) for s in data.shape[len(names):]])
-    with torch._tensor_str.printoptions(edgeitems=edgeitems, threshold=60, linewidth=88):
-        body = torch._tensor_str._tensor_str(data, 0)
+    body = tensor_body(data, edgeitems=edgeitems, threshold=60, linewidth=88)
     return f"values laid out as [{order}]:\n{body}"
 
 

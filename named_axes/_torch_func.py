@@ -33,11 +33,11 @@ from typing import Any, Callable
 
 import torch
 import torch.func
-from torch.utils._pytree import tree_flatten
 
 from ._env import _state as _env_state
 from ._levels import owned
 from ._tensor import NamedTensor
+from ._torch_private import tree_flatten
 
 __all__ = ["ORIGINAL", "enable_torch_func", "disable_torch_func"]
 

@@ -1,7 +1,11 @@
 """The private torch APIs named_axes uses, each with why and the public one considered.
 
 Every private torch name the library reaches goes through this module, so a torch
-upgrade that moves one breaks here, loudly, in one place.
+upgrade that moves one breaks here, loudly, in one place (tests/test_private_torch.py
+checks that no other module names one, and that none is reached under ``except
+Exception``).  Each entry says **Why** it is needed and the **Public** alternative
+considered.  Names of modules that torch imports anyway are bound at import; the others
+(inductor, dynamo, DTensor, functional collectives) only when called.
 
 >>> from named_axes import _torch_private
 >>> _torch_private.functorch_level() is None      # no torch.func transform running
@@ -9,11 +13,49 @@ True
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import torch
+from torch._subclasses.fake_tensor import (DataDependentOutputException,
+                                           DynamicOutputShapeException, FakeTensor,
+                                           FakeTensorMode)
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._pytree import tree_flatten
 
-__all__ = ["functorch_level", "functorch_active", "functorch_transform_kind", "dynamo_operator_tables",
-           "dynamo_forget_handlers"]
+__all__ = [
+    # torch.func's levels and wrappers
+    "functorch_level", "functorch_active", "functorch_transform_kind",
+    "functorch_transform_kinds", "is_functorch_wrapped", "functorch_unwrapped",
+    "functorch_disabled",
+    # dispatch modes
+    "dispatch_depth", "dispatch_modes", "disable_dispatch_modes", "TorchDispatchMode",
+    "tracing_mode_active",
+    # autograd internals
+    "tensor_version", "view_base", "is_zerotensor", "node_sequence_nr", "forward_class",
+    "graph_task_id", "saved_tensors_hooks_disabled",
+    # pytrees
+    "tree_flatten", "tree_unflatten", "tree_map", "tree_leaves",
+    # aten ops with private names, kernels, tensors' and modules' internals
+    "native_batch_norm_legit", "softmax_backward_data", "softmax_backward_data_op",
+    "einsum_kernel", "tensor_body", "module_tensor_table", "default_collate_parts",
+    # DTensor and collectives
+    "local_tensor", "dtensor_spec", "dtensor_op_handlers", "custom_op_impl",
+    "custom_op_overload", "has_same_storage_numel_op", "functional_all_reduce",
+    # tracing and compiling
+    "FakeTensor", "FakeTensorMode", "DataDependentOutputException",
+    "DynamicOutputShapeException", "op_schema", "HigherOrderOperator",
+    "record_function_ops", "tensor_guards", "aot_forward_metadata", "no_autograd_cache",
+    "inductor_compile_fx", "inductor_config", "inductor_decompositions",
+    "inductor_mode_options", "inductor_aot_compile", "aoti_cpu_runner",
+    "register_device_module",
+    # dynamo's operator tables (nx.enable_dynamo_matmul)
+    "dynamo_operator_tables", "dynamo_forget_handlers",
+]
 
+
+# ---------------------------------------------------------------------------------------
+# torch.func's levels and wrappers
+# ---------------------------------------------------------------------------------------
 
 # The innermost active torch.func transform's level, or None (a C function: called on
 # every named value built, see _levels).  Why: named values must not silently change
@@ -22,19 +64,471 @@ __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind", "d
 functorch_level = torch._C._functorch.maybe_current_level
 # Whether any torch.func transform is active: the cheap test done on every named value
 # built (dynamo traces it inside its torch.func operators, unlike the level).
+# Public alternative considered: none.
 functorch_active = torch._C._are_functorch_transforms_active
+
+
+def functorch_transform_kinds() -> tuple:
+    """The kinds of the active torch.func transforms, outermost first (``"Grad"``,
+    ``"Jvp"``, ``"Vmap"``, ``"Functionalize"``).
+
+    Why: only differentiating transforms give named values another meaning, and the
+    DTensor local-shard path runs under ``grad`` only.  Public alternative considered:
+    none (``torch._functorch.pyfunctorch.retrieve_all_functorch_interpreters`` wraps
+    the same stack, privately too).
+    """
+    return tuple(i.key().name for i in torch._C._functorch.get_interpreter_stack() or ())
 
 
 def functorch_transform_kind() -> str | None:
     """The innermost active torch.func transform's kind (``"Grad"``, ``"Jvp"``,
     ``"Vmap"``, ``"Functionalize"``), or None.
 
-    Why: only differentiating transforms give named values another meaning.  Public
+    Why and public alternative: as :func:`functorch_transform_kinds`.
+    """
+    kinds = functorch_transform_kinds()
+    return kinds[-1] if kinds else None
+
+
+# Whether a tensor is one of torch.func's wrappers (a batched or grad-tracking tensor).
+# Why: a value check on a copy of the values, and SerialLoop's comparison of chunks, need
+# the plain tensor.  Public alternative considered: none.
+is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+
+
+def functorch_unwrapped(t: torch.Tensor) -> torch.Tensor:
+    """``t`` out of torch.func's wrappers (``grad``, ``vmap``: each batch dim moved to the
+    front), so values computed under ``vmap`` can be compared, every batch entry at once.
+
+    Why: SerialLoop checks that chunks computed the same value.  Public alternative
+    considered: none (``torch.func`` unwraps only at a transform's exit).
+    """
+    while torch._C._functorch.is_functorch_wrapped_tensor(t):
+        bdim = torch._C._functorch.maybe_get_bdim(t)   # -1: not a batched tensor
+        t = torch._C._functorch.get_unwrapped(t)
+        if bdim >= 0:
+            t = t.movedim(bdim, 0)
+    return t
+
+
+# A context manager that turns every torch.func transform off.  Why: SerialLoop draws its
+# chunks' seed (one number for the whole call) past an enclosing vmap's randomness check.
+# Public alternative considered: none (vmap(randomness=...) is the caller's choice).
+functorch_disabled = torch._C._DisableFuncTorch
+
+
+# ---------------------------------------------------------------------------------------
+# Dispatch modes
+# ---------------------------------------------------------------------------------------
+
+# How many torch dispatch modes are active (a C function: called on hot paths).  Why: a
+# mode that does not run values (make_fx, FakeTensorMode) changes what the library may
+# compute.  Public alternative considered: none.
+dispatch_depth = torch._C._len_torch_dispatch_stack
+
+
+def dispatch_modes() -> list:
+    """The active torch dispatch modes, innermost last.
+
+    Why: see :data:`dispatch_depth`; the library's own modes are told apart by a flag.
+    Public alternative considered: none.
+    """
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return _get_current_dispatch_mode_stack()
+
+
+def disable_dispatch_modes():
+    """A context manager running its body without the active dispatch modes.
+
+    Why: nx.jit's trace probe runs an optimizer's real step outside make_fx.  Public
     alternative considered: none.
     """
-    interpreter = torch._C._functorch.peek_interpreter_stack()
-    return None if interpreter is None else interpreter.key().name
+    return _disable_current_modes()
 
+
+# TorchDispatchMode (imported above): the base class of the library's own dispatch
+# modes (nx.jit's trace probe and program recorder).  Why: they observe every aten op of
+# a traced program.  Public alternative considered: ``torch.overrides.TorchFunctionMode``
+# (public) sees torch functions, not the aten ops make_fx records.
+
+
+def tracing_mode_active() -> bool:
+    """Whether make_fx's proxy mode, a FakeTensorMode or functionalization is active.
+
+    Why: the DTensor local-shard path runs eagerly only.  Public alternative considered:
+    ``torch.compiler.is_compiling()`` (public; checked too) misses make_fx.
+    """
+    return torch._C._len_torch_dispatch_stack() > 0 and any(
+        getattr(m, "_mode_key", None) is not None for m in dispatch_modes())
+
+
+# ---------------------------------------------------------------------------------------
+# Autograd internals
+# ---------------------------------------------------------------------------------------
+
+def tensor_version(t: torch.Tensor) -> int:
+    """``t``'s version counter (bumped by each in-place write).
+
+    Why: detect writes into tensors shared by a named op's instances, and cotangents
+    changed after they were marked.  Public alternative considered: none.
+    """
+    return t._version
+
+
+def view_base(t: torch.Tensor) -> torch.Tensor | None:
+    """The tensor ``t`` is a view of, or None.
+
+    Why: an op writing through a view writes its base.  Public alternative considered:
+    ``untyped_storage()`` (public) tells shared memory, not the base tensor.
+    """
+    return t._base
+
+
+def is_zerotensor(t: torch.Tensor) -> bool:
+    """Whether ``t`` is forward-mode AD's efficient zero tensor.
+
+    Why: such a tensor is refused by ``.numpy()`` and some ops.  Public alternative
+    considered: none.
+    """
+    return t._is_zerotensor()
+
+
+def node_sequence_nr(node) -> int:
+    """An autograd node's sequence number (nodes made later have larger ones).
+
+    Why: tell the nodes of one call from older ones.  Public alternative considered:
+    ``torch.autograd.graph.Node`` (public) exposes no order.
+    """
+    return node._sequence_nr()
+
+
+def forward_class(node, default: Any = None) -> Any:
+    """The ``autograd.Function`` class whose backward ``node`` is, or ``default``.
+
+    Why: find the library's own Functions in a graph.  Public alternative considered:
+    ``node.name()`` (public) gives the class name, not its module.
+    """
+    return getattr(node, "_forward_cls", default)
+
+
+# The running backward's graph task id (-1: none).  Why: tell one backward's hooks from
+# another's, and see a backward run while a program is traced.  Public alternative
+# considered: none.
+graph_task_id = torch._C._current_graph_task_id
+# The error message torch.func set to refuse saved-tensor hooks, or None.  Why: no hooks
+# may be pushed inside torch.func's grad.  Public alternative considered: pushing
+# ``torch.autograd.graph.saved_tensors_hooks`` and catching its RuntimeError (an
+# exception per op).
+saved_tensors_hooks_disabled = torch._C._autograd._saved_tensors_hooks_get_disabled_error_message
+
+
+# ---------------------------------------------------------------------------------------
+# Pytrees
+# ---------------------------------------------------------------------------------------
+
+# tree_flatten (imported above).  Why: named_axes walks arguments as torch does (a type
+# registered with torch's pytree is a container for nx.xmap, nx.jit, ...).  Public
+# alternative considered: none (torch 2.9-2.13 have no public ``torch.utils.pytree``);
+# the functions below are built on it and the TreeSpec's own methods.
+
+
+def tree_unflatten(leaves, spec):
+    """The tree of ``spec`` holding ``leaves`` (torch's ``tree_unflatten``)."""
+    return spec.unflatten(leaves)
+
+
+def tree_map(func: Callable, tree, *rests, is_leaf: Callable | None = None):
+    """``tree`` with ``func`` applied to each leaf (and the matching leaves of ``rests``),
+    as torch's ``tree_map``."""
+    leaves, spec = tree_flatten(tree, is_leaf=is_leaf)
+    flat = [leaves] + [spec.flatten_up_to(r) for r in rests]
+    return spec.unflatten(map(func, *flat))
+
+
+def tree_leaves(tree, is_leaf: Callable | None = None) -> list:
+    """``tree``'s leaves in torch's pytree order (torch's ``tree_leaves``)."""
+    return tree_flatten(tree, is_leaf=is_leaf)[0]
+
+
+# ---------------------------------------------------------------------------------------
+# Aten ops with private names, kernels, tensors' and modules' internals
+# ---------------------------------------------------------------------------------------
+
+# Why: batch norm's functional form calls it (rules.nn gives it named shapes; its
+# batching rule gives wrong values, so it is looped).  Public alternative considered:
+# ``torch.native_batch_norm`` (public, also listed) is not what F.batch_norm calls.
+native_batch_norm_legit = torch._native_batch_norm_legit
+# Why: softmax's backward; its batching rule is wrong with one operand batched.  Public
+# alternative considered: none.  (The torch function, None on a torch without it, and
+# the op packet: ``softmax_backward_data_op.default`` is its overload.)
+softmax_backward_data = getattr(torch, "_softmax_backward_data", None)
+softmax_backward_data_op = torch.ops.aten._softmax_backward_data
+# torch.einsum's kernel.  Why: torch.einsum's Python wrapper costs ~2 µs a call and adds
+# nothing for plain tensors (named matmuls run through it).  Public alternative
+# considered: ``torch.einsum`` (used wherever a graph is built).
+einsum_kernel = torch._C._VariableFunctions.einsum
+
+
+def tensor_body(data: torch.Tensor, **printoptions) -> str:
+    """``data``'s values as ``repr`` prints them, without ``tensor(...)`` around them,
+    under the print options ``printoptions`` (``edgeitems``, ``threshold``, ...).
+
+    Why: a named value's preview lays out its values by axis.  Public alternative
+    considered: ``torch.set_printoptions`` + ``repr`` (global options, no way to read
+    the old ones back to restore them; ``tensor(`` and the dtype to strip).
+    """
+    from torch._tensor_str import _tensor_str, printoptions as _options
+
+    with _options(**printoptions):
+        return _tensor_str(data, 0)
+
+
+def module_tensor_table(module: torch.nn.Module, name: str) -> dict:
+    """The dict holding ``module``'s parameter ``name`` (or else its buffers').
+
+    Why: nx.nn.functional_call puts a named value in place of a parameter for one call
+    (``Module.__setattr__`` would ask for a Parameter).  Public alternative considered:
+    ``torch.func.functional_call`` (public) accepts ``torch.Tensor`` values only.
+    """
+    return module._parameters if name in module._parameters else module._buffers
+
+
+def default_collate_parts() -> tuple:
+    """``(collate, default_collate_fn_map)`` of torch's DataLoader collation.
+
+    Why: ``nx.collate`` is ``default_collate`` with one more type.  Public alternative
+    considered: ``torch.utils.data.default_collate`` (public) takes no type map.
+    """
+    from torch.utils.data._utils.collate import collate, default_collate_fn_map
+
+    return collate, default_collate_fn_map
+
+
+# ---------------------------------------------------------------------------------------
+# DTensor and collectives
+# ---------------------------------------------------------------------------------------
+
+def local_tensor(dt) -> torch.Tensor:
+    """A DTensor's shard on this rank, as stored (no autograd node).
+
+    Why: the local-shard engine computes on shards inside its own autograd Functions.
+    Public alternative considered: ``DTensor.to_local()`` (public) records an autograd
+    node where grad is on.
+    """
+    return dt._local_tensor
+
+
+def dtensor_spec(mesh, placements: tuple, shape: torch.Size, stride: tuple, dtype):
+    """The spec of a DTensor laid out ``placements`` on ``mesh`` with global ``shape``
+    and ``stride`` (for ``DTensor(local, spec, requires_grad=False)``).
+
+    Why: make the DTensor of a shard directly, as DTensor's own dispatch does.  Public
+    alternative considered: ``DTensor.from_local`` (public) is an autograd Function, a
+    cost paid per op.
+    """
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+    return DTensorSpec(mesh, placements, tensor_meta=TensorMeta(shape, stride, dtype))
+
+
+def dtensor_op_handlers() -> dict | None:
+    """DTensor's per-op handler table, or None on a torch without one.
+
+    Why: DTensor runs the library's collectives (custom ops) through their plain-torch
+    code, and two ops it has no rule for on the local shards.  Public alternative
+    considered: ``torch.distributed.tensor.experimental.register_sharding`` (public)
+    gives a sharding, not the code.
+    """
+    from torch.distributed.tensor import DTensor
+
+    return getattr(getattr(DTensor, "_op_dispatcher", None), "_custom_op_handlers", None)
+
+
+def custom_op_impl(op) -> Callable:
+    """The Python function the ``torch.library.custom_op`` ``op`` was made from.
+
+    Why: DTensor and inductor run a collective as plain tensor code.  Public alternative
+    considered: calling ``op`` (public) dispatches to the opaque op again.
+    """
+    return op._init_fn
+
+
+def custom_op_overload(op):
+    """The ``OpOverload`` of the ``torch.library.custom_op`` ``op``.
+
+    Why: DTensor's table and the decompositions are keyed by it.  Public alternative
+    considered: ``torch.ops.<namespace>.<name>.default`` (needs the op's private name).
+    """
+    return op._opoverload
+
+
+# Why: forward-mode AD checks a tangent's storage against its primal's (DTensor has no
+# rule for the op).  Public alternative considered: none.
+has_same_storage_numel_op = torch.ops.aten._has_same_storage_numel
+
+
+def functional_all_reduce(x: torch.Tensor, op: str, group) -> torch.Tensor:
+    """``x`` all-reduced over ``group`` with functional collectives (what DTensor issues:
+    CommDebugMode counts them), waited for.
+
+    Why: out-of-place collectives, as DTensor issues them.  Public alternative
+    considered: ``torch.distributed.all_reduce`` (public) writes in place.
+    """
+    from torch.distributed._functional_collectives import all_reduce, wait_tensor
+
+    return wait_tensor(all_reduce(x, op, group))
+
+
+# ---------------------------------------------------------------------------------------
+# Tracing and compiling
+# ---------------------------------------------------------------------------------------
+
+# FakeTensor, FakeTensorMode and its two exceptions (imported above).  Why: nx.eval_shape
+# runs programs on fake tensors, and nx.jit gives inductor fake inputs with a shape
+# environment (its caches need one).  Public alternative considered: none.
+
+
+def op_schema(func):
+    """The schema of an aten op (``OpOverload``), or None for anything else.
+
+    Why: which arguments an op writes.  Public alternative considered:
+    ``torch.fx.Node.is_impure()`` (public) answers for graph nodes only, and also for
+    ops that write nothing.
+    """
+    return getattr(func, "_schema", None)
+
+
+# Why: a traced graph calling a higher-order op (cond, while_loop) is not known pure.
+# Public alternative considered: none.
+HigherOrderOperator = torch._ops.HigherOrderOperator
+
+
+def record_function_ops() -> tuple:
+    """The two ops make_fx records for a ``torch.profiler.record_function`` block:
+    ``(enter, exit)``.
+
+    Why: torch 2.9's make_fx drops them, torch 2.13's records them; nx.jit adds them
+    itself so graphs read alike.  Public alternative considered:
+    ``torch.profiler.record_function`` (public) is what 2.9 drops.
+    """
+    profiler = torch.ops.profiler
+    return (profiler._record_function_enter_new.default,
+            profiler._record_function_exit._RecordFunction)
+
+
+def tensor_guards(leaves: list):
+    """Dynamo's C++ guard passing tensors with the sizes, strides, dtypes, devices,
+    dispatch keys and ``requires_grad`` of ``leaves``.
+
+    Why: nx.jit's fast call path checks its arguments in one C call.  Public alternative
+    considered: comparing each tensor's metadata in Python (slower per call).
+    """
+    from torch._C._dynamo.guards import TensorGuards
+
+    return TensorGuards(*leaves, dynamic_dims_sizes=[list(a.shape) for a in leaves],
+                        dynamic_dims_strides=[list(a.stride()) for a in leaves])
+
+
+def aot_forward_metadata():
+    """AOT autograd's metadata about the forward graph being compiled, or None.
+
+    Why: nx.jit calls inductor's compiled graph directly when AOT autograd's runtime
+    wrapper would do nothing.  Public alternative considered: none.
+    """
+    context = torch._guards.TracingContext.try_get()
+    return None if context is None else context.fw_metadata
+
+
+def no_autograd_cache():
+    """A context manager turning AOT autograd's cache off.
+
+    Why: a cache hit would skip the inner compile nx.jit watches.  Public alternative
+    considered: none.
+    """
+    from torch._functorch.config import patch
+
+    return patch(enable_autograd_cache=False)
+
+
+def inductor_compile_fx() -> tuple:
+    """Inductor's ``(compile_fx, compile_fx_inner)``.
+
+    Why: nx.jit compiles whole traced programs (aten graphs) with inductor.  Public
+    alternative considered: ``torch.compile`` (public) traces with dynamo again.
+    """
+    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+
+    return compile_fx, compile_fx_inner
+
+
+def inductor_config():
+    """Inductor's config module (which options this torch has).
+
+    Why: turn off size asserts nx.jit's cache key already checks.  Public alternative
+    considered: ``torch.compile(options=...)`` (public) is dynamo's path.
+    """
+    from torch._inductor import config
+
+    return config
+
+
+def inductor_decompositions() -> dict:
+    """Inductor's own decomposition table.
+
+    Why: the ``"named_axes"`` backend adds the collectives' code to it.  Public
+    alternative considered: ``torch._decomp`` (private too) has other tables.
+    """
+    from torch._inductor.decomposition import select_decomp_table
+
+    return select_decomp_table()
+
+
+def inductor_mode_options(mode: str) -> dict:
+    """Inductor's options for a ``torch.compile`` mode (``"max-autotune"`` ...).
+
+    Why: nx.jit takes torch.compile's modes.  Public alternative considered: none
+    (``torch.compile``'s documentation points to this function).
+    """
+    from torch._inductor import list_mode_options
+
+    return list_mode_options(mode)
+
+
+def inductor_aot_compile(graph, example: tuple, options: dict):
+    """AOTInductor: compile ``graph`` to a shared library.
+
+    Why: nx.jit's program store keeps compiled programs on disk.  Public alternative
+    considered: ``torch._inductor.aoti_compile_and_package`` (private too, and needs
+    ``torch.export``).
+    """
+    from torch._inductor import aot_compile
+
+    return aot_compile(graph, example, options=options)
+
+
+def aoti_cpu_runner():
+    """AOTInductor's CPU runner class, or None on a torch without it.
+
+    Why: load a stored program.  Public alternative considered: none.
+    """
+    aoti = getattr(torch._C, "_aoti", None)
+    return getattr(aoti, "AOTIModelContainerRunnerCpu", None)
+
+
+def register_device_module(name: str, module) -> None:
+    """Make ``module`` torch's ``torch.<name>`` device module.
+
+    Why: checkpointing and ``fork_rng`` on XLA find the RNG through it.  Public
+    alternative considered: ``torch.utils.backend_registration`` (public) is for the
+    ``privateuse1`` backend only.
+    """
+    torch._register_device_module(name, module)
+
+
+# ---------------------------------------------------------------------------------------
+# Dynamo's operator tables (nx.enable_dynamo_matmul, an explicit opt-in)
+# ---------------------------------------------------------------------------------------
 
 def dynamo_operator_tables() -> tuple:
     """Dynamo's reverse-operator table and its binop table (``None`` where this torch

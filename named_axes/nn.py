@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from . import _functions as _f
 from ._one_hot import one_hot as _one_hot
+from ._torch_private import module_tensor_table
 
 __all__ = ["relu", "relu6", "gelu", "silu", "swish", "sigmoid", "softplus", "log_sigmoid",
            "elu", "leaky_relu", "tanh", "softmax", "log_softmax", "logsumexp",
@@ -179,7 +180,7 @@ def functional_call(module: torch.nn.Module, parameters_and_buffers: dict, args:
         for name, value in parameters_and_buffers.items():
             owner, _, attr = name.rpartition(".")
             sub = module.get_submodule(owner)
-            table = sub._parameters if attr in sub._parameters else sub._buffers
+            table = module_tensor_table(sub, attr)
             if attr not in table:
                 raise AttributeError(f"functional_call: {type(module).__name__} has no "
                                      f"parameter or buffer {name!r}")

@@ -197,6 +197,7 @@ def test_inplace_target_without_names_still_refuses_named_values():
     assert y.add_(acc) is y
 
 
+@pytest.mark.usefixtures("dynamo_matmul")
 def test_folded_matmul_compiles_fullgraph():
     torch._dynamo.reset()
     # one pytree argument (a {i, j} @ b {j, k}: a shared name and one of each side's own)

@@ -266,6 +266,7 @@ def test_grad_through_xmap_matches_positional():
     torch.testing.assert_close(g, ref)
 
 
+@pytest.mark.usefixtures("dynamo_matmul")
 def test_torch_compile_fullgraph_with_matmul_operator():
     w = torch.randn(4, 3)
     x = torch.randn(5, 4)

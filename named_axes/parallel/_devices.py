@@ -187,7 +187,7 @@ def _target(device: Any) -> torch.device | None:
 
 
 def _map(fn, tree):
-    from torch.utils._pytree import tree_map
+    from .._torch_private import tree_map
 
     return tree_map(fn, tree)
 
@@ -250,7 +250,7 @@ def device_put_sharded(shards: Sequence[Any], devices: Sequence[Any]) -> Any:
         raise ValueError(f"device_put_sharded: {len(shards)} shards for {len(devs)} devices; "
                          f"give one shard per device")
     dev = _target(as_device(devs[0]))
-    from torch.utils._pytree import tree_flatten, tree_unflatten
+    from .._torch_private import tree_flatten, tree_unflatten
 
     flats = [tree_flatten(s) for s in shards]
     spec = flats[0][1]

@@ -33,6 +33,8 @@ import torch
 from .._engine import EngineBase
 from .._errors import AxisResourceError
 from .._tensor import NamedTensor
+from .._torch_private import (custom_op_impl, custom_op_overload, dtensor_op_handlers,
+                              has_same_storage_numel_op, local_tensor)
 from ._dtensor_autograd import _saved_as_dtensors
 from ._dtensor_local import local_einsum, local_sum, settled_extreme, settled_placements
 from ._dtensor_spmd import local_path_allowed, run_on_local_shards
@@ -142,22 +144,22 @@ def register_collectives() -> None:
         from ..lax import _ops
     except ImportError:
         return
-    from torch._library.custom_ops import CustomOpDef
     from torch.distributed.tensor import DTensor
+    from torch.library import CustomOpDef
 
-    handlers = getattr(getattr(DTensor, "_op_dispatcher", None), "_custom_op_handlers", None)
+    handlers = dtensor_op_handlers()
     if handlers is None:  # pragma: no cover - a torch without the table
         return
     for value in vars(_ops).values():
         if isinstance(value, CustomOpDef):
-            impl = value._init_fn
-            handlers[value._opoverload] = (
+            impl = custom_op_impl(value)
+            handlers[custom_op_overload(value)] = (
                 lambda op_call, args, kwargs, impl=impl: impl(*args, **kwargs))
     # Forward-mode AD (nx.jvp) checks a tangent's storage against its primal's, an op
     # DTensor has no rule for: compare the local shards (same layouts, same answer).
-    same = torch.ops.aten._has_same_storage_numel.default
+    same = has_same_storage_numel_op.default
     handlers.setdefault(same, lambda op_call, args, kwargs: same(
-        *[getattr(a, "_local_tensor", a) for a in args], **kwargs))
+        *[local_tensor(a) if isinstance(a, DTensor) else a for a in args], **kwargs))
     # A second derivative (the backward of a backward through abs) converts with
     # aten.to.dtype_layout, whose aliasing return DTensor (torch 2.13) takes for an out=
     # variant and asserts on: convert the local shard, keep the layout.
@@ -169,8 +171,8 @@ def _to_dtype_layout(op_call, args, kwargs):
     from torch.distributed.tensor import DTensor
 
     x = args[0]
-    local = op_call(x._local_tensor, *args[1:], **kwargs)
-    if local is x._local_tensor:
+    local = op_call(local_tensor(x), *args[1:], **kwargs)
+    if local is local_tensor(x):
         return x
     return DTensor.from_local(local, x.device_mesh, x.placements, run_check=False,
                               shape=x.shape, stride=x.stride())

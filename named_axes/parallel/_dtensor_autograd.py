@@ -31,7 +31,7 @@ def _saved_as_dtensors(dm):
     from torch.overrides import TorchFunctionMode
 
     rep = [Replicate()] * dm.ndim
-    hooks_disabled = torch._C._autograd._saved_tensors_hooks_get_disabled_error_message
+    from .._torch_private import saved_tensors_hooks_disabled as hooks_disabled
 
     def pack(t):
         if type(t) is torch.Tensor and not t.requires_grad:

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from .._einsum import einsum2_eager
+from .._torch_private import dtensor_spec, local_tensor
 
 __all__ = ["local_einsum", "local_sum", "out_placements", "settled_extreme", "settled_placements"]
 
@@ -107,13 +108,11 @@ def _from_local(local: torch.Tensor, dm, placements, shape: tuple):
     paid per op).  Only called where no graph is recorded: in a forward of an autograd
     function, or a backward that is not differentiated again."""
     from torch.distributed.tensor import DTensor
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
 
     shape = torch.Size(shape)
     if not local.is_contiguous():   # the spec below says contiguous: DTensor's reshape
         local = local.contiguous()  # then views the shard (a permuted mm result cannot)
-    spec = DTensorSpec(dm, tuple(placements),
-                       tensor_meta=TensorMeta(shape, _contiguous_stride(shape), local.dtype))
+    spec = dtensor_spec(dm, tuple(placements), shape, _contiguous_stride(shape), local.dtype)
     return DTensor(local, spec, requires_grad=False)
 
 
@@ -141,8 +140,8 @@ def _grad(g, go: str, other, to: str, mine: str, like) -> Any:
         return torch.einsum(eq, g, other).reshape(view).expand(like.shape)
     places = _out_placements(eq, tuple(g.placements), tuple(other.placements))
     assert places is not None, (eq, g.placements, other.placements)   # mirrors the forward
-    local = einsum2_eager(eq, g._local_tensor, other._local_tensor)
-    local_shape = like._local_tensor.shape
+    local = einsum2_eager(eq, local_tensor(g), local_tensor(other))
+    local_shape = local_tensor(like).shape
     view = [local_shape[i] if c in avail else 1 for i, c in enumerate(mine)]
     local = local.reshape(view).expand(local_shape)
     placements = []
@@ -158,7 +157,7 @@ def _grad(g, go: str, other, to: str, mine: str, like) -> Any:
 class _LocalEinsum(torch.autograd.Function):
     @staticmethod
     def forward(x, y, eq, places):
-        out = einsum2_eager(eq, x._local_tensor, y._local_tensor)
+        out = einsum2_eager(eq, local_tensor(x), local_tensor(y))
         return _from_local(out, x.device_mesh, places, _global_shape(eq, x, y))
 
     @staticmethod
@@ -223,7 +222,7 @@ def _sum_placements(places: tuple, dims: tuple) -> tuple | None:
 class _LocalSum(torch.autograd.Function):
     @staticmethod
     def forward(x, dims, mean, places):
-        local = x._local_tensor.sum(dims)
+        local = local_tensor(x).sum(dims)
         if mean:
             local = local / math.prod(x.shape[d] for d in dims)
         shape = tuple(s for d, s in enumerate(x.shape) if d not in dims)
@@ -232,7 +231,7 @@ class _LocalSum(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         x, ctx.dims, ctx.mean, ctx.places = inputs
-        ctx.like = (x.device_mesh, tuple(x.placements), tuple(x.shape), x._local_tensor.shape)
+        ctx.like = (x.device_mesh, tuple(x.placements), tuple(x.shape), local_tensor(x).shape)
 
     @staticmethod
     def backward(ctx, g):
@@ -244,7 +243,7 @@ class _LocalSum(torch.autograd.Function):
         if torch.is_grad_enabled():   # differentiated again: DTensor's ops (see _grad)
             view = [1 if d in ctx.dims else s for d, s in enumerate(shape)]
             return (g / n).reshape(view).expand(shape), None, None, None
-        local = g._local_tensor / n if n != 1 else g._local_tensor
+        local = local_tensor(g) / n if n != 1 else local_tensor(g)
         view = [1 if d in ctx.dims else s for d, s in enumerate(local_shape)]
         local = local.reshape(view).expand(local_shape)
         return _from_local(local, dm, settled_placements(x_places), shape), None, None, None

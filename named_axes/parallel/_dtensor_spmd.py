@@ -49,6 +49,7 @@ from typing import Any, Callable
 import torch
 
 from .._tensor import NamedTensor
+from .._torch_private import functorch_transform_kinds, local_tensor, tracing_mode_active
 from ._serial import (SerialEngine, _as_tuple, _attaining, _carries, _functorch_level,
                       _names_of)
 from ._local_comms import (DivideByCount, ExtremeOverRanks, SumBeforeBroadcast, SumOverRanks,
@@ -62,16 +63,11 @@ class NeedsGlobal(Exception):
     """The program asked for something only the DTensor path computes (internal)."""
 
 
-_TRACING_MODES = (torch._C._TorchDispatchModeKey.PROXY, torch._C._TorchDispatchModeKey.FAKE,
-                  torch._C._TorchDispatchModeKey.FUNCTIONAL)
-
-
 def local_path_allowed() -> bool:
     """Whether a call may take the local-shard path: eager (other dispatch modes, e.g.
     ``CommDebugMode``, are fine), outside ``vmap``/``jvp`` (an outer ``grad`` is fine:
     its levels see the all-reduces' autograd functions)."""
-    if torch.compiler.is_compiling() or any(
-            torch._C._get_dispatch_mode(k) is not None for k in _TRACING_MODES):
+    if torch.compiler.is_compiling() or tracing_mode_active():
         return False   # make_fx / fake tensors / functionalization: a graph is being built
     from ..lax._ops import forward_mode
 
@@ -79,10 +75,7 @@ def local_path_allowed() -> bool:
         return False
     if _functorch_level() is None:
         return True
-    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
-
-    grad = torch._C._functorch.TransformType.Grad
-    return all(i.key() == grad for i in retrieve_all_functorch_interpreters())
+    return all(kind == "Grad" for kind in functorch_transform_kinds())
 
 
 # (program, plan, input structure) of the calls found to need the DTensor path
@@ -186,7 +179,7 @@ class LocalShardEngine(SerialEngine):
                     if data.requires_grad and grad:
                         laid_out.append(i)
                     else:
-                        out[i] = _rewrap(leaf, data._local_tensor)
+                        out[i] = _rewrap(leaf, local_tensor(data))
                     continue
                 via_dtensor.append(i)
                 continue
@@ -366,7 +359,7 @@ class _ShardsOf(torch.autograd.Function):
 
     @staticmethod
     def forward(dm, *xs):
-        return tuple(x._local_tensor.view_as(x._local_tensor) for x in xs)
+        return tuple(local_tensor(x).view_as(local_tensor(x)) for x in xs)
 
     @staticmethod
     def setup_context(ctx, inputs, output):

@@ -30,14 +30,14 @@ def mesh_groups(dm, dims: tuple) -> list:
 def all_reduce(x: torch.Tensor, groups: list, op: str) -> torch.Tensor:
     """``x`` reduced (``op``: 'sum', 'max', 'min') over the ranks of every group in turn,
     with functional collectives (what DTensor issues: CommDebugMode counts them)."""
-    from torch.distributed import _functional_collectives as funcol
+    from .._torch_private import functional_all_reduce
 
     if x.dtype == torch.bool:
         return all_reduce(x.to(torch.uint8), groups, op).to(torch.bool)
     out = x.detach().contiguous()
     buf = torch.view_as_real(out) if out.is_complex() else out
     for g in groups:
-        buf = funcol.wait_tensor(funcol.all_reduce(buf, op, g))
+        buf = functional_all_reduce(buf, op, g)
     return torch.view_as_complex(buf) if out.is_complex() else buf
 
 

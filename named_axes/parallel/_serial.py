@@ -38,6 +38,7 @@ from .._engine import EngineBase
 from .._errors import AxisResourceError
 from .._layout import align
 from .._tensor import NamedTensor
+from .._torch_private import functorch_disabled, functorch_level, functorch_unwrapped
 
 __all__ = ["SerialEngine", "SerialLoopError"]
 
@@ -91,14 +92,7 @@ def _check_replicated(items: list, j: int, loop_names: tuple) -> None:
 def _peeled(t: torch.Tensor) -> torch.Tensor:
     """``t`` out of functorch's wrappers (``grad``, ``vmap``: each batch dim moved to the
     front), so values computed under ``vmap`` can be compared, every batch entry at once."""
-    from torch._C import _functorch as ft
-
-    while ft.is_functorch_wrapped_tensor(t):
-        if ft.is_batchedtensor(t):
-            t = ft.get_unwrapped(t).movedim(ft.maybe_get_bdim(t), 0)
-        else:
-            t = ft.get_unwrapped(t)
-    return t
+    return functorch_unwrapped(t)
 
 
 def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -116,8 +110,7 @@ def _draw_seed() -> int:
     """A seed for the chunks' generators, from torch's global one.  Drawn past an
     enclosing ``vmap``'s randomness check: the seed is one number for the whole call,
     not a random op of the program (whose own draws still obey ``vmap``'s flag)."""
-    vmap_mode = torch._C.DispatchKeySet(torch._C.DispatchKey.FuncTorchVmapMode)
-    with torch._C._ExcludeDispatchKeyGuard(vmap_mode):
+    with functorch_disabled():
         return int(torch.randint(0, 2**62, ()).item())
 
 
@@ -441,7 +434,7 @@ def _names_of(x: Any) -> tuple:
 
 
 def _functorch_level():
-    return torch._C._functorch.maybe_current_level()
+    return functorch_level()
 
 
 def _attaining(x: Any, extreme: Any) -> torch.Tensor:

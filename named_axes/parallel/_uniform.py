@@ -38,6 +38,8 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import BackwardCFunction
 
+from .._torch_private import forward_class, graph_task_id, node_sequence_nr, tensor_version
+
 __all__ = ["Replication", "mark_uniform", "uniform_dims"]
 
 _UNIFORM = "_nx_uniform"   # (version, DeviceMesh, mesh dims) on a cotangent (module docstring)
@@ -46,7 +48,7 @@ _UNIFORM = "_nx_uniform"   # (version, DeviceMesh, mesh dims) on a cotangent (mo
 def mark_uniform(t: torch.Tensor, dm, dims: frozenset) -> torch.Tensor:
     """Mark ``t`` as holding the same values on every rank along the mesh dims ``dims``."""
     if dims:
-        setattr(t, _UNIFORM, (t._version, dm, dims))
+        setattr(t, _UNIFORM, (tensor_version(t), dm, dims))
     return t
 
 
@@ -54,7 +56,7 @@ def uniform_dims(t: torch.Tensor, dm) -> frozenset:
     """The mesh dims of ``dm`` along which ``t`` is marked the same on every rank (none
     once ``t`` changed in place after the mark)."""
     mark = getattr(t, _UNIFORM, None)
-    if mark is None or mark[0] != t._version or mark[1] is not dm:
+    if mark is None or mark[0] != tensor_version(t) or mark[1] is not dm:
         return frozenset()
     return mark[2]
 
@@ -75,7 +77,7 @@ _READERS = COLLECTIVES | {"_ShardsOfBackward", "_SumGradsOverRanksBackward",
 
 def _sequence_now() -> int:
     """The sequence number of the next autograd node made on this thread, or less."""
-    return torch.empty(0, requires_grad=True).view(0).grad_fn._sequence_nr()
+    return node_sequence_nr(torch.empty(0, requires_grad=True).view(0).grad_fn)
 
 
 class Replication:
@@ -97,10 +99,10 @@ class Replication:
         or one of ``nx.lax``'s own autograd Functions, not this path's edges and
         collectives nor a user's Function."""
         if node is None or type(node).__name__ == "AccumulateGrad" \
-                or node._sequence_nr() < self.start:
+                or node_sequence_nr(node) < self.start:
             return False
         if isinstance(node, BackwardCFunction):
-            return getattr(node, "_forward_cls", type).__module__.startswith(_LOCAL_FUNCTIONS)
+            return forward_class(node, type).__module__.startswith(_LOCAL_FUNCTIONS)
         return True
 
     def seed(self, t: torch.Tensor, dims: frozenset) -> None:
@@ -154,7 +156,7 @@ class Replication:
         while stack:
             node = stack.pop()
             if node in graph or type(node).__name__ == "AccumulateGrad" \
-                    or node._sequence_nr() < self.start:
+                    or node_sequence_nr(node) < self.start:
                 continue
             nexts = node.next_functions
             graph[node] = (nexts, self.ours(node))
@@ -214,7 +216,7 @@ class Replication:
                     if g is not None:
                         mark_uniform(g, dm, dims)
             if into:
-                task = torch._C._current_graph_task_id()
+                task = graph_task_id()
                 for i, key in into:
                     g = grad_inputs[i]
                     records.setdefault(key, []).append(
@@ -227,7 +229,7 @@ class Replication:
         dm = self.dm
 
         def hook(grad_outputs):
-            task = torch._C._current_graph_task_id()
+            task = graph_task_id()
             for slot in slots:
                 parts = [d for t, d in records.pop((node_id, slot), ()) if t == task]
                 g = grad_outputs[slot]

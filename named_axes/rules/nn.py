@@ -21,6 +21,7 @@ from .._layout import union_names
 from ._common import instance_invalid
 from .shape import _first_only, _full_layout, _named_sizes
 from .._tensor import NamedTensor
+from .._torch_private import native_batch_norm_legit
 
 _NT = NamedTensor
 _T = torch.Tensor
@@ -268,7 +269,7 @@ def install() -> None:
     _declare([F.group_norm, F.instance_norm, F.local_response_norm], _fold_batch(1, False))
     _declare([F.interpolate, F.upsample], _fold_batch(2, False))
     _declare([F.scaled_dot_product_attention], _sdpa)
-    _declare([torch.native_batch_norm, torch._native_batch_norm_legit], _batch_norm_shapes)
+    _declare([torch.native_batch_norm, native_batch_norm_legit], _batch_norm_shapes)
     _declare([F.mse_loss, F.l1_loss, F.smooth_l1_loss, F.huber_loss, F.binary_cross_entropy,
               F.binary_cross_entropy_with_logits, F.kl_div, F.soft_margin_loss,
               F.poisson_nll_loss, F.gaussian_nll_loss], _losses)

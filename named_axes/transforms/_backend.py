@@ -20,6 +20,10 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
+from .._torch_private import (FakeTensorMode, aot_forward_metadata, custom_op_impl,
+                              custom_op_overload, inductor_compile_fx, inductor_config,
+                              inductor_decompositions, inductor_mode_options, no_autograd_cache)
+
 __all__ = ["compile_named", "compile_flat", "compile_boxed", "Backend",
            "collective_decompositions", "BACKEND_NAME"]
 
@@ -29,17 +33,16 @@ BACKEND_NAME = "named_axes"
 def collective_decompositions() -> dict:
     """``{OpOverload: implementation}`` for every registered ``named_axes::`` custom op."""
     try:
-        from .. import lax  # noqa: F401  (registers the ops)
+        from ..lax import _ops  # (registers the ops)
     except ImportError:  # pragma: no cover - collectives not built
         return {}
-    from torch._library.custom_ops import OPDEFS
 
     table = {}
-    for qualname, opdef in list(OPDEFS.items()):
-        if qualname.startswith("named_axes::"):
-            ns, name = qualname.split("::")
-            packet = getattr(getattr(torch.ops, ns), name)
-            table[packet.default] = opdef._init_fn
+    for opdef in list(vars(_ops).values()):
+        if isinstance(opdef, torch.library.CustomOpDef):
+            overload = custom_op_overload(opdef)
+            if overload.namespace == "named_axes":
+                table[overload] = custom_op_impl(opdef)
     return table
 
 
@@ -85,9 +88,7 @@ class _DecompositionTable(dict):
     """
 
     def __init__(self, digest: str = "") -> None:
-        from torch._inductor.decomposition import select_decomp_table
-
-        super().__init__(select_decomp_table())
+        super().__init__(inductor_decompositions())
         self.update(collective_decompositions())
 
     def __reduce__(self):
@@ -96,8 +97,7 @@ class _DecompositionTable(dict):
 
 def compile_named(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callable:
     """Compile an FX graph (torch IR or aten) with inductor, collectives inlined."""
-    from torch._inductor.compile_fx import compile_fx
-
+    compile_fx, _ = inductor_compile_fx()
     return compile_fx(gm, list(example_inputs), decompositions=_decompositions())
 
 
@@ -126,8 +126,8 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
     one autograd node), called through its wrapper.  ``grad_off``: the caller runs the
     result with grad disabled (then constants requiring grad do not matter).
     """
-    from torch._inductor import config
-    from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+    config = inductor_config()
+    compile_fx, compile_fx_inner = inductor_compile_fx()
 
     example = list(example_inputs)
     captured: list = []
@@ -143,7 +143,7 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
         patches["size_asserts"] = False
     # AOT autograd's own cache would skip ``inner`` on a hit (and with it the direct
     # call below); inductor's FX-graph cache under it still saves the code generation.
-    with torch._functorch.config.patch(enable_autograd_cache=False):
+    with no_autograd_cache():
         full = compile_fx(gm, _fake_inputs(example), inner_compile=inner,
                           config_patches=patches, decompositions=_decompositions())
     differentiable = torch.is_grad_enabled() and (
@@ -158,9 +158,7 @@ def _mode_options(mode: str | None) -> dict:
     """Inductor's options for a ``torch.compile`` mode (``"max-autotune"`` ...)."""
     if mode in (None, "default"):
         return {}
-    from torch._inductor import list_mode_options
-
-    return list_mode_options(mode)
+    return inductor_mode_options(mode)
 
 
 def _fake_inputs(example: list) -> list:
@@ -171,7 +169,6 @@ def _fake_inputs(example: list) -> list:
     has none, so without this every process recompiled from scratch. Static shapes: the
     guards on sizes are the ones ``nx.jit``'s own cache key already checks.
     """
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
@@ -182,7 +179,7 @@ def _fake_inputs(example: list) -> list:
 def _plain_inference(g: torch.fx.GraphModule, n_inputs: int) -> bool:
     """Whether AOT autograd's runtime wrapper around ``g`` does nothing at run time."""
     try:
-        meta = torch._guards.TracingContext.try_get().fw_metadata
+        meta = aot_forward_metadata()
         if meta is None or len(meta.input_info) != n_inputs:
             return False
         subclass = getattr(meta, "subclass_inp_meta", None) or ()
@@ -192,7 +189,7 @@ def _plain_inference(g: torch.fx.GraphModule, n_inputs: int) -> bool:
                 and not getattr(meta, "tokens", None)
                 and not getattr(meta, "is_rng_op_functionalized", False)
                 and not any(type(m).__name__ == "SubclassCreationMeta" for m in subclass))
-    except Exception:  # pragma: no cover - other torch versions: keep the wrapper
+    except (AttributeError, TypeError):  # pragma: no cover - other torches: keep the wrapper
         return False
 
 

@@ -23,6 +23,7 @@ from typing import Any, Callable
 import torch
 
 from .._tensor import NamedTensor
+from .._torch_private import tensor_guards
 
 __all__ = ["structure_reader", "tensor_guard"]
 
@@ -98,10 +99,8 @@ def tensor_guard(leaves: list) -> Any:
     if not all(type(a) is _Tensor or type(a) is _Parameter for a in leaves):
         return None
     try:
-        from torch._C._dynamo.guards import TensorGuards
-
-        guard = TensorGuards(*leaves, dynamic_dims_sizes=[list(a.shape) for a in leaves],
-                             dynamic_dims_strides=[list(a.stride()) for a in leaves])
+        guard = tensor_guards(leaves)
         return guard if guard.check(*leaves) else None
-    except Exception:  # pragma: no cover - a torch without this (private) guard
+    # a torch without this (private) guard, or tensors without strides (sparse, nested)
+    except (ImportError, AttributeError, TypeError, RuntimeError):  # pragma: no cover
         return None

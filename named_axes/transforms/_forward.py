@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from torch.utils._pytree import tree_flatten, tree_map
-
 from .._errors import AxisSpecError, AxisTypeError
 from .._tensor import NamedTensor
 from .._torch_func import ORIGINAL as _functorch
+from .._torch_private import tree_flatten, tree_map
 from ._grad import _align_like, _phys_outputs, _rebuild, _unbox_primals, mapped_over
 from ._tree import rebox, unbox
 

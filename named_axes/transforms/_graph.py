@@ -26,6 +26,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from .. import _env
 from .._errors import AxisSpecError, AxisTypeError
 from ..lax._collectives import LABEL_AXES
+from .._torch_private import record_function_ops
 from ._tree import rebox, unbox
 
 __all__ = ["make_graph", "named_call", "NamedGraphModule", "trace_flat"]
@@ -206,10 +207,8 @@ def _active_make_fx_tracer():
 
 
 def _traced_named_call(tracer, label: str, fun: Callable, args, kwargs):
-    enter = tracer.create_proxy("call_function",
-                                torch.ops.profiler._record_function_enter_new.default,
-                                (label, None), {})
+    enter_op, exit_op = record_function_ops()
+    enter = tracer.create_proxy("call_function", enter_op, (label, None), {})
     out = fun(*args, **kwargs)
-    tracer.create_proxy("call_function", torch.ops.profiler._record_function_exit._RecordFunction,
-                        (enter,), {})
+    tracer.create_proxy("call_function", exit_op, (enter,), {})
     return out

@@ -20,12 +20,12 @@ import math
 from typing import Any, Callable, Sequence
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from .._env import bind, bound_axes
 from .._modes import building_graph
 from .._tensor import NamedTensor
 from .._torch_func import ORIGINAL as _functorch
+from .._torch_private import is_zerotensor, tree_flatten, tree_map, tree_unflatten
 from ._forward import jvp
 from ._grad import _argnums, vjp
 from ._tree import named_axes_of
@@ -76,7 +76,7 @@ def _materialized(t: Any) -> Any:
         return t
     if building_graph():
         data = data.clone()   # traced: which outputs are zero shows only when it runs
-    elif data._is_zerotensor():
+    elif is_zerotensor(data):
         data = torch.zeros(data.shape, dtype=data.dtype, device=data.device)
     else:
         return t

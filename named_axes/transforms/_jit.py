@@ -20,7 +20,6 @@ import threading
 from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
@@ -28,6 +27,8 @@ from .. import _env
 from .._errors import AxisSpecError, AxisTypeError, NamedAxisError
 from .._modes import building_graph
 from .._tensor import NamedTensor
+from .._torch_private import (HigherOrderOperator, dispatch_depth, functorch_transform_kind,
+                              op_schema, tree_flatten, tree_map, tree_unflatten)
 from . import _store
 from ._backend import Backend, _grad_constants, compile_boxed
 from ._fast_call import structure_reader, tensor_guard
@@ -42,8 +43,8 @@ _NT = NamedTensor
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
 _is_compiling = torch.compiler.is_compiling
-_dispatch_depth = torch._C._len_torch_dispatch_stack
-_peek_functorch = getattr(torch._C._functorch, "peek_interpreter_stack", None)
+_dispatch_depth = dispatch_depth
+_peek_functorch = functorch_transform_kind   # (None: no torch.func transform)
 
 
 def _flatten_key(tree: Any, leaves: list) -> Any:
@@ -124,7 +125,7 @@ def _must_inline(leaves: list) -> bool:
 
 def _no_grad_call(compiled: Callable) -> Callable:
     """``compiled`` run with grad disabled (its results are values)."""
-    set_grad = torch._C._set_grad_enabled
+    set_grad = torch.set_grad_enabled
 
     def call(args):
         prev = torch.is_grad_enabled()
@@ -390,7 +391,6 @@ class Program(NamedTuple):
 def _numpy_as_tensors(args: tuple) -> tuple | None:
     """``args`` with numpy arrays as tensors (sharing memory), or None if there are none."""
     import numpy as np
-    from torch.utils._pytree import tree_flatten, tree_map
 
     if not any(isinstance(v, np.ndarray) for v in tree_flatten(args)[0]):
         return None
@@ -509,9 +509,9 @@ def _pure(gm: torch.fx.GraphModule) -> bool:
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
-        schema = getattr(node.target, "_schema", None)
+        schema = op_schema(node.target)
         if (schema is not None and schema.is_mutable) or isinstance(
-                node.target, torch._ops.HigherOrderOperator):
+                node.target, HigherOrderOperator):
             return False
     return True
 

@@ -26,13 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import torch
-from torch._subclasses.fake_tensor import (DataDependentOutputException,
-                                           DynamicOutputShapeException, FakeTensorMode)
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, ShapeEnv
-from torch.utils._pytree import tree_leaves, tree_map
 
 from .._errors import AxisTypeError, fmt_named_shape
 from .._tensor import NamedTensor
+from .._torch_private import (DataDependentOutputException, DynamicOutputShapeException,
+                              FakeTensorMode, tree_leaves, tree_map)
 
 __all__ = ["ShapeDtypeStruct", "eval_shape", "materialize"]
 

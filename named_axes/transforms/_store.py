@@ -54,9 +54,9 @@ import weakref
 from typing import Any, Callable, NamedTuple
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
+from .._torch_private import (TorchDispatchMode, aoti_cpu_runner, inductor_aot_compile,
+                              tree_flatten)
 from ._trace_probe import preserving_writes, written_tensors
 from ._tree import unbox
 
@@ -90,8 +90,7 @@ def program_store() -> str | None:
 
 def available() -> bool:
     """Whether this torch can load AOTInductor libraries on the CPU."""
-    aoti = getattr(torch._C, "_aoti", None)
-    return aoti is not None and hasattr(aoti, "AOTIModelContainerRunnerCpu")
+    return aoti_cpu_runner() is not None
 
 
 class _Unstorable(Exception):
@@ -293,8 +292,9 @@ def load(ident: Identity, directory: str | None = None) -> Callable | None:
         with open(path[:-3] + ".json") as f:
             positions = json.load(f)["closed_over"]
         constants = [ident.closed_over[j] for j in positions]
-        runner = torch._C._aoti.AOTIModelContainerRunnerCpu(path, 1)
-    except Exception as e:   # noqa: BLE001 - a damaged store: compile as usual
+        runner = aoti_cpu_runner()(path, 1)
+    except (OSError, ValueError, LookupError, TypeError, RuntimeError) as e:
+        # a damaged store: compile as usual
         warnings.warn(f"named_axes: the program store's {path} does not load ({e}); "
                       "compiling the program again", RuntimeWarning, stacklevel=3)
         return None
@@ -418,7 +418,7 @@ def compile_and_save(gm: torch.fx.GraphModule, example: list, ident: Identity,
         work = tempfile.mkdtemp(prefix=".compiling-", dir=directory)
         try:
             options = {"aot_inductor.output_path": os.path.join(work, "program.so")}
-            built = torch._inductor.aot_compile(graph, tuple(example), options=options)
+            built = inductor_aot_compile(graph, tuple(example), options=options)
             # atomic, the library last: a reader sees the whole program or none
             with open(os.path.join(work, "program.json"), "w") as f:
                 json.dump({"closed_over": positions}, f)

@@ -33,14 +33,15 @@ import threading
 from typing import Iterable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from .._errors import NamedAxisError
+from .._torch_private import (FakeTensor, TorchDispatchMode, disable_dispatch_modes,
+                              graph_task_id, op_schema, view_base)
 
 __all__ = ["TraceProbe", "refusing_optimizer_steps", "check_grads_untouched",
            "check_no_stale_numbers", "preserving_writes"]
 
-_graph_task_id = torch._C._current_graph_task_id
+_graph_task_id = graph_task_id
 
 _ADVICE = ("Compute gradients with nx.grad / nx.value_and_grad and update the parameters "
            "functionally or in place under torch.no_grad() (docs/guide.md §4), or keep "
@@ -69,7 +70,7 @@ class TraceProbe(TorchDispatchMode):
         kwargs = kwargs or {}
         if not self.ran and _graph_task_id() != -1:
             self.ran = True
-        schema = getattr(func, "_schema", None)
+        schema = op_schema(func)
         if schema is not None and schema.is_mutable:
             self._keep_written(schema, args, kwargs)
         if (torch.Tag.data_dependent_output in getattr(func, "tags", ()) and args
@@ -151,7 +152,7 @@ class preserving_writes(TorchDispatchMode):
 
 def written_tensors(func, args: tuple, kwargs: dict) -> list:
     """The tensors an op call writes to in place (through a view: the view's base)."""
-    schema = getattr(func, "_schema", None)
+    schema = op_schema(func)
     if schema is None or not schema.is_mutable:
         return []
     out = []
@@ -160,7 +161,7 @@ def written_tensors(func, args: tuple, kwargs: dict) -> list:
             continue
         t = args[i] if i < len(args) else kwargs.get(arg.name)
         if isinstance(t, torch.Tensor):
-            out.append(t if t._base is None else t._base)
+            out.append(t if view_base(t) is None else view_base(t))
     return out
 
 
@@ -183,9 +184,7 @@ def check_no_stale_numbers(name: str, probe: TraceProbe) -> None:
 
 
 def _no_modes():
-    from torch.utils._python_dispatch import _disable_current_modes
-
-    return _disable_current_modes()
+    return disable_dispatch_modes()
 
 
 class _Tracing(threading.local):
@@ -247,6 +246,4 @@ def _reset_traced_grads(tensors: Iterable[torch.Tensor]) -> list:
 
 
 def _is_traced(t: torch.Tensor) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-
     return isinstance(t, FakeTensor) or t.device.type == "meta"

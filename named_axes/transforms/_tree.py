@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Any, Hashable, Iterable
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .._tensor import NamedTensor
+from .._torch_private import tree_flatten, tree_unflatten
 
 __all__ = ["unbox", "rebox", "box_leaf", "named_axes_of", "expand_over", "is_named"]
 

@@ -17,7 +17,6 @@ import itertools
 from typing import Any, Callable, Hashable
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .. import _env
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
@@ -26,6 +25,7 @@ from .._parsing import parse_mapping
 from .._tensor import NamedTensor
 from ._tree import is_named
 from .._torch_func import ORIGINAL as _functorch
+from .._torch_private import tree_flatten, tree_unflatten
 
 __all__ = ["vmap"]
 

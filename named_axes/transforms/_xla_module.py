@@ -36,4 +36,6 @@ def register() -> None:
     module.device_count = lambda: 1          # one SPMD (virtual) device per process
     module.get_rng_state = lambda device=None: xm.get_rng_state(where(device))
     module.set_rng_state = lambda state, device=None: xm.set_rng_state(state, where(device))
-    torch._register_device_module("xla", module)
+    from .._torch_private import register_device_module
+
+    register_device_module("xla", module)
