@@ -106,6 +106,24 @@ def test_per_instance_update_matches_loop():
         close(c[i], _ref_update(base[i], torch.ones(3), (5 - 2 * i,)))
 
 
+def test_empty_update_carries_every_name_and_is_a_copy():
+    # nothing is written, but the result is named like any other (JAX's named shape: the
+    # operand's, the update's and the starts' axes) and never aliases the operand
+    x, seen = torch.arange(3.), {}
+
+    def f(u):
+        out = L.dynamic_update_slice(x, u, [L.axis_index('b')])
+        seen.update(out.named_shape)
+        return out
+    got = nx.xmap(f, in_axes=['a', ...], out_axes=['a', 'b', ...],
+                  axis_sizes={'b': 2})(torch.zeros(2, 0))
+    assert seen == {'a': 2, 'b': 2}
+    close(got, x.expand(2, 2, 3))
+    y = L.dynamic_update_slice(x, torch.zeros(0), [1])
+    y.add_(1)
+    close(x, torch.arange(3.))
+
+
 def test_in_dim_variants_per_instance():
     x = torch.arange(24.).reshape(4, 6)
 
@@ -148,6 +166,16 @@ def test_gradients_through_slice_and_update_match_loop():
         ref_w, ref_u = torch.autograd.grad(loss, (wi, ui))
         close(gw[i], ref_w)
         close(gu[i], ref_u)
+
+
+def test_gradient_through_an_empty_per_instance_slice_is_zero():
+    # nothing is read; JAX 0.4.30's xmap gives a nonzero first entry here (its jax.vmap and
+    # jax.grad give zeros; tests/oracle/known.py, jax_xmap_empty_slice_transpose)
+    w = torch.tensor([2., 3., 4., 5.])
+    f = nx.xmap(lambda p: nx.grad(lambda p: L.dynamic_slice(
+        p * w, [L.axis_index('d') - 4], [0]).sum())(p),
+        in_axes=[...], out_axes=['d', ...], axis_sizes={'d': 2})
+    close(f(torch.arange(1., 5.)), torch.zeros(2, 4))
 
 
 # -- shape ops, select, stop_gradient -------------------------------------------------
@@ -396,6 +424,54 @@ def test_jit_cond_with_traced_plain_predicate_selects():
     close(f(-torch.ones(2)), torch.ones(2))
 
 
+def _loops_with_a_collective(x):
+    """Per-instance trip counts with a psum over the loop's own axis in the body."""
+    lim = L.axis_index('i') + 1
+    w = L.while_loop(lambda c: c[0] < lim,
+                     lambda c: (c[0] + 1, c[1] + L.psum(c[1], 'i') * 0.1 + x), (0, x))[1]
+    f = L.fori_loop(0, lim, lambda j, v: v + L.psum(v, 'i') * 0.1, x)
+    return w, f
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_serial_loop_per_instance_trip_counts_with_a_collective(k):
+    # every chunk must run the same number of steps: the loop condition is decided over
+    # all instances (a pmax over its named axes), not per chunk, else the psum in the body
+    # met a different psum in the other chunks (seen: silently wrong values)
+    xs = torch.arange(8.).reshape(4, 2)
+    out_axes = (['i', ...], ['i', ...])
+    ref = nx.xmap(_loops_with_a_collective, in_axes=['i', ...], out_axes=out_axes)(xs)
+    got = nx.xmap(_loops_with_a_collective, in_axes=['i', ...], out_axes=out_axes,
+                  axis_resources={'i': nx.SerialLoop(k)})(xs)
+    for r, g in zip(ref, got):
+        close(g, r)
+    v = xs.clone()                                     # the vectorized run, by hand
+    for step in range(4):
+        v = torch.where((torch.arange(4) >= step)[:, None], v + v.sum(0) * 0.1, v)
+    close(ref[1], v)
+
+
+def test_cond_per_instance_with_collectives_differentiates_as_select():
+    # JAX's batched cond means select(pred, true_fun(x), false_fun(x)); JAX 0.4.30's own
+    # cond transposes psum/ppermute inside it wrongly (see tests/oracle/known.py), its
+    # jnp.where agrees with ours (the "grad_where_coll" JAX case below)
+    xs = torch.randn(4, 3)
+    perm = [(j, (j + 1) % 4) for j in range(4)]
+    t = lambda u: L.psum(u, 'i') * -1.5 + L.ppermute(u, 'i', perm) * 2 + u
+    f = lambda u: L.dynamic_update_index_in_dim(u, torch.tanh(u[:1]), 0, 0)
+
+    def body(how):
+        def loss(v):
+            pred = L.axis_index('i') > 0
+            y = L.cond(pred, t, f, v) if how == "cond" else torch.where(pred, t(v), f(v))
+            return L.pmean((torch.cos(y) * v).sum(), 'i')
+        return lambda v: nx.value_and_grad(loss)(v)
+    a = nx.xmap(body("cond"), in_axes=['i', ...], out_axes=([...], ['i', ...]))(xs)
+    b = nx.xmap(body("where"), in_axes=['i', ...], out_axes=([...], ['i', ...]))(xs)
+    close(a[0], b[0])
+    close(a[1], b[1])
+
+
 # -- JAX 0.4.30 --------------------------------------------------------------------------
 # One source for both sides: ``B`` is jax.numpy or torch, ``lax``/``xmap``/``grad`` JAX's or ours.
 
@@ -438,6 +514,14 @@ CASES = {
  "scan_reverse": lambda: lax.scan(lambda c, x: (c + x, c), 0., B.arange(4.), reverse=True),
  "scan_grad": lambda: per(lambda v: grad(lambda v: lax.scan(
      lambda c, x: (B.sin(c) * x, c), v[:2], B.arange(1., 4.))[0].sum())(v))(X),
+ "while_psum": lambda: per(lambda v: lax.while_loop(
+     lambda c: c[0] < idx() + 1,
+     lambda c: (c[0] + 1, c[1] + lax.psum(c[1], 'i') * 0.1 + v[:2]), (0, v[:2])), pair)(X),
+ "fori_psum": lambda: per(lambda v: lax.fori_loop(
+     0, idx() + 1, lambda j, c: c + lax.psum(c, 'i') * 0.1, v[:3]))(X),
+ "grad_where_coll": lambda: per(lambda v: grad(lambda v: B.where(
+     idx() > 0, lax.psum(v, 'i') * -1.5 + lax.ppermute(v, 'i', [(0, 1), (1, 2), (2, 3), (3, 0)]),
+     B.sin(v)).sum())(v))(X),
 }
 '''
 
@@ -453,7 +537,7 @@ print(json.dumps({k: leaves(f) for k, f in CASES.items()}))
 '''.replace("exec(SRC)", "exec(" + repr(CASES_SRC) + ")")
 
 _TORCH = {"B": types.SimpleNamespace(arange=torch.arange, zeros=torch.zeros, ones=torch.ones,
-                                     array=torch.tensor, sin=torch.sin),
+                                     array=torch.tensor, sin=torch.sin, where=torch.where),
           "lax": L, "xmap": nx.xmap, "grad": nx.grad}
 exec(CASES_SRC, _TORCH)
 TORCH_CASES = _TORCH["CASES"]

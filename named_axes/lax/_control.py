@@ -7,7 +7,8 @@ NamedTensor wrapper, and unrolling keeps the traced graph the positional program
 person would write.  Gradients flow through them by ordinary autograd.
 
 A per-instance (named) predicate is handled as JAX's batching rules do: ``cond`` runs
-both branches and selects, ``while_loop`` runs while any instance's condition holds.
+both branches and selects, ``while_loop`` runs while any instance's condition holds
+(any of all instances: on a ``SerialLoop`` chunk or a mesh rank too, through a ``pmax``).
 A carry keeps its positional shapes and dtypes; it may gain named axes (JAX batches it).
 
 >>> import torch, named_axes as nx
@@ -27,7 +28,7 @@ from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from .._layout import align, union_names
 from .._modes import building_graph
 from .._tensor import NamedTensor
-from ._collectives import _as_named
+from ._collectives import _as_named, pmax
 from ._slicing import _done
 
 __all__ = ["select", "stop_gradient", "cond", "fori_loop", "while_loop", "scan"]
@@ -52,7 +53,16 @@ def select(pred: Any, on_true: Any, on_false: Any) -> Any:
     if t._data.dtype != f._data.dtype or p._data.dtype.is_floating_point:
         raise AxisTypeError(f"select: the cases need one dtype and pred a boolean one, got "
                             f"{t.dtype}, {f.dtype}, pred {p.dtype}; torch.where promotes")
-    return torch.where(_done(p, select) != 0, _done(t, select), _done(f, select))
+    return torch.where(_on(p, t._data.device) != 0, _done(t, select), _done(f, select))
+
+
+def _on(p: Any, device: torch.device) -> Any:
+    """The predicate on the cases' device (an engine may keep index values, and the
+    predicates made from them, on the CPU beside values on its devices: torch-xla)."""
+    p = _as_named(p, "select", "pred")
+    if p._data.device != device:
+        p = NamedTensor._wrap(p._data.to(device), p._names)
+    return _done(p, select)
 
 
 def stop_gradient(x: Any) -> Any:
@@ -140,7 +150,7 @@ def _select_tree(pred: Any, new: Any, old: Any) -> Any:
         if a is None or not isinstance(a, (torch.Tensor, _NT)) and a == b:
             return a
         a, b = (v if isinstance(v, (torch.Tensor, _NT)) else torch.as_tensor(v) for v in (a, b))
-        return torch.where(pred, a, b)
+        return torch.where(_on(pred, (a._data if type(a) is _NT else a).device), a, b)
     return tree_map(leaf, new, old)
 
 
@@ -166,11 +176,18 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
 
 
 def _any(p: Any, op: str) -> bool:
-    """Whether any instance's condition holds (read in Python: loops run unrolled)."""
+    """Whether any instance's condition holds (read in Python: loops run unrolled).
+
+    Every instance decides, also those another ``SerialLoop`` chunk or mesh rank holds:
+    the instances' conditions meet in a ``pmax`` over the predicate's named axes, so
+    every chunk and rank runs the same number of steps (a collective in the body then
+    meets the same collective in every chunk; deciding per chunk desynchronized them)."""
     why = "is traced (nx.jit, make_fx, torch.compile)"
     if not building_graph():
         try:
-            return bool((p._data if type(p) is _NT else p).any())
+            if type(p) is _NT:
+                p = pmax(NamedTensor._wrap(p._data.to(torch.int32), p._names), p._names)
+            return bool(p.any())
         except RuntimeError as e:
             why = f"cannot be read here ({e})"
     raise AxisTypeError(f"{op}: the loop condition {why}, so the number of steps is unknown: "

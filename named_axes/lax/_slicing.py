@@ -73,10 +73,11 @@ def _clamp_static(s: int, n: int, size: int) -> int:
     return min(max(s + n if s < 0 else s, 0), n - size)
 
 
-def _clamp(s: NamedTensor, U: tuple, n: int, size: int) -> torch.Tensor:
+def _clamp(s: NamedTensor, U: tuple, n: int, size: int, device: torch.device) -> torch.Tensor:
     """The start's data laid out ``[U...]`` (size 1 where it lacks a name), wrapped and
-    clamped as JAX does."""
-    sd = align(s._data, s._names, 0, U, 0).long()
+    clamped as JAX does, on the operand's ``device`` (an engine may keep index values,
+    ``axis_index``, on the CPU beside operands on its devices)."""
+    sd = align(s._data, s._names, 0, U, 0).to(device=device, dtype=torch.long)
     return torch.where(sd < 0, sd + n, sd).clamp(0, n - size)
 
 
@@ -91,8 +92,8 @@ def _take(x: NamedTensor, d: int, s: NamedTensor, size: int) -> NamedTensor:
     U = union_names([("operand", x), ("start index", s)], op="dynamic_slice")
     p, n = x.ndim, x.shape[d]
     xd = align(x._data, x._names, p, U, p)
-    start = _clamp(s, U, n, size)
-    idx = torch.arange(size, device=start.device) + start.unsqueeze(-1)
+    start = _clamp(s, U, n, size, xd.device)
+    idx = torch.arange(size, device=xd.device) + start.unsqueeze(-1)
     return NamedTensor._wrap(torch.take_along_dim(xd, _along(idx, d, p), len(U) + d), U)
 
 
@@ -196,11 +197,15 @@ def dynamic_update_slice(operand: Any, update: Any, start_indices: Sequence) -> 
     _update_checks(x, u, op)
     p, shape = x.ndim, tuple(x.shape)
     starts = _starts(start_indices, p, op, shape)
-    if 0 in tuple(u.shape):
-        return operand
     named = [("start index", s) for s in starts if not isinstance(s, int)]
     U = union_names([("operand", x), ("update", u)] + named, op=op)
     g = align(u._data, u._names, p, U, p)
+    if 0 in tuple(u.shape):     # nothing is written: a copy of the operand, named as usual
+        xd = align(x._data, x._names, p, U, p)
+        lead = torch.broadcast_shapes(xd.shape[:len(U)], g.shape[:len(U)],
+                                      *(align(s._data, s._names, 0, U, 0).shape for _, s in named))
+        return _done(NamedTensor._wrap(xd.expand(lead + xd.shape[len(U):]).clone(), U),
+                     dynamic_update_slice)
     mask = torch.ones((), dtype=torch.bool, device=g.device)
     for d, s in enumerate(starts):          # g: the update placed at the start along dim d
         n, m = shape[d], u.shape[d]
@@ -209,7 +214,7 @@ def dynamic_update_slice(operand: Any, update: Any, start_indices: Sequence) -> 
             g = torch.nn.functional.pad(g, [0, 0] * (p - 1 - d) + [lo, n - lo - m])
             rel = torch.arange(n, device=g.device).reshape((1,) * len(U) + (n,)) - lo
         else:
-            rel = torch.arange(n, device=g.device) - _clamp(s, U, n, m).unsqueeze(-1)
+            rel = torch.arange(n, device=g.device) - _clamp(s, U, n, m, g.device).unsqueeze(-1)
             g = torch.take_along_dim(g, _along(rel.clamp(0, m - 1), d, p), len(U) + d)
         mask = mask & _along((rel >= 0) & (rel < m), d, p)
     return _done(NamedTensor._wrap(torch.where(mask, g, align(x._data, x._names, p, U, p)), U),

@@ -14,7 +14,8 @@ by the positional ``jnp`` reduction; braced einsum is the positional ``jnp.einsu
 followed by a ``psum`` over the contracted named axes; ``reduce_axes=names`` on a
 gradient is ``lax.psum`` of the gradient over ``names`` (0.4.30's ``grad`` no longer takes
 ``reduce_axes``); a vjp's cotangent is ``cos(out) + 0.5``, a jvp's tangents
-``cos(primal) + 0.5``.
+``cos(primal) + 0.5``; slicing and control flow (``dsl.LaxOps``) call the ``jax.lax``
+functions of the same names, as the torch side calls ``nx.lax``'s.
 """
 from __future__ import annotations
 
@@ -54,7 +55,9 @@ def _named_shape(v):
     return {str(k): int(s) for k, s in ns.items()}
 
 
-class JaxBackend:
+class JaxBackend(dsl.LaxOps):
+    lax = lax
+
     def op_un(self, op, v, env):
         f = op["f"]
         x = v[0]

@@ -2,14 +2,17 @@
 
 Each ``cat_*`` function fills a :class:`generator.Builder` (inputs, ops, outputs) and may
 return keyword arguments for :func:`generator.finish` (the ``reject_*`` ones name the
-single rule they break).  ``WEIGHTS`` sets how often each category is drawn.  The first
-programs of every corpus are ``PINNED``: SPEC §4's measured gradient examples.
+single rule they break).  ``WEIGHTS`` sets how often each category is drawn; the
+``nx.lax`` slicing and control-flow categories (``lax_programs.py``) take ``LAX_SHARE``
+of the programs.  The first programs of every corpus are ``PINNED``: SPEC §4's
+measured gradient examples.
 """
 from __future__ import annotations
 
 import random
 
 from generator import POOL, Builder, Ty, finish
+from lax_programs import cat_lax_grad, cat_lax_loop, cat_lax_shape, cat_lax_slice
 
 PSHAPES = [(), (3,), (2,), (2, 3), (4,)]
 
@@ -498,12 +501,22 @@ WEIGHTS = {cat_elementwise: 8, cat_int: 5, cat_reduce: 8, cat_preduce: 10, cat_m
            cat_einsum: 7, cat_one_hot: 5, cat_nested: 6, cat_vmap: 6, cat_grad: 14, cat_transform: 8, cat_spec: 8,
            reject_size: 2, reject_unbound: 2, reject_unplaced: 2, reject_rank: 2,
            reject_axis_sizes: 1}
+# nx.lax slicing and control flow (lax_programs.py): a share of the programs, drawn with a
+# random stream of their own, so every other program of a corpus is what it was before
+# they came (the ids in known.py and in reports stay reproducible)
+LAX_SHARE = 0.2
+LAX_WEIGHTS = {cat_lax_slice: 7, cat_lax_shape: 3, cat_lax_loop: 9, cat_lax_grad: 7}
 
 
 def one(seed: int, k: int) -> dict:
     rng = random.Random(seed * 1_000_003 + k)
-    cats, weights = zip(*WEIGHTS.items())
-    cat = rng.choices(cats, weights)[0]
+    lax_rng = random.Random(f"lax/{seed}/{k}")
+    if lax_rng.random() < LAX_SHARE:
+        cats, weights = zip(*LAX_WEIGHTS.items())
+        cat, rng = lax_rng.choices(cats, weights)[0], lax_rng
+    else:
+        cats, weights = zip(*WEIGHTS.items())
+        cat = rng.choices(cats, weights)[0]
     b = Builder(rng, _axes(rng))
     extra = cat(b) or {}
     return finish(b, f"p{seed}_{k:05d}", cat.__name__, **extra)

@@ -4,7 +4,8 @@ The same DSL as ``jax_runner.py``, mapped onto ``nx.xmap`` / ``nx.lax`` / torch:
 named reductions use the library's own spellings (``x.sum(('b', 0))``, ``nx.sum(x,
 dim=...)``, ``nx.amax(x, axis=...)``, ``x.max('b')[0]``), braced einsum is
 ``nx.einsum('n{b,k},{k,m}->n{b,m}', ...)``, gradients are ``nx.grad`` /
-``nx.value_and_grad`` / ``nx.vjp`` with ``reduce_axes=``, and ``nx.jvp``.
+``nx.value_and_grad`` / ``nx.vjp`` with ``reduce_axes=``, and ``nx.jvp``; slicing and
+control flow (``dsl.LaxOps``) are ``nx.lax``'s functions of ``jax.lax``'s names.
 
 :func:`run` returns ``{"status": "ok", "outs": [np.ndarray...], "named": [...]}`` or
 ``{"status": "rejected", "exc": ..., "named_axis_error": bool}``.  ``resources`` (a
@@ -34,7 +35,9 @@ def _names(v):
     return None if ns is None else {str(k): int(s) for k, s in dict(ns).items()}
 
 
-class TorchBackend:
+class TorchBackend(dsl.LaxOps):
+    lax = lax
+
     def op_un(self, op, v, env):
         x = v[0]
         return {"sin": torch.sin, "tanh": torch.tanh, "neg": torch.neg, "abs": torch.abs,
@@ -46,7 +49,9 @@ class TorchBackend:
         return _CUSTOM[op["f"]](v[0])
 
     def op_bin(self, op, v, env):
-        a, b = v
+        # a fori_loop index with Python bounds is a Python int here (JAX: an int32 scalar)
+        a, b = (x if isinstance(x, (torch.Tensor, nx.NamedTensor)) else
+                torch.tensor(x, dtype=torch.int32) for x in v)
         return {"add": torch.add, "sub": torch.sub, "mul": torch.mul,
                 "maximum": torch.maximum}[op["f"]](a, b)
 
