@@ -53,7 +53,8 @@ def _same_layout(outs: list, j: int) -> list:
     which one chunk may see and another not): broadcast it along that axis."""
     items = [o[j] for o in outs]
     named = [x for x in items if isinstance(x, NamedTensor)]
-    if not named or all(x._names == named[0]._names for x in items):
+    if not named or all(isinstance(x, NamedTensor) and x._names == named[0]._names
+                        for x in items):
         return outs
     union: dict = {}
     for x in named:
