@@ -105,8 +105,8 @@ def test_shapes_that_depend_on_values_are_refused():
 
 
 # while_loop / fori_loop whose number of steps is a tensor (per instance or not): xmap runs
-# them eagerly; eval_shape needs a shapes-only path in named_axes/lax/_control.py (the
-# diff is in issue 31 item 3's report).  Remove the marks when it lands.
+# them eagerly; eval_shape runs steps on fake values until the carry's named axes stop
+# growing (lax/_control.py's shapes-only path)
 _LOOPS = {
     "fori_loop_named_bound": lambda x: lax.fori_loop(0, ai() + 1, lambda k, c: c + x, x * 0),
     "fori_loop_tensor_bound": lambda x: lax.fori_loop(0, torch.tensor(2), lambda k, c: c + x, x),
@@ -115,8 +115,6 @@ _LOOPS = {
 }
 
 
-@pytest.mark.xfail(raises=nx.AxisTypeError, strict=True,
-                   reason="needs while_loop's shapes-only path in lax/_control.py")
 @pytest.mark.parametrize("name", list(_LOOPS))
 def test_loops_with_tensor_step_counts(name):
     f = nx.xmap(_LOOPS[name], **_I)

@@ -196,6 +196,35 @@ def _any(p: Any, op: str) -> bool:
                         f"loop outside the traced function")
 
 
+def _shapes_only() -> bool:
+    """Whether ``nx.eval_shape`` runs the program: its fake-tensor mode is marked
+    ``shapes_only`` (transforms/_shapes.py), so no loop needs its number of steps."""
+    from .._torch_private import dispatch_modes
+
+    return any(getattr(m, "shapes_only", False) for m in dispatch_modes())
+
+
+def _named_axes_of(*trees: Any) -> list:
+    return [frozenset(v._names) if type(v) is _NT else None for v in tree_flatten(trees)[0]]
+
+
+def _loop_shapes(cond_fun: Callable, body_fun: Callable, val: Any, p: Any, ref: tuple) -> Any:
+    """``while_loop`` under ``nx.eval_shape``: the carry after any number of steps, no
+    values.  Its positional shapes and dtypes are ``init_val``'s; the named axes it gains
+    (from the body, or from a per-instance condition: JAX's batching rule) are found by
+    running steps on fake values, selected as a per-instance condition selects, until
+    they stop growing."""
+    while True:
+        new = body_fun(val)
+        _check("while_loop", "body_fun output and input", ref, new, _CARRY_FIX)
+        nxt = _select_tree(p, new, val)
+        q = _predicate(cond_fun(nxt), "while_loop", ints=False)
+        q = p if isinstance(q, bool) else q
+        if _named_axes_of(nxt, q) == _named_axes_of(val, p):
+            return nxt
+        val, p = nxt, q
+
+
 def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
     """Repeat ``val = body_fun(val)`` while ``cond_fun(val)`` (``jax.lax.while_loop``).
 
@@ -212,6 +241,8 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
     val, ref = init_val, _types(init_val)
     while True:
         p = _predicate(cond_fun(val), "while_loop", ints=False)
+        if not isinstance(p, bool) and _shapes_only():
+            return _loop_shapes(cond_fun, body_fun, val, p, ref)
         if p is False or not isinstance(p, bool) and not _any(p, "while_loop"):
             return val
         new = body_fun(val)
