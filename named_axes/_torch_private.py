@@ -20,7 +20,7 @@ from torch._subclasses.fake_tensor import (DataDependentOutputException,
                                            DynamicOutputShapeException, FakeTensor,
                                            FakeTensorMode)
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path
 
 __all__ = [
     # torch.func's levels and wrappers
@@ -34,7 +34,8 @@ __all__ = [
     "tensor_version", "view_base", "is_zerotensor", "node_sequence_nr", "forward_class",
     "graph_task_id", "saved_tensors_hooks_disabled",
     # pytrees
-    "tree_flatten", "tree_unflatten", "tree_map", "tree_leaves",
+    "tree_flatten", "tree_unflatten", "tree_map", "tree_leaves", "tree_flatten_with_path",
+    "keystr", "forward_ad_level",
     # aten ops with private names, kernels, tensors' and modules' internals
     "native_batch_norm_legit", "softmax_backward_data", "softmax_backward_data_op",
     "einsum_kernel", "tensor_body", "module_tensor_table", "default_collate_parts",
@@ -231,6 +232,20 @@ saved_tensors_hooks_disabled = torch._C._autograd._saved_tensors_hooks_get_disab
 # registered with torch's pytree is a container for nx.xmap, nx.jit, ...).  Public
 # alternative considered: none (torch 2.9-2.13 have no public ``torch.utils.pytree``);
 # the functions below are built on it and the TreeSpec's own methods.
+
+
+# tree_flatten_with_path / keystr (imported above): the lax loops name a carry's leaf by
+# its path in their errors, as JAX does.  Public alternative considered: none.
+
+
+def forward_ad_level() -> int:
+    """The innermost ``torch.autograd.forward_ad`` level (-1 when none is open).
+
+    Why: collectives pick their forward-mode rule only while dual tensors exist.  Public
+    alternative considered: none (``forward_ad`` exposes ``dual_level`` as a context
+    manager, not the current level).
+    """
+    return torch.autograd.forward_ad._current_level
 
 
 def tree_unflatten(leaves, spec):

@@ -40,15 +40,6 @@ PRIVATE_ATTRS = frozenset({
     "_binops", "_binop_handlers", "_grad_fn", "_cdata",
 })
 
-# Files whose private uses other changes are moving right now (issue 30); their offenders
-# are listed, and the test is an expected failure only while they are the only ones.
-IN_FLUX = frozenset({
-    "transforms/_custom.py", "transforms/_instances.py", "transforms/_grad.py",
-    "transforms/_remat.py", "_xmap.py", "lax/_ops.py", "lax/_collectives.py",
-    "lax/_slicing.py", "lax/_control.py",
-})
-
-
 def _private(part: str) -> bool:
     return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
 
@@ -271,24 +262,20 @@ def _offenders():
     return outside, guarded, inside
 
 
-def test_private_torch_names_only_in_compat_module(request):
+def test_private_torch_names_only_in_compat_module():
     outside, guarded, _ = _offenders()
-    if outside and all(r[0] in IN_FLUX for r in outside):
-        request.applymarker(pytest.mark.xfail(reason="files in flux", strict=False))
     assert not outside, (f"{len(outside)} private torch names outside {COMPAT} (add them "
                          f"there, with why and the public alternative):\n{_listing(outside)}")
 
 
-def test_no_private_torch_name_under_except_exception(request):
+def test_no_private_torch_name_under_except_exception():
     _, guarded, _ = _offenders()
-    if guarded and all(r[0] in IN_FLUX for r in guarded):
-        request.applymarker(pytest.mark.xfail(reason="files in flux", strict=False))
     assert not guarded, ("private torch names inside a try guarded by `except Exception` "
                          f"(catch what is expected: ImportError, AttributeError):\n"
                          f"{_listing(guarded)}")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30 item 3 not met: 58 distinct private torch "
+@pytest.mark.xfail(strict=True, reason="issue 30 item 3 not met: 61 distinct private torch "
                    "names in _torch_private.py, the limit is 30 (each entry says why it is "
                    "needed); strict: remove this mark once the count is met")
 def test_at_most_limit_private_names():

@@ -25,7 +25,8 @@ from typing import Any, Callable, Hashable, Sequence
 
 import torch
 import torch.fx.traceback as fx_traceback
-from torch.utils._pytree import tree_map
+
+from .._torch_private import tree_map
 
 from . import _ops
 from .._dispatch import result

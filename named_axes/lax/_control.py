@@ -21,13 +21,13 @@ import numbers
 from typing import Any, Callable
 
 import torch
-from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path, tree_map, \
-    tree_unflatten
 
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from .._layout import align, union_names
 from .._modes import building_graph
 from .._tensor import NamedTensor
+from .._torch_private import (keystr, tree_flatten, tree_flatten_with_path, tree_map,
+                              tree_unflatten)
 from ._collectives import _as_named, pmax
 from ._slicing import _done
 

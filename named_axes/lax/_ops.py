@@ -28,6 +28,7 @@ from torch.library import custom_op
 
 from .._einsum import einsum2_eager
 from .._modes import building_graph
+from .._torch_private import forward_ad_level, functorch_transform_kinds, is_functorch_wrapped
 
 __all__ = ["psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "all_to_all",
            "ppermute", "pdot", "axis_index"]
@@ -508,7 +509,7 @@ class _ScaleGrad(_Fn):
 
 def scale_grad(x: torch.Tensor, scale: float) -> torch.Tensor:
     """``x``, with its gradient multiplied by ``scale`` (a no-op without autograd)."""
-    if not x.requires_grad and not torch._C._functorch.is_functorch_wrapped_tensor(x):
+    if not x.requires_grad and not is_functorch_wrapped(x):
         return x
     return _fn(_ScaleGrad).apply(x, scale)
 
@@ -552,9 +553,6 @@ def forward_mode() -> bool:
     """Whether forward-mode AD is running: dual tensors, or a functorch jvp level."""
     if torch.compiler.is_compiling():
         return False
-    if torch.autograd.forward_ad._current_level >= 0:   # dual tensors
+    if forward_ad_level() >= 0:   # dual tensors
         return True
-    from torch._C._functorch import TransformType
-    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
-
-    return any(i.key() == TransformType.Jvp for i in retrieve_all_functorch_interpreters())
+    return "Jvp" in functorch_transform_kinds()

@@ -21,13 +21,13 @@ import functools
 from typing import Any, Callable, Sequence
 
 import torch
-from torch.utils._pytree import tree_flatten
 
 from .._env import bound_axes, frames, within
 from .._errors import AxisSpecError, AxisTypeError
 from .._layout import align
 from .._tensor import NamedTensor
 from .._torch_func import ORIGINAL as _functorch
+from .._torch_private import tree_flatten
 from . import _instances
 from ._tree import rebox, unbox
 

@@ -17,7 +17,6 @@ import functools
 from typing import Any, Callable, Sequence
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from .._env import bound_axes
 from .._errors import AxisSpecError, AxisTypeError, fmt_named_shape
@@ -27,13 +26,13 @@ from .._tensor import NamedTensor
 from ._instances import Redo, Region, drop_replicated, fold_copies
 from ._tree import box_leaf, expand_over, named_axes_of, rebox, unbox
 from .._torch_func import ORIGINAL as _functorch
+from .._torch_private import functorch_active, tree_flatten, tree_map, tree_unflatten
 
 __all__ = ["grad", "value_and_grad", "vjp", "linear_transpose"]
 
 _NT = NamedTensor
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
-_peek_functorch = getattr(torch._C._functorch, "peek_interpreter_stack", None)
 
 
 def _argnums(argnums, n: int, what: str) -> tuple:
@@ -244,7 +243,7 @@ def _autograd_ok(prepared: list) -> bool:
     floating tensor.  Eagerly this is much cheaper: no functorch level, no wrapper
     tensors, no per-call ``autograd.Function`` classes.
     """
-    if ((_peek_functorch is None or _peek_functorch() is not None) or building_graph()
+    if (functorch_active() or building_graph()
             or torch.is_inference_mode_enabled()):
         return False
     for leaves, _, _ in prepared:

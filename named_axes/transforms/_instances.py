@@ -40,17 +40,17 @@ from __future__ import annotations
 
 
 import torch
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .._env import INNER, bound_axes
 from .._errors import AxisTypeError
 from .._modes import modes_run_values as _modes_run_values
 from .._tensor import RECORDERS, NamedTensor
+from .._torch_private import dispatch_depth, is_functorch_wrapped, tree_flatten, tree_unflatten
 
 __all__ = ["Region", "REGIONS", "Redo", "current", "lacking", "drop_replicated", "fold_copies"]
 
-_is_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
-_dispatch_depth = torch._C._len_torch_dispatch_stack
+_is_wrapped = is_functorch_wrapped
+_dispatch_depth = dispatch_depth
 
 REGIONS: list = []  # open regions, innermost last
 

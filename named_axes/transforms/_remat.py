@@ -20,6 +20,7 @@ import torch.utils.checkpoint as _ckpt
 
 from .._env import frames, within
 from .._errors import AxisTypeError
+from .._torch_private import functorch_active
 from . import _xla_module
 from ._tree import rebox, unbox
 
@@ -81,7 +82,7 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Any = None,
 
 
 def _under_functorch() -> bool:
-    return torch._C._functorch.peek_interpreter_stack() is not None
+    return functorch_active()
 
 
 remat = checkpoint
