@@ -38,9 +38,9 @@ def _matmul(func, args, kwargs):
     name = getattr(func, "__name__", "matmul")
     if name == "__rmatmul__":
         a, b = b, a
-    elif (type(a) is not _NT and torch.compiler.is_compiling()
+    elif (torch.compiler.is_compiling()
           and (func is torch.Tensor.matmul or func is torch.Tensor.__matmul__)):
-        _refuse_swapped_matmul()
+        _refuse_swapped_matmul()   # (both operands may be NamedTensors: `n @ m` too)
     if name == "vdot":
         a = a.conj()
     pa = a.ndim if type(a) is _NT else a.dim()
@@ -60,16 +60,17 @@ def _matmul(func, args, kwargs):
 
 
 def _refuse_swapped_matmul() -> None:
-    """Under dynamo, ``named @ tensor`` arrives as ``Tensor.matmul(tensor, named)``
-    (its operands swapped: see ``_compile_compat``) unless the user opted into the fix."""
+    """Under dynamo, ``named @ tensor`` and ``named @ named`` arrive as
+    ``Tensor.matmul(other, named)`` (operands swapped: see ``_compile_compat``) unless
+    the user opted into the fix."""
     from .._compile_compat import matmul_is_fixed
 
     if not matmul_is_fixed():
         raise ShapeError(
-            "tensor @ named under torch.compile: dynamo traces `named @ tensor` as "
-            "`tensor.matmul(named)`, its operands swapped (its reverse-operator table lacks "
-            "matmul), so the two cannot be told apart. Call nx.enable_dynamo_matmul() once "
-            "before compiling, or write torch.matmul(a, b)")
+            "a.matmul(b) under torch.compile: dynamo traces `b @ a` on named values as "
+            "`a.matmul(b)`, its operands swapped (its reverse-operator table lacks matmul), "
+            "so the two cannot be told apart. Call nx.enable_dynamo_matmul() once before "
+            "compiling, or write torch.matmul(a, b)")
 
 
 def _matmul_folded(func, a, b, pa: int, pb: int):
