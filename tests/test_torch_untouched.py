@@ -113,3 +113,20 @@ def test_named_matmul_under_dynamo_refuses_without_the_opt_in():
     finally:
         nx.disable_dynamo_matmul()
         torch._dynamo.reset()
+
+
+def test_named_at_named_under_dynamo_is_never_a_swapped_product():
+    # both operands NamedTensors (in_axes {} makes w one): dynamo swaps them too; without
+    # the opt-in the product refuses (fullgraph) or runs eagerly (a graph break)
+    import torch._dynamo
+
+    f = nx.xmap(lambda x, w: nx.lax.pmean(((x @ w).tanh()).pow(2).sum(), 'b'),
+                in_axes=(["b", ...], {}), out_axes=[...])
+    x, w = torch.randn(5, 4), torch.randn(4, 3)
+    torch._dynamo.reset()
+    # (dynamo's own refusal of `named @ named`, or ours of the swapped call it leads to)
+    with pytest.raises(Exception, match=r"nx.enable_dynamo_matmul\(\)|operator `matmul`"):
+        torch.compile(f, fullgraph=True, backend="eager")(x, w)
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(f, backend="eager")(x, w), f(x, w))
+    torch._dynamo.reset()
