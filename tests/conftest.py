@@ -214,3 +214,24 @@ def dynamo_matmul():
     nx.enable_dynamo_matmul()
     yield
     nx.disable_dynamo_matmul()
+
+
+def run_jax_script(script: str):
+    """The JSON that ``script`` prints last, run by JAX 0.4.30's interpreter (the oracle
+    env: ``NX_JAX_PYTHON``, ``NX_ORACLE_JAX_PYTHON`` or ``.venv-jax``); skips without one."""
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    for python in (os.environ.get("NX_JAX_PYTHON"), os.environ.get("NX_ORACLE_JAX_PYTHON"),
+                   str(root / ".venv-jax" / "bin" / "python")):
+        if python and os.path.exists(python):
+            break
+    else:
+        pytest.skip("no JAX environment (set NX_JAX_PYTHON or make .venv-jax/.installed)")
+    proc = subprocess.run([python, "-c", script], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

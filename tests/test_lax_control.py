@@ -6,9 +6,6 @@ against a Python loop that runs the same computation with plain torch per instan
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import types
 from pathlib import Path
 
@@ -543,23 +540,11 @@ exec(CASES_SRC, _TORCH)
 TORCH_CASES = _TORCH["CASES"]
 
 
-def _jax_python():
-    for p in (os.environ.get("NX_JAX_PYTHON"), os.environ.get("NX_ORACLE_JAX_PYTHON"),
-              str(ROOT / ".venv-jax" / "bin" / "python")):
-        if p and os.path.exists(p):
-            return p
-    return None
-
-
 @pytest.fixture(scope="module")
 def jax_results():
-    python = _jax_python()
-    if python is None:
-        pytest.skip("no JAX environment (set NX_JAX_PYTHON or make .venv-jax/.installed)")
-    proc = subprocess.run([python, "-c", JAX_SCRIPT], capture_output=True, text=True,
-                          timeout=600, env=dict(os.environ, PYTHONWARNINGS="ignore"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    from conftest import run_jax_script
+
+    return run_jax_script(JAX_SCRIPT)
 
 
 @pytest.mark.parametrize("case", sorted(TORCH_CASES))

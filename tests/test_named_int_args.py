@@ -8,9 +8,6 @@ or ``NX_JAX_PYTHON``; skipped without it).
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -330,23 +327,11 @@ TORCH_CASES = {
 }
 
 
-def _jax_python():
-    for p in (os.environ.get("NX_JAX_PYTHON"), os.environ.get("NX_ORACLE_JAX_PYTHON"),
-              str(ROOT / ".venv-jax" / "bin" / "python")):
-        if p and os.path.exists(p):
-            return p
-    return None
-
-
 @pytest.fixture(scope="module")
 def jax_results():
-    python = _jax_python()
-    if python is None:
-        pytest.skip("no JAX environment (set NX_JAX_PYTHON or create .venv-jax)")
-    proc = subprocess.run([python, "-c", JAX_SCRIPT], capture_output=True, text=True,
-                          timeout=600, env=dict(os.environ, PYTHONWARNINGS="ignore"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    from conftest import run_jax_script
+
+    return run_jax_script(JAX_SCRIPT)
 
 
 @pytest.mark.parametrize("case", list(TORCH_CASES))
