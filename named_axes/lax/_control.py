@@ -199,6 +199,8 @@ def _any(p: Any, op: str) -> bool:
 def _shapes_only() -> bool:
     """Whether ``nx.eval_shape`` runs the program: its fake-tensor mode is marked
     ``shapes_only`` (transforms/_shapes.py), so no loop needs its number of steps."""
+    if torch.compiler.is_compiling():   # (dynamo cannot trace the mode stack)
+        return False
     from .._torch_private import dispatch_modes
 
     return any(getattr(m, "shapes_only", False) for m in dispatch_modes())
