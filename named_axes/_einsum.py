@@ -21,17 +21,16 @@ named axis getting a fresh letter, so it is as fast (and as traceable) as plain 
 """
 from __future__ import annotations
 
-import math
 import string
 from typing import Any, Hashable, NamedTuple
 
 import torch
 
-from ._modes import building_graph
 from ._dispatch import result
 from ._registry import register
 from ._env import _state as _env_state
 from ._env import bound_axes, current_frame
+from ._einsum2 import einsum2
 from ._einsum_chain import contract_pairwise
 from ._engine import engine_for
 from ._errors import (AxisSizeError, AxisSpecError, AxisTypeError, UnboundAxisError,
@@ -309,115 +308,6 @@ def _run_plan(plan: tuple, operands: tuple, bound: dict, out: Any = None) -> Any
     if perm is not None:
         out = out.permute(perm + tuple(range(len(perm), out.dim())))
     return result(out, names, torch.einsum)
-
-
-def einsum2(eq: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """``torch.einsum(eq, x, y)``; in eager mode as one ``mm`` / ``bmm`` between views.
-
-    torch.einsum's own planning costs ≈ 10 µs per call and leaves several autograd nodes
-    (its backward is ≈ 3× that of one ``mm`` on small tensors).  While a graph is being
-    built (dynamo, or a dispatch mode that does not run values) the einsum is kept as
-    it is.
-    """
-    if building_graph():
-        return torch.einsum(eq, x, y)
-    return einsum2_eager(eq, x, y)
-
-
-def einsum2_eager(eq: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """:func:`einsum2` for a caller that already knows no graph is being built."""
-    plan = _matmul_plan(eq)
-    if plan is not None:
-        dt = x.dtype
-        if dt is y.dtype and dt.is_floating_point:
-            if plan.plain_mm:   # x [M, K] @ y [K, N] as they are
-                sx, sy = x.shape, y.shape
-                if sx[1] == sy[0]:
-                    return torch.mm(x, y)
-            out = _matmul_einsum(plan, x, y)
-            if out is not None:
-                return out
-    return einsum_kernel(eq, (x, y))
-
-
-class MatmulPlan(NamedTuple):
-    """A two-operand einsum as one ``mm``/``bmm``: x -> [batch, x-free, contracted],
-    y -> [batch, contracted, y-free]."""
-    xsum: tuple         # dims of x summed away first
-    ysum: tuple         # dims of y summed away first
-    pairs: tuple        # (x dim, y dim) pairs whose sizes must agree
-    x_perm: tuple | None
-    y_perm: tuple | None
-    nbatch: int
-    nxfree: int
-    ncontract: int
-    out_perm: tuple | None
-    plain_mm: bool      # x [M, K] @ y [K, N] as they are
-
-
-def _build_matmul_plan(eq: str):
-    """``eq`` (two operands, no ellipsis, no repeated letter in a term) as ``(dims summed
-    in x, in y, equal-size dim pairs, x perm, y perm, #batch, #x-free, #contracted,
-    output perm, plain mm)``: x → [batch, x-free, contracted], y → [batch, contracted,
-    y-free]; "plain mm" when that is ``x @ y`` on 2-d operands as they are."""
-    lhs, _, out = eq.partition("->")
-    terms = lhs.split(",")
-    if len(terms) != 2 or "." in eq or not _:
-        return None
-    tx, ty = terms
-    if any(len(set(t)) != len(t) for t in (tx, ty, out)):
-        return None
-    batch = [c for c in out if c in tx and c in ty]
-    xfree = [c for c in out if c in tx and c not in ty]
-    yfree = [c for c in out if c in ty and c not in tx]
-    contract = [c for c in tx if c in ty and c not in out]
-    pairs = tuple((tx.index(c), ty.index(c)) for c in batch + contract)
-    xsum = tuple(i for i, c in enumerate(tx) if c not in ty and c not in out)
-    ysum = tuple(i for i, c in enumerate(ty) if c not in tx and c not in out)
-    kx = [c for c in tx if c in ty or c in out]
-    ky = [c for c in ty if c in tx or c in out]
-    px = [kx.index(c) for c in batch + xfree + contract]
-    py = [ky.index(c) for c in batch + contract + yfree]
-    mid = batch + xfree + yfree
-    po = [mid.index(c) for c in out]
-    ident = lambda p: None if p == sorted(p) else tuple(p)  # noqa: E731
-    mm = (not xsum and not ysum and not batch and len(tx) == len(ty) == len(out) == 2
-          and len(xfree) == len(yfree) == len(contract) == 1
-          and ident(px) is None and ident(py) is None and ident(po) is None)
-    return MatmulPlan(xsum, ysum, pairs, ident(px), ident(py), len(batch), len(xfree),
-                      len(contract), ident(po), mm)
-
-
-_matmul_plan = PlanCache("einsum matmul", _build_matmul_plan, maxsize=1024)
-
-
-def _matmul_einsum(plan: tuple, x: torch.Tensor, y: torch.Tensor):
-    """Run a ``_matmul_plan``; None where sizes broadcast (then torch.einsum does it)."""
-    xsum, ysum, pairs, px, py, nb, nm, nk, po, _ = plan
-    sx, sy = x.shape, y.shape
-    for a, b in pairs:
-        if sx[a] != sy[b]:
-            return None
-    if xsum:
-        x = x.sum(xsum)
-    if ysum:
-        y = y.sum(ysum)
-    if px is not None:
-        x = x.permute(px)
-    if py is not None:
-        y = y.permute(py)
-    sx, sy = x.shape, y.shape
-    bs, ms, ks, ns = sx[:nb], sx[nb:nb + nm], sx[nb + nm:], sy[nb + nk:]
-    lead = (math.prod(bs),) if nb else ()
-    M, K, N = math.prod(ms), math.prod(ks), math.prod(ns)
-    if nb > 1 or nm != 1 or nk != 1:   # (else already [batch?, M, K])
-        x = x.reshape(lead + (M, K))
-    if nb > 1 or nk != 1 or len(ns) != 1:
-        y = y.reshape(lead + (K, N))
-    out = torch.bmm(x, y) if nb else torch.mm(x, y)
-    if nb > 1 or nm != 1 or len(ns) != 1:
-        out = out.reshape(tuple(bs) + tuple(ms) + tuple(ns))
-    return out if po is None else out.permute(po)
 
 
 class Prereduce(NamedTuple):

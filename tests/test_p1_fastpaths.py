@@ -9,7 +9,7 @@ import torch
 
 import named_axes as nx
 from named_axes import _env
-from named_axes._einsum import einsum2_eager
+from named_axes._einsum2 import einsum2_eager
 from named_axes.lax import _pdot
 
 

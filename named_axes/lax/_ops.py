@@ -26,7 +26,7 @@ import string
 import torch
 from torch.library import custom_op
 
-from .._einsum import einsum2_eager
+from .._einsum2 import einsum2_eager
 from .._modes import building_graph
 from .._torch_private import forward_ad_level, functorch_transform_kinds, is_functorch_wrapped
 
@@ -481,7 +481,7 @@ class _PDot(_Fn):
 
 def pdot(x: torch.Tensor, y: torch.Tensor, equation: str) -> torch.Tensor:
     """``torch.einsum(equation, x, y)`` as the named op ``named_axes::pdot``."""
-    if not _tracing():  # one mm / bmm where it can (see named_axes._einsum.einsum2)
+    if not _tracing():  # one mm / bmm where it can (see named_axes._einsum2)
         return einsum2_eager(equation, x, y)
     return _fn(_PDot).apply(x, y, equation)
 

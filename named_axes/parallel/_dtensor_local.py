@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from .._einsum import einsum2_eager
+from .._einsum2 import einsum2_eager
 from .._torch_private import dtensor_spec, local_tensor
 
 __all__ = ["local_einsum", "local_sum", "out_placements", "settled_extreme", "settled_placements"]
