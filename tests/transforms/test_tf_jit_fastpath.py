@@ -102,7 +102,7 @@ def test_last_entry_guard_switches_correctly(backend):
         torch.testing.assert_close(f(x, y), (x * y).sum(-1))
         torch.testing.assert_close(f(u, v), (u * v).sum(-1))
         torch.testing.assert_close(f(x.t(), y.t()), (x.t() * y.t()).sum(-1))
-        torch.testing.assert_close(f(x.double(), y.double()), (x * y).double().sum(-1))
+        torch.testing.assert_close(f(x.double(), y.double()), (x.double() * y.double()).sum(-1))
     assert f.cache_size() == 4
     torch.testing.assert_close(f(x, x), (x * x).sum(-1))        # repeated, pure program
     xr = x.clone().requires_grad_()
