@@ -26,6 +26,15 @@ def seed_of(key: str) -> int:
     return sum((i + 1) * ord(ch) for i, ch in enumerate(key)) % (2**31)
 
 
+@pytest.fixture(autouse=True)
+def _seeded_torch(request):
+    """Each test draws the same torch random numbers however pytest-xdist distributes
+    the tests (the global generator's state otherwise depends on what ran before)."""
+    torch.manual_seed(seed_of(request.node.nodeid))
+    random.seed(seed_of(request.node.nodeid))
+    yield
+
+
 def name_it(full: torch.Tensor, names: Sequence, rng: random.Random) -> NamedTensor:
     """``full`` laid out [names..., positional...] -> a NamedTensor whose named dims sit at
     random physical positions (so its physical layout is a random permutation)."""
