@@ -13,7 +13,7 @@ ORACLE_N ?= 2000
 FUZZ_N   ?= 20000
 PYTEST_FLAGS ?= -q
 
-.PHONY: demo test test-all test-nofastpath test-slow test-dist test-xla test-oracle fuzz-oracle fuzz-oracle-mesh fuzz-store bench fuzz clean
+.PHONY: demo test test-all test-slow test-dist test-xla test-oracle fuzz-oracle fuzz-oracle-mesh fuzz-store bench fuzz clean
 
 # pip shows what it collects and a progress bar for each download (no -q): the first
 # `make demo` downloads torch (~200 MB) and takes a few minutes.
@@ -44,19 +44,6 @@ test: $(STAMP)
 test-all: test
 	NX_OPINFO_FULL=1 $(BIN)/python -m pytest $(PYTEST_FLAGS) $(XDIST) tests/test_opinfo_sweep.py
 	$(BIN)/python -m pytest $(PYTEST_FLAGS) $(XDIST) -m "hunt and not slow" --durations=10
-
-# The core suites again with every fast lane off (named_axes/_switches.py): the direct
-# bindings and inline lanes must give what the general dispatcher gives.
-NOFAST_TESTS = tests/test_dispatch.py tests/test_ops.py tests/test_tensor.py \
-	tests/test_reductions.py tests/test_einsum.py tests/test_inplace_views.py \
-	tests/test_properties.py tests/test_xmap.py tests/test_lax.py tests/test_collective_forms.py \
-	tests/test_dynamic_shapes.py tests/test_naming.py tests/test_errors.py \
-	tests/test_axis_specs_jax.py tests/test_parsing.py tests/transforms tests/test_modules.py \
-	tests/test_random.py tests/test_tutorial_network.py tests/parallel/test_parallel_serial.py \
-	tests/test_matmul_fold_layout.py tests/test_interop.py
-test-nofastpath: $(STAMP)
-	@echo ">>> the core suites with NAMED_AXES_NO_FASTPATH=1 (every op through the general dispatcher)"
-	NAMED_AXES_NO_FASTPATH=1 $(BIN)/python -m pytest $(PYTEST_FLAGS) -m "not slow" -p no:randomly $(NOFAST_TESTS)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_FLAGS) -m slow --durations=10

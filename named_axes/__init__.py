@@ -20,10 +20,8 @@ from ._errors import (AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeE
 from ._tensor import NamedTensor
 from ._dispatch import ShapeError
 from . import rules as _rules
-from . import _bindings
 
 _rules.install()
-_bindings.bind_all()   # the direct lanes, made from the registry the rules filled
 from ._layout import named, positional
 from ._xmap import xmap
 from ._functions import (all, amax, amin, any, argmax, argmin, log_softmax, logsumexp, max,

@@ -21,7 +21,7 @@ import torch
 from ._env import conflicts
 from ._errors import AxisResourceError, AxisSizeError, AxisTypeError, NamedAxisError
 from ._layout import align, union_names
-from ._registry import RULES, op_name, rule_while_compiling
+from ._registry import ENTRIES, op_name, rule_while_compiling
 from ._registry import is_inplace as _is_inplace
 from ._plancache import PlanCache
 from ._shape_errors import _meta, positional_failure
@@ -40,6 +40,8 @@ __all__ = ["dispatch", "vmap_fallback", "wrap", "result", "check_conflicts", "Sh
 
 _Tensor = torch.Tensor
 _NT = NamedTensor
+_is_compiling = torch.compiler.is_compiling
+_entry = ENTRIES.get
 _wrap_nt = NamedTensor._wrap
 
 class ShapeError(AxisSizeError, RuntimeError):
@@ -52,12 +54,19 @@ class UseFallback(RuntimeError):
 
 
 def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
-    """Run ``func(*args, **kwargs)`` where some arguments are NamedTensors."""
+    """Run ``func(*args, **kwargs)`` where some arguments are NamedTensors: the one path of
+    every op on named values (operators, methods, torch functions)."""
     if kwargs and kwargs.get("out") is not None:
         return write_out(func, args, kwargs, dispatch)
-    if _writes_target(func):
+    if _is_compiling():
+        rule, writes = rule_while_compiling(func), _is_inplace(func)
+    else:
+        entry = _entry(func)
+        if entry is None:
+            entry = (None, _writes_target(func))
+        rule, writes = entry
+    if writes:
         check_inplace(func, args, kwargs)
-    rule = rule_while_compiling(func) if torch.compiler.is_compiling() else RULES.get(func)
     a, kw = args, kwargs
     for v in args:
         if type(v) is _NT and not v._names:
@@ -114,9 +123,8 @@ _WRITES_TARGET: dict = {}
 
 
 def _writes_target(func: Callable) -> bool:
-    """Is ``func`` an in-place op (``mul_``, ``__imul__``)?  Cached per function."""
-    if torch.compiler.is_compiling():
-        return _is_inplace(func)
+    """Is ``func`` an in-place op (``mul_``, ``__imul__``)?  Cached per function (not
+    called while dynamo traces: it cannot hash every function)."""
     r = _WRITES_TARGET.get(func)
     if r is None:
         r = _WRITES_TARGET[func] = _is_inplace(func)

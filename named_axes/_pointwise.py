@@ -2,11 +2,10 @@
 
 One place decides how operands line up (docs/guide.md §1: the result has the union of the
 operands' names; equal names need equal sizes; positional axes broadcast as torch's
-do): :func:`pointwise_rule` is the registered rule of every elementwise op, and the
-direct bindings (:mod:`named_axes._bindings`) call the same functions for their
-inline lanes -- same-layout operands and scalars (:func:`inline_operand`), two
-operands with different names (:func:`by_name`, planned once per layout), and
-everything else (:func:`pointwise`: alignment to the union of names).
+do): :func:`pointwise` is the registered rule of every elementwise op, reached through
+the dispatcher like every other rule.  It passes operands that already line up as they
+are (:func:`inline_operand`), broadcasts two named operands by name with a plan per
+layout (:func:`by_name`), and aligns anything else to the union of names.
 
 >>> import torch, named_axes as nx
 >>> x = nx.named(torch.ones(2, 3), 'a ...')
@@ -23,11 +22,9 @@ import torch
 
 from ._dispatch import ShapeError, check_conflicts, result, wrap
 from ._env import _state as _env_state
-from ._env import conflicts
 from ._layout import align, align_plan, apply_align, union_names
 from ._plancache import PlanCache
 from ._registry import op_name
-from ._switches import FASTPATH
 from ._writes import check_inplace
 from ._tensor import NamedTensor
 
@@ -39,33 +36,31 @@ _wrap_nt = NamedTensor._wrap
 _ndarray = np.ndarray
 
 
-def _same_layout(a: _NT, d0: torch.Tensor, names: tuple) -> bool:
-    """Does NamedTensor ``a`` line up with ``d0`` (named ``names``) dim for dim?"""
-    an = a._names
-    if an is not names and an != names:
-        return False
-    ad = a._data
-    # equal names need equal sizes: a shared names tuple doesn't promise that (vmap's
-    # chunk_size narrows a named dim and keeps the tuple), so the sizes are compared too
-    return ad.shape == d0.shape or (ad.dim() == d0.dim()
-                                    and ad.shape[:len(names)] == d0.shape[:len(names)])
-
-
 NO = object()   # "this operand does not line up": take the general path
 
 
 def inline_operand(b, d0: torch.Tensor, names: tuple):
     """The physical operand to pair with ``d0`` (named ``names``) dim for dim: a scalar,
     a NamedTensor with the same layout, or a plain tensor no wider than the positional
-    part; ``NO`` for anything else."""
+    part; ``NO`` for anything else (a sequence holding named values included)."""
     t = type(b)
     if t is _NT:
-        return b._data if _same_layout(b, d0, names) else NO
+        bn, bd = b._names, b._data
+        if bn is not names and bn != names:
+            return NO
+        # equal names need equal sizes: a shared names tuple doesn't promise that (vmap's
+        # chunk_size narrows a named dim and keeps the tuple), so the sizes are compared
+        if bd.shape == d0.shape or (bd.dim() == d0.dim()
+                                    and bd.shape[:len(names)] == d0.shape[:len(names)]):
+            return bd
+        return NO
     if t is float or t is int or t is bool:
         return b
-    if isinstance(b, _T) and b.dim() <= d0.dim() - len(names):
-        return b
-    return NO
+    if isinstance(b, _T):
+        return b if b.dim() <= d0.dim() - len(names) else NO
+    if t is _ndarray or (t is list or t is tuple) and any(type(e) is _NT for e in b):
+        return NO
+    return b   # other scalars (complex, None, ...) and plain sequences
 
 
 def finish(out, names: tuple, func):
@@ -113,86 +108,59 @@ def by_name(func, a: _NT, b: _NT):
     return finish(func(da, db), U, func)
 
 
-def _pointwise(func, args, kwargs):
-    """The RULES entry of out-of-place elementwise ops: the 1- and 2-argument cases
-    inline, everything else through :func:`named_axes._dispatch.pointwise`."""
-    n = len(args)
-    if n and n <= 2 and not kwargs and FASTPATH:
-        a0 = args[0]
-        if type(a0) is _NT:
-            d0 = a0._data
-            names = a0._names
-            if n == 1:
-                return finish(func(d0), names, func)
-            b = args[1]
-            phys = inline_operand(b, d0, names)
-            if phys is not NO:
-                return finish(func(d0, phys), names, func)
-            t = type(b)
-            if t is _NT:
-                if names and b._names and not torch.compiler.is_compiling():
-                    out = by_name(func, a0, b)
-                    if out is not None:
-                        return out
-            elif not isinstance(b, _T) and t is not list and t is not tuple:
-                return finish(func(d0, b), names, func)   # other scalars (complex, ...)
-    return pointwise(func, args, kwargs)
+def pointwise_rule(inplace: bool):
+    """The registered rule of an elementwise op (in place: the target is returned)."""
+    return _pointwise_inplace if inplace else pointwise
 
 
 def _pointwise_inplace(func, args, kwargs):
-    """``_pointwise`` for in-place ops: the target keeps its names and is returned."""
-    if len(args) == 2 and not kwargs and FASTPATH:
-        a0, b = args
-        if type(a0) is _NT:
-            phys = inline_operand(b, a0._data, a0._names)
-            if phys is not NO:
-                func(a0._data, phys)
-                return a0
     return pointwise(func, args, kwargs, True)
 
 
-def pointwise_rule(inplace: bool):
-    return _pointwise_inplace if inplace else _pointwise
-
-
 def pointwise(func: Callable, args: tuple, kwargs: dict, inplace: bool = False) -> Any:
-    """Elementwise/broadcasting ops: the result has the union of the operands' names."""
-    for a in args:   # numpy operands act as tensors (torch's in-place ops ignore them)
-        if type(a) is _ndarray:
-            args = tuple(torch.from_numpy(v) if type(v) is _ndarray else v for v in args)
-            break
-    # Fast path: the first argument is the only NamedTensor, the rest are scalars or
-    # plain tensors that broadcast within its positional part.
+    """Elementwise/broadcasting ops: the result has the union of the operands' names.
+
+    One plan, tried in order: operands that already line up with the first one (same
+    names and layout, scalars, plain tensors within its positional part) are passed as
+    they are; two named operands with other layouts broadcast by name (planned once per
+    layout); everything else is aligned to the union of the names."""
     a0 = args[0] if args else None
     if type(a0) is _NT and not kwargs:
+        d0 = a0._data
         names = a0._names
-        p = a0._data.dim() - len(names)
-        simple = True
-        for a in args[1:]:
-            t = type(a)
-            if t is _NT:
-                if a._names != names or a._data.dim() != a0._data.dim() \
-                        or a._data.shape[:len(names)] != a0._data.shape[:len(names)]:
-                    simple = False
+        n = len(args)
+        if n == 1:
+            out = func(d0)
+            return a0 if inplace else finish(out, names, func)
+        if n == 2:
+            b = args[1]
+            p = inline_operand(b, d0, names)
+            if p is not NO:
+                out = func(d0, p)
+                return a0 if inplace else finish(out, names, func)
+            if not inplace and names and type(b) is _NT and b._names \
+                    and not torch.compiler.is_compiling():
+                out = by_name(func, a0, b)
+                if out is not None:
+                    return out
+        else:
+            phys = [d0]
+            for b in args[1:]:
+                p = inline_operand(b, d0, names)
+                if p is NO:
                     break
-            elif t is _Tensor or isinstance(a, _Tensor):
-                if a.dim() > p:
-                    simple = False
-                    break
-            elif t in (list, tuple) and any(type(e) is _NT for e in a):
-                return NotImplemented
-        if simple:
-            data = [a._data if type(a) is _NT else a for a in args]
-            out = func(*data)
-            if inplace:
-                return a0
-            if conflicts():
-                check_conflicts(names, op_name(func))
-            return wrap(out, names)
+                phys.append(p)
+            else:
+                out = func(*phys)
+                return a0 if inplace else finish(out, names, func)
     return _pointwise_general(func, args, kwargs, inplace)
 
 
 def _pointwise_general(func, args, kwargs, inplace):
+    for a in args:   # numpy operands act as tensors (torch's in-place ops ignore them)
+        if type(a) is _ndarray:
+            args = tuple(torch.from_numpy(v) if type(v) is _ndarray else v for v in args)
+            break
     operands = []
     P = 0
     for i, a in enumerate(args):

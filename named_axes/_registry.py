@@ -1,9 +1,8 @@
 """The op registry: one :class:`OpRule` per torch function that has a named rule.
 
 Rule modules (:mod:`named_axes.rules`) declare their ops here with :func:`register`;
-the dispatcher looks rules up here (:data:`RULES`), the direct bindings
-(:mod:`named_axes._bindings`) are made from the records (:data:`RECORDS`), and this is
-where an op's user-facing spelling (``torch.add``, ``Tensor.sum``, ``F.softmax``) is
+the dispatcher looks an op's record up here (:data:`RECORDS`: its rule and whether it
+writes into its first argument), and this is where an op's user-facing spelling (``torch.add``, ``Tensor.sum``, ``F.softmax``) is
 decided.  One rule per function: a second registration is refused.  The index by name
 that dynamo needs grows with every registration, and every remembered plan is
 forgotten (a new rule may change what a plan meant).
@@ -23,7 +22,7 @@ import torch.nn.functional as F
 
 from ._plancache import clear_all
 
-__all__ = ["OpRule", "RULES", "RECORDS", "register", "spellings", "op_name", "is_inplace", "is_inplace_name",
+__all__ = ["OpRule", "RECORDS", "ENTRIES", "register", "spellings", "op_name", "is_inplace", "is_inplace_name",
            "rule_while_compiling"]
 
 
@@ -37,8 +36,9 @@ class OpRule(NamedTuple):
     spelled: str        # how users write it (error messages)
 
 
-RULES: dict[Callable, Callable] = {}   # func -> impl: the dispatcher's hot lookup
-RECORDS: dict[Callable, OpRule] = {}
+RECORDS: dict[Callable, OpRule] = {}   # func -> its record
+# func -> (rule, writes into its first argument): the dispatcher's lookup, per op call
+ENTRIES: dict[Callable, tuple] = {}
 # function name -> ((function, impl, spelling), ...): how rules are found under dynamo
 _BY_NAME: dict = {}
 _OP_NAMES: dict = {}   # spelled once at registration: dynamo can't trace str methods
@@ -75,12 +75,12 @@ def register(funcs, impl: Callable, *, kind: str = "op", arity: int | None = Non
     for f in funcs:
         if f is None:
             continue
-        old = RULES.get(f)
+        old = RECORDS[f].impl if f in RECORDS else None
         if old is not None and old is not impl:
             raise ValueError(f"register: {_spell(f)} already has the rule {old!r}, not {impl!r}")
         spelled = _OP_NAMES[f] = _spell(f)
-        RULES[f] = impl
         RECORDS[f] = OpRule(f, impl, kind, is_inplace(f), arity, spelled)
+        ENTRIES[f] = (impl, RECORDS[f].inplace)
         name = getattr(f, "__name__", None)
         same = tuple(e for e in _BY_NAME.get(name, ()) if e[0] is not f)
         _BY_NAME[name] = same + ((f, impl, spelled),)
@@ -88,12 +88,12 @@ def register(funcs, impl: Callable, *, kind: str = "op", arity: int | None = Non
 
 
 def rule_while_compiling(func: Callable):
-    """``RULES.get(func)`` for code dynamo traces.
+    """``func``'s rule, for code dynamo traces.
 
     Under dynamo, ``func`` may be a value dynamo cannot hash: a sourceless reverse
     operator (``named - tensor`` -> ``Tensor.__rsub__(tensor, named)``, whose
-    ``func in RULES`` guard fails on torch 2.13) or a lazily tracked Tensor method
-    (``RULES.get(Tensor.sum)`` raises "unhashable LazyVariableTracker" on torch 2.9).
+    ``func in RECORDS`` guard fails on torch 2.13) or a lazily tracked Tensor method
+    (``RECORDS.get(Tensor.sum)`` raises "unhashable LazyVariableTracker" on torch 2.9).
     So look up by the function's name (a constant string) and compare identities among
     the few rules of that name.
     """

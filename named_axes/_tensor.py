@@ -31,9 +31,6 @@ from ._torch_private import tensor_body
 __all__ = ["NamedTensor"]
 
 _Tensor = torch.Tensor
-_BUILTIN = type(torch.tanh)
-# builtin torch function -> call(args, kwargs), filled by named_axes._bindings.bind_all
-_DIRECT: dict = {}
 # Open name recorders (dicts name -> size), innermost last: the grad family notes which
 # named axes a differentiated function's values carry (see transforms/_grad.py).
 RECORDERS: list = []
@@ -369,12 +366,6 @@ class NamedTensor:
     # -- dispatch ----------------------------------------------------------------
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        # builtin torch functions with a direct rule skip the dispatcher's lookup; the
-        # type test first keeps dynamo's guards off _DIRECT for other callables
-        if type(func) is _BUILTIN:
-            direct = _DIRECT.get(func)
-            if direct is not None:
-                return direct(args, kwargs or {})
         return _dispatch(func, args, kwargs or {})
 
     def __getattr__(self, name: str):
@@ -468,9 +459,12 @@ def _dispatch(func, args, kwargs):
 
 def _make_operator(name: str):
     method = getattr(_Tensor, name)
-
-    def op(self, *args):
-        return _dispatch(method, (self, *args), {})
+    if name in ("__neg__", "__pos__", "__abs__", "__invert__"):
+        def op(self):
+            return _dispatch(method, (self,), {})
+    else:
+        def op(self, other):
+            return _dispatch(method, (self, other), {})
     op.__name__ = op.__qualname__ = name
     return op
 
@@ -481,7 +475,7 @@ __floordiv__ __rfloordiv__ __mod__ __rmod__ __pow__ __rpow__ __matmul__ __rmatmu
 __rand__ __or__ __ror__ __xor__ __rxor__ __lshift__ __rlshift__ __rshift__ __rrshift__ __eq__
 __ne__ __lt__ __le__ __gt__ __ge__ __neg__ __pos__ __abs__ __invert__ __iadd__ __isub__
 __imul__ __itruediv__ __ifloordiv__ __imod__ __ipow__ __iand__ __ior__ __ixor__ __ilshift__
-__irshift__ __imatmul__""".split():
+__irshift__ __imatmul__ __div__ __rdiv__ __idiv__""".split():
     if hasattr(_Tensor, _name):
         setattr(NamedTensor, _name, _make_operator(_name))
 del _name
@@ -492,7 +486,6 @@ def _make_method(name: str, method):
         return _dispatch(method, (self, *args), kwargs)
     bound.__name__ = bound.__qualname__ = name
     bound.__doc__ = f"``Tensor.{name}`` on the positional axes (names allowed where a dim goes)."
-    bound._dispatched = True   # _bindings may rebind it straight to the op's rule
     return bound
 
 

@@ -25,12 +25,3 @@ def test_installs_are_not_silent():
 def test_demo_and_test_announce_themselves():
     assert "echo" in _rule("demo") and "echo" in _rule("test")
     assert "--durations" in _rule("test")
-
-
-def test_ci_runs_the_core_suites_with_the_fast_lanes_off():
-    ci = (Path(__file__).resolve().parent.parent / ".ci" / "run").read_text()
-    assert "make test-nofastpath" in ci
-    rule = _rule("test-nofastpath")
-    assert "NAMED_AXES_NO_FASTPATH=1" in rule
-    for suite in ("tests/test_ops.py", "tests/test_properties.py", "tests/transforms"):
-        assert suite in MAKEFILE

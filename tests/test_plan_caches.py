@@ -208,8 +208,8 @@ def test_one_rule_per_function_and_every_rule_found_by_name():
         _registry.register([torch.add], lambda func, args, kwargs: NotImplemented)
     # the index dynamo uses grows with every registration: torch.einsum's rule (made
     # after the tables) is found by name too
-    for f, rule in _registry.RULES.items():
-        assert _registry.rule_while_compiling(f) is rule, f
+    for f, rec in _registry.RECORDS.items():
+        assert _registry.rule_while_compiling(f) is rec.impl, f
 
 
 def test_named_torch_einsum_under_torch_compile_uses_its_rule():

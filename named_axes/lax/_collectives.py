@@ -36,7 +36,6 @@ from .._env import axis_size, current_frame, bound_axes
 from .._errors import (AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape,
                        fmt_names)
 from .._layout import align, expand_to
-from .._switches import FASTPATH
 from .._tensor import NamedTensor
 
 
@@ -227,7 +226,7 @@ def _norm(d: int, n: int, op: str, arg: str) -> int:
 # -- reductions ----------------------------------------------------------------------
 
 def _reduce(x: Any, axis_name: Any, op: str, kind: str) -> Any:
-    if type(x) is _NT and type(axis_name) is str and not _env_state.engine and FASTPATH:
+    if type(x) is _NT and type(axis_name) is str and not _env_state.engine:
         out = _reduce_one(x, axis_name, kind)
         if out is not None:
             return out
