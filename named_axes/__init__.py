@@ -20,18 +20,20 @@ from ._errors import (AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeE
 from ._tensor import NamedTensor
 from ._dispatch import ShapeError
 from . import rules as _rules
+from . import _tensor_methods
 
 _rules.install()
+_tensor_methods.attach()
 from ._layout import named, positional
 from ._xmap import xmap
 from ._functions import (all, amax, amin, any, argmax, argmin, log_softmax, logsumexp, max,
                          mean, min, norm, prod, softmax, std, sum, var)
 from ._interop import collate  # DataLoader collation, torch.load safe globals, numpy interop
 # explicit opt-ins that change torch (import named_axes changes nothing in torch)
-from ._torch_func import disable_torch_func, enable_torch_func
+from .transforms._torch_func import disable_torch_func, enable_torch_func
 from ._compile_compat import disable_dynamo_matmul, enable_dynamo_matmul
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "NamedTensor", "named", "positional", "xmap",
@@ -67,7 +69,8 @@ __all__ += ["vmap", "grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfwd
 # -- parallelism (Mesh, SerialLoop, pmap, devices) --------------------------------------
 from .parallel import (Mesh, SerialLoop, device_count, device_get, device_put,
                        device_put_replicated, device_put_sharded, devices, local_device_count,
-                       local_devices, mesh, pmap, process_count, process_index)
+                       local_devices, mesh, process_count, process_index)
+from ._pmap import pmap
 
 __all__ += ["Mesh", "mesh", "SerialLoop", "pmap", "devices", "local_devices", "device_count",
             "local_device_count", "process_index", "process_count", "device_put",

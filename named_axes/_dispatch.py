@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ._env import conflicts
-from ._errors import AxisResourceError, AxisSizeError, AxisTypeError, NamedAxisError
+from ._errors import AxisResourceError, AxisSizeError, AxisTypeError, NamedAxisError, ShapeError
 from ._layout import align, union_names
 from ._registry import ENTRIES, op_name, rule_while_compiling
 from ._registry import is_inplace as _is_inplace
@@ -30,7 +30,7 @@ from ._torch_private import (dispatch_depth, is_functorch_wrapped, native_batch_
                              tree_flatten, tree_unflatten)
 from . import _tensor
 from ._tensor import NamedTensor
-from ._torch_func import ORIGINAL as _functorch
+from ._levels import ORIGINAL as _functorch
 from ._writes import check_inplace, write_out
 
 _ndarray = np.ndarray
@@ -43,10 +43,6 @@ _NT = NamedTensor
 _is_compiling = torch.compiler.is_compiling
 _entry = ENTRIES.get
 _wrap_nt = NamedTensor._wrap
-
-class ShapeError(AxisSizeError, RuntimeError):
-    """A positional shape problem inside an op on NamedTensors (also a RuntimeError, like torch's)."""
-
 
 class UseFallback(RuntimeError):
     """Raised by a rule's helpers where the rule cannot lay the op out (returning

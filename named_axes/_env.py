@@ -20,8 +20,12 @@ import torch
 
 from . import _levels
 from ._errors import UnboundAxisError, unbound_message
-from ._tensor import RECORDERS
 from ._torch_private import functorch_active, functorch_level
+
+# Open name recorders (dicts name -> size), innermost last: NamedTensor._wrap notes in
+# them the named axes of every value built while a differentiated function runs
+# (transforms/_instances.py).
+RECORDERS: list = []
 
 # Recorder key (see NamedTensor._wrap): names bound by frames opened while a
 # differentiated function runs, i.e. a nested xmap's own axes (transforms/_instances.py).

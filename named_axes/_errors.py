@@ -12,6 +12,7 @@ from typing import Hashable, Iterable, Mapping
 __all__ = [
     "NamedAxisError",
     "AxisSizeError",
+    "ShapeError",
     "AxisSpecError",
     "AxisResourceError",
     "AxisTypeError",
@@ -31,6 +32,10 @@ class NamedAxisError(Exception):
 
 class AxisSizeError(NamedAxisError, ValueError):
     """One axis name used with two different sizes, or a size that does not fit."""
+
+
+class ShapeError(AxisSizeError, RuntimeError):
+    """A positional shape problem inside an op on NamedTensors (also a RuntimeError, like torch's)."""
 
 
 class AxisSpecError(NamedAxisError, ValueError):

@@ -28,11 +28,12 @@ import functools
 from typing import Callable
 
 import torch
+import torch.func
 
 from ._errors import AxisTypeError
 from ._torch_private import functorch_level, functorch_transform_kind
 
-__all__ = ["OWN_LEVELS", "owned", "check_foreign"]
+__all__ = ["OWN_LEVELS", "owned", "check_foreign", "ORIGINAL", "TORCH_FUNC", "TORCH_VMAP"]
 
 OWN_LEVELS: list = []   # functorch levels opened by the library's own transform calls
 
@@ -101,3 +102,13 @@ def check_foreign() -> None:
         f"of one per instance (JAX's xmap convention). Use nx.{kind} (nx.grad, nx.vjp, "
         f"nx.jvp, nx.jacrev ... take torch.func's arguments), or call "
         f"nx.enable_torch_func() once to make torch.func's transforms do so")
+
+
+# torch.func's transforms as torch defines them (nx.enable_torch_func may replace the
+# attributes of torch.func later; these stay torch's own)
+TORCH_FUNC: dict[str, Callable] = {n: getattr(torch.func, n) for n in (
+    "grad", "grad_and_value", "vjp", "jvp", "vmap", "jacrev", "jacfwd", "hessian")}
+TORCH_VMAP = torch.vmap
+# torch's transforms as the library calls them: their levels are the library's own
+ORIGINAL: dict[str, Callable] = {n: owned(f, direct=n in ("vjp", "jvp"))
+                                 for n, f in TORCH_FUNC.items()}

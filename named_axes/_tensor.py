@@ -23,7 +23,9 @@ from typing import Any
 
 import torch
 
-from ._errors import AxisSpecError, AxisTypeError, fmt_named_shape
+from ._env import RECORDERS
+from ._env import _state as _env_state
+from ._errors import AxisSpecError, AxisTypeError, ShapeError, fmt_named_shape
 from ._levels import check_foreign as _check_foreign
 from ._torch_private import functorch_active as _functorch_active
 from ._torch_private import tensor_body
@@ -31,9 +33,6 @@ from ._torch_private import tensor_body
 __all__ = ["NamedTensor"]
 
 _Tensor = torch.Tensor
-# Open name recorders (dicts name -> size), innermost last: the grad family notes which
-# named axes a differentiated function's values carry (see transforms/_grad.py).
-RECORDERS: list = []
 
 
 def _record(data: torch.Tensor, names: tuple) -> None:
@@ -89,9 +88,8 @@ class NamedTensor:
     def named_shape(self) -> dict:
         """The named shape: a dict name -> size (its order carries no meaning)."""
         shape = dict(zip(self._names, self._data.shape))
-        from ._env import _state
-        if _state.engine:   # a SerialLoop chunk holds part of an axis: report the axis size
-            bound = _state.bound
+        if _env_state.engine:   # a SerialLoop chunk holds part of an axis: report the axis size
+            bound = _env_state.bound
             for n in shape:
                 size = bound.get(n)
                 if size is not None:
@@ -185,20 +183,6 @@ class NamedTensor:
         self._data.requires_grad = value
 
     @property
-    def grad(self):
-        g = self._data.grad
-        return None if g is None else NamedTensor._wrap(g, self._names)
-
-    @grad.setter
-    def grad(self, value) -> None:
-        if value is None:
-            self._data.grad = None
-        else:
-            from ._layout import align_to
-
-            self._data.grad = align_to(value, self._names, self.ndim, what="NamedTensor.grad")
-
-    @property
     def data(self) -> "NamedTensor":
         return NamedTensor._wrap(self._data.data, self._names)
 
@@ -213,8 +197,6 @@ class NamedTensor:
     @property
     def H(self):
         if self.ndim not in (0, 2):   # torch's rule, per instance
-            from ._dispatch import ShapeError
-
             raise ShapeError(f"tensor.H is only supported on matrices (2-D tensors). Got "
                              f"{self.ndim}-D positional values (named shape "
                              f"{fmt_named_shape(self.named_shape)})")
@@ -266,13 +248,6 @@ class NamedTensor:
         arr = self._scalar("numpy conversion").detach().cpu().numpy()
         return arr if dtype is None else arr.astype(dtype)
 
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        """numpy ufuncs and operators (``ndarray + x``, ``np.exp(x)``) run as torch ops,
-        numpy arrays taken as tensors (see :mod:`named_axes._interop`)."""
-        from ._interop import array_ufunc
-
-        return array_ufunc(ufunc, method, inputs, kwargs)
-
     # -- pickling, copies (torch.save / torch.load(weights_only=True), deepcopy) --------
     def __reduce__(self):
         return (_rebuild_named, (self._data, self._names))
@@ -283,83 +258,6 @@ class NamedTensor:
         out = NamedTensor._wrap(copy.deepcopy(self._data, memo), self._names)
         memo[id(self)] = out
         return out
-
-    # -- PyTorch's named-tensor vocabulary (see named_axes/_naming.py) ------------------
-    def rename(self, *args, **rename_map):
-        """Rename named axes: ``x.rename(batch='b')`` or ``x.rename({'batch': 'b'})``.
-
-        >>> import torch, named_axes as nx
-        >>> nx.named(torch.zeros(2, 3), 'batch ...').rename(batch='b').named_shape
-        {'b': 2}
-        """
-        from ._naming import rename
-
-        return rename(self, *args, **rename_map)
-
-    def refine_names(self, *names):
-        """Name positional dims (``None`` skips one, ``...`` stands for the rest): like
-        :func:`named_axes.named` with a list.
-
-        >>> import torch, named_axes as nx
-        >>> x = nx.named(torch.zeros(2, 3, 4), 'batch ...').refine_names('seq', ...)
-        >>> x.shape, x.named_shape
-        (torch.Size([4]), {'batch': 2, 'seq': 3})
-        """
-        from ._naming import refine_names
-
-        return refine_names(self, *names)
-
-    def align_to(self, *names):
-        """Place named axes as positional dims in the order given; ``...`` stands for the
-        positional dims; names the value lacks become size-1 dims; named axes not listed
-        stay named.  With every name placed the result is a ``torch.Tensor``.
-
-        >>> import torch, named_axes as nx
-        >>> x = nx.named(torch.zeros(2, 3, 4), 'b c ...')
-        >>> x.align_to('c', ..., 'b').shape
-        torch.Size([3, 4, 2])
-        """
-        from ._naming import align_to
-
-        return align_to(self, *names)
-
-    def align_as(self, other):
-        """``self`` laid out to broadcast against ``nx.positional(other)``: other's named
-        axes leading (size 1 where ``self`` lacks one), then the positional dims.
-
-        >>> import torch, named_axes as nx
-        >>> y = nx.named(torch.zeros(2, 3, 4), 'b c ...')
-        >>> nx.named(torch.ones(3), 'c').align_as(y).shape
-        torch.Size([1, 3, 1])
-        """
-        from ._naming import align_as
-
-        return align_as(self, other)
-
-    def flatten(self, *args, **kwargs):
-        """``x.flatten(start_dim, end_dim)`` on positional dims, or PyTorch's named form
-        ``x.flatten(['c', 'h'], 'features')``: named axes merged into one (row-major in
-        the order listed).
-
-        >>> import torch, named_axes as nx
-        >>> nx.named(torch.zeros(2, 3, 4), 'c h ...').flatten(['c', 'h'], 'f').named_shape
-        {'f': 6}
-        """
-        from ._naming import flatten
-
-        return flatten(self, *args, **kwargs)
-
-    def unflatten(self, *args, **kwargs):
-        """``x.unflatten(dim, sizes)`` on a positional dim, or PyTorch's named form
-        ``x.unflatten('features', (('c', 2), ('h', 3)))``: one named axis split in several.
-
-        >>> import torch, named_axes as nx
-        >>> nx.named(torch.zeros(6, 4), 'f ...').unflatten('f', (('c', 2), ('h', 3))).named_shape
-        {'c': 2, 'h': 3}
-        """
-        from ._naming import unflatten
-
-        return unflatten(self, *args, **kwargs)
 
     __hash__ = object.__hash__
 
@@ -374,22 +272,6 @@ class NamedTensor:
         if not name.startswith("__") and hasattr(_Tensor, name):
             return getattr(self._data, name)
         raise AttributeError(f"'NamedTensor' object has no attribute {name!r}")
-
-    def __getitem__(self, index):
-        """Positional indexing as torch; ``x[{'batch': 3}]``, ``x[{'seq': slice(0, 4)}]``
-        select along named axes (see :mod:`named_axes._naming`)."""
-        if type(index) is dict or type(index) is str:
-            from ._naming import getitem
-
-            return getitem(self, index)
-        return _dispatch(_Tensor.__getitem__, (self, index), {})
-
-    def __setitem__(self, index, value) -> None:
-        if type(index) is dict or type(index) is str:
-            from ._naming import setitem
-
-            return setitem(self, index, value)
-        _dispatch(_Tensor.__setitem__, (self, index, value), {})
 
     def __iter__(self):
         return iter(self.unbind(0))

@@ -23,6 +23,9 @@ from .._dispatch import result
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from .._layout import align, union_names
 from .._tensor import NamedTensor
+from ..rules.named_ints import along as _along
+from ..rules.named_ints import clamped_starts as _clamp
+from ..rules.named_ints import take_slice as _take
 from ._collectives import _as_named
 
 __all__ = ["dynamic_slice", "dynamic_slice_in_dim", "dynamic_index_in_dim",
@@ -71,30 +74,6 @@ def _starts(start_indices: Any, p: int, op: str, shape: tuple) -> list:
 
 def _clamp_static(s: int, n: int, size: int) -> int:
     return min(max(s + n if s < 0 else s, 0), n - size)
-
-
-def _clamp(s: NamedTensor, U: tuple, n: int, size: int, device: torch.device) -> torch.Tensor:
-    """The start's data laid out ``[U...]`` (size 1 where it lacks a name), wrapped and
-    clamped as JAX does, on the operand's ``device`` (an engine may keep index values,
-    ``axis_index``, on the CPU beside operands on its devices)."""
-    sd = align(s._data, s._names, 0, U, 0).to(device=device, dtype=torch.long)
-    return torch.where(sd < 0, sd + n, sd).clamp(0, n - size)
-
-
-def _along(idx: torch.Tensor, d: int, p: int) -> torch.Tensor:
-    """``idx`` (``[U..., m]``) reshaped so its last dim is positional dim ``d`` of ``p``."""
-    m = idx.shape[-1]
-    return idx.reshape(tuple(idx.shape[:-1]) + (1,) * d + (m,) + (1,) * (p - d - 1))
-
-
-def _take(x: NamedTensor, d: int, s: NamedTensor, size: int) -> NamedTensor:
-    """``x`` sliced along positional dim ``d`` at the per-instance start ``s``."""
-    U = union_names([("operand", x), ("start index", s)], op="dynamic_slice")
-    p, n = x.ndim, x.shape[d]
-    xd = align(x._data, x._names, p, U, p)
-    start = _clamp(s, U, n, size, xd.device)
-    idx = torch.arange(size, device=xd.device) + start.unsqueeze(-1)
-    return NamedTensor._wrap(torch.take_along_dim(xd, _along(idx, d, p), len(U) + d), U)
 
 
 def _sizes(slice_sizes: Any, shape: tuple, op: str) -> list:

@@ -23,17 +23,18 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from ._devices import (Device, backend_device, device_count, device_get, device_put,
+from ._devices import (Device, backend_device, device_count, device_get,
                        device_put_replicated, device_put_sharded, devices, local_device_count,
                        local_devices, process_count, process_index)
+from ._dtensor_comms import SUMMARY
 from ._mesh import Mesh, SerialLoop, current_mesh, mesh
 from ._plan import Plan, make_plan, resource_conflicts
-from ._sharded import (NamedSharding, PartitionSpec, counter_normal, counter_uniform,
+from ._sharded import (NamedSharding, PartitionSpec, counter_normal, counter_uniform, device_put,
                        make_array_from_callback, make_array_from_process_local_data,
                        sharding_of)
 
 __all__ = [
-    "Mesh", "mesh", "SerialLoop", "pmap", "devices", "local_devices", "device_count",
+    "Mesh", "mesh", "SerialLoop", "devices", "local_devices", "device_count",
     "local_device_count", "process_index", "process_count", "device_put",
     "device_put_replicated", "device_put_sharded", "device_get", "Device", "Plan",
     "make_plan", "resource_conflicts", "run_partitioned", "current_mesh", "backend_device",
@@ -46,17 +47,10 @@ __all__ = [
 def comm_summary(reset: bool = False) -> dict:
     """What the DTensor engine moved on its own account since the last reset (input
     checks, redistributed inputs, gradient reductions, full/sharded outputs); see
-    :class:`._dtensor.CommSummary`.  ``reset=True`` clears it after reading."""
-    import sys
-
-    mod = sys.modules.get(__name__ + "._dtensor")
-    if mod is None:
-        from ._dtensor import CommSummary
-
-        return CommSummary().as_dict()
-    out = mod.SUMMARY.as_dict()
+    :class:`._dtensor_comms.CommSummary`.  ``reset=True`` clears it after reading."""
+    out = SUMMARY.as_dict()
     if reset:
-        mod.SUMMARY.reset()
+        SUMMARY.reset()
     return out
 
 
@@ -109,11 +103,3 @@ def run_partitioned(body: Callable, named_args: list, *, axis_sizes: Mapping,
     if inner is None:
         return body(list(named_args))
     return inner.run(body, list(named_args))
-
-
-def __getattr__(name: str) -> Any:  # pmap imports xmap: bind it late
-    if name == "pmap":
-        from ._pmap import pmap
-
-        return pmap
-    raise AttributeError(f"module 'named_axes.parallel' has no attribute {name!r}")

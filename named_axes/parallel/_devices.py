@@ -27,7 +27,8 @@ import torch
 __all__ = [
     "Device", "as_device", "devices", "local_devices", "device_count", "local_device_count",
     "process_index", "process_count", "device_put", "device_put_replicated",
-    "device_put_sharded", "device_get", "backend_device", "dist_initialized",
+    "device_put_sharded", "device_get", "backend_device", "dist_initialized", "ensure_spmd",
+    "xla_device", "xla_devices",
 ]
 
 
@@ -43,8 +44,6 @@ class Device:
     def torch_device(self) -> torch.device:
         """The ``torch.device`` this process uses to hold this device's data."""
         if self.platform == "xla":
-            from ._xla import xla_device
-
             return xla_device()
         if self.platform == "cuda":
             n = torch.cuda.device_count() or 1
@@ -86,8 +85,6 @@ def devices(backend: str | None = None) -> list[Device]:
     """
     b = _norm_backend(backend)
     if b == "xla":
-        from ._xla import xla_devices
-
         return xla_devices()
     if dist_initialized() and b in (None, _dist_platform()):
         import torch.distributed as dist
@@ -170,8 +167,6 @@ def backend_device(backend: str | None) -> torch.device | None:
     if b is None:
         return None
     if b == "xla":
-        from ._xla import xla_device
-
         return xla_device()
     return torch.device(b)
 
@@ -192,24 +187,11 @@ def _map(fn, tree):
     return tree_map(fn, tree)
 
 
-def device_put(x: Any, device: Any = None, *, axes: Any = None) -> Any:
-    """Move every tensor in ``x`` (a pytree) to ``device`` (default: the first local device).
-
-    NamedTensors keep their names.  Returns tensors of torch's own kinds.  With an
-    ``nx.NamedSharding`` as ``device``, every rank keeps only its shard of ``x`` (the same
-    full value on every rank; nothing is sent) and gets a DTensor; ``axes`` (an
-    ``in_axes``-style mapping, a pytree prefix of ``x``) names the dims for a dict spec.
-    """
+def device_put(x: Any, device: Any = None) -> Any:
+    """Move every tensor in ``x`` (a pytree) to ``device`` (default: the first local
+    device); NamedTensors keep their names.  ``nx.device_put`` also takes an
+    ``nx.NamedSharding`` (:func:`._sharded.device_put`)."""
     from .._tensor import NamedTensor
-    from ._sharded import NamedSharding, shard_put
-
-    if isinstance(device, NamedSharding):
-        if device.mesh.size == 1 and not dist_initialized():
-            return x   # one device: nothing to split
-        return shard_put(x, device, axes)
-    if axes is not None:
-        raise TypeError("device_put: axes= names dims for an nx.NamedSharding; got device "
-                        f"{device!r}")
 
     dev = _target(device) or local_devices()[0].torch_device
 
@@ -277,3 +259,40 @@ def device_get(x: Any) -> Any:
         return v
 
     return _map(get, x)
+
+
+# -- torch-xla's devices (torch_xla imported when first used) ----------------------
+
+_spmd = False
+
+
+def ensure_spmd() -> None:
+    """Switch torch-xla to SPMD mode once, before any XLA tensor is made."""
+    global _spmd
+    if _spmd:
+        return
+    try:
+        import torch_xla  # noqa: F401
+        import torch_xla.runtime as xr
+    except ImportError as e:
+        raise ImportError("backend='xla' needs torch-xla: pip install 'named_axes[xla]' "
+                          "(torch==2.9.1 with torch-xla==2.9.0)") from e
+    if not xr.is_spmd():
+        xr.use_spmd()
+    _spmd = True
+
+
+def xla_device() -> torch.device:
+    """The XLA (SPMD virtual) device, with SPMD mode on."""
+    ensure_spmd()
+    import torch_xla
+
+    return torch_xla.device()
+
+
+def xla_devices() -> list:
+    """One :class:`Device` per XLA device the SPMD program spans."""
+    ensure_spmd()
+    import torch_xla.runtime as xr
+
+    return [Device(i, "xla", 0) for i in range(xr.global_runtime_device_count())]

@@ -52,6 +52,9 @@ from .._tensor import NamedTensor
 from .._torch_private import functorch_transform_kinds, local_tensor, tracing_mode_active
 from ._serial import (SerialEngine, _as_tuple, _attaining, _carries, _functorch_level,
                       _names_of)
+from ._dtensor_comms import SUMMARY, sum_partials
+from ._dtensor_comms import placements as _placements
+from ._rank_check import structure_key
 from ._local_comms import (DivideByCount, ExtremeOverRanks, SumBeforeBroadcast, SumOverRanks,
                            all_reduce, extreme, mesh_groups, uniform_part)
 from ._uniform import Replication, mark_uniform, uniform_dims
@@ -87,7 +90,6 @@ def run_on_local_shards(outer: Any, body: Callable, leaves: list, summary: Any) 
     """The call on each rank's shards, or None when the program needs the DTensor path
     (found now, or remembered by its function, plan and input structure); ``summary``
     (the engine's communication summary) counts which."""
-    from ._rank_check import structure_key
 
     try:
         key = (outer.program, tuple(outer.plan.mesh_axes.items()), structure_key(leaves))
@@ -160,7 +162,6 @@ class LocalShardEngine(SerialEngine):
         ones' gradients, the ranks' partial sums, all-reduced together by one
         :class:`_SumGradsOverRanks` -- and the rest go through DTensors (the engine's
         input conversion: layout checks, redistribution, sharded gradients)."""
-        from ._dtensor import SUMMARY, _placements
 
         out, via_dtensor, replicated, laid_out = list(leaves), [], [], []
         grad = torch.is_grad_enabled()
@@ -213,7 +214,6 @@ class LocalShardEngine(SerialEngine):
         """An output leaf as the engine returns it: a fully replicated one as it is when
         full outputs are asked for (its cotangent split over the ranks), else the DTensor
         laid out per the plan (:meth:`DTensorEngine.from_dtensor` takes it from there)."""
-        from ._dtensor import SUMMARY, _placements
 
         if isinstance(leaf, NamedTensor):
             data, names = leaf._data, leaf._names
@@ -354,7 +354,7 @@ def _rewrap(leaf: Any, data: torch.Tensor) -> Any:
 class _ShardsOf(torch.autograd.Function):
     """DTensors laid out as the plan wants -> their local shards; backward: each local
     gradient, a partial sum over the mesh dims its input is replicated on, summed there
-    (one flat buffer per dtype, :func:`._dtensor.sum_partials`) and handed back as a
+    (one flat buffer per dtype, :func:`._dtensor_comms.sum_partials`) and handed back as a
     DTensor laid out like its input -- a sharded parameter's gradient stays sharded."""
 
     @staticmethod
@@ -371,7 +371,6 @@ class _ShardsOf(torch.autograd.Function):
     def backward(ctx, *gs):
         from torch.distributed.tensor import DTensor
 
-        from ._dtensor import sum_partials
 
         out = [None] * len(gs)
         by_dtype: dict = {}
@@ -417,7 +416,6 @@ class _SumGradsOverRanks(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *gs):
-        from ._dtensor import sum_partials
 
         out = list(gs)
         by_dtype: dict = {}

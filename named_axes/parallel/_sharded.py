@@ -41,10 +41,13 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 import torch
 
 from .._errors import AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError
+from . import _devices
+from ._dtensor_comms import device_mesh
+from ._mesh import Mesh
 
 __all__ = ["PartitionSpec", "NamedSharding", "make_array_from_process_local_data",
            "make_array_from_callback", "counter_normal", "counter_uniform", "shard_put",
-           "sharding_of"]
+           "sharding_of", "device_put"]
 
 
 class PartitionSpec(tuple):
@@ -92,8 +95,6 @@ class NamedSharding:
     """
 
     def __init__(self, mesh: Any, spec: Any = ()) -> None:
-        from ._mesh import Mesh
-
         if not isinstance(mesh, Mesh):
             raise AxisTypeError(f"NamedSharding: {mesh!r} is not an nx.Mesh")
         self.mesh = mesh
@@ -248,8 +249,6 @@ def _path(path) -> str:
 
 
 def _coords(sharding: NamedSharding) -> dict:
-    from ._dtensor import device_mesh
-
     dm = device_mesh(sharding.mesh)
     coord = dm.get_coordinate()
     if coord is None:
@@ -259,8 +258,6 @@ def _coords(sharding: NamedSharding) -> dict:
 
 def _from_local(local: torch.Tensor, sharding: NamedSharding, names, shape, requires_grad):
     from torch.distributed.tensor import DTensor
-
-    from ._dtensor import device_mesh
 
     dm = device_mesh(sharding.mesh)
     place = sharding.placements(len(shape), names, as_str=False)
@@ -283,6 +280,28 @@ def _data(leaf: Any) -> torch.Tensor:
     from .._tensor import NamedTensor
 
     return leaf._data if isinstance(leaf, NamedTensor) else torch.as_tensor(leaf)
+
+
+def device_put(x: Any, device: Any = None, *, axes: Any = None) -> Any:
+    """Move every tensor in ``x`` (a pytree) to ``device`` (default: the first local device).
+
+    NamedTensors keep their names.  Returns tensors of torch's own kinds.  With an
+    ``nx.NamedSharding`` as ``device``, every rank keeps only its shard of ``x`` (the same
+    full value on every rank; nothing is sent) and gets a DTensor; ``axes`` (an
+    ``in_axes``-style mapping, a pytree prefix of ``x``) names the dims for a dict spec.
+
+    >>> import torch, named_axes as nx
+    >>> nx.device_put(nx.named(torch.ones(2, 3), 'b ...')).named_shape
+    {'b': 2}
+    """
+    if isinstance(device, NamedSharding):
+        if device.mesh.size == 1 and not _devices.dist_initialized():
+            return x   # one device: nothing to split
+        return shard_put(x, device, axes)
+    if axes is not None:
+        raise TypeError("device_put: axes= names dims for an nx.NamedSharding; got device "
+                        f"{device!r}")
+    return _devices.device_put(x, device)
 
 
 def shard_put(x: Any, sharding: NamedSharding, axes: Any = None) -> Any:

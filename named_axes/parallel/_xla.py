@@ -23,45 +23,9 @@ import torch
 from .._engine import EngineBase
 from .._errors import AxisResourceError
 from .._tensor import NamedTensor
+from ._devices import ensure_spmd, xla_device, xla_devices
 
 __all__ = ["ensure_spmd", "xla_device", "xla_devices", "XlaEngine", "xla_mesh"]
-
-_spmd = False
-
-
-def ensure_spmd() -> None:
-    """Switch torch-xla to SPMD mode once, before any XLA tensor is made."""
-    global _spmd
-    if _spmd:
-        return
-    try:
-        import torch_xla  # noqa: F401
-        import torch_xla.runtime as xr
-    except ImportError as e:
-        raise ImportError("backend='xla' needs torch-xla: pip install 'named_axes[xla]' "
-                          "(torch==2.9.1 with torch-xla==2.9.0)") from e
-    if not xr.is_spmd():
-        xr.use_spmd()
-    _spmd = True
-
-
-def xla_device() -> torch.device:
-    """The XLA (SPMD virtual) device, with SPMD mode on."""
-    ensure_spmd()
-    import torch_xla
-
-    return torch_xla.device()
-
-
-def xla_devices() -> list:
-    """One :class:`Device` per XLA device the SPMD program spans."""
-    ensure_spmd()
-    import torch_xla.runtime as xr
-
-    from ._devices import Device
-
-    return [Device(i, "xla", 0) for i in range(xr.global_runtime_device_count())]
-
 
 def xla_mesh(m) -> Any:
     """The ``torch_xla.distributed.spmd.Mesh`` of a :class:`Mesh` (built once)."""

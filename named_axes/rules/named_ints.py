@@ -47,7 +47,7 @@ from .._registry import register, spellings
 from .._tensor import NamedTensor
 from ._common import _norm_pos, _spelled
 
-__all__ = ["install", "narrow", "index_select", "explain_index"]
+__all__ = ["install", "narrow", "index_select", "explain_index", "take_slice", "clamped_starts", "along"]
 
 _NT = NamedTensor
 _T = torch.Tensor
@@ -249,9 +249,35 @@ def narrow(func, args, kwargs):
             f"(input {_shape_of(x)}); it must be in [0, {n}]")
     if _values_readable(s._data):
         _check_starts(func, x, s, dim, n, length)
-    from ..lax._slicing import dynamic_slice_in_dim   # (lax comes after the rules)
+    out = take_slice(x, d, s, length)
+    return result(out._data, out._names, func)
 
-    return dynamic_slice_in_dim(x, s, length, axis=d)
+
+# -- per-instance slices (narrow here; nx.lax.dynamic_slice and its family) ------------
+
+def clamped_starts(s: NamedTensor, U: tuple, n: int, size: int, device: torch.device) -> torch.Tensor:
+    """The start's data laid out ``[U...]`` (size 1 where it lacks a name), wrapped and
+    clamped as JAX does, on the operand's ``device`` (an engine may keep index values,
+    ``axis_index``, on the CPU beside operands on its devices)."""
+    sd = align(s._data, s._names, 0, U, 0).to(device=device, dtype=torch.long)
+    return torch.where(sd < 0, sd + n, sd).clamp(0, n - size)
+
+
+def along(idx: torch.Tensor, d: int, p: int) -> torch.Tensor:
+    """``idx`` (``[U..., m]``) reshaped so its last dim is positional dim ``d`` of ``p``."""
+    m = idx.shape[-1]
+    return idx.reshape(tuple(idx.shape[:-1]) + (1,) * d + (m,) + (1,) * (p - d - 1))
+
+
+def take_slice(x: NamedTensor, d: int, s: NamedTensor, size: int) -> NamedTensor:
+    """``x`` sliced along positional dim ``d`` at the per-instance start ``s`` (wrapped
+    and clamped as JAX's ``dynamic_slice`` does; ``nx.lax``'s slicing is built on it)."""
+    U = union_names([("operand", x), ("start index", s)], op="dynamic_slice")
+    p, n = x.ndim, x.shape[d]
+    xd = align(x._data, x._names, p, U, p)
+    start = clamped_starts(s, U, n, size, xd.device)
+    idx = torch.arange(size, device=xd.device) + start.unsqueeze(-1)
+    return NamedTensor._wrap(torch.take_along_dim(xd, along(idx, d, p), len(U) + d), U)
 
 
 def _check_starts(func, x: NamedTensor, s: NamedTensor, dim: int, n: int, length: int) -> None:

@@ -26,7 +26,7 @@ from .._env import bound_axes, frames, within
 from .._errors import AxisSpecError, AxisTypeError
 from .._layout import align
 from .._tensor import NamedTensor
-from .._torch_func import ORIGINAL as _functorch
+from .._levels import ORIGINAL as _functorch
 from .._torch_private import tree_flatten
 from . import _instances
 from ._tree import rebox, unbox

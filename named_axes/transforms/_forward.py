@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 from .._errors import AxisSpecError, AxisTypeError
 from .._tensor import NamedTensor
-from .._torch_func import ORIGINAL as _functorch
+from .._levels import ORIGINAL as _functorch
 from .._torch_private import tree_flatten, tree_map
 from ._grad import _align_like, _phys_outputs, _rebuild, _unbox_primals, mapped_over
 from ._tree import rebox, unbox

@@ -25,7 +25,7 @@ from .._modes import building_graph
 from .._tensor import NamedTensor
 from ._instances import Redo, Region, drop_replicated, fold_copies
 from ._tree import box_leaf, expand_over, named_axes_of, rebox, unbox
-from .._torch_func import ORIGINAL as _functorch
+from .._levels import ORIGINAL as _functorch
 from .._torch_private import functorch_active, tree_flatten, tree_map, tree_unflatten
 
 __all__ = ["grad", "value_and_grad", "vjp", "linear_transpose"]

@@ -24,7 +24,7 @@ import torch
 from .._env import bind, bound_axes
 from .._modes import building_graph
 from .._tensor import NamedTensor
-from .._torch_func import ORIGINAL as _functorch
+from .._levels import ORIGINAL as _functorch
 from .._torch_private import is_zerotensor, tree_flatten, tree_map, tree_unflatten
 from ._forward import jvp
 from ._grad import _argnums, vjp

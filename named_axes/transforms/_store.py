@@ -57,6 +57,7 @@ import torch
 
 from .._torch_private import (TorchDispatchMode, aoti_cpu_runner, inductor_aot_compile,
                               tree_flatten)
+from .._version import __version__
 from ._trace_probe import preserving_writes, written_tensors
 from ._tree import unbox
 
@@ -238,8 +239,6 @@ _context: list = []
 
 def _environment() -> str:
     if not _context:
-        from .. import __version__
-
         _context.append(repr((_FORMAT, torch.__version__, __version__, _sources_digest(),
                               torch.backends.cpu.get_cpu_capability(), platform.machine(),
                               _cpu_flags())))

@@ -24,7 +24,7 @@ from .._layout import insert_named
 from .._parsing import parse_mapping
 from .._tensor import NamedTensor
 from ._tree import is_named
-from .._torch_func import ORIGINAL as _functorch
+from .._levels import ORIGINAL as _functorch
 from .._torch_private import tree_flatten, tree_unflatten
 
 __all__ = ["vmap"]

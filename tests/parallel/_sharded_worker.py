@@ -74,7 +74,7 @@ def making(rank, results):
     ps = nx.device_put(images, nx.NamedSharding(m, nx.PartitionSpec("dp", "mp")))
     out["pspec_local"] = list(local(ps).shape)
     # process-local data: each rank passes its batch shard only
-    dp = dict(zip(m.axis_names, P._dtensor.device_mesh(m).get_coordinate()))["dp"]
+    dp = dict(zip(m.axis_names, P._dtensor_comms.device_mesh(m).get_coordinate()))["dp"]
     mine = images[dp * 4:(dp + 1) * 4]
     arr = nx.make_array_from_process_local_data(s, mine, axes=["batch", ...])
     out["pld_shape"], out["pld_local"] = list(arr.shape), list(local(arr).shape)

@@ -6,11 +6,12 @@ closure brings into a ``torch.func`` transform would be differentiated positiona
 the sum over its instances, not JAX's per-instance cotangents (docs/guide.md §4).
 So:
 
-* :data:`ORIGINAL` holds torch's transforms as the library calls them: each records
-  the functorch level it opens, so named values know the transforms that are ours.
-* :func:`check_foreign` (called where named values are built) refuses a named value
-  under a differentiating ``torch.func`` transform that named_axes did not open, with
-  an error pointing to ``nx.grad`` and :func:`enable_torch_func`.
+* :data:`named_axes._levels.ORIGINAL` holds torch's transforms as the library calls
+  them: each records the functorch level it opens, so named values know the transforms
+  that are ours, and :func:`named_axes._levels.check_foreign` (called where named
+  values are built) refuses a named value under a differentiating ``torch.func``
+  transform that named_axes did not open, with an error pointing to ``nx.grad`` and
+  :func:`enable_torch_func`.
 * :func:`enable_torch_func` is the explicit opt-in that makes ``torch.func``'s
   transforms (and ``torch.vmap``) run their ``nx`` counterparts on named values, with
   torch's argument and result conventions; :func:`disable_torch_func` undoes it.
@@ -34,19 +35,17 @@ from typing import Any, Callable
 import torch
 import torch.func
 
-from ._env import _state as _env_state
-from ._levels import owned
-from ._tensor import NamedTensor
-from ._torch_private import tree_flatten
+from .._env import _state as _env_state
+from .._levels import TORCH_FUNC as _TORCH
+from .._levels import TORCH_VMAP as _TORCH_VMAP
+from .._tensor import NamedTensor
+from .._torch_private import tree_flatten
+from ._grad import grad, value_and_grad, vjp
+from ._forward import jvp
+from ._jacobian import hessian, jacfwd, jacrev
+from ._vmap import vmap
 
-__all__ = ["ORIGINAL", "enable_torch_func", "disable_torch_func"]
-
-_NAMES = ("grad", "grad_and_value", "vjp", "jvp", "vmap", "jacrev", "jacfwd", "hessian")
-_TORCH: dict[str, Callable] = {n: getattr(torch.func, n) for n in _NAMES}
-_TORCH_VMAP = torch.vmap
-# torch's transforms as the library calls them: their levels are the library's own
-ORIGINAL: dict[str, Callable] = {n: owned(f, direct=n in ("vjp", "jvp"))
-                                 for n, f in _TORCH.items()}
+__all__ = ["enable_torch_func", "disable_torch_func"]
 
 
 def _named(*values: Any) -> bool:
@@ -74,14 +73,10 @@ def _transform(name: str, build_named: Callable) -> Callable:
 
 
 def _grad(func, argnums=0, has_aux=False):
-    from .transforms import grad
-
     return grad(func, argnums, has_aux)
 
 
 def _grad_and_value(func, argnums=0, has_aux=False):
-    from .transforms import value_and_grad
-
     vg = value_and_grad(func, argnums, has_aux)
 
     def call(*args, **kwargs):
@@ -91,29 +86,21 @@ def _grad_and_value(func, argnums=0, has_aux=False):
 
 
 def _vmap(func, in_dims=0, out_dims=0, randomness="error", *, chunk_size=None):
-    from .transforms import vmap
-
     return vmap(func, in_dims, out_dims, randomness=randomness, chunk_size=chunk_size)
 
 
-def _jac(kind: str) -> Callable:
+def _jac(transform: Callable) -> Callable:
     def build(func, argnums=0, has_aux=False, **_options):   # chunk_size etc.: speed only
-        from . import transforms
-
-        return getattr(transforms, kind)(func, argnums, has_aux)
+        return transform(func, argnums, has_aux)
     return build
 
 
 def _hessian(func, argnums=0):
-    from .transforms import hessian
-
     return hessian(func, argnums)
 
 
 def _vjp(func: Callable, *primals: Any, has_aux: bool = False):
     if _named(primals):
-        from .transforms import vjp
-
         return vjp(func, *primals, has_aux=has_aux)
     return _TORCH["vjp"](func, *primals, has_aux=has_aux)
 
@@ -121,8 +108,6 @@ def _vjp(func: Callable, *primals: Any, has_aux: bool = False):
 def _jvp(func: Callable, primals: Any, tangents: Any, *, strict: bool = False,
          has_aux: bool = False):
     if _named(primals, tangents):
-        from .transforms import jvp
-
         return jvp(func, primals, tangents, has_aux=has_aux)
     return _TORCH["jvp"](func, primals, tangents, strict=strict, has_aux=has_aux)
 
@@ -145,8 +130,8 @@ def enable_torch_func() -> None:
         "grad": _transform("grad", _grad),
         "grad_and_value": _transform("grad_and_value", _grad_and_value),
         "vmap": _transform("vmap", _vmap),
-        "jacrev": _transform("jacrev", _jac("jacrev")),
-        "jacfwd": _transform("jacfwd", _jac("jacfwd")),
+        "jacrev": _transform("jacrev", _jac(jacrev)),
+        "jacfwd": _transform("jacfwd", _jac(jacfwd)),
         "hessian": _transform("hessian", _hessian),
         "vjp": functools.wraps(_TORCH["vjp"])(_vjp),
         "jvp": functools.wraps(_TORCH["jvp"])(_jvp),

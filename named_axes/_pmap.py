@@ -18,7 +18,10 @@ from typing import Any, Callable, Hashable, Sequence
 
 import torch
 
-from .._errors import AxisSpecError
+from ._errors import AxisSpecError
+from ._xmap import xmap
+from .parallel._devices import devices as all_devices
+from .parallel._mesh import Mesh
 
 __all__ = ["pmap"]
 
@@ -83,10 +86,6 @@ def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
         AxisResourceError: the axis size is not divisible by the number of devices.
     """
     import numpy as np
-
-    from .. import xmap
-    from ._devices import devices as all_devices
-    from ._mesh import Mesh
 
     name = axis_name if axis_name is not None else _PmapAxis()
     mesh_axis = _PmapMeshAxis()
