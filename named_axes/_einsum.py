@@ -22,7 +22,7 @@ named axis getting a fresh letter, so it is as fast (and as traceable) as plain 
 from __future__ import annotations
 
 import string
-from typing import Any, Hashable, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -35,6 +35,7 @@ from ._einsum_chain import contract_pairwise
 from ._engine import engine_for
 from ._errors import (AxisSizeError, AxisSpecError, AxisTypeError, UnboundAxisError,
                       fmt_named_shape, fmt_names)
+from ._parsing import parse_einsum_spec as parse_spec
 from ._plancache import PlanCache
 from ._tensor import NamedTensor
 from ._torch_private import einsum_kernel
@@ -43,81 +44,6 @@ __all__ = ["einsum", "parse_spec"]
 
 _NT = NamedTensor
 _LETTERS = string.ascii_letters
-
-
-def _parse_spec(spec: str) -> tuple:
-    """``parse_spec``, uncached."""
-    s = spec.replace(" ", "")
-    if s.count("->") > 1:
-        raise AxisSpecError(f"einsum {spec!r}: more than one '->'")
-    lhs, arrow, rhs = s.partition("->")
-    inputs = tuple(_parse_term(t, spec, f"operand {i}")
-                   for i, t in enumerate(_split_terms(lhs)))
-    output = _parse_term(rhs, spec, "the output") if arrow else None
-    if output is not None:
-        seen = set()
-        for c in output[0]:
-            if c != "..." and c in seen:
-                raise AxisSpecError(f"einsum {spec!r}: the output term {rhs!r} repeats letter "
-                                    f"{c!r}; an output axis appears once")
-            seen.add(c)
-    braced = "{" in s
-    return inputs, output, braced
-
-
-_SPECS = PlanCache("einsum specs", _parse_spec, maxsize=512)
-
-
-def parse_spec(spec: str) -> tuple:
-    """Split ``spec`` into ``(inputs, output, braced)``.
-
-    Each term is ``(positional letters, named tuple | None)``; ``output`` is None in
-    implicit mode (no ``->``).  ``braced`` says whether any term uses braces.
-    """
-    return _SPECS(spec)
-
-
-def _split_terms(lhs: str) -> list:
-    """Split at the commas that separate operands (not those inside braces)."""
-    terms, depth, start = [], 0, 0
-    for i, ch in enumerate(lhs):
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            terms.append(lhs[start:i])
-            start = i + 1
-    terms.append(lhs[start:])
-    return terms
-
-
-def _parse_term(term: str, spec: str, role: str = "") -> tuple:
-    letters, names, rest = [], None, term
-    while rest:
-        if rest[0] == "{":
-            end = rest.find("}")
-            if end < 0:
-                raise AxisSpecError(f"einsum {spec!r}: unclosed '{{' in term {term!r}")
-            if names is not None:
-                raise AxisSpecError(f"einsum {spec!r}: term {term!r} has two brace groups; "
-                                    f"list all its named axes in one")
-            names = tuple(n for n in rest[1:end].split(",") if n)
-            if len(set(names)) != len(names):
-                twice = next(n for n in names if names.count(n) > 1)
-                raise AxisSpecError(f"einsum {spec!r}: term {term!r} repeats a named axis: "
-                                    f"{twice!r} ({role}); a named axis appears once per term")
-            rest = rest[end + 1:]
-        elif rest.startswith("..."):
-            letters.append("...")
-            rest = rest[3:]
-        elif rest[0] in _LETTERS:
-            letters.append(rest[0])
-            rest = rest[1:]
-        else:
-            raise AxisSpecError(f"einsum {spec!r}: unexpected character {rest[0]!r} in term "
-                                f"{term!r} (letters for positional axes, names in braces)")
-    return tuple(letters), names
 
 
 def einsum(spec: str, *operands: Any) -> Any:
@@ -274,10 +200,8 @@ def _run_plan(plan: tuple, operands: tuple, bound: dict, out: Any = None) -> Any
         if _env_state.engine:   # an engine may contract its values (as for pdot)
             engine = engine_for(names + tuple(n for n, _ in plan.contracted))
             if engine is not None:
-                a = engine.broadcast(a._data, a._names, names) if type(a) is _NT else \
-                    engine.broadcast(a, (), names)
-                b = engine.broadcast(b._data, b._names, names) if type(b) is _NT else \
-                    engine.broadcast(b, (), names)
+                a, b = [engine.broadcast(x._data, x._names, names) if type(x) is _NT else
+                        engine.broadcast(x, (), names) for x in (a, b)]
                 out = engine.contract(eq, a, b)
         a = a._data if type(a) is _NT else a
         b = b._data if type(b) is _NT else b
@@ -290,11 +214,9 @@ def _run_plan(plan: tuple, operands: tuple, bound: dict, out: Any = None) -> Any
             engine = engine_for(names + tuple(n for n, _ in plan.contracted))
             if engine is not None:
                 out = contract_pairwise(eq, datas, engine)
-        if out is not None:
-            pass
-        elif len(datas) == 1 and not _is_compiling():  # torch.einsum's wrapper adds nothing
-            out = einsum_kernel(eq, datas)
-        else:
+        if out is None and len(datas) == 1 and not _is_compiling():
+            out = einsum_kernel(eq, datas)   # torch.einsum's wrapper adds nothing
+        elif out is None:
             out = torch.einsum(eq, *datas)
     scale = 1
     for n in scaled:
@@ -355,9 +277,8 @@ def _prereduce(inputs: tuple, output, operands: tuple, in_names: list, batch: di
              for i, (letters, names) in enumerate(inputs)]
     new = ",".join(terms) + ("" if output is None else "->" + _term(*output))
     size_of = tuple((n, *name_dims[n][0]) for ns in reduce.values() for n in ns)
-    groups = tuple(tuple(g) for g in name_dims.values() if len(g) > 1)
     return Prereduce(new, tuple((i, tuple(ns)) for i, ns in reduce.items()), size_of,
-                     name_groups=groups)
+                     name_groups=_groups(name_dims))
 
 
 def _run_prereduce(pre: Prereduce, operands: tuple, bound: dict) -> Any:
@@ -392,27 +313,74 @@ class EinsumPlan(NamedTuple):
 
 
 def _build_plan(spec: str, operands: tuple) -> tuple:
-    """Check the call and translate it: ``(equation, env names, equal-size groups of
-    (operand, dim) per named axis, same per positional letter, replicated names that
-    scale the sum, replicated names the output gets by expansion, output permutation or
-    None, output names)``.  Dims are physical; sizes of replicated names come from the
-    axis environment at each call."""
+    """Check the call and translate it: an :class:`EinsumPlan`, or a :class:`Prereduce`.
+    Dims are physical; sizes of replicated names come from the axis environment at each
+    call."""
     what = f"einsum({spec!r})"
     inputs, output, braced = parse_spec(spec)
     if len(inputs) != len(operands):
         raise AxisSpecError(f"{what}: the spec has {len(inputs)} operand terms but "
                             f"{len(operands)} operands were given")
+    ops = _read_operands(inputs, output, operands, braced, what)
+    in_names, letter_of = ops.in_names, ops.letter_of
+    if braced:
+        out_names = (output[1] or ()) if output is not None else _named_once(in_names)
+        pre = _prereduce(inputs, output, operands, in_names, ops.batch, out_names,
+                         ops.name_dims, what)
+        if pre is not None:
+            return pre
+        out_names += tuple(n for n in ops.batch if n not in out_names)
+        # the batch names join the terms of the operands that carry them
+        in_names = [names + tuple(n for n in (operands[i]._names if type(operands[i]) is _NT
+                                               else ()) if n in ops.batch)
+                    for i, names in enumerate(in_names)]
+    else:
+        out_names = tuple(letter_of)
+    env, expand, scaled = _replicated(in_names, out_names, ops.name_size, what)
+    pos_out = _positional_output(inputs, output, ops.pos_size, what)
+    kept = tuple(n for n in out_names if n in letter_of)
+    eq = ",".join(ops.terms) + "->" + "".join(letter_of[n] for n in kept) + pos_out
+    names, order = expand + kept, tuple(out_names)
+    # present the output names in the order the spec lists them
+    perm = None if names == order else tuple(names.index(n) for n in order)
+    contracted = tuple((n, letter_of[n]) for n in letter_of if n not in out_names)
+    return EinsumPlan(eq, env, _groups(ops.name_dims), _groups(ops.letter_dims), scaled, expand,
+                      perm, order, contracted)
+
+
+# (spec, per operand (names it carries, positional ndim)) -> _build_plan(...), used
+# while the sizes it checked still agree
+_PLANS = PlanCache("einsum", lambda spec, operands, bound: _build_plan(spec, operands),
+                   maxsize=1024,
+                   validate=lambda plan, spec, operands, bound: _plan_holds(plan, operands, bound))
+
+
+def _groups(dims: dict) -> tuple:
+    """The (operand, dim) groups that must agree in size: those of more than one dim."""
+    return tuple(tuple(g) for g in dims.values() if len(g) > 1)
+
+
+class _Operands(NamedTuple):
+    """The operands read against their terms."""
+    terms: list        # per operand, its physical term (a fresh letter per named dim)
+    in_names: list     # per operand, the names its term lists (unbraced: that it carries)
+    batch: dict        # braced: a name an operand carries unlisted -> the first such operand
+    letter_of: dict    # axis name -> fresh letter
+    name_size: dict    # axis name -> (size, where)
+    pos_size: dict     # positional letter -> (size, where)
+    name_dims: dict    # axis name -> [(operand, physical dim)]
+    letter_dims: dict  # positional letter -> [(operand, physical dim)]
+
+
+def _read_operands(inputs: tuple, output, operands: tuple, braced: bool,
+                   what: str) -> _Operands:
+    """Check each operand against its term (a tensor; its positional rank; one size per
+    letter and per name) and spell its named dims in fresh letters."""
     used = {c for letters, _ in inputs for c in letters if c != "..."}
     if output is not None:
         used |= {c for c in output[0] if c != "..."}
     fresh = iter(c for c in _LETTERS if c not in used)
-    letter_of: dict = {}      # axis name -> fresh letter
-    name_size: dict = {}      # axis name -> (size, where)
-    pos_size: dict = {}       # positional letter -> (size, where)
-    name_dims: dict = {}      # axis name -> [(operand, physical dim)]
-    letter_dims: dict = {}    # positional letter -> [(operand, physical dim)]
-    terms, in_names = [], []
-    batch: dict = {}          # braced mode: name an operand carries unlisted -> operand
+    ops = _Operands([], [], {}, {}, {}, {}, {}, {})
     for i, ((letters, listed), x) in enumerate(zip(inputs, operands)):
         if type(x) is _NT:
             data, carried, p = x._data, x._names, x.ndim
@@ -424,129 +392,103 @@ def _build_plan(spec: str, operands: tuple) -> tuple:
             # a named axis the operand carries but its term skips is vectorized over, as
             # by every op (a batch axis, kept in the output): only listed names contract
             listed = listed or ()
-            names = listed
             for n in carried:
                 if n not in listed:
-                    batch.setdefault(n, i)
-        else:
-            names = carried
-        in_names.append(names)
-        _check_positional(letters, p, i, data.shape[len(carried):], pos_size, what)
-        _letter_dims(letters, p, i, len(carried), letter_dims)
-        phys = ""
-        for j, n in enumerate(carried):
-            s = data.shape[j]
-            if n in name_size and name_size[n][0] != s:
-                raise AxisSizeError(
-                    f"{what}: inconsistent sizes for axis {n!r}: {name_size[n][0]} "
-                    f"({name_size[n][1]}) vs {s} (operand {i})")
-            name_size.setdefault(n, (s, f"operand {i}"))
-            name_dims.setdefault(n, []).append((i, j))
-            if n not in letter_of:
-                letter_of[n] = next(fresh)
-            phys += letter_of[n]
-        terms.append(phys + "".join(letters))
-    # the output's named axes
-    if braced:
-        if output is not None:
-            out_names = output[1] or ()
-        else:  # implicit mode: names that appear in exactly one term
-            counts: dict = {}
-            for names in in_names:
-                for n in names:
-                    counts[n] = counts.get(n, 0) + 1
-            out_names = tuple(n for n in counts if counts[n] == 1)
-        pre = _prereduce(inputs, output, operands, in_names, batch, out_names, name_dims, what)
-        if pre is not None:
-            return pre
-        out_names += tuple(n for n in batch if n not in out_names)
-        # the batch names join the terms of the operands that carry them
-        in_names = [names + tuple(n for n in (operands[i]._names if type(operands[i]) is _NT
-                                               else ()) if n in batch)
-                    for i, names in enumerate(in_names)]
-    else:
-        out_names = tuple(letter_of)
-    listed_anywhere = {n for names in in_names for n in names}
-    for n in out_names:
-        if n not in listed_anywhere and n not in bound_axes():
-            raise UnboundEinsumAxisError(
-                f"{what}: the output lists named axis {n!r}, which no input lists and no "
-                f"enclosing map binds (bound: {fmt_names(bound_axes())})")
-    # names listed but carried by no operand: a replicated axis (broadcast / scaled sum)
-    for n in listed_anywhere | set(out_names):
-        if n not in name_size:
-            _bound_size(n, what, [i for i, names in enumerate(in_names) if n in names])
-    env = tuple(n for n in listed_anywhere | set(out_names) if n not in name_size)
-    expand = tuple(n for n in out_names if n not in name_size)
-    scaled = tuple(n for n in env if n not in out_names)
-    if output is not None:
-        pos_out = "".join(output[0])
-        for c in output[0]:
-            if c != "..." and c not in pos_size:
-                raise AxisSpecError(f"{what}: output letter {c!r} appears in no input term")
-    else:
-        once = sorted(c for c in pos_size if sum(t[0].count(c) for t in inputs) == 1)
-        has_ellipsis = any("..." in t[0] for t in inputs)
-        pos_out = ("..." if has_ellipsis else "") + "".join(once)
-    kept = tuple(n for n in out_names if n in letter_of)
-    eq = ",".join(terms) + "->" + "".join(letter_of[n] for n in kept) + pos_out
-    names, order = expand + kept, tuple(out_names)
-    # present the output names in the order the spec lists them
-    perm = None if names == order else tuple(names.index(n) for n in order)
-    groups = lambda dims: tuple(tuple(g) for g in dims.values() if len(g) > 1)  # noqa: E731
-    contracted = tuple((n, letter_of[n]) for n in letter_of if n not in out_names)
-    return EinsumPlan(eq, env, groups(name_dims), groups(letter_dims), scaled, expand, perm,
-                      order, contracted)
+                    ops.batch.setdefault(n, i)
+        ops.in_names.append(listed if braced else carried)
+        _positional_dims(letters, p, i, data.shape, len(carried), ops, what)
+        ops.terms.append(_named_dims(carried, data.shape, i, fresh, ops, what) + "".join(letters))
+    return ops
 
 
-# (spec, per operand (names it carries, positional ndim)) -> _build_plan(...), used
-# while the sizes it checked still agree
-_PLANS = PlanCache("einsum", lambda spec, operands, bound: _build_plan(spec, operands),
-                   maxsize=1024,
-                   validate=lambda plan, spec, operands, bound: _plan_holds(plan, operands, bound))
-
-
-def _letter_dims(letters: tuple, p: int, i: int, k: int, out: dict) -> None:
-    """Record the physical dim of operand ``i`` each positional letter labels."""
-    ell_len = p - (len(letters) - letters.count("..."))
-    d = k
-    for c in letters:
-        if c == "...":
-            d += ell_len
-            continue
-        out.setdefault(c, []).append((i, d))
-        d += 1
-
-
-def _check_positional(letters, p, i, shape, pos_size, what) -> None:
+def _positional_dims(letters: tuple, p: int, i: int, shape, k: int, ops: _Operands,
+                     what: str) -> None:
+    """Check operand ``i``'s ``p`` positional dims (after its ``k`` named ones) against its
+    letters, one size per letter (1 broadcasts), and record the dim each letter labels."""
     n_ell = letters.count("...")
     fixed = len(letters) - n_ell
     if (n_ell == 0 and fixed != p) or fixed > p:
         raise AxisSpecError(f"{what}: operand {i} has {p} positional dims (shape "
-                            f"{tuple(shape)}) but its term has {fixed} letters")
-    ell_len = p - fixed
+                            f"{tuple(shape[k:])}) but its term has {fixed} letters")
+    pos_size = ops.pos_size
     d = 0
     for c in letters:
         if c == "...":
-            d += ell_len
+            d += p - fixed
             continue
-        s = shape[d]
+        s = shape[k + d]
         if c in pos_size and pos_size[c][0] != s and 1 not in (s, pos_size[c][0]):
             raise AxisSizeError(f"{what}: inconsistent sizes for letter {c!r}: "
                                 f"{pos_size[c][0]} ({pos_size[c][1]}) vs {s} (operand {i}, "
                                 f"dim {d})")
         if c not in pos_size or pos_size[c][0] == 1:
             pos_size[c] = (s, f"operand {i}, dim {d}")
+        ops.letter_dims.setdefault(c, []).append((i, k + d))
         d += 1
 
 
-def _bound_size(name: Hashable, what: str, where: list = ()) -> int:
-    sizes = bound_axes()
-    if name not in sizes:
-        by = "".join(f"; operand {i}'s term lists it" for i in where)
-        raise UnboundAxisError(f"{what}: axis {name!r} is listed but no operand carries it "
-                               f"and it is not bound here (bound: {fmt_names(sizes)}){by}")
-    return sizes[name]
+def _named_dims(carried: tuple, shape, i: int, fresh, ops: _Operands, what: str) -> str:
+    """Check the sizes of operand ``i``'s named dims (one size per name), record them, and
+    spell them in fresh letters."""
+    name_size, letter_of = ops.name_size, ops.letter_of
+    phys = ""
+    for j, n in enumerate(carried):
+        s = shape[j]
+        if n in name_size and name_size[n][0] != s:
+            raise AxisSizeError(
+                f"{what}: inconsistent sizes for axis {n!r}: {name_size[n][0]} "
+                f"({name_size[n][1]}) vs {s} (operand {i})")
+        name_size.setdefault(n, (s, f"operand {i}"))
+        ops.name_dims.setdefault(n, []).append((i, j))
+        if n not in letter_of:
+            letter_of[n] = next(fresh)
+        phys += letter_of[n]
+    return phys
+
+
+def _named_once(in_names: list) -> tuple:
+    """Implicit mode's output names: those that appear in exactly one term."""
+    counts: dict = {}
+    for names in in_names:
+        for n in names:
+            counts[n] = counts.get(n, 0) + 1
+    return tuple(n for n in counts if counts[n] == 1)
+
+
+def _replicated(in_names: list, out_names: tuple, name_size: dict, what: str) -> tuple:
+    """``(env, expand, scaled)``: the names listed but carried by no operand (replicated
+    axes, sized by the environment), those of them the output gets by expansion, and those
+    that scale the sum.  Each must be bound."""
+    listed_anywhere = {n for names in in_names for n in names}
+    for n in out_names:
+        if n not in listed_anywhere and n not in bound_axes():
+            raise UnboundEinsumAxisError(
+                f"{what}: the output lists named axis {n!r}, which no input lists and no "
+                f"enclosing map binds (bound: {fmt_names(bound_axes())})")
+    for n in listed_anywhere | set(out_names):
+        if n not in name_size and n not in bound_axes():
+            by = "".join(f"; operand {i}'s term lists it"
+                         for i, names in enumerate(in_names) if n in names)
+            raise UnboundAxisError(f"{what}: axis {n!r} is listed but no operand carries it "
+                                   f"and it is not bound here (bound: "
+                                   f"{fmt_names(bound_axes())}){by}")
+    env = tuple(n for n in listed_anywhere | set(out_names) if n not in name_size)
+    expand = tuple(n for n in out_names if n not in name_size)
+    scaled = tuple(n for n in env if n not in out_names)
+    return env, expand, scaled
+
+
+def _positional_output(inputs: tuple, output, pos_size: dict, what: str) -> str:
+    """The output's positional letters: as the spec lists them (each in some input), or in
+    implicit mode the letters that appear once, sorted, after the ellipsis if any."""
+    if output is not None:
+        for c in output[0]:
+            if c != "..." and c not in pos_size:
+                raise AxisSpecError(f"{what}: output letter {c!r} appears in no input term")
+        return "".join(output[0])
+    once = sorted(c for c in pos_size if sum(t[0].count(c) for t in inputs) == 1)
+    has_ellipsis = any("..." in t[0] for t in inputs)
+    return ("..." if has_ellipsis else "") + "".join(once)
 
 
 class UnboundEinsumAxisError(UnboundAxisError, AxisSpecError):

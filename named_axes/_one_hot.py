@@ -66,17 +66,28 @@ def one_hot(labels: Any, num_classes: int, dim: Any = -1, *, axis: Any = None,
         data, names, p = labels, (), labels.dim()
     else:
         raise AxisTypeError(f"one_hot: labels must be a tensor, got {type(labels).__name__}")
-    k = len(names)
     if isinstance(dim, int) and not isinstance(dim, bool):
-        if not -(p + 1) <= dim <= p:
-            raise AxisSpecError(f"one_hot: dim={dim} is out of range for a result with "
-                                f"{p + 1} positional dims")
-        d = k + (dim + p + 1 if dim < 0 else dim)
-        classes = torch.arange(num_classes, device=data.device)
-        shape = [1] * (data.dim() + 1)
-        shape[d] = num_classes
-        out = (data.unsqueeze(d) == classes.reshape(shape)).to(dtype)
-        return result(out, names, one_hot) if names else out
+        return _positional_classes(data, names, p, num_classes, dim, dtype)
+    return _named_classes(data, names, p, num_classes, dim, dtype)
+
+
+def _positional_classes(data: torch.Tensor, names: tuple, p: int, num_classes: int, dim: int,
+                        dtype: torch.dtype) -> Any:
+    """The classes axis as positional dim ``dim`` of the result."""
+    if not -(p + 1) <= dim <= p:
+        raise AxisSpecError(f"one_hot: dim={dim} is out of range for a result with "
+                            f"{p + 1} positional dims")
+    d = len(names) + (dim + p + 1 if dim < 0 else dim)
+    classes = torch.arange(num_classes, device=data.device)
+    shape = [1] * (data.dim() + 1)
+    shape[d] = num_classes
+    out = (data.unsqueeze(d) == classes.reshape(shape)).to(dtype)
+    return result(out, names, one_hot) if names else out
+
+
+def _named_classes(data: torch.Tensor, names: tuple, p: int, num_classes: int, dim: Any,
+                   dtype: torch.dtype) -> Any:
+    """The classes axis as the named axis ``dim``."""
     name: Hashable = dim
     try:
         if type(name) is not str:      # str is hashable; dynamo (torch 2.9) can't trace hash()
@@ -93,17 +104,8 @@ def one_hot(labels: Any, num_classes: int, dim: Any = -1, *, axis: Any = None,
     # classes laid out after the labels' named dims (as F.one_hot puts them last): a
     # product with values laid out [..., classes] then needs no permute, and its
     # gradient stays contiguous
-    classes = None
-    if _env_state.engine and name in bound:
-        # an engine may hold part of the axis here (a SerialLoop chunk): the classes are
-        # the indices it holds, as lax.axis_index gives them
-        from .lax._collectives import _engine_method
-
-        method = _engine_method("axis_index", (name,))
-        if method is not None:
-            classes = method((name,))._data.to(data.device)
-    if classes is None:
-        classes = torch.arange(num_classes, device=data.device)
+    classes = _class_indices(name, num_classes, name in bound, data.device)
+    k = len(names)
     if held:   # the labels vary along the axis: each instance compares with its own index
         j = names.index(name)
         classes = classes.reshape((1,) * j + (-1,) + (1,) * (k - j - 1 + p))
@@ -112,3 +114,17 @@ def one_hot(labels: Any, num_classes: int, dim: Any = -1, *, axis: Any = None,
         classes = classes.reshape((classes.shape[0],) + (1,) * p)
     out = (data.unsqueeze(k) == classes).to(dtype)
     return result(out, names + (name,), one_hot)
+
+
+def _class_indices(name: Hashable, num_classes: int, is_bound: bool,
+                   device: torch.device) -> torch.Tensor:
+    """The indices of axis ``name`` held here: ``arange(num_classes)``, or where an engine
+    holds part of the axis (a SerialLoop chunk) the indices it holds, as
+    lax.axis_index gives them."""
+    if _env_state.engine and is_bound:
+        from .lax._common import _engine_method
+
+        method = _engine_method("axis_index", (name,))
+        if method is not None:
+            return method((name,))._data.to(device)
+    return torch.arange(num_classes, device=device)

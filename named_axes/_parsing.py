@@ -1,4 +1,5 @@
-"""Axis specs: reading ``in_axes`` / ``out_axes`` mappings and matching pytree prefixes.
+"""Axis specs: reading ``in_axes`` / ``out_axes`` mappings, matching pytree prefixes, and
+reading einsum specs.
 
 Pure Python (no torch import).  A mapping names some positional axes of one array:
 
@@ -22,16 +23,24 @@ list/tuple/dict is a *container* of specs (a pytree prefix).
 (((1, 'i'),), 2)
 >>> parse_mapping({-1: 'feat'}).resolve(3, what='argument 0')
 ((2, 'feat'),)
+
+An einsum spec (:func:`parse_einsum_spec`, for ``nx.einsum``) has one letter per
+positional axis and the named axes of a term in braces:
+
+>>> parse_einsum_spec('n{b,k},{k,m}->n{b,m}')
+(((('n',), ('b', 'k')), ((), ('k', 'm'))), (('n',), ('b', 'm')), True)
 """
 from __future__ import annotations
 
+import string
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
 from ._errors import AxisSpecError, AxisTypeError
 from ._plancache import PlanCache
 
-__all__ = ["AxisMapping", "is_mapping", "parse_mapping", "check_name", "match_prefix", "path_str"]
+__all__ = ["AxisMapping", "is_mapping", "parse_mapping", "check_name", "match_prefix", "path_str",
+           "parse_einsum_spec"]
 
 
 def check_name(name: Any, *, where: str) -> Hashable:
@@ -305,3 +314,81 @@ def _leaves(tree: Any, is_leaf: Callable[[Any], bool], path: tuple) -> list:
             out += _leaves(t, is_leaf, path + (k,))
         return out
     return [(path, tree)]
+
+
+# -- einsum specs ---------------------------------------------------------------------
+
+def _parse_einsum_spec(spec: str) -> tuple:
+    """``parse_einsum_spec``, uncached."""
+    s = spec.replace(" ", "")
+    if s.count("->") > 1:
+        raise AxisSpecError(f"einsum {spec!r}: more than one '->'")
+    lhs, arrow, rhs = s.partition("->")
+    inputs = tuple(_parse_einsum_term(t, spec, f"operand {i}")
+                   for i, t in enumerate(_split_einsum_terms(lhs)))
+    output = _parse_einsum_term(rhs, spec, "the output") if arrow else None
+    if output is not None:
+        seen = set()
+        for c in output[0]:
+            if c != "..." and c in seen:
+                raise AxisSpecError(f"einsum {spec!r}: the output term {rhs!r} repeats letter "
+                                    f"{c!r}; an output axis appears once")
+            seen.add(c)
+    braced = "{" in s
+    return inputs, output, braced
+
+
+_EINSUM_SPECS = PlanCache("einsum specs", _parse_einsum_spec, maxsize=512)
+
+
+def parse_einsum_spec(spec: str) -> tuple:
+    """Split the einsum spec ``spec`` into ``(inputs, output, braced)``.
+
+    Each term is ``(positional letters, named tuple | None)``; ``output`` is None in
+    implicit mode (no ``->``).  ``braced`` says whether any term uses braces.
+    """
+    return _EINSUM_SPECS(spec)
+
+
+def _split_einsum_terms(lhs: str) -> list:
+    """Split at the commas that separate operands (not those inside braces)."""
+    terms, depth, start = [], 0, 0
+    for i, ch in enumerate(lhs):
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            terms.append(lhs[start:i])
+            start = i + 1
+    terms.append(lhs[start:])
+    return terms
+
+
+def _parse_einsum_term(term: str, spec: str, role: str = "") -> tuple:
+    """``(positional letters, named axes in braces or None)`` of one term."""
+    letters, names, rest = [], None, term
+    while rest:
+        if rest[0] == "{":
+            end = rest.find("}")
+            if end < 0:
+                raise AxisSpecError(f"einsum {spec!r}: unclosed '{{' in term {term!r}")
+            if names is not None:
+                raise AxisSpecError(f"einsum {spec!r}: term {term!r} has two brace groups; "
+                                    f"list all its named axes in one")
+            names = tuple(n for n in rest[1:end].split(",") if n)
+            if len(set(names)) != len(names):
+                twice = next(n for n in names if names.count(n) > 1)
+                raise AxisSpecError(f"einsum {spec!r}: term {term!r} repeats a named axis: "
+                                    f"{twice!r} ({role}); a named axis appears once per term")
+            rest = rest[end + 1:]
+        elif rest.startswith("..."):
+            letters.append("...")
+            rest = rest[3:]
+        elif rest[0] in string.ascii_letters:
+            letters.append(rest[0])
+            rest = rest[1:]
+        else:
+            raise AxisSpecError(f"einsum {spec!r}: unexpected character {rest[0]!r} in term "
+                                f"{term!r} (letters for positional axes, names in braces)")
+    return tuple(letters), names

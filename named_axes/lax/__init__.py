@@ -12,8 +12,8 @@ tensor([3., 3.])
 """
 from __future__ import annotations
 
-from ._collectives import (all_gather, all_to_all, axis_index, pmax, pmean, pmin, ppermute,
-                           pshuffle, psum, psum_scatter)
+from ._collectives import all_gather, all_to_all, axis_index, ppermute, pshuffle, psum_scatter
+from ._reductions import pmax, pmean, pmin, psum
 from ._control import cond, fori_loop, scan, select, stop_gradient, while_loop
 from ._pdot import pdot
 from ._slicing import (dynamic_index_in_dim, dynamic_slice, dynamic_slice_in_dim,

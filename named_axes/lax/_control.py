@@ -28,7 +28,8 @@ from .._modes import building_graph
 from .._tensor import NamedTensor
 from .._torch_private import (keystr, tree_flatten, tree_flatten_with_path, tree_map,
                               tree_unflatten)
-from ._collectives import _as_named, pmax
+from ._common import _as_named
+from ._reductions import pmax
 from ._slicing import _done
 
 __all__ = ["select", "stop_gradient", "cond", "fori_loop", "while_loop", "scan"]

@@ -20,8 +20,9 @@ from .._errors import AxisSizeError, AxisSpecError
 from .._layout import union_names
 from .._plancache import PlanCache
 from .._tensor import RECORDERS, NamedTensor
-from ._collectives import (_as_named, _axis_names, _check_bound_size, _engine_method, _norm,
-                           _out, _shows_axes, settled)
+from ._common import (_as_named, _axis_names, _check_bound_size, _engine_method, _norm, _out,
+                      _shows_axes)
+from ._reductions import settled
 
 __all__ = ["pdot"]
 

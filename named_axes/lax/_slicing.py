@@ -26,7 +26,7 @@ from .._tensor import NamedTensor
 from ..rules.named_ints import along as _along
 from ..rules.named_ints import clamped_starts as _clamp
 from ..rules.named_ints import take_slice as _take
-from ._collectives import _as_named
+from ._common import _as_named
 
 __all__ = ["dynamic_slice", "dynamic_slice_in_dim", "dynamic_index_in_dim",
            "dynamic_update_slice", "dynamic_update_slice_in_dim",

@@ -2,10 +2,11 @@
 
 One module per family: ``pointwise`` (tables of elementwise ops), ``reductions`` (dim
 arguments that name axes), ``dimwise`` (softmax-like ops along a dim), ``shape``
-(views, indexing, concatenation), ``matmul``, ``nn`` (``torch.nn.functional``),
-``named_ints`` (``roll``/``narrow``/``gather``/``index_select`` with a named integer
-argument: one integer per instance) and ``whole`` (``equal``/``allclose``: one Python
-value about whole tensors).
+(views, indexing, concatenation), ``queries`` (metadata, ``new_*``, refused in-place
+relayouts), ``autograd`` (``backward``, hooks, ``autograd.grad``), ``matmul``, ``nn``
+(``torch.nn.functional``), ``named_ints`` (``roll``/``narrow``/``gather``/
+``index_select`` with a named integer argument: one integer per instance) and ``whole``
+(``equal``/``allclose``: one Python value about whole tensors).
 A function no module declares runs under the dispatcher's vmap fallback.  Each
 module only declares :class:`~named_axes._registry.OpRule`s; the direct bindings are
 made from the registry afterwards (rules -> registry -> bindings).
@@ -17,12 +18,14 @@ made from the registry afterwards (rules -> registry -> bindings).
 """
 from __future__ import annotations
 
-from . import dimwise, matmul, named_ints, nn, pointwise, reductions, shape, whole
+from . import (autograd, dimwise, matmul, named_ints, nn, pointwise, queries, reductions, shape,
+               whole)
 
 __all__ = ["install"]
 
 
 def install() -> None:
     """Declare every family's rules (once, at import of named_axes)."""
-    for family in (pointwise, reductions, dimwise, shape, matmul, nn, named_ints, whole):
+    for family in (pointwise, reductions, dimwise, shape, queries, autograd, matmul, nn,
+                   named_ints, whole):
         family.install()

@@ -44,10 +44,13 @@ DIMWISE = {
 _NAMED_ARGS = {"narrow": named_ints.narrow, "index_select": named_ints.index_select}
 
 
+# the dim an op uses when none is given (the others have none, or a legacy implicit one)
+_DEFAULT_DIMS = {"unbind": 0, "sort": -1, "argsort": -1, "topk": -1, "kthvalue": -1,
+                 "diff": -1, "split": 0, "chunk": 0, "tensor_split": 0, "normalize": 1,
+                 "glu": -1}
+
+
 def _dimwise(name: str, dim_index: int, names_ok: bool):
-    defaults = {"unbind": 0, "sort": -1, "argsort": -1, "topk": -1, "kthvalue": -1,
-                "diff": -1, "split": 0, "chunk": 0, "tensor_split": 0, "normalize": 1,
-                "glu": -1}
     per_instance = _NAMED_ARGS.get(name)
 
     def rule(func, args, kwargs):
@@ -66,21 +69,10 @@ def _dimwise(name: str, dim_index: int, names_ok: bool):
             kwargs["dim"] = kwargs.pop("axis")
         if any(isinstance(a, _NT) for a in rest) or any(isinstance(v, _NT) for v in kwargs.values()):
             return per_instance(func, args, kwargs) if per_instance else NotImplemented
-        key = "dim"
-        pos = dim_index - 1
-        if len(rest) > pos:
-            d = rest[pos]
-            where = ("arg", pos)
-        elif key in kwargs:
-            d = kwargs[key]
-            where = ("kw", key)
-        elif name in defaults and defaults[name] is not None:
-            d = defaults[name]
-            where = ("kw", key)
-        else:
-            return NotImplemented  # legacy implicit dim: let vmap handle it
-        if d is None:
+        found = _dim_argument(name, dim_index, rest, kwargs)
+        if found is None:
             return NotImplemented
+        d, where = found
         if isinstance(d, (tuple, list)):
             if name in _SOFTMAXES:
                 return _softmax_over(name, func, x, d, rest, kwargs, where)
@@ -92,11 +84,10 @@ def _dimwise(name: str, dim_index: int, names_ok: bool):
                 f"dimension"
             )
         x, (phys, _, _, _) = _dims_of(x, d, func)
-        newd = phys[0]
         if where[0] == "arg":
-            rest[where[1]] = newd
+            rest[where[1]] = phys[0]
         else:
-            kwargs[where[1]] = newd
+            kwargs[where[1]] = phys[0]
         if name == "index_select":
             try:
                 out = func(x._data, *rest, **kwargs)
@@ -107,6 +98,22 @@ def _dimwise(name: str, dim_index: int, names_ok: bool):
             out = func(x._data, *rest, **kwargs)
         return result(out, x._names, func)
     return rule
+
+
+def _dim_argument(name: str, dim_index: int, rest: list, kwargs: dict):
+    """``(dim, where)`` of the call's dim argument (``where``: ``("arg", index in rest)``
+    or ``("kw", "dim")``), its default if it has one, or None: no dim (a legacy implicit
+    dim, or ``dim=None``) is left to vmap."""
+    pos = dim_index - 1
+    if len(rest) > pos:
+        d, where = rest[pos], ("arg", pos)
+    elif "dim" in kwargs:
+        d, where = kwargs["dim"], ("kw", "dim")
+    elif name in _DEFAULT_DIMS and _DEFAULT_DIMS[name] is not None:
+        d, where = _DEFAULT_DIMS[name], ("kw", "dim")
+    else:
+        return None
+    return None if d is None else (d, where)
 
 
 _SOFTMAXES = ("softmax", "log_softmax", "softmin")

@@ -6,7 +6,7 @@ dims and drop them from the named shape, with torch's return conventions.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -169,11 +169,7 @@ def _reduction(name: str, dim_index: int, multi: bool):
                 if phys and (multi or len(phys) == 1):
                     return finish(func(x2._data, phys if multi else phys[0]), names_left, func)
         rest = list(args[1:])
-        kw = dict(kwargs) if kwargs else {}
-        if "axis" in kw:
-            if "dim" in kw:
-                raise AxisTypeError(f"{op_name(func)}: give dim= or axis=, not both")
-            kw["dim"] = kw.pop("axis")
+        kw = _dim_keyword(func, kwargs)
         if _any_tensor(rest, kw):
             if name in ("max", "min") and rest and isinstance(rest[0], (_NT, _T)):
                 return pointwise(torch.maximum if name == "max" else torch.minimum,
@@ -187,55 +183,97 @@ def _reduction(name: str, dim_index: int, multi: bool):
             keepdim = bool(rest.pop(keep_pos - 1))
         else:
             keepdim = bool(kw.pop("keepdim", False))
-        k = len(x._names)
+        call = _Call(func, rest, kw, pos, has_keepdim)
         if dims is None:
-            p = x._data.dim() - k
-            if p == 0:
-                return NotImplemented
-            # reduce every positional dim: flatten them into one
-            flat = x._data.reshape(tuple(x._data.shape[:k]) + (-1,))
-            out = _call_at(func, flat, k, rest, kw, pos, False, has_keepdim)
-            if name in _VALUES_ONLY:
-                out = out[0]
-            if keepdim:
-                out = _reshape_out(out, tuple(x._data.shape[:k]) + (1,) * p)
-            return result(out, x._names, func)
-        x, (phys, named, names_left, _) = _dims_of(x, dims, func)
-        if not phys:   # dim=(): what torch does with it, per instance of the named axes
-            if not multi:
-                raise AxisSpecError(f"{op_name(func)}: takes a single dimension, got {dims!r}")
-            if name not in ("all", "any"):   # (those two reduce nothing, the others all)
-                p = x._data.dim() - k
-                if p:
-                    phys = tuple(range(k, k + p))
-                else:   # a scalar: reduce a size-1 axis, and keep no dim for it
-                    x, phys, keepdim = _wrap_nt(x._data.unsqueeze(-1), x._names), (k,), False
-        if name == "norm" and len(phys) > 2:
-            # Frobenius over any set of dims is the vector 2-norm (torch.norm takes <= 2)
-            if rest and rest[0] == "fro":
-                rest[0] = 2
-            elif kw.get("p", "fro") == "fro" and not rest:
-                kw["p"] = 2
-        if not multi and len(phys) > 1:
-            if name != "prod":
-                raise AxisSpecError(f"{op_name(func)}: takes a single dimension, got {dims!r}")
-            # prod of several dims: one at a time, highest first
-            data = x._data
-            k = len(x._names)
-            for d in sorted(phys, reverse=True):
-                data = _call_at(func, data, d, rest, kw, pos, keepdim or d < k, has_keepdim)
-            data = data.squeeze(named) if named else data
-            return result(data, names_left, func)
-        dim_arg = phys if multi else phys[0]
-        if named and keepdim:
-            # keepdim keeps the positional dims only: the reduced named dims go
-            out = _call_at(func, x._data, dim_arg, rest, kw, pos, True, has_keepdim)
-            out = _squeeze_out(out, named)
-        else:
-            # named dims lead and reduced dims vanish: keepdim=False gives the layout
-            out = _call_at(func, x._data, dim_arg, rest, kw, pos, keepdim, has_keepdim)
-        return finish(out, names_left, func)
+            return _reduce_positional(call, x, keepdim, name in _VALUES_ONLY)
+        return _reduce_dims(call, name, multi, x, dims, keepdim)
     return rule
+
+
+class _Call(NamedTuple):
+    """A reduction's call with its dim and keepdim arguments taken out."""
+    func: Callable
+    rest: list          # the other positional arguments
+    kw: dict            # the other keyword arguments
+    pos: int            # where the dim argument goes among ``rest``
+    has_keepdim: bool   # False for count_nonzero
+
+
+def _run(call: _Call, data, dim_arg, keepdim: bool):
+    """``call`` on ``data`` with these dim and keepdim arguments."""
+    return _call_at(call.func, data, dim_arg, call.rest, call.kw, call.pos, keepdim,
+                    call.has_keepdim)
+
+
+def _dim_keyword(func, kwargs) -> dict:
+    """``kwargs`` with ``axis=`` (numpy's spelling) as ``dim=``."""
+    kw = dict(kwargs) if kwargs else {}
+    if "axis" in kw:
+        if "dim" in kw:
+            raise AxisTypeError(f"{op_name(func)}: give dim= or axis=, not both")
+        kw["dim"] = kw.pop("axis")
+    return kw
+
+
+def _reduce_positional(call: _Call, x: _NT, keepdim: bool, values_only: bool):
+    """No dim given: reduce every positional dim, flattened into one."""
+    k = len(x._names)
+    p = x._data.dim() - k
+    if p == 0:
+        return NotImplemented
+    flat = x._data.reshape(tuple(x._data.shape[:k]) + (-1,))
+    out = _run(call, flat, k, False)
+    if values_only:
+        out = out[0]
+    if keepdim:
+        out = _reshape_out(out, tuple(x._data.shape[:k]) + (1,) * p)
+    return result(out, x._names, call.func)
+
+
+def _reduce_dims(call: _Call, name: str, multi: bool, x: _NT, dims, keepdim: bool):
+    """Reduce the dims (ints, names or both) of ``dims``."""
+    func, rest, kw = call.func, call.rest, call.kw
+    x, (phys, named, names_left, _) = _dims_of(x, dims, func)
+    if not phys:   # dim=(): what torch does with it, per instance of the named axes
+        if not multi:
+            raise AxisSpecError(f"{op_name(func)}: takes a single dimension, got {dims!r}")
+        x, phys, keepdim = _empty_dims(name, x, phys, keepdim)
+    if name == "norm" and len(phys) > 2:
+        # Frobenius over any set of dims is the vector 2-norm (torch.norm takes <= 2)
+        if rest and rest[0] == "fro":
+            rest[0] = 2
+        elif kw.get("p", "fro") == "fro" and not rest:
+            kw["p"] = 2
+    if not multi and len(phys) > 1:
+        if name != "prod":
+            raise AxisSpecError(f"{op_name(func)}: takes a single dimension, got {dims!r}")
+        # prod of several dims: one at a time, highest first
+        data = x._data
+        k = len(x._names)
+        for d in sorted(phys, reverse=True):
+            data = _run(call, data, d, keepdim or d < k)
+        data = data.squeeze(named) if named else data
+        return result(data, names_left, func)
+    dim_arg = phys if multi else phys[0]
+    if named and keepdim:
+        # keepdim keeps the positional dims only: the reduced named dims go
+        out = _squeeze_out(_run(call, x._data, dim_arg, True), named)
+    else:
+        # named dims lead and reduced dims vanish: keepdim=False gives the layout
+        out = _run(call, x._data, dim_arg, keepdim)
+    return finish(out, names_left, func)
+
+
+def _empty_dims(name: str, x: _NT, phys, keepdim: bool):
+    """``(x, phys, keepdim)`` for ``dim=()``: ``all``/``any`` reduce nothing, the others
+    every positional dim (a scalar: a size-1 axis added, and no dim kept for it)."""
+    if name in ("all", "any"):
+        return x, phys, keepdim
+    k = len(x._names)
+    p = x._data.dim() - k
+    if p:
+        return x, tuple(range(k, k + p)), keepdim
+    return _wrap_nt(x._data.unsqueeze(-1), x._names), (k,), False
 
 
 def _any_tensor(rest: list, kw: dict) -> bool:

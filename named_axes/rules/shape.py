@@ -1,10 +1,11 @@
-"""Rules for shape ops, indexing, concatenation and tensor queries.
+"""Rules for shape ops, indexing and concatenation.
 
 Each rule rewrites the call for the physical layout ``[named..., positional...]``:
 positional dims shift by the number of named dims and shapes gain the named sizes in
 front.  A rule returns ``NotImplemented`` to hand the call to the vmap fallback.
 (The matmul family lives in :mod:`named_axes.rules.matmul`, nn.functional rules in
-:mod:`named_axes.rules.nn`.)
+:mod:`named_axes.rules.nn`, tensor queries in :mod:`named_axes.rules.queries`, the
+autograd entry points in :mod:`named_axes.rules.autograd`.)
 
 >>> import torch, named_axes as nx
 >>> x = nx.named(torch.zeros(2, 3, 4), {0: 'b'})
@@ -386,96 +387,6 @@ def _setitem(func, args, kwargs):
     return None
 
 
-def _query(func, args, kwargs):
-    x = args[0]
-    if type(x) is not _NT:
-        return NotImplemented
-    return func(x._data, *args[1:], **kwargs)
-
-
-def _relayout_in_place(func, args, kwargs):
-    """``resize_``, ``resize_as_``, ``as_strided_``, ``set_`` on a value with named axes:
-    they rewrite the storage the instances share (resize_ moved one instance's values
-    into another's; under vmap the others were silent no-ops), so they refuse -- but for
-    a resize to the shape the value has, which leaves it as it is (as PyTorch allowed)."""
-    x = args[0]
-    if type(x) is not _NT or not x._names:
-        return NotImplemented
-    if func is torch.Tensor.resize_ and len(args) > 1:
-        size = args[1] if len(args) == 2 and isinstance(args[1], (list, tuple, torch.Size)) \
-            else args[1:]
-        if tuple(size) == tuple(x.shape):
-            return x
-    if func in (torch.Tensor.resize_as_, torch.resize_as_) and len(args) > 1 and \
-            tuple(args[1].shape) == x.shape:
-        return x
-    raise AxisTypeError(
-        f"{op_name(func)}: a value with named axes {x.named_shape} cannot be resized or "
-        f"re-strided in place (its instances share one storage); make a new value "
-        f"instead (x.new_empty(shape), x.as_strided(...), torch.empty(...))")
-
-
-def _stride(func, args, kwargs):
-    x = args[0]
-    k = len(x._names)
-    if len(args) > 1:
-        return x._data.stride(k + _norm_pos(args[1], x.ndim, "Tensor.stride"))
-    return x._data.stride()[k:]
-
-
-def _numel(func, args, kwargs):
-    return args[0].shape.numel()
-
-
-def _new_plain(func, args, kwargs):
-    x = args[0]
-    return func(x._data, *args[1:], **kwargs)
-
-
-def _backward(func, args, kwargs):
-    x = args[0]
-    grad = args[1] if len(args) > 1 else kwargs.pop("gradient", None)
-    rest = args[2:]
-    if grad is None and x.ndim == 0:
-        grad = torch.ones_like(x._data)   # a named scalar: the loop of backward() calls, summed
-    elif grad is not None:
-        from .._layout import align_to
-
-        grad = align_to(grad, x._names, x.ndim, what="Tensor.backward gradient")
-        grad = grad.expand_as(x._data)
-    return x._data.backward(grad, *rest, **kwargs)
-
-
-def _register_hook(func, args, kwargs):
-    x, hook = args[0], args[1]
-    names = x._names
-
-    def physical_hook(g):
-        out = hook(NamedTensor._wrap(g, names))
-        return out._data if type(out) is _NT else out
-    return x._data.register_hook(physical_hook)
-
-
-def _autograd_grad(func, args, kwargs):
-    outputs = args[0] if args else kwargs.pop("outputs")
-    inputs = args[1] if len(args) > 1 else kwargs.pop("inputs")
-    grad_outputs = args[2] if len(args) > 2 else kwargs.pop("grad_outputs", None)
-    single_out = not isinstance(outputs, (list, tuple))
-    outs = [outputs] if single_out else list(outputs)
-    single_in = not isinstance(inputs, (list, tuple))
-    ins = [inputs] if single_in else list(inputs)
-    if grad_outputs is None:
-        gos = [torch.ones_like(o._data) if type(o) is _NT and o.ndim == 0 else None for o in outs]
-    else:
-        gos = [grad_outputs] if not isinstance(grad_outputs, (list, tuple)) else list(grad_outputs)
-        gos = [g._data if type(g) is _NT else g for g in gos]
-    grads = torch.autograd.grad([o._data if type(o) is _NT else o for o in outs],
-                                [i._data if type(i) is _NT else i for i in ins], gos, **kwargs)
-    out = [NamedTensor._wrap(g, i._names) if type(i) is _NT and g is not None else g
-           for g, i in zip(grads, ins)]
-    return tuple(out)
-
-
 def _declare(funcs, impl) -> None:
     register(funcs, impl, kind="shape")
 
@@ -506,16 +417,4 @@ def install() -> None:
     _declare([torch.stack], _cat(True))
     _declare([T.__getitem__], _getitem)
     _declare([T.__setitem__], _setitem)
-    _declare([T.is_floating_point, torch.is_floating_point, T.is_complex, torch.is_complex,
-              T.is_contiguous, T.element_size, T.get_device, T.data_ptr, T.storage_offset,
-              T.is_signed, T.untyped_storage, T.storage, T.storage_type, T.is_pinned, T.is_shared, T.is_set_to,
-              torch.is_nonzero, T.retain_grad, torch.is_tensor, T.__format__], _query)
-    _declare([T.stride], _stride)
     _declare([torch.lu_unpack], _lu_unpack)
-    _declare([T.resize_, T.resize_as_, torch.resize_as_, T.as_strided_, T.set_],
-             _relayout_in_place)
-    _declare([T.numel, torch.numel, T.nelement], _numel)
-    _declare([T.new_zeros, T.new_ones, T.new_empty, T.new_full, T.new_tensor], _new_plain)
-    _declare([T.backward], _backward)
-    _declare([T.register_hook], _register_hook)
-    _declare([torch.autograd.grad], _autograd_grad)

@@ -25,7 +25,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from .. import _env
 from .._errors import AxisSpecError, AxisTypeError
-from ..lax._collectives import LABEL_AXES
+from ..lax._common import LABEL_AXES
 from .._torch_private import record_function_ops
 from ._tree import rebox, unbox
 

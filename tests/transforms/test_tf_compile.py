@@ -182,4 +182,4 @@ def test_make_graph_shows_each_collective_by_axis_name():
     inner = str(nx.make_graph(lambda y: lax.pmax(y, "i"), axis_env=[("i", 4)])(torch.ones(3)))
     assert "# pmax over 'i'" in inner, inner
     # labels only while make_graph traces: torch.compile and eager code see no annotation
-    assert lax._collectives.LABEL_AXES == [False]
+    assert lax._common.LABEL_AXES == [False]

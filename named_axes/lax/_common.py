@@ -1,0 +1,125 @@
+"""What every ``nx.lax`` collective shares: reading ``axis_name``, finding the engine's
+own implementation, taking arguments as NamedTensors, and labelling traced nodes with
+the axes a collective was called with.
+
+>>> from named_axes.lax._common import _axis_names
+>>> _axis_names(('i', 'j'), 'psum'), _axis_names('i', 'psum')
+(('i', 'j'), ('i',))
+"""
+from __future__ import annotations
+
+import functools
+import numbers
+from typing import Any, Callable, Hashable
+
+import torch
+import torch.fx.traceback as fx_traceback
+
+from .._dispatch import result
+from .._env import _state as _env_state
+from .._env import bound_axes, current_frame
+from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
+from .._tensor import NamedTensor
+
+_NT = NamedTensor
+
+
+# While nx.make_graph traces (and only then), each collective's nodes carry the axis
+# names it was called with (node.meta["custom"]["axis_name"]), so the printed graph
+# shows `psum ... # over 'b'`, not only the physical dims.
+LABEL_AXES = [False]
+
+
+def _shows_axes(position: int = 1) -> Callable:
+    def decorate(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            if not LABEL_AXES[0]:
+                return fn(*args, **kwargs)
+            name = args[position] if len(args) > position else kwargs.get("axis_name")
+            # fx_traceback.annotate's effect, spelled so torch 2.9 (no annotate) has it too
+            meta = fx_traceback.current_meta
+            before = meta.get("custom")
+            meta["custom"] = {**(before or {}), "axis_name": name, "collective": fn.__name__}
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                if before is None:
+                    meta.pop("custom", None)
+                else:
+                    meta["custom"] = before
+        return call
+    return decorate
+
+
+def _axis_names(axis_name: Any, op: str) -> tuple:
+    """``axis_name`` as a tuple of names (``()`` for an empty tuple: the collective over
+    no axis, a group of one, as in JAX).  Positional ints are refused here: only the
+    reductions take them (:func:`._reductions._split_axes`)."""
+    names = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+    for n in names:
+        if _is_positional(n):
+            raise AxisSpecError(
+                f"{op}: axis_name {axis_name!r} contains the positional axis {n!r}; only "
+                f"psum, pmean, pmax and pmin take positional axes (as in JAX)")
+    if len(set(names)) != len(names):
+        raise AxisSpecError(f"{op}: axis_name {axis_name!r} repeats a name")
+    return names
+
+
+def _is_positional(n: Any) -> bool:
+    return isinstance(n, numbers.Integral) and not isinstance(n, bool)
+
+
+def _no_groups(groups: Any, op: str) -> None:
+    if groups is not None:
+        raise AxisSpecError(f"{op}: axis_index_groups={groups!r} is not supported; "
+                            f"split the axis into two named axes instead")
+
+
+def _engine_method(op: str, names: tuple):
+    """The engine's own implementation of the collective ``op`` for these axes (the first
+    frame binding one of them whose engine has one), or None."""
+    if not _env_state.engine:   # no frame in scope has an engine (plain xmap)
+        return None
+    for n in names:
+        frame = current_frame(n)
+        if frame is not None and frame.engine is not None:
+            method = frame.engine.collective(op)
+            if method is not None:
+                return method
+    return None
+
+
+def _as_named(x: Any, op: str, what: str = "the argument") -> NamedTensor:
+    """``x`` as a NamedTensor (a plain tensor or number: one with no names)."""
+    if type(x) is _NT:
+        return x
+    if isinstance(x, torch.Tensor):
+        return NamedTensor._wrap(x, ())
+    if isinstance(x, (bool, int, float, complex)):
+        return NamedTensor._wrap(torch.as_tensor(x), ())
+    raise AxisTypeError(f"{op}: {what} must be a tensor, NamedTensor or number, got "
+                        f"{type(x).__name__}")
+
+
+def _out(data: torch.Tensor, names: tuple, op) -> Any:
+    """A NamedTensor, or a plain tensor when no named axis is left."""
+    if not names:
+        return data
+    if type(data) is torch.Tensor and not _env_state.conflicts:
+        return NamedTensor._wrap(data, names)
+    return result(data, names, op)
+
+
+def _check_bound_size(x: NamedTensor, name: Hashable, op: str) -> None:
+    bound = bound_axes()
+    if name in bound and bound[name] != x.named_shape[name]:
+        raise AxisSizeError(f"{op}: axis {name!r} has size {x.named_shape[name]} in the value "
+                            f"but {bound[name]} where it is bound")
+
+
+def _norm(d: int, n: int, op: str, arg: str) -> int:
+    if not isinstance(d, int) or not -n <= d < n:
+        raise AxisSpecError(f"{op}: {arg}={d!r} is out of range for {n} positional dims")
+    return d + n if d < 0 else d

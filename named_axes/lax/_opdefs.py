@@ -1,0 +1,207 @@
+"""The collectives' ``torch.library`` custom ops on physical tensors (``named_axes::psum`` …).
+
+Each op here comes with its fake kernel (shapes only, for make_fx / torch.compile) and
+its vmap rule (for torch.func.vmap).  Their gradients and the choice between the op
+and the plain torch code live in :mod:`._ops`, which wraps each one in an
+``autograd.Function``.  ``_impl`` helpers hold each op's plain torch meaning, so the
+eager path, the op and its fake kernel compute alike.
+
+>>> import torch
+>>> from named_axes.lax._opdefs import _all_gather
+>>> _all_gather(torch.arange(6.).reshape(2, 3), 0, 1, False).shape
+torch.Size([3, 2])
+"""
+from __future__ import annotations
+
+import string
+
+import torch
+from torch.library import custom_op
+
+from .._einsum2 import einsum2_eager
+
+__all__ = ["_psum", "_pmean", "_pmax", "_pmin", "_all_gather", "_psum_scatter", "_all_to_all",
+           "_ppermute", "_pdot", "_axis_index"]
+
+
+def _shift(dims, by=1):
+    return [d + by for d in dims]
+
+
+def _batched_vmap(op, n_dim_args):
+    """A vmap rule for ``op(x, *dim_args, *rest)``: move the batch dim to 0, shift dims."""
+    def rule(info, in_dims, x, *args):
+        bd = in_dims[0]
+        if bd is None:
+            return op(x, *args), None
+        x = x.movedim(bd, 0)
+        args = list(args)
+        for i in range(n_dim_args):
+            a = args[i]
+            args[i] = _shift(a) if isinstance(a, (list, tuple)) else a + 1
+        return op(x, *args), 0
+    return rule
+
+
+# -- reductions over named dims -------------------------------------------------------
+
+@custom_op("named_axes::psum", mutates_args=())
+def _psum(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    return x.sum(dims) if dims else x.clone()
+
+
+@custom_op("named_axes::pmean", mutates_args=())
+def _pmean(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    return x.mean(dims) if dims else x.clone()
+
+
+@custom_op("named_axes::pmax", mutates_args=())
+def _pmax(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    return x.amax(dims) if dims else x.clone()
+
+
+@custom_op("named_axes::pmin", mutates_args=())
+def _pmin(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    return x.amin(dims) if dims else x.clone()
+
+
+for _op, _impl in ((_psum, torch.sum), (_pmean, torch.mean), (_pmax, torch.amax),
+                   (_pmin, torch.amin)):
+    _op.register_fake(lambda x, dims, _impl=_impl: _impl(x, dims) if dims else x.clone())
+    _op.register_vmap(_batched_vmap(_op, 1))
+
+
+# -- all_gather: a named dim becomes a positional one ------------------------------------
+
+def _gather_impl(x, dim, axis, tiled):
+    y = x.movedim(dim, axis)
+    return y.flatten(axis, axis + 1) if tiled else y
+
+
+@custom_op("named_axes::all_gather", mutates_args=())
+def _all_gather(x: torch.Tensor, dim: int, axis: int, tiled: bool) -> torch.Tensor:
+    return _gather_impl(x, dim, axis, tiled).clone()
+
+
+@_all_gather.register_fake
+def _(x, dim, axis, tiled):
+    return _gather_impl(x, dim, axis, tiled).clone()
+
+
+_all_gather.register_vmap(_batched_vmap(_all_gather, 2))
+
+
+# -- psum_scatter: sum a named dim, then split a positional dim into it -------------------
+
+def _scatter_impl(x, dim, scatter, tiled):
+    n = x.shape[dim]
+    y = x.sum(dim)
+    s = scatter - 1 if scatter > dim else scatter
+    if tiled:
+        y = y.unflatten(s, (n, -1))
+    return y.movedim(s, 0)
+
+
+@custom_op("named_axes::psum_scatter", mutates_args=())
+def _psum_scatter(x: torch.Tensor, dim: int, scatter: int, tiled: bool) -> torch.Tensor:
+    return _scatter_impl(x, dim, scatter, tiled).contiguous().clone()
+
+
+@_psum_scatter.register_fake
+def _(x, dim, scatter, tiled):
+    return _scatter_impl(x, dim, scatter, tiled).contiguous().clone()
+
+
+_psum_scatter.register_vmap(_batched_vmap(_psum_scatter, 2))
+
+
+# -- all_to_all: swap a named dim with (blocks of) a positional dim ------------------------
+
+def _a2a_impl(x, dim, split, concat, tiled):
+    if not tiled:
+        return x.transpose(dim, split).movedim(split, concat)
+    n = x.shape[dim]
+    y = x.unflatten(split, (n, -1)).transpose(dim, split)
+    return y.movedim(split, concat).flatten(concat, concat + 1)
+
+
+@custom_op("named_axes::all_to_all", mutates_args=())
+def _all_to_all(x: torch.Tensor, dim: int, split: int, concat: int, tiled: bool) -> torch.Tensor:
+    return _a2a_impl(x, dim, split, concat, tiled).clone()
+
+
+@_all_to_all.register_fake
+def _(x, dim, split, concat, tiled):
+    return _a2a_impl(x, dim, split, concat, tiled).clone()
+
+
+_all_to_all.register_vmap(_batched_vmap(_all_to_all, 3))
+
+
+# -- ppermute: move slices of a named dim --------------------------------------------------
+
+def _permute_impl(x, dim, src, dst):
+    out = x.new_zeros(x.shape)   # contiguous, as index_copy's result and the fake kernel's
+    if not src:
+        return out
+    s = torch.tensor(src, device=x.device)
+    d = torch.tensor(dst, device=x.device)
+    return out.index_copy(dim, d, x.index_select(dim, s))
+
+
+@custom_op("named_axes::ppermute", mutates_args=())
+def _ppermute(x: torch.Tensor, dim: int, src: list[int], dst: list[int]) -> torch.Tensor:
+    return _permute_impl(x, dim, src, dst)
+
+
+@_ppermute.register_fake
+def _(x, dim, src, dst):
+    return x.new_empty(x.shape)   # contiguous, as the real kernel's (inductor checks strides)
+
+
+_ppermute.register_vmap(_batched_vmap(_ppermute, 1))
+
+
+# -- pdot: a two-operand einsum that contracts named dims ---------------------------------
+
+# The op's meaning (and, inlined by the compile backend, its lowering) is the product a
+# person would write: one mm / bmm between views where the equation allows, not
+# torch.einsum's bmm-of-everything decomposition (which gave inductor a batch-1 bmm and
+# extra permutes for `x @ w`).
+@custom_op("named_axes::pdot", mutates_args=())
+def _pdot(x: torch.Tensor, y: torch.Tensor, equation: str) -> torch.Tensor:
+    return einsum2_eager(equation, x, y)
+
+
+@_pdot.register_fake
+def _(x, y, equation):
+    return einsum2_eager(equation, x, y)
+
+
+def _pdot_vmap(info, in_dims, x, y, equation):
+    bx, by = in_dims[0], in_dims[1]
+    if bx is None and by is None:
+        return _pdot(x, y, equation), None
+    lhs, out = equation.split("->")
+    tx, ty = lhs.split(",")
+    b = next(c for c in string.ascii_letters if c not in equation)
+    if bx is not None:
+        x, tx = x.movedim(bx, 0), b + tx
+    if by is not None:
+        y, ty = y.movedim(by, 0), b + ty
+    return _pdot(x, y, f"{tx},{ty}->{b}{out}"), 0
+
+
+_pdot.register_vmap(_pdot_vmap)
+
+
+# -- axis_index -----------------------------------------------------------------------------
+
+@custom_op("named_axes::axis_index", mutates_args=())
+def _axis_index(n: int, device: torch.device) -> torch.Tensor:
+    return torch.arange(n, device=device)
+
+
+@_axis_index.register_fake
+def _(n, device):
+    return torch.empty(n, dtype=torch.int64, device=device)

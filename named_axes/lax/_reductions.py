@@ -1,0 +1,232 @@
+"""The reducing collectives ``psum``, ``pmean``, ``pmax`` and ``pmin`` (docs/guide.md §3).
+
+``axis_name`` may mix names and positional ints (JAX's ``psum(x, ('i', 0))``).  A value
+that lacks a name is replicated along it (``psum(1, 'i')`` is the size of ``i``); an
+engine binding one of the axes may compute the result itself; otherwise the named dims
+are reduced by the registered ops of :mod:`._ops`.
+
+>>> import torch, named_axes as nx
+>>> x = nx.named(torch.arange(6.).reshape(2, 3), 'i ...')
+>>> nx.lax.psum(x, ('i', 0))
+tensor(15.)
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import _ops
+from .._engine import engine_for
+from .._env import _state as _env_state
+from .._env import axis_size
+from .._errors import AxisSpecError, AxisTypeError
+from .._tensor import NamedTensor
+from .._torch_private import tree_map
+from ._common import _check_bound_size, _engine_method, _is_positional, _no_groups, _out, _shows_axes
+
+__all__ = ["psum", "pmean", "pmax", "pmin", "settled"]
+
+_NT = NamedTensor
+
+
+def _split_axes(axis_name: Any, op: str) -> tuple:
+    """``(names, positional ints)`` of a reduction's ``axis_name`` (JAX's ``psum(x, ('i',
+    0))`` sums named ``i`` and positional dim 0)."""
+    items = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+    names = tuple(n for n in items if not _is_positional(n))
+    pos = tuple(int(n) for n in items if _is_positional(n))
+    if len(set(names)) != len(names):
+        raise AxisSpecError(f"{op}: axis_name {axis_name!r} repeats a name")
+    return names, pos
+
+
+_POS_REDUCE = {"psum": torch.sum, "pmean": torch.mean, "pmax": torch.amax, "pmin": torch.amin}
+
+
+def _reduce_positional(x: Any, pos: tuple, axis_name: Any, op: str, kind: str) -> Any:
+    """``x`` reduced over its positional dims ``pos`` (the ints of ``axis_name``)."""
+    if type(x) is _NT:
+        data, k, p = x._data, len(x._names), x.ndim
+    elif isinstance(x, torch.Tensor):
+        data, k, p = x, 0, x.dim()
+    elif isinstance(x, (bool, int, float, complex)):
+        data, k, p = torch.as_tensor(x), 0, 0
+    else:
+        raise AxisTypeError(f"{op}: expected a tensor, NamedTensor or number, got "
+                            f"{type(x).__name__}")
+    dims = []
+    for d in pos:
+        if not -p <= d < p:
+            raise AxisSpecError(f"{op}(x, {axis_name!r}): positional axis {d} is out of range "
+                                f"for a value with {p} positional dims (shape "
+                                f"{tuple(data.shape[k:])})")
+        dims.append(k + d % p)
+    if len(set(dims)) != len(dims):
+        raise AxisSpecError(f"{op}(x, {axis_name!r}): names one positional axis twice")
+    if kind == "pmean":
+        data = _floating(data)
+    data = _POS_REDUCE[kind](data, dims)
+    return NamedTensor._wrap(data, x._names) if type(x) is _NT else data
+
+
+def _floating(x: Any) -> Any:
+    """``x`` in a floating dtype (pmean of integers is a float mean, as in JAX)."""
+    if type(x) is _NT:
+        d = x._data
+        return x if d.is_floating_point() or d.is_complex() else \
+            NamedTensor._wrap(d.to(torch.get_default_dtype()), x._names)
+    if isinstance(x, torch.Tensor):
+        return x if x.is_floating_point() or x.is_complex() else x.to(torch.get_default_dtype())
+    if isinstance(x, (bool, int)):
+        return float(x)
+    return x
+
+
+def _reduce(x: Any, axis_name: Any, op: str, kind: str) -> Any:
+    if type(x) is _NT and type(axis_name) is str and not _env_state.engine:
+        out = _reduce_one(x, axis_name, kind)
+        if out is not None:
+            return out
+    names, pos = _split_axes(axis_name, op)
+    if pos:
+        x = _reduce_positional(x, pos, axis_name, op, kind)
+    if kind == "pmean":
+        x = _floating(x)
+    if not names:   # no named axis (JAX's psum(x, ()) is x)
+        if type(x) is _NT or isinstance(x, (torch.Tensor, bool, int, float, complex)):
+            return x
+        raise AxisTypeError(f"{op}: expected a tensor, NamedTensor or number, got "
+                            f"{type(x).__name__}")
+    if type(x) is _NT:
+        method = _engine_method(kind, names)
+        if method is not None:
+            return method(x, names)
+    carried = [n for n in names if type(x) is _NT and n in x._names]
+    missing = [n for n in names if n not in carried]
+    factor = 1
+    for n in missing:
+        factor *= axis_size(n, op=op)   # also checks that the name is bound
+    if type(x) is not _NT:
+        if isinstance(x, torch.Tensor) and missing and _ops._tracing():
+            return _replicated_in_graph(x, missing, kind, op)
+        if isinstance(x, torch.Tensor) or isinstance(x, (bool, int, float, complex)):
+            return x * factor if kind == "psum" and factor != 1 else x
+        raise AxisTypeError(f"{op}: expected a tensor, NamedTensor or number, got "
+                            f"{type(x).__name__}")
+    for n in carried:
+        _check_bound_size(x, n, op)
+    data = x._data
+    if carried:
+        dims = [x._names.index(n) for n in carried]
+        engine = engine_for(carried)
+        out = engine.reduce(kind, data, dims) if engine is not None else None
+        data = getattr(_ops, kind)(data, dims) if out is None else out
+        data = settled(data, tuple(carried))
+    if missing and _ops._tracing():
+        data = _replicated_in_graph(data, missing, kind, op)
+    elif kind == "psum" and factor != 1:
+        data = data * factor
+    return _out(data, tuple(n for n in x._names if n not in carried), _OPS[kind])
+
+
+def settled(data: Any, names: tuple) -> Any:
+    """A sum over ``names`` (``psum``, ``pdot``) handed to the engine that runs them
+    (the DTensor engine all-reduces a ``Partial`` there)."""
+    engine = engine_for(names)
+    return engine.settle(data) if engine is not None else data
+
+
+def _replicated_in_graph(data: torch.Tensor, missing: list, kind: str, op: str):
+    """A collective over axes the value is replicated along, written into a traced graph
+    as the named op on the broadcast value (``make_graph`` shows ``psum``, not ``mul``)."""
+    sizes = tuple(axis_size(n, op=op) for n in missing)
+    wide = data.reshape((1,) * len(sizes) + tuple(data.shape)).expand(sizes + tuple(data.shape))
+    return getattr(_ops, kind)(wide, list(range(len(sizes))))
+
+
+def _reduce_one(x: NamedTensor, name: str, kind: str) -> Any:
+    """``_reduce`` over one name that ``x`` carries with its bound size (the common case,
+    no engine in scope), else None (the general path checks and raises)."""
+    names = x._names
+    if name not in names:
+        return None
+    i = names.index(name)
+    data = x._data
+    bound = _env_state.bound.get(name)
+    if bound is not None and bound != data.shape[i]:
+        return None
+    if kind == "pmean" and not (data.is_floating_point() or data.is_complex()):
+        data = data.to(torch.get_default_dtype())   # a float mean, as in JAX
+    data = _KINDS[kind](data, [i])
+    left = names[:i] + names[i + 1:]
+    return _out(data, left, _OPS[kind])
+
+
+def _reduce_tree(x: Any, axis_name: Any, op: str) -> Any:
+    """``_reduce`` on every leaf of ``x``; a single tensor or number skips the pytree
+    machinery."""
+    if type(x) is _NT or isinstance(x, (torch.Tensor, int, float, complex)):
+        return _reduce(x, axis_name, op, op)
+    engine = engine_for(_split_axes(axis_name, op)[0])
+    if engine is None:
+        return tree_map(lambda v: _reduce(v, axis_name, op, op), x)
+    with engine.tree():   # an engine that replays (SerialLoop) reduces all leaves in one pass
+        return tree_map(lambda v: _reduce(v, axis_name, op, op), x)
+
+
+@_shows_axes()
+def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+    """Sum ``x`` (a pytree) over the named axes ``axis_name``, which leave its named shape.
+
+    A value that lacks a name is replicated along it, so ``psum(1, 'i')`` is the size of ``i``.
+
+    Raises:
+        UnboundAxisError: a name ``x`` lacks that no enclosing map binds.
+
+    >>> import torch, named_axes as nx
+    >>> nx.lax.psum(nx.named(torch.arange(4.), 'i ...'), 'i')
+    tensor(6.)
+    """
+    _no_groups(axis_index_groups, "psum")
+    return _reduce_tree(x, axis_name, "psum")
+
+
+@_shows_axes()
+def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+    """Mean of ``x`` (a pytree) over the named axes ``axis_name``.
+
+    >>> import torch, named_axes as nx
+    >>> nx.lax.pmean(nx.named(torch.arange(4.), 'i ...'), 'i')
+    tensor(1.5000)
+    """
+    _no_groups(axis_index_groups, "pmean")
+    return _reduce_tree(x, axis_name, "pmean")
+
+
+@_shows_axes()
+def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+    """Maximum of ``x`` (a pytree) over the named axes ``axis_name``.
+
+    >>> import torch, named_axes as nx
+    >>> nx.lax.pmax(nx.named(torch.tensor([1., 5., 2.]), 'i ...'), 'i')
+    tensor(5.)
+    """
+    _no_groups(axis_index_groups, "pmax")
+    return _reduce_tree(x, axis_name, "pmax")
+
+
+@_shows_axes()
+def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+    """Minimum of ``x`` (a pytree) over the named axes ``axis_name``.
+
+    >>> import torch, named_axes as nx
+    >>> nx.lax.pmin(nx.named(torch.tensor([1., 5., 2.]), 'i ...'), 'i')
+    tensor(1.)
+    """
+    _no_groups(axis_index_groups, "pmin")
+    return _reduce_tree(x, axis_name, "pmin")
+
+
+_OPS = {"psum": psum, "pmean": pmean, "pmax": pmax, "pmin": pmin}
+_KINDS = {"psum": _ops.psum, "pmean": _ops.pmean, "pmax": _ops.pmax, "pmin": _ops.pmin}

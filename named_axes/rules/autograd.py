@@ -1,0 +1,74 @@
+"""Rules for the autograd entry points on named values: ``Tensor.backward``,
+``Tensor.register_hook`` and ``torch.autograd.grad``.  Gradients are laid out like
+the values they belong to; a named scalar's ``backward()`` seeds every instance.
+
+>>> import torch, named_axes as nx
+>>> w = torch.ones(3, requires_grad=True)
+>>> (nx.named(torch.arange(6.).reshape(2, 3), 'b ...') * w).sum().backward()
+>>> w.grad
+tensor([3., 5., 7.])
+"""
+from __future__ import annotations
+
+import torch
+
+from .._layout import align_to
+from .._registry import register
+from .._tensor import NamedTensor
+
+_NT = NamedTensor
+
+
+def _backward(func, args, kwargs):
+    x = args[0]
+    grad = args[1] if len(args) > 1 else kwargs.pop("gradient", None)
+    rest = args[2:]
+    if grad is None and x.ndim == 0:
+        grad = torch.ones_like(x._data)   # a named scalar: the loop of backward() calls, summed
+    elif grad is not None:
+        grad = align_to(grad, x._names, x.ndim, what="Tensor.backward gradient")
+        grad = grad.expand_as(x._data)
+    return x._data.backward(grad, *rest, **kwargs)
+
+
+def _register_hook(func, args, kwargs):
+    x, hook = args[0], args[1]
+    names = x._names
+
+    def physical_hook(g):
+        out = hook(NamedTensor._wrap(g, names))
+        return out._data if type(out) is _NT else out
+    return x._data.register_hook(physical_hook)
+
+
+def _autograd_grad(func, args, kwargs):
+    outputs = args[0] if args else kwargs.pop("outputs")
+    inputs = args[1] if len(args) > 1 else kwargs.pop("inputs")
+    grad_outputs = args[2] if len(args) > 2 else kwargs.pop("grad_outputs", None)
+    single_out = not isinstance(outputs, (list, tuple))
+    outs = [outputs] if single_out else list(outputs)
+    single_in = not isinstance(inputs, (list, tuple))
+    ins = [inputs] if single_in else list(inputs)
+    if grad_outputs is None:
+        gos = [torch.ones_like(o._data) if type(o) is _NT and o.ndim == 0 else None for o in outs]
+    else:
+        gos = [grad_outputs] if not isinstance(grad_outputs, (list, tuple)) else list(grad_outputs)
+        gos = [g._data if type(g) is _NT else g for g in gos]
+    grads = torch.autograd.grad([o._data if type(o) is _NT else o for o in outs],
+                                [i._data if type(i) is _NT else i for i in ins], gos, **kwargs)
+    out = [NamedTensor._wrap(g, i._names) if type(i) is _NT and g is not None else g
+           for g, i in zip(grads, ins)]
+    return tuple(out)
+
+
+
+
+def _declare(funcs, impl) -> None:
+    register(funcs, impl, kind="shape")
+
+
+def install() -> None:
+    T = torch.Tensor
+    _declare([T.backward], _backward)
+    _declare([T.register_hook], _register_hook)
+    _declare([torch.autograd.grad], _autograd_grad)
