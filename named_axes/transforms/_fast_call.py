@@ -2,7 +2,7 @@
 
 A jitted training step is called with the same pytree of tensors every step (a tuple
 of parameters, the optimizer's state, a batch).  Building the full cache key of such a
-call (``_jit._flatten_key``) walks the tree in Python and hashes a tuple per tensor;
+call (``_jit_keys.flatten_key``) walks the tree in Python and hashes a tuple per tensor;
 instead, the lane keeps the previous call's *reader* -- generated code that checks the
 containers' types and lengths (and dicts' keys) and returns the tensor leaves -- and a
 C++ guard (``TensorGuards``, dynamo's) that checks every leaf's sizes, strides, dtype,

@@ -122,34 +122,50 @@ def eval_shape(fun: Callable, *args: Any, **kwargs: Any) -> Any:
                           static_shapes=True)
     mode.shapes_only = True
     with mode:
-        def fake(x):
-            if isinstance(x, ShapeDtypeStruct):
-                return materialize(x)
-            if _duck_array(x):
-                return materialize(ShapeDtypeStruct(tuple(x.shape), _torch_dtype(x.dtype),
-                                                    getattr(x, "named_shape", None) or {}))
-            if isinstance(x, NamedTensor):
-                return NamedTensor._wrap(mode.from_tensor(x._data), x._names)
-            if isinstance(x, torch.Tensor):
-                return mode.from_tensor(x)
-            return x
-        leaf = lambda x: isinstance(x, ShapeDtypeStruct) or _duck_array(x)  # noqa: E731
-        fargs = tree_map(fake, args, is_leaf=leaf)
-        fkw = tree_map(fake, kwargs, is_leaf=leaf)
+        fargs, fkw = _fakes(mode, args), _fakes(mode, kwargs)
         try:
             out = fun(*fargs, **fkw)
         except (DataDependentOutputException, DynamicOutputShapeException,
                 GuardOnDataDependentSymNode) as e:
-            text = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            text = text.split(" (unhinted")[0]
-            raise AxisTypeError(
-                f"eval_shape({name}): the program needs a tensor's value ({text}), which "
-                f"eval_shape does not have: it computes shapes and dtypes only. Keep "
-                f"values out of shapes and Python control flow (a fixed-size form such "
-                f"as torch.nonzero_static, nx.lax.cond / select on a tensor predicate, "
-                f"nx.lax.dynamic_slice for a start), or call fun itself") from None
+            raise _value_needed(name, e) from None
     is_nt = lambda x: isinstance(x, NamedTensor)  # noqa: E731
-    for x in tree_leaves(out, is_leaf=is_nt):
+    _check_static_shapes(name, tree_leaves(out, is_leaf=is_nt))
+    return tree_map(_describe, out, is_leaf=is_nt)
+
+
+def _fakes(mode: FakeTensorMode, tree: Any) -> Any:
+    """``tree`` with its tensors, NamedTensors, ShapeDtypeStructs and duck-typed arrays
+    as fake tensors of ``mode`` (which must be active: new tensors are made in it)."""
+    def fake(x):
+        if isinstance(x, ShapeDtypeStruct):
+            return materialize(x)
+        if _duck_array(x):
+            return materialize(ShapeDtypeStruct(tuple(x.shape), _torch_dtype(x.dtype),
+                                                getattr(x, "named_shape", None) or {}))
+        if isinstance(x, NamedTensor):
+            return NamedTensor._wrap(mode.from_tensor(x._data), x._names)
+        if isinstance(x, torch.Tensor):
+            return mode.from_tensor(x)
+        return x
+    leaf = lambda x: isinstance(x, ShapeDtypeStruct) or _duck_array(x)  # noqa: E731
+    return tree_map(fake, tree, is_leaf=leaf)
+
+
+def _value_needed(name: str, e: Exception) -> AxisTypeError:
+    """The error for a program that needs a value the fake tensors do not have."""
+    text = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    text = text.split(" (unhinted")[0]
+    return AxisTypeError(
+        f"eval_shape({name}): the program needs a tensor's value ({text}), which "
+        f"eval_shape does not have: it computes shapes and dtypes only. Keep "
+        f"values out of shapes and Python control flow (a fixed-size form such "
+        f"as torch.nonzero_static, nx.lax.cond / select on a tensor predicate, "
+        f"nx.lax.dynamic_slice for a start), or call fun itself")
+
+
+def _check_static_shapes(name: str, leaves: list) -> None:
+    """Refuse a result whose positional shape depends on values (a symbol, not an int)."""
+    for x in leaves:
         if isinstance(x, (torch.Tensor, NamedTensor)) and \
                 not all(type(d) is int for d in x.shape):
             raise AxisTypeError(
@@ -158,4 +174,3 @@ def eval_shape(fun: Callable, *args: Any, **kwargs: Any) -> Any:
                 f"torch.nonzero, unique or masked_select); eval_shape has no values. Use "
                 f"a fixed-size form (torch.nonzero_static(x, size=n), torch.where(mask, "
                 f"x, fill))")
-    return tree_map(_describe, out, is_leaf=is_nt)

@@ -72,24 +72,8 @@ def vectorize(pyfunc: Callable, *, excluded: Iterable = frozenset(),
         if len(cores) != len(pos):
             raise AxisSpecError(f"{what}: the signature has {len(cores)} inputs, the call "
                                 f"passes {len(pos)} (excluding {sorted(excluded)})")
-        sizes: dict = {}
-        loops = []
-        for k, (t, core) in enumerate(zip(tensors, cores)):
-            if t.ndim < len(core):
-                raise AxisSpecError(f"{what}: argument {pos[k]} has {t.ndim} dims but its "
-                                    f"core {core} needs {len(core)}")
-            for d, s in zip(core, t.shape[t.ndim - len(core):]):
-                if sizes.setdefault(d, s) != s:
-                    raise AxisSizeError(f"{what}: inconsistent sizes for core dim {d!r}: "
-                                        f"{sizes[d]} vs {s} (argument {pos[k]})")
-            loops.append(tuple(t.shape[:t.ndim - len(core)]))
-        try:
-            loop = torch.broadcast_shapes(*loops) if loops else ()
-        except RuntimeError:
-            raise AxisSizeError(f"{what}: loop dims {loops} of the arguments do not "
-                                f"broadcast") from None
-        tensors = [t.expand(*loop, *t.shape[len(l):]) if tuple(t.shape[:len(l)]) != loop
-                   else t for t, l in zip(tensors, loops)]
+        loops = _loop_shapes(what, tensors, cores, pos)
+        loop, tensors = _broadcast_loops(what, tensors, loops)
 
         def core_fun(*ts):
             call = list(args)
@@ -107,6 +91,34 @@ def vectorize(pyfunc: Callable, *, excluded: Iterable = frozenset(),
         return out
 
     return run
+
+
+def _loop_shapes(what: str, tensors: list, cores: list, pos: list) -> list:
+    """Each argument's loop (leading) dims, its core dims checked against the signature:
+    enough dims, one size per core dim name across the arguments."""
+    sizes: dict = {}
+    loops = []
+    for k, (t, core) in enumerate(zip(tensors, cores)):
+        if t.ndim < len(core):
+            raise AxisSpecError(f"{what}: argument {pos[k]} has {t.ndim} dims but its "
+                                f"core {core} needs {len(core)}")
+        for d, s in zip(core, t.shape[t.ndim - len(core):]):
+            if sizes.setdefault(d, s) != s:
+                raise AxisSizeError(f"{what}: inconsistent sizes for core dim {d!r}: "
+                                    f"{sizes[d]} vs {s} (argument {pos[k]})")
+        loops.append(tuple(t.shape[:t.ndim - len(core)]))
+    return loops
+
+
+def _broadcast_loops(what: str, tensors: list, loops: list) -> tuple:
+    """``(loop, tensors)``: the broadcast loop shape, each tensor expanded to it."""
+    try:
+        loop = torch.broadcast_shapes(*loops) if loops else ()
+    except RuntimeError:
+        raise AxisSizeError(f"{what}: loop dims {loops} of the arguments do not "
+                            f"broadcast") from None
+    return loop, [t.expand(*loop, *t.shape[len(l):]) if tuple(t.shape[:len(l)]) != loop
+                  else t for t, l in zip(tensors, loops)]
 
 
 def _as_tensor(x: Any):

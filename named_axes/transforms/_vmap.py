@@ -125,9 +125,7 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
     """
     if not callable(fun):
         raise AxisTypeError(f"vmap: fun must be callable, got {type(fun).__name__}")
-    spelling = (f"vmap({getattr(fun, '__name__', 'fun')}, in_dims={in_dims!r}, "
-                f"out_dims={out_dims!r}" + (f", axis_name={axis_name!r}" if axis_name is not None
-                                            else "") + ")")
+    spelling = _spelling(fun, in_dims, out_dims, axis_name)
     plain = _functorch["vmap"](fun, in_dims, out_dims, randomness=randomness,
                             chunk_size=chunk_size)
 
@@ -143,23 +141,7 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
         if name in _env.bound_axes():
             raise AxisSpecError(f"{what}: axis {name!r} is already bound by an enclosing "
                                 f"xmap/vmap; use a new name")
-        leaves, spec = tree_flatten(tuple(args))
-        dims = _spread(in_dims if isinstance(in_dims, tuple) or in_dims is None
-                       or isinstance(in_dims, int) else tuple(in_dims), tuple(args), what)
-        size, where = axis_size, "axis_size"
-        new = []
-        for i, (leaf, d) in enumerate(zip(leaves, dims)):
-            leaf, s = _to_named(leaf, d, name, f"{what}: input {i}")
-            if s is not None:
-                if size is not None and s != size:
-                    raise AxisSizeError(f"{what}: inconsistent sizes for axis {name!r}: {size} "
-                                        f"({where}) vs {s} (input {i}, in_dim {d})")
-                size, where = s, f"input {i}, in_dim {d}"
-            new.append(leaf)
-        if size is None:
-            raise AxisSpecError(f"{what}: no input is mapped (all in_dims are None); pass "
-                                f"axis_size to say how many times to run fun")
-        call_args = tree_unflatten(new, spec)
+        call_args, size = _name_mapped(args, in_dims, name, axis_size, what)
         if chunk_size is not None and size > chunk_size and axis_name is None:
             return _chunked(fun, call_args, name, size, chunk_size, out_dims, what)
         with _env.bind({name: size}, kind="vmap"):
@@ -167,6 +149,36 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
         return _finish(out, out_dims, name, size, what)
 
     return mapped
+
+
+def _spelling(fun: Callable, in_dims: Any, out_dims: Any, axis_name: Hashable) -> str:
+    """How the call to ``vmap`` was written, for error messages."""
+    return (f"vmap({getattr(fun, '__name__', 'fun')}, in_dims={in_dims!r}, "
+            f"out_dims={out_dims!r}" + (f", axis_name={axis_name!r}" if axis_name is not None
+                                        else "") + ")")
+
+
+def _name_mapped(args: tuple, in_dims: Any, name: Hashable, axis_size: int | None,
+                 what: str) -> tuple:
+    """``(args, size)``: ``args`` with each mapped dim turned into the named axis
+    ``name``, and the axis' size (the inputs' and ``axis_size`` must agree on it)."""
+    leaves, spec = tree_flatten(tuple(args))
+    dims = _spread(in_dims if isinstance(in_dims, tuple) or in_dims is None
+                   or isinstance(in_dims, int) else tuple(in_dims), tuple(args), what)
+    size, where = axis_size, "axis_size"
+    new = []
+    for i, (leaf, d) in enumerate(zip(leaves, dims)):
+        leaf, s = _to_named(leaf, d, name, f"{what}: input {i}")
+        if s is not None:
+            if size is not None and s != size:
+                raise AxisSizeError(f"{what}: inconsistent sizes for axis {name!r}: {size} "
+                                    f"({where}) vs {s} (input {i}, in_dim {d})")
+            size, where = s, f"input {i}, in_dim {d}"
+        new.append(leaf)
+    if size is None:
+        raise AxisSpecError(f"{what}: no input is mapped (all in_dims are None); pass "
+                            f"axis_size to say how many times to run fun")
+    return tree_unflatten(new, spec), size
 
 
 def _finish(out, out_dims, name, size, what):
