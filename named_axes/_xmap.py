@@ -1,5 +1,8 @@
 """xmap: give a positional signature to a program that uses named axes.
 
+Every call's checks live here; a repeated call runs the plan its first call left
+(:mod:`._xmap_call`).
+
 >>> import torch, named_axes as nx
 >>> x = torch.arange(10.).reshape(2, 5)
 >>> nx.xmap(torch.vdot, in_axes=({0: 'left'}, {1: 'right'}),
@@ -17,10 +20,11 @@ import torch
 from . import _env
 from ._errors import (AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape,
                       fmt_names)
-from ._layout import apply_insert, insert_named, insert_plan, to_named, to_named_perm
+from ._layout import apply_insert, insert_named, to_named
 from ._parsing import check_name, match_prefix, parse_mapping, path_str
 from ._plancache import PlanCache
 from ._tensor import NamedTensor
+from ._xmap_call import _MAX_PLANS, _escapes, _out_plan, _Plan
 from ._xmap_tree import _as_torch, _flatten, _flatten_key, _is_array, _is_leaf, _unflatten
 
 __all__ = ["xmap"]
@@ -39,98 +43,6 @@ def _resource_conflicts(axis_resources: Mapping) -> frozenset:
             for b in names[i + 1:]:
                 pairs.add(frozenset((a, b)))
     return frozenset(pairs)
-
-
-_MAX_PLANS = 256   # call plans kept per xmapped function
-
-
-class _Plan:
-    """How one argument structure enters an xmap (cached per structure key, see
-    :func:`_flatten_key`); the per-call work is a size check and a permute per leaf.
-
-    ``ops[i]`` is None (leaf passed as is) or ``(perm, names)`` for the physical tensor
-    of leaf ``i``.  ``src`` are ``(leaf, dim, name)`` triples that define each name's
-    size (first occurrence, in order), ``chk`` those that must agree with it.
-    ``outs`` caches output plans by output structure key (False: not cacheable).
-    """
-
-    __slots__ = ("ops", "src", "chk", "fixed_new", "fixed_chk", "names", "flat", "outs",
-                 "carried")
-
-    def __init__(self, record: list, axis_sizes: dict, flat: bool):
-        self.ops, src, chk, seen = [], [], [], set()
-        carried: set = set()
-        for i, rec in enumerate(record):
-            if rec is None:
-                self.ops.append(None)
-                continue
-            resolved, before, ndim = rec
-            carried.update(before)
-            k = len(before)
-            for pos, name in resolved:
-                (chk if name in seen else src).append((i, k + pos, name))
-                seen.add(name)
-            self.ops.append((to_named_perm(resolved, k, ndim) if resolved else None,
-                             before + tuple(n for _, n in resolved)))
-        self.src, self.chk = tuple(src), tuple(chk)
-        self.fixed_new = tuple((n, s) for n, s in axis_sizes.items() if n not in seen)
-        self.fixed_chk = tuple((n, s) for n, s in axis_sizes.items() if n in seen)
-        self.names = frozenset(seen)
-        self.flat = flat
-        self.outs = PlanCache("xmap outputs", maxsize=_MAX_PLANS)
-        # names the arguments carried in (not bound here): they may pass out again
-        self.carried = frozenset(carried)
-
-    def sizes(self, leaves: list) -> dict | None:
-        """The axis sizes of this call, or None when a check fails (the slow path then
-        raises the exact error)."""
-        outer = _env._state.bound
-        if outer and not self.names.isdisjoint(outer):
-            return None
-        sizes = {}
-        for i, d, name in self.src:
-            sizes[name] = leaves[i].shape[d]
-        for i, d, name in self.chk:
-            if leaves[i].shape[d] != sizes[name]:
-                return None
-        for name, s in self.fixed_chk:
-            if sizes[name] != s:
-                return None
-        for name, s in self.fixed_new:
-            sizes[name] = s
-        return sizes
-
-    def enter(self, leaves: list) -> list:
-        out = []
-        for x, op in zip(leaves, self.ops):
-            if op is not None:
-                perm, names = op
-                x = NamedTensor._wrap(x if perm is None else torch.permute(x, perm), names)
-            out.append(x)
-        return out
-
-
-class _OutOps(list):
-    """Per-leaf output plans; ``kept``: the names some leaf keeps named (checked per call
-    against what binds them outside, see :func:`_escapes`)."""
-
-    kept: tuple = ()
-
-
-def _out_plan(out_axes, out: Any, what: str):
-    """The per-leaf :func:`insert_plan` for an output that the slow path accepted (None
-    for a leaf passed as is), or False where an output leaf needs the slow path."""
-    ops = _OutOps()
-    for path, leaf, mapping in match_prefix(out_axes, out, _is_leaf, what=what):
-        if isinstance(leaf, (torch.Tensor, NamedTensor)):
-            names = leaf._names if isinstance(leaf, NamedTensor) else ()
-            ops.append(insert_plan(names, leaf.ndim, mapping, what=what))
-        elif leaf is None or isinstance(leaf, str) or not (mapping.entries or mapping.rank):
-            ops.append(None)
-        else:
-            return False   # a Python scalar becomes a tensor: rare, keep the slow path
-    ops.kept = tuple({n: None for op in ops if op is not None for n in op[2]})
-    return ops
 
 
 class _Xmapped:
@@ -323,29 +235,44 @@ class _Xmapped:
             x = _as_torch(leaf)
             if device is not None:
                 x = x.to(device)
-            if isinstance(x, NamedTensor):
-                base, before, p = x._data, x._names, x.ndim
-            else:
-                base, before, p = x, (), x.dim()
-            resolved = mapping.resolve(p, what=f"{what}: {path_str(path)}")
-            for pos, name in resolved:
-                if name in before or name in outer:
-                    raise AxisSpecError(f"{what}: axis {name!r} is already bound by an "
-                                        f"enclosing xmap/vmap; use a new name")
-                s = base.shape[len(before) + pos]
-                if name in sizes and sizes[name] != s:
-                    raise AxisSizeError(
-                        f"{what}: inconsistent sizes for axis {name!r}: {sizes[name]} "
-                        f"({_where(where[name])}) vs {s} ({path_str(path)}, dim {pos})")
-                if name not in sizes:
-                    sizes[name] = s
-                    where[name] = (path, pos)
-            data, names = to_named(base, resolved, before)
-            if conflict_pairs:
-                self._check_conflicts(names, conflict_pairs, f"{what}: {path_str(path)}",
-                                      f"{path_str(path)} would carry both")
-            leaves.append(NamedTensor._wrap(data, names))
-            record.append((resolved, before, base.dim()))
+            named, rec = self._name_input(x, path, mapping, what, outer, sizes, where,
+                                          conflict_pairs)
+            leaves.append(named)
+            record.append(rec)
+        self._check_sizes(sizes, where, what)
+        return leaves, sizes, record
+
+    def _name_input(self, x: Any, path: tuple, mapping, what: str, outer, sizes: dict,
+                    where: dict, conflict_pairs: frozenset) -> tuple:
+        """One array argument named per its mapping: ``(NamedTensor, record)``.  The sizes
+        of the axes it defines go to ``sizes`` (their site to ``where``), checked against
+        those defined before."""
+        if isinstance(x, NamedTensor):
+            base, before, p = x._data, x._names, x.ndim
+        else:
+            base, before, p = x, (), x.dim()
+        resolved = mapping.resolve(p, what=f"{what}: {path_str(path)}")
+        for pos, name in resolved:
+            if name in before or name in outer:
+                raise AxisSpecError(f"{what}: axis {name!r} is already bound by an "
+                                    f"enclosing xmap/vmap; use a new name")
+            s = base.shape[len(before) + pos]
+            if name in sizes and sizes[name] != s:
+                raise AxisSizeError(
+                    f"{what}: inconsistent sizes for axis {name!r}: {sizes[name]} "
+                    f"({_where(where[name])}) vs {s} ({path_str(path)}, dim {pos})")
+            if name not in sizes:
+                sizes[name] = s
+                where[name] = (path, pos)
+        data, names = to_named(base, resolved, before)
+        if conflict_pairs:
+            self._check_conflicts(names, conflict_pairs, f"{what}: {path_str(path)}",
+                                  f"{path_str(path)} would carry both")
+        return NamedTensor._wrap(data, names), (resolved, before, base.dim())
+
+    def _check_sizes(self, sizes: dict, where: dict, what: str) -> None:
+        """Complete the inputs' axis ``sizes`` with ``axis_sizes``; every axis in_axes
+        names or axis_resources assigns must have a size by now."""
         for name, s in self.axis_sizes.items():
             check_name(name, where=f"{what}: axis_sizes")
             if not isinstance(s, int) or s < 0:
@@ -367,7 +294,6 @@ class _Xmapped:
                 raise AxisResourceError(f"{what}: axis_resources assigns axis {name!r}, which "
                                         f"no input and no axis_sizes entry defines "
                                         f"(defined: {fmt_names(sizes)})")
-        return leaves, sizes, record
 
     def _exit_slow(self, out: Any, out_leaves: list, sizes: dict, what: str,
                    carried: frozenset = frozenset(), conflict_pairs: frozenset = frozenset()):
@@ -424,15 +350,6 @@ class _Xmapped:
                 f"place and no enclosing xmap binds (it was created inside the function or "
                 f"closed over); make it positional before returning (nx.positional), reduce "
                 f"it, or give it a size in axis_sizes and place it in out_axes")
-
-
-def _escapes(keep: tuple, carried: frozenset) -> bool:
-    """Whether an output's kept names include one that nothing outside binds."""
-    bound = _env._state.bound
-    for n in keep:
-        if n not in carried and n not in bound:
-            return True
-    return False
 
 
 def _shared_resource(ra, rb):

@@ -263,15 +263,8 @@ class DTensorEngine(EngineBase):
                 data, names = leaf, ()
             else:
                 continue
-            what = f"argument leaf {i}"
-            self._check_names(names, what)
-            want = _placements(self.plan, names, data.dim() - len(names))
+            want = self._wanted(data, names, f"argument leaf {i}")
             if type(data).__name__ == "DTensor":
-                if data.device_mesh != self.device_mesh:
-                    raise AxisResourceError(
-                        f"{what} (named axes {names!r}) is a DTensor over mesh "
-                        f"{data.device_mesh!r}, but this xmap runs on {self.device_mesh!r}; "
-                        f"make it over the mesh in scope (nx.NamedSharding(mesh, ...))")
                 sharded.append((i, names, data, want))
                 continue
             if data.device != self.device:
@@ -285,35 +278,56 @@ class DTensorEngine(EngineBase):
             out[i] = dt
         if sharded:
             self.sharded_in = True
-            datas = [d for _, _, d, _ in sharded]
-            grad = ([k for k, d in enumerate(datas) if d.requires_grad]
-                    if torch.is_grad_enabled() else [])
-            if grad:
-                kept = _KeepLayout.apply(self.device_mesh,
-                                         [tuple(datas[k].placements) for k in grad],
-                                         *[datas[k] for k in grad])
-                for k, d in zip(grad, kept):
-                    datas[k] = d
-            for (i, names, orig, want), d in zip(sharded, datas):
-                if tuple(d.placements) != tuple(want):
-                    what = f"argument leaf {i}"
-                    if self.on_mismatch == "error":
-                        raise AxisResourceError(
-                            self._mismatch(orig, want, names, what) + "; make it with that "
-                            f"layout (nx.device_put(x, nx.NamedSharding(mesh, "
-                            f"{dict(self.plan.resources)!r}), axes=...)) or use "
-                            f"Mesh(..., on_mismatch='redistribute')")
-                    d = d.redistribute(self.device_mesh, want)
-                    SUMMARY.redistributed_inputs += 1
-                    SUMMARY.redistributions.append(
-                        (f"{what} {names!r}", _fmt_place(orig.placements), _fmt_place(want)))
-                else:
-                    SUMMARY.sharded_inputs += 1
+            for (i, _, _, _), d in zip(sharded, self._laid_out(sharded)):
                 out[i] = d
         for i, leaf in enumerate(leaves):
             if out[i] is not leaf and isinstance(leaf, NamedTensor):
                 out[i] = NamedTensor._wrap(out[i], leaf._names)
         return out
+
+    def _wanted(self, data: Any, names: tuple, what: str) -> list:
+        """The placements the plan gives an input named ``names``, once its names and (a
+        DTensor's) mesh are checked."""
+        self._check_names(names, what)
+        want = _placements(self.plan, names, data.dim() - len(names))
+        if type(data).__name__ == "DTensor" and data.device_mesh != self.device_mesh:
+            raise AxisResourceError(
+                f"{what} (named axes {names!r}) is a DTensor over mesh "
+                f"{data.device_mesh!r}, but this xmap runs on {self.device_mesh!r}; "
+                f"make it over the mesh in scope (nx.NamedSharding(mesh, ...))")
+        return want
+
+    def _laid_out(self, sharded: list) -> list:
+        """The DTensor inputs ``(i, names, dtensor, wanted placements)`` laid out as the
+        plan says: those that differ are redistributed, or refused with
+        ``on_mismatch='error'``.  Their gradients come back in their own layouts."""
+        datas = [d for _, _, d, _ in sharded]
+        grad = ([k for k, d in enumerate(datas) if d.requires_grad]
+                if torch.is_grad_enabled() else [])
+        if grad:
+            kept = _KeepLayout.apply(self.device_mesh,
+                                     [tuple(datas[k].placements) for k in grad],
+                                     *[datas[k] for k in grad])
+            for k, d in zip(grad, kept):
+                datas[k] = d
+        laid = []
+        for (i, names, orig, want), d in zip(sharded, datas):
+            if tuple(d.placements) != tuple(want):
+                what = f"argument leaf {i}"
+                if self.on_mismatch == "error":
+                    raise AxisResourceError(
+                        self._mismatch(orig, want, names, what) + "; make it with that "
+                        f"layout (nx.device_put(x, nx.NamedSharding(mesh, "
+                        f"{dict(self.plan.resources)!r}), axes=...)) or use "
+                        f"Mesh(..., on_mismatch='redistribute')")
+                d = d.redistribute(self.device_mesh, want)
+                SUMMARY.redistributed_inputs += 1
+                SUMMARY.redistributions.append(
+                    (f"{what} {names!r}", _fmt_place(orig.placements), _fmt_place(want)))
+            else:
+                SUMMARY.sharded_inputs += 1
+            laid.append(d)
+        return laid
 
     def to_dtensor(self, leaf: Any, what: str = "an input") -> Any:
         """One input leaf -> a NamedTensor over a DTensor placed per the plan."""

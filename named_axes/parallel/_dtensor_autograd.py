@@ -12,6 +12,7 @@ import torch
 
 from .._errors import AxisResourceError
 from .._registry import is_inplace_name
+from .._torch_private import saved_tensors_hooks_disabled as hooks_disabled
 
 __all__ = ["_saved_as_dtensors"]
 
@@ -31,7 +32,6 @@ def _saved_as_dtensors(dm):
     from torch.overrides import TorchFunctionMode
 
     rep = [Replicate()] * dm.ndim
-    from .._torch_private import saved_tensors_hooks_disabled as hooks_disabled
 
     def pack(t):
         if type(t) is torch.Tensor and not t.requires_grad:
@@ -50,33 +50,46 @@ def _saved_as_dtensors(dm):
                 if outplace is not None:
                     return _update_plain(args[0], outplace(*args, **kwargs), func)
             try:
-                # a backward pass saves nothing of its own, and a derivative rule run in it
-                # may start torch.func (a custom_jvp's transpose), which refuses to run
-                # under saved-tensor hooks
-                if hooks_disabled() is not None or not torch.is_grad_enabled() \
-                        or func in _BACKWARD_PASSES:
-                    return func(*args, **kwargs)
-                with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
-                    return func(*args, **kwargs)
+                return _run_saving(func, args, kwargs, pack, unpack)
             except (AssertionError, NotImplementedError, RuntimeError) as e:
-                if func in _BACKWARD_PASSES and _raised_by_dtensor(e):
-                    raise AxisResourceError(
-                        f"a backward pass on the DTensor engine: DTensor cannot run the "
-                        f"backward of this program ({type(e).__name__}: {str(e)[:160]}; e.g. "
-                        f"torch 2.13's DTensor takes the aten.to.dtype_layout of a second "
-                        f"derivative for an out= variant); take this derivative without "
-                        f"mapping its axes to mesh axes (vectorized or SerialLoop), or on "
-                        f"backend='xla'") from None
-                if not _in_forward_ad():
-                    raise
-                raise AxisResourceError(
-                    f"nx.jvp on the DTensor engine: DTensor cannot run forward-mode AD (jvp, "
-                    f"linearize, jacfwd, hessian) "
-                    f"through {getattr(func, '__name__', func)} here ({type(e).__name__}: "
-                    f"{str(e)[:160]}); compute this jvp without mapping its axes to mesh "
-                    f"axes (vectorized or SerialLoop), or on backend='xla'") from None
+                _refuse(func, e)
+                raise
 
     return _SaveAsDTensors()
+
+
+def _run_saving(func, args: tuple, kwargs: dict, pack, unpack):
+    """``func(*args, **kwargs)`` with what it saves for the backward packed by ``pack``."""
+    # a backward pass saves nothing of its own, and a derivative rule run in it
+    # may start torch.func (a custom_jvp's transpose), which refuses to run
+    # under saved-tensor hooks
+    if hooks_disabled() is not None or not torch.is_grad_enabled() \
+            or func in _BACKWARD_PASSES:
+        return func(*args, **kwargs)
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+        return func(*args, **kwargs)
+
+
+def _refuse(func, e: BaseException) -> None:
+    """Raise the engine's own error where ``e`` (``func`` failing on DTensors) is
+    DTensor failing at a backward pass or at forward-mode AD; return otherwise, for the
+    caller to re-raise ``e``."""
+    if func in _BACKWARD_PASSES and _raised_by_dtensor(e):
+        raise AxisResourceError(
+            f"a backward pass on the DTensor engine: DTensor cannot run the "
+            f"backward of this program ({type(e).__name__}: {str(e)[:160]}; e.g. "
+            f"torch 2.13's DTensor takes the aten.to.dtype_layout of a second "
+            f"derivative for an out= variant); take this derivative without "
+            f"mapping its axes to mesh axes (vectorized or SerialLoop), or on "
+            f"backend='xla'") from None
+    if not _in_forward_ad():
+        return
+    raise AxisResourceError(
+        f"nx.jvp on the DTensor engine: DTensor cannot run forward-mode AD (jvp, "
+        f"linearize, jacfwd, hessian) "
+        f"through {getattr(func, '__name__', func)} here ({type(e).__name__}: "
+        f"{str(e)[:160]}); compute this jvp without mapping its axes to mesh "
+        f"axes (vectorized or SerialLoop), or on backend='xla'") from None
 
 
 _BACKWARD_PASSES = (torch.autograd.grad, torch.autograd.backward, torch.Tensor.backward)

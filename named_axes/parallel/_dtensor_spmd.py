@@ -50,14 +50,13 @@ import torch
 
 from .._tensor import NamedTensor
 from .._torch_private import functorch_transform_kinds, local_tensor, tracing_mode_active
-from ._serial import (SerialEngine, _as_tuple, _attaining, _carries, _functorch_level,
-                      _names_of)
+from ._serial import SerialEngine, _as_tuple, _attaining, _functorch_level, _names_of
 from ._dtensor_comms import SUMMARY, sum_partials
 from ._dtensor_comms import placements as _placements
 from ._rank_check import structure_key
 from ._local_comms import (DivideByCount, ExtremeOverRanks, SumBeforeBroadcast, SumOverRanks,
                            all_reduce, extreme, mesh_groups, uniform_part)
-from ._uniform import Replication, mark_uniform, uniform_dims
+from ._uniform import Replication, mark_uniform
 
 __all__ = ["LocalShardEngine", "NeedsGlobal", "local_path_allowed", "run_on_local_shards"]
 

@@ -92,6 +92,6 @@ def check_ranks_agree(leaves: list, group, what: str = "xmap") -> None:
             lines.append(f"  rank {r}: " + "; ".join(diff))
     raise AxisResourceError(
         f"{what} on the DTensor engine (rank {me} of {world}): the ranks were given "
-        f"different inputs:\n" + "\n".join(lines) + "\nUnder torch.distributed every rank "
-        f"passes the same full (global) inputs and the engine splits them; give every rank "
-        f"the same arguments.")
+        "different inputs:\n" + "\n".join(lines) + "\nUnder torch.distributed every rank "
+        "passes the same full (global) inputs and the engine splits them; give every rank "
+        "the same arguments.")

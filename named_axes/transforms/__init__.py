@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from ._vmap import vmap
 from ._forward import jvp, linearize
-from ._grad import grad, linear_transpose, value_and_grad, vjp
+from ._grad import grad, value_and_grad
+from ._vjp import linear_transpose, vjp
 from ._jacobian import hessian, jacfwd, jacrev
 from ._graph import NamedGraphModule, make_graph, named_call
 from ._jit import disable_jit, jit

@@ -17,7 +17,7 @@ from .._errors import AxisSpecError, AxisTypeError
 from .._tensor import NamedTensor
 from .._levels import ORIGINAL as _functorch
 from .._torch_private import tree_flatten, tree_map
-from ._grad import _align_like, _phys_outputs, _rebuild, _unbox_primals, mapped_over
+from ._vjp import _align_like, _phys_outputs, _rebuild, _unbox_primals, mapped_over
 from ._tree import rebox, unbox
 
 __all__ = ["jvp", "linearize"]

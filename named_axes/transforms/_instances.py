@@ -77,7 +77,7 @@ class Region:
         self.axes: dict = dict(expanded)
         self.inner_mode = inner_mode
         self.early: list = []   # (rule, axes) read by custom rules before the region settled
-        self.transposed: list = []   # custom_jvp rules dynamo traced here (_grad.vjp)
+        self.transposed: list = []   # custom_jvp rules dynamo traced here (_vjp.vjp)
 
     def __enter__(self) -> "Region":
         RECORDERS.append(self.seen)
@@ -243,58 +243,65 @@ def drop_replicated(items: list) -> list:
     bound = bound_axes()
     plans, tests = [], []   # per item: None, or (full key, names, [(name, test)])
     for value, candidates, key in items:
-        names = value._names if type(value) is NamedTensor else ()
-        candidates = tuple(n for n in candidates if n in names)
-        if not candidates:
-            plans.append(None)
-            continue
-        full = (key, names, candidates) if key is not None else None
-        data = value._data
-        if not _concrete(data):
-            plans.append((full, names, None))
-            continue
-        checks = []
-        # axes held in part here (a chunk of a SerialLoop axis): every chunk must make the
-        # same decision, so the named shape never depends on the chunking
-        chunked = tuple(m for i, m in enumerate(names)
-                        if data.shape[i] != bound.get(m, data.shape[i]))
-        for n in candidates:
-            d = names.index(n)
-            if n in chunked:
-                checks.append((n, _same_in_every_chunk(value, n, chunked)))
-            elif chunked:
-                checks.append((n, _equal_along_in_every_chunk(value, n, chunked)))
-            else:
-                checks.append((n, len(tests)))
-                tests.append(_copies_agree(data, data.narrow(d, 0, 1)).all())
-        plans.append((full, names, checks))
+        plans.append(_fold_plan(value, candidates, key, bound, tests))
     answers = _read_all(tests)
-    out = []
-    for (value, _, _), plan in zip(items, plans):
-        if plan is None:
-            out.append(value)
-            continue
-        full, names, checks = plan
-        if checks is None:   # traced: the last eager decision, else keep the copies
-            # (not while dynamo traces: it cannot guard on a key holding a code object)
-            folded = (_FOLDS.get(full) if full is not None
-                      and not torch.compiler.is_compiling() else ())
-            if folded is None:   # no eager call decided it yet: nx.jit makes one, retraces
-                FOLD_MISSES[0] += 1
-                folded = ()
+    return [value if plan is None else _fold(value, plan, answers)
+            for (value, _, _), plan in zip(items, plans)]
+
+
+def _fold_plan(value, candidates: tuple, key, bound: dict, tests: list):
+    """How :func:`drop_replicated` decides one item: None (no candidate axis), else
+    ``(full key, names, checks)`` with ``checks`` None (traced: the values cannot be
+    read) or ``[(name, answer)]``, an answer a bool or the index of a test appended to
+    ``tests`` (read with all the others at once)."""
+    names = value._names if type(value) is NamedTensor else ()
+    candidates = tuple(n for n in candidates if n in names)
+    if not candidates:
+        return None
+    full = (key, names, candidates) if key is not None else None
+    data = value._data
+    if not _concrete(data):
+        return (full, names, None)
+    checks = []
+    # axes held in part here (a chunk of a SerialLoop axis): every chunk must make the
+    # same decision, so the named shape never depends on the chunking
+    chunked = tuple(m for i, m in enumerate(names)
+                    if data.shape[i] != bound.get(m, data.shape[i]))
+    for n in candidates:
+        d = names.index(n)
+        if n in chunked:
+            checks.append((n, _same_in_every_chunk(value, n, chunked)))
+        elif chunked:
+            checks.append((n, _equal_along_in_every_chunk(value, n, chunked)))
         else:
-            folded = tuple(n for n, t in checks if (t if type(t) is bool else answers[t]))
-            if full is not None:
-                if len(_FOLDS) >= _FOLDS_MAX:
-                    _FOLDS.clear()
-                _FOLDS[full] = folded
-        data = value._data
-        for n in folded:
-            d = names.index(n)
-            data = data.select(d, 0)
-            names = names[:d] + names[d + 1:]
-        out.append(NamedTensor._wrap(data, names) if folded else value)
-    return out
+            checks.append((n, len(tests)))
+            tests.append(_copies_agree(data, data.narrow(d, 0, 1)).all())
+    return (full, names, checks)
+
+
+def _fold(value: NamedTensor, plan: tuple, answers: list) -> NamedTensor:
+    """``value`` without the axes its plan (:func:`_fold_plan`) finds replicated, the
+    decision remembered per key for traced calls (which reuse the last eager one)."""
+    full, names, checks = plan
+    if checks is None:   # traced: the last eager decision, else keep the copies
+        # (not while dynamo traces: it cannot guard on a key holding a code object)
+        folded = (_FOLDS.get(full) if full is not None
+                  and not torch.compiler.is_compiling() else ())
+        if folded is None:   # no eager call decided it yet: nx.jit makes one, retraces
+            FOLD_MISSES[0] += 1
+            folded = ()
+    else:
+        folded = tuple(n for n, t in checks if (t if type(t) is bool else answers[t]))
+        if full is not None:
+            if len(_FOLDS) >= _FOLDS_MAX:
+                _FOLDS.clear()
+            _FOLDS[full] = folded
+    data = value._data
+    for n in folded:
+        d = names.index(n)
+        data = data.select(d, 0)
+        names = names[:d] + names[d + 1:]
+    return NamedTensor._wrap(data, names) if folded else value
 
 
 def _read_all(tests: list) -> list:

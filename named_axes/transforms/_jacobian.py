@@ -3,7 +3,7 @@
 Outside a named program on plain tensors these are ``torch.func``'s own.  With named
 values (or inside an xmap) they are built as JAX builds them: ``jacrev`` pulls back
 one basis cotangent per positional entry of each output through :func:`nx.vjp
-<named_axes.transforms._grad.vjp>`, ``jacfwd`` pushes one basis tangent per positional
+<named_axes.transforms._vjp.vjp>`, ``jacfwd`` pushes one basis tangent per positional
 entry of each input through :func:`nx.jvp <named_axes.transforms._forward.jvp>`.  So they
 follow the same per-instance convention as ``grad``/``vjp``/``jvp`` inside xmap (a
 closed-over named value, a ``psum`` in the function): no rule of their own.
@@ -27,7 +27,8 @@ from .._tensor import NamedTensor
 from .._levels import ORIGINAL as _functorch
 from .._torch_private import is_zerotensor, tree_flatten, tree_map, tree_unflatten
 from ._forward import jvp
-from ._grad import _argnums, vjp
+from ._grad import _argnums
+from ._vjp import vjp
 from ._tree import named_axes_of
 
 __all__ = ["jacrev", "jacfwd", "hessian"]

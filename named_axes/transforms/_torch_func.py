@@ -40,7 +40,8 @@ from .._levels import TORCH_FUNC as _TORCH
 from .._levels import TORCH_VMAP as _TORCH_VMAP
 from .._tensor import NamedTensor
 from .._torch_private import tree_flatten
-from ._grad import grad, value_and_grad, vjp
+from ._grad import grad, value_and_grad
+from ._vjp import vjp
 from ._forward import jvp
 from ._jacobian import hessian, jacfwd, jacrev
 from ._vmap import vmap

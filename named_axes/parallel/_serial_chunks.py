@@ -1,0 +1,129 @@
+"""The values of a ``SerialLoop``'s chunks, taken together (:mod:`._serial` runs them).
+
+A chunk's output may lack an axis that another chunk's carries (it is broadcast to
+match); outputs lacking the loop axes are compared across chunks; and ``pmax`` /
+``pmin`` over a loop axis take the extreme of the chunks' partial extremes, their
+cotangent shared among the entries attaining it, as ``amax`` shares it.
+
+>>> import torch, named_axes as nx
+>>> f = nx.xmap(lambda x: nx.lax.pmax(x, 'i'), in_axes=['i', ...], out_axes=[...],
+...             axis_resources={'i': nx.SerialLoop(2)})
+>>> f(torch.tensor([1., 4., 2., 3.]))
+tensor(4.)
+"""
+from __future__ import annotations
+
+from functools import reduce
+from typing import Any
+
+import torch
+
+from .._layout import align
+from .._tensor import NamedTensor
+from .._torch_private import functorch_unwrapped
+
+__all__ = ["_same_layout", "_peeled", "_equal", "_names_of", "_attaining",
+           "_extreme_of_chunks"]
+
+
+def _same_layout(outs: list, j: int) -> list:
+    """The chunks' ``j``-th outputs laid out alike.  A chunk may return a value without an
+    axis that another chunk's carries (the grad family folds copies that are all equal,
+    which one chunk may see and another not): broadcast it along that axis."""
+    items = [o[j] for o in outs]
+    named = [x for x in items if isinstance(x, NamedTensor)]
+    if not named or all(isinstance(x, NamedTensor) and x._names == named[0]._names
+                        for x in items):
+        return outs
+    union: dict = {}
+    for x in named:
+        for n, size in zip(x._names, x._data.shape):
+            union.setdefault(n, size)
+    names = tuple(union)
+    fixed = []
+    for o in outs:
+        x = o[j]
+        data = x._data if isinstance(x, NamedTensor) else torch.as_tensor(x)
+        have = x._names if isinstance(x, NamedTensor) else ()
+        p = data.dim() - len(have)
+        data = align(data, have, p, names, p)
+        data = data.expand(tuple(union.values()) + tuple(data.shape[len(names):]))
+        fixed.append(list(o[:j]) + [NamedTensor._wrap(data, names)] + list(o[j + 1:]))
+    return fixed
+
+
+def _peeled(t: torch.Tensor) -> torch.Tensor:
+    """``t`` out of functorch's wrappers (``grad``, ``vmap``: each batch dim moved to the
+    front), so values computed under ``vmap`` can be compared, every batch entry at once."""
+    return functorch_unwrapped(t)
+
+
+def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``a`` and ``b`` hold the same values (one may be broadcast along the other's
+    batch dims: a chunk's value that does not depend on a vmapped input)."""
+    if a.shape != b.shape:
+        try:
+            a, b = torch.broadcast_tensors(a, b)
+        except RuntimeError:
+            return False
+    return torch.equal(a, b)
+
+
+def _names_of(x: Any) -> tuple:
+    return x._names if isinstance(x, NamedTensor) else ()
+
+
+def _attaining(x: Any, extreme: Any) -> torch.Tensor:
+    """How many entries of this chunk's operand ``x`` attain its partial ``extreme``, per
+    entry of ``extreme`` (the reduced axes summed out), as a float tensor shaped like it."""
+    with torch.no_grad():
+        if not isinstance(x, NamedTensor):
+            return (x == extreme).to(torch.float32)
+        e_names = _names_of(extreme)
+        e_data = extreme._data if isinstance(extreme, NamedTensor) else extreme
+        p = x._data.dim() - len(x._names)
+        wide = align(e_data, e_names, p, x._names, p)
+        hit = (x._data == wide).to(torch.float32)
+        gone = tuple(i for i, n in enumerate(x._names) if n not in e_names)
+        count = hit.sum(gone) if gone else hit
+        kept = tuple(n for n in x._names if n in e_names)
+        return align(count, kept, p, e_names, p) if kept != e_names else count
+
+
+class _ExtremeOfChunks(torch.autograd.Function):
+    """The extreme of the chunks' partial extremes; backward: each partial gets the share
+    of the cotangent its chunk's entries attaining the extreme hold (``amax`` shares it
+    evenly among all of them; a pairwise ``torch.maximum`` halved it per pair)."""
+
+    @staticmethod
+    def forward(value, shares, *partials):
+        return value.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.shares = inputs[1]
+
+    @staticmethod
+    def backward(ctx, g):
+        return (None, None, *[g * s for s in ctx.shares])
+
+    @staticmethod
+    def jvp(ctx, _value_t, _shares_t, *partial_ts):
+        ts = [t * s for t, s in zip(partial_ts, ctx.shares) if t is not None]
+        return reduce(torch.add, ts) if ts else None
+
+
+def _extreme_of_chunks(parts: list, kind: str) -> Any:
+    """``max``/``min`` over the chunks' ``(partial, count)`` pairs, differentiable with
+    the cotangent shared among the attaining entries by their counts."""
+    partials = [p for p, _ in parts]
+    datas = [p._data if isinstance(p, NamedTensor) else p for p in partials]
+    value = reduce(torch.maximum if kind == "max" else torch.minimum, [d.detach() for d in datas])
+    counts = [c._data if isinstance(c, NamedTensor) else c for _, c in parts]
+    with torch.no_grad():
+        here = [torch.where(d == value, c, torch.zeros_like(c)) for d, c in zip(datas, counts)]
+        total = reduce(torch.add, here)
+        shares = [(h / total).to(value.dtype) for h in here]   # 0/0 where a NaN won, as amax
+    out = _ExtremeOfChunks.apply(value, shares, *datas)
+    first = partials[0]
+    return NamedTensor._wrap(out, first._names) if isinstance(first, NamedTensor) else out
