@@ -22,42 +22,28 @@ from torch._subclasses.fake_tensor import (DataDependentOutputException,
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path
 
-__all__ = [
-    # torch.func's levels and wrappers
-    "functorch_level", "functorch_active", "functorch_transform_kind",
-    "functorch_transform_kinds", "is_functorch_wrapped", "functorch_unwrapped",
-    "functorch_disabled",
-    # dispatch modes
-    "dispatch_depth", "dispatch_modes", "disable_dispatch_modes", "TorchDispatchMode",
-    "tracing_mode_active",
-    # autograd internals
-    "tensor_version", "view_base", "is_zerotensor", "node_sequence_nr", "forward_class",
-    "graph_task_id", "saved_tensors_hooks_disabled",
-    # pytrees
-    "tree_flatten", "tree_unflatten", "tree_map", "tree_leaves", "tree_flatten_with_path",
-    "keystr", "forward_ad_level",
-    # aten ops with private names, kernels, tensors' and modules' internals
-    "native_batch_norm_legit", "softmax_backward_data", "softmax_backward_data_op",
-    "einsum_kernel", "tensor_body", "module_tensor_table", "default_collate_parts",
-    # DTensor and collectives
-    "local_tensor", "dtensor_spec", "dtensor_op_handlers", "custom_op_impl",
-    "custom_op_overload", "has_same_storage_numel_op", "functional_all_reduce",
-    # tracing and compiling
-    "FakeTensor", "FakeTensorMode", "DataDependentOutputException",
-    "DynamicOutputShapeException", "op_schema", "HigherOrderOperator",
-    "record_function_ops", "tensor_guards", "aot_forward_metadata", "no_autograd_cache",
-    "inductor_compile_fx", "inductor_config", "inductor_decompositions",
-    "inductor_mode_options", "inductor_aot_compile", "aoti_cpu_runner",
-    "register_device_module",
-    # dynamo's operator tables (nx.enable_dynamo_matmul)
-    "dynamo_operator_tables", "dynamo_forget_handlers",
-]
+__all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
+           "functorch_transform_kinds", "is_functorch_wrapped", "functorch_unwrapped",
+           "functorch_disabled", "dispatch_depth", "dispatch_modes",
+           "disable_dispatch_modes", "TorchDispatchMode", "tracing_mode_active",
+           "tensor_version", "view_base", "is_zerotensor", "node_sequence_nr",
+           "forward_class", "graph_task_id", "saved_tensors_hooks_disabled",
+           "tree_flatten", "tree_unflatten", "tree_map", "tree_leaves",
+           "tree_flatten_with_path", "keystr", "forward_ad_level",
+           "native_batch_norm_legit", "softmax_backward_data", "softmax_backward_data_op",
+           "einsum_kernel", "tensor_body", "module_tensor_table", "default_collate_parts",
+           "local_tensor", "dtensor_spec", "dtensor_op_handlers", "custom_op_impl",
+           "custom_op_overload", "has_same_storage_numel_op", "functional_all_reduce",
+           "FakeTensor", "FakeTensorMode", "DataDependentOutputException",
+           "DynamicOutputShapeException", "op_schema", "HigherOrderOperator",
+           "record_function_ops", "tensor_guards", "aot_forward_metadata",
+           "no_autograd_cache", "inductor_compile_fx", "inductor_config",
+           "inductor_decompositions", "inductor_mode_options", "inductor_aot_compile",
+           "aoti_cpu_runner", "register_device_module", "dynamo_operator_tables",
+           "dynamo_forget_handlers"]
 
 
-# ---------------------------------------------------------------------------------------
-# torch.func's levels and wrappers
-# ---------------------------------------------------------------------------------------
-
+# -- torch.func's levels and wrappers -----------------------------------------------------
 # The innermost active torch.func transform's level, or None (a C function: called on
 # every named value built, see _levels).  Why: named values must not silently change
 # meaning under a torch.func transform that named_axes did not open; the level tells
@@ -76,8 +62,7 @@ def functorch_transform_kinds() -> tuple:
     Why: only differentiating transforms give named values another meaning, and the
     DTensor local-shard path runs under ``grad`` only.  Public alternative considered:
     none (``torch._functorch.pyfunctorch.retrieve_all_functorch_interpreters`` wraps
-    the same stack, privately too).
-    """
+    the same stack, privately too)."""
     return tuple(i.key().name for i in torch._C._functorch.get_interpreter_stack() or ())
 
 
@@ -85,8 +70,7 @@ def functorch_transform_kind() -> str | None:
     """The innermost active torch.func transform's kind (``"Grad"``, ``"Jvp"``,
     ``"Vmap"``, ``"Functionalize"``), or None.
 
-    Why and public alternative: as :func:`functorch_transform_kinds`.
-    """
+    Why and public alternative: as :func:`functorch_transform_kinds`."""
     kinds = functorch_transform_kinds()
     return kinds[-1] if kinds else None
 
@@ -102,8 +86,7 @@ def functorch_unwrapped(t: torch.Tensor) -> torch.Tensor:
     front), so values computed under ``vmap`` can be compared, every batch entry at once.
 
     Why: SerialLoop checks that chunks computed the same value.  Public alternative
-    considered: none (``torch.func`` unwraps only at a transform's exit).
-    """
+    considered: none (``torch.func`` unwraps only at a transform's exit)."""
     while torch._C._functorch.is_functorch_wrapped_tensor(t):
         bdim = torch._C._functorch.maybe_get_bdim(t)   # -1: not a batched tensor
         t = torch._C._functorch.get_unwrapped(t)
@@ -118,10 +101,7 @@ def functorch_unwrapped(t: torch.Tensor) -> torch.Tensor:
 functorch_disabled = torch._C._DisableFuncTorch
 
 
-# ---------------------------------------------------------------------------------------
-# Dispatch modes
-# ---------------------------------------------------------------------------------------
-
+# -- Dispatch modes -----------------------------------------------------------------------
 # How many torch dispatch modes are active (a C function: called on hot paths).  Why: a
 # mode that does not run values (make_fx, FakeTensorMode) changes what the library may
 # compute.  Public alternative considered: none.
@@ -132,10 +112,8 @@ def dispatch_modes() -> list:
     """The active torch dispatch modes, innermost last.
 
     Why: see :data:`dispatch_depth`; the library's own modes are told apart by a flag.
-    Public alternative considered: none.
-    """
+    Public alternative considered: none."""
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
-
     return _get_current_dispatch_mode_stack()
 
 
@@ -143,8 +121,7 @@ def disable_dispatch_modes():
     """A context manager running its body without the active dispatch modes.
 
     Why: nx.jit's trace probe runs an optimizer's real step outside make_fx.  Public
-    alternative considered: none.
-    """
+    alternative considered: none."""
     return _disable_current_modes()
 
 
@@ -158,22 +135,17 @@ def tracing_mode_active() -> bool:
     """Whether make_fx's proxy mode, a FakeTensorMode or functionalization is active.
 
     Why: the DTensor local-shard path runs eagerly only.  Public alternative considered:
-    ``torch.compiler.is_compiling()`` (public; checked too) misses make_fx.
-    """
+    ``torch.compiler.is_compiling()`` (public; checked too) misses make_fx."""
     return torch._C._len_torch_dispatch_stack() > 0 and any(
         getattr(m, "_mode_key", None) is not None for m in dispatch_modes())
 
 
-# ---------------------------------------------------------------------------------------
-# Autograd internals
-# ---------------------------------------------------------------------------------------
-
+# -- Autograd internals -------------------------------------------------------------------
 def tensor_version(t: torch.Tensor) -> int:
     """``t``'s version counter (bumped by each in-place write).
 
     Why: detect writes into tensors shared by a named op's instances, and cotangents
-    changed after they were marked.  Public alternative considered: none.
-    """
+    changed after they were marked.  Public alternative considered: none."""
     return t._version
 
 
@@ -181,8 +153,7 @@ def view_base(t: torch.Tensor) -> torch.Tensor | None:
     """The tensor ``t`` is a view of, or None.
 
     Why: an op writing through a view writes its base.  Public alternative considered:
-    ``untyped_storage()`` (public) tells shared memory, not the base tensor.
-    """
+    ``untyped_storage()`` (public) tells shared memory, not the base tensor."""
     return t._base
 
 
@@ -190,8 +161,7 @@ def is_zerotensor(t: torch.Tensor) -> bool:
     """Whether ``t`` is forward-mode AD's efficient zero tensor.
 
     Why: such a tensor is refused by ``.numpy()`` and some ops.  Public alternative
-    considered: none.
-    """
+    considered: none."""
     return t._is_zerotensor()
 
 
@@ -199,8 +169,7 @@ def node_sequence_nr(node) -> int:
     """An autograd node's sequence number (nodes made later have larger ones).
 
     Why: tell the nodes of one call from older ones.  Public alternative considered:
-    ``torch.autograd.graph.Node`` (public) exposes no order.
-    """
+    ``torch.autograd.graph.Node`` (public) exposes no order."""
     return node._sequence_nr()
 
 
@@ -208,8 +177,7 @@ def forward_class(node, default: Any = None) -> Any:
     """The ``autograd.Function`` class whose backward ``node`` is, or ``default``.
 
     Why: find the library's own Functions in a graph.  Public alternative considered:
-    ``node.name()`` (public) gives the class name, not its module.
-    """
+    ``node.name()`` (public) gives the class name, not its module."""
     return getattr(node, "_forward_cls", default)
 
 
@@ -224,18 +192,12 @@ graph_task_id = torch._C._current_graph_task_id
 saved_tensors_hooks_disabled = torch._C._autograd._saved_tensors_hooks_get_disabled_error_message
 
 
-# ---------------------------------------------------------------------------------------
-# Pytrees
-# ---------------------------------------------------------------------------------------
-
-# tree_flatten (imported above).  Why: named_axes walks arguments as torch does (a type
-# registered with torch's pytree is a container for nx.xmap, nx.jit, ...).  Public
-# alternative considered: none (torch 2.9-2.13 have no public ``torch.utils.pytree``);
-# the functions below are built on it and the TreeSpec's own methods.
-
-
-# tree_flatten_with_path / keystr (imported above): the lax loops name a carry's leaf by
-# its path in their errors, as JAX does.  Public alternative considered: none.
+# -- Pytrees ------------------------------------------------------------------------------
+# tree_flatten, tree_flatten_with_path, keystr (imported above).  Why: named_axes walks
+# arguments as torch does (a type registered with torch's pytree is a container for
+# nx.xmap, nx.jit...); the lax loops name a carry's leaf by its path, as JAX does.
+# Public alternative considered: none (torch 2.9-2.13 have no public pytree module); the
+# functions below are built on it and the TreeSpec's own methods.
 
 
 def forward_ad_level() -> int:
@@ -243,8 +205,7 @@ def forward_ad_level() -> int:
 
     Why: collectives pick their forward-mode rule only while dual tensors exist.  Public
     alternative considered: none (``forward_ad`` exposes ``dual_level`` as a context
-    manager, not the current level).
-    """
+    manager, not the current level)."""
     return torch.autograd.forward_ad._current_level
 
 
@@ -266,10 +227,7 @@ def tree_leaves(tree, is_leaf: Callable | None = None) -> list:
     return tree_flatten(tree, is_leaf=is_leaf)[0]
 
 
-# ---------------------------------------------------------------------------------------
-# Aten ops with private names, kernels, tensors' and modules' internals
-# ---------------------------------------------------------------------------------------
-
+# -- Aten ops with private names, kernels, tensors' and modules' internals ----------------
 # Why: batch norm's functional form calls it (rules.nn gives it named shapes; its
 # batching rule gives wrong values, so it is looped).  Public alternative considered:
 # ``torch.native_batch_norm`` (public, also listed) is not what F.batch_norm calls.
@@ -291,10 +249,8 @@ def tensor_body(data: torch.Tensor, **printoptions) -> str:
 
     Why: a named value's preview lays out its values by axis.  Public alternative
     considered: ``torch.set_printoptions`` + ``repr`` (global options, no way to read
-    the old ones back to restore them; ``tensor(`` and the dtype to strip).
-    """
+    the old ones back to restore them; ``tensor(`` and the dtype to strip)."""
     from torch._tensor_str import _tensor_str, printoptions as _options
-
     with _options(**printoptions):
         return _tensor_str(data, 0)
 
@@ -304,8 +260,7 @@ def module_tensor_table(module: torch.nn.Module, name: str) -> dict:
 
     Why: nx.nn.functional_call puts a named value in place of a parameter for one call
     (``Module.__setattr__`` would ask for a Parameter).  Public alternative considered:
-    ``torch.func.functional_call`` (public) accepts ``torch.Tensor`` values only.
-    """
+    ``torch.func.functional_call`` (public) accepts ``torch.Tensor`` values only."""
     return module._parameters if name in module._parameters else module._buffers
 
 
@@ -313,24 +268,18 @@ def default_collate_parts() -> tuple:
     """``(collate, default_collate_fn_map)`` of torch's DataLoader collation.
 
     Why: ``nx.collate`` is ``default_collate`` with one more type.  Public alternative
-    considered: ``torch.utils.data.default_collate`` (public) takes no type map.
-    """
+    considered: ``torch.utils.data.default_collate`` (public) takes no type map."""
     from torch.utils.data._utils.collate import collate, default_collate_fn_map
-
     return collate, default_collate_fn_map
 
 
-# ---------------------------------------------------------------------------------------
-# DTensor and collectives
-# ---------------------------------------------------------------------------------------
-
+# -- DTensor and collectives --------------------------------------------------------------
 def local_tensor(dt) -> torch.Tensor:
     """A DTensor's shard on this rank, as stored (no autograd node).
 
     Why: the local-shard engine computes on shards inside its own autograd Functions.
     Public alternative considered: ``DTensor.to_local()`` (public) records an autograd
-    node where grad is on.
-    """
+    node where grad is on."""
     return dt._local_tensor
 
 
@@ -340,10 +289,8 @@ def dtensor_spec(mesh, placements: tuple, shape: torch.Size, stride: tuple, dtyp
 
     Why: make the DTensor of a shard directly, as DTensor's own dispatch does.  Public
     alternative considered: ``DTensor.from_local`` (public) is an autograd Function, a
-    cost paid per op.
-    """
+    cost paid per op."""
     from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
-
     return DTensorSpec(mesh, placements, tensor_meta=TensorMeta(shape, stride, dtype))
 
 
@@ -353,10 +300,8 @@ def dtensor_op_handlers() -> dict | None:
     Why: DTensor runs the library's collectives (custom ops) through their plain-torch
     code, and two ops it has no rule for on the local shards.  Public alternative
     considered: ``torch.distributed.tensor.experimental.register_sharding`` (public)
-    gives a sharding, not the code.
-    """
+    gives a sharding, not the code."""
     from torch.distributed.tensor import DTensor
-
     return getattr(getattr(DTensor, "_op_dispatcher", None), "_custom_op_handlers", None)
 
 
@@ -364,8 +309,7 @@ def custom_op_impl(op) -> Callable:
     """The Python function the ``torch.library.custom_op`` ``op`` was made from.
 
     Why: DTensor and inductor run a collective as plain tensor code.  Public alternative
-    considered: calling ``op`` (public) dispatches to the opaque op again.
-    """
+    considered: calling ``op`` (public) dispatches to the opaque op again."""
     return op._init_fn
 
 
@@ -373,8 +317,7 @@ def custom_op_overload(op):
     """The ``OpOverload`` of the ``torch.library.custom_op`` ``op``.
 
     Why: DTensor's table and the decompositions are keyed by it.  Public alternative
-    considered: ``torch.ops.<namespace>.<name>.default`` (needs the op's private name).
-    """
+    considered: ``torch.ops.<namespace>.<name>.default`` (needs the op's private name)."""
     return op._opoverload
 
 
@@ -388,17 +331,12 @@ def functional_all_reduce(x: torch.Tensor, op: str, group) -> torch.Tensor:
     CommDebugMode counts them), waited for.
 
     Why: out-of-place collectives, as DTensor issues them.  Public alternative
-    considered: ``torch.distributed.all_reduce`` (public) writes in place.
-    """
+    considered: ``torch.distributed.all_reduce`` (public) writes in place."""
     from torch.distributed._functional_collectives import all_reduce, wait_tensor
-
     return wait_tensor(all_reduce(x, op, group))
 
 
-# ---------------------------------------------------------------------------------------
-# Tracing and compiling
-# ---------------------------------------------------------------------------------------
-
+# -- Tracing and compiling ----------------------------------------------------------------
 # FakeTensor, FakeTensorMode and its two exceptions (imported above).  Why: nx.eval_shape
 # runs programs on fake tensors, and nx.jit gives inductor fake inputs with a shape
 # environment (its caches need one).  Public alternative considered: none.
@@ -409,8 +347,7 @@ def op_schema(func):
 
     Why: which arguments an op writes.  Public alternative considered:
     ``torch.fx.Node.is_impure()`` (public) answers for graph nodes only, and also for
-    ops that write nothing.
-    """
+    ops that write nothing."""
     return getattr(func, "_schema", None)
 
 
@@ -425,8 +362,7 @@ def record_function_ops() -> tuple:
 
     Why: torch 2.9's make_fx drops them, torch 2.13's records them; nx.jit adds them
     itself so graphs read alike.  Public alternative considered:
-    ``torch.profiler.record_function`` (public) is what 2.9 drops.
-    """
+    ``torch.profiler.record_function`` (public) is what 2.9 drops."""
     profiler = torch.ops.profiler
     return (profiler._record_function_enter_new.default,
             profiler._record_function_exit._RecordFunction)
@@ -437,10 +373,8 @@ def tensor_guards(leaves: list):
     dispatch keys and ``requires_grad`` of ``leaves``.
 
     Why: nx.jit's fast call path checks its arguments in one C call.  Public alternative
-    considered: comparing each tensor's metadata in Python (slower per call).
-    """
+    considered: comparing each tensor's metadata in Python (slower per call)."""
     from torch._C._dynamo.guards import TensorGuards
-
     return TensorGuards(*leaves, dynamic_dims_sizes=[list(a.shape) for a in leaves],
                         dynamic_dims_strides=[list(a.stride()) for a in leaves])
 
@@ -449,8 +383,7 @@ def aot_forward_metadata():
     """AOT autograd's metadata about the forward graph being compiled, or None.
 
     Why: nx.jit calls inductor's compiled graph directly when AOT autograd's runtime
-    wrapper would do nothing.  Public alternative considered: none.
-    """
+    wrapper would do nothing.  Public alternative considered: none."""
     context = torch._guards.TracingContext.try_get()
     return None if context is None else context.fw_metadata
 
@@ -459,10 +392,8 @@ def no_autograd_cache():
     """A context manager turning AOT autograd's cache off.
 
     Why: a cache hit would skip the inner compile nx.jit watches.  Public alternative
-    considered: none.
-    """
+    considered: none."""
     from torch._functorch.config import patch
-
     return patch(enable_autograd_cache=False)
 
 
@@ -470,10 +401,8 @@ def inductor_compile_fx() -> tuple:
     """Inductor's ``(compile_fx, compile_fx_inner)``.
 
     Why: nx.jit compiles whole traced programs (aten graphs) with inductor.  Public
-    alternative considered: ``torch.compile`` (public) traces with dynamo again.
-    """
+    alternative considered: ``torch.compile`` (public) traces with dynamo again."""
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
-
     return compile_fx, compile_fx_inner
 
 
@@ -481,10 +410,8 @@ def inductor_config():
     """Inductor's config module (which options this torch has).
 
     Why: turn off size asserts nx.jit's cache key already checks.  Public alternative
-    considered: ``torch.compile(options=...)`` (public) is dynamo's path.
-    """
+    considered: ``torch.compile(options=...)`` (public) is dynamo's path."""
     from torch._inductor import config
-
     return config
 
 
@@ -492,10 +419,8 @@ def inductor_decompositions() -> dict:
     """Inductor's own decomposition table.
 
     Why: the ``"named_axes"`` backend adds the collectives' code to it.  Public
-    alternative considered: ``torch._decomp`` (private too) has other tables.
-    """
+    alternative considered: ``torch._decomp`` (private too) has other tables."""
     from torch._inductor.decomposition import select_decomp_table
-
     return select_decomp_table()
 
 
@@ -503,10 +428,8 @@ def inductor_mode_options(mode: str) -> dict:
     """Inductor's options for a ``torch.compile`` mode (``"max-autotune"`` ...).
 
     Why: nx.jit takes torch.compile's modes.  Public alternative considered: none
-    (``torch.compile``'s documentation points to this function).
-    """
+    (``torch.compile``'s documentation points to this function)."""
     from torch._inductor import list_mode_options
-
     return list_mode_options(mode)
 
 
@@ -515,18 +438,15 @@ def inductor_aot_compile(graph, example: tuple, options: dict):
 
     Why: nx.jit's program store keeps compiled programs on disk.  Public alternative
     considered: ``torch._inductor.aoti_compile_and_package`` (private too, and needs
-    ``torch.export``).
-    """
+    ``torch.export``)."""
     from torch._inductor import aot_compile
-
     return aot_compile(graph, example, options=options)
 
 
 def aoti_cpu_runner():
     """AOTInductor's CPU runner class, or None on a torch without it.
 
-    Why: load a stored program.  Public alternative considered: none.
-    """
+    Why: load a stored program.  Public alternative considered: none."""
     aoti = getattr(torch._C, "_aoti", None)
     return getattr(aoti, "AOTIModelContainerRunnerCpu", None)
 
@@ -536,24 +456,18 @@ def register_device_module(name: str, module) -> None:
 
     Why: checkpointing and ``fork_rng`` on XLA find the RNG through it.  Public
     alternative considered: ``torch.utils.backend_registration`` (public) is for the
-    ``privateuse1`` backend only.
-    """
+    ``privateuse1`` backend only."""
     torch._register_device_module(name, module)
 
 
-# ---------------------------------------------------------------------------------------
-# Dynamo's operator tables (nx.enable_dynamo_matmul, an explicit opt-in)
-# ---------------------------------------------------------------------------------------
-
+# -- Dynamo's operator tables (nx.enable_dynamo_matmul, an explicit opt-in) ---------------
 def dynamo_operator_tables() -> tuple:
     """Dynamo's reverse-operator table and its binop table (``None`` where this torch
     has neither), for :func:`named_axes.enable_dynamo_matmul`.
 
     Why: dynamo's tables lack ``matmul`` (``_compile_compat``).  Public alternative
-    considered: none; the fix is an explicit opt-in, never applied at import.
-    """
+    considered: none; the fix is an explicit opt-in, never applied at import."""
     from torch._dynamo.variables import builtin
-
     populate = getattr(builtin, "populate_builtin_to_tensor_fn_map", None)
     reverse = getattr(builtin, "BUILTIN_TO_TENSOR_RFN_MAP", None)
     if populate is not None:
@@ -568,10 +482,8 @@ def dynamo_forget_handlers(ops: tuple) -> None:
 
     Why: dynamo caches the handlers it derives from its tables (``_binop_handlers``
     and ``call_function_handler_cache``).  Public alternative considered:
-    ``torch._dynamo.reset()`` clears compiled frames, not these.
-    """
+    ``torch._dynamo.reset()`` clears compiled frames, not these."""
     from torch._dynamo.variables import builtin
-
     cls = builtin.BuiltinVariable
     handlers = getattr(cls, "_binop_handlers", None)
     if handlers is not None and hasattr(handlers, "cache_clear"):
