@@ -191,10 +191,11 @@ def report(imports: dict[str, float], first: dict[tuple[str, str], float]) -> li
     for label, s in saved.items():
         lines += ["", f"{label}: opt-in (`NAMED_AXES_PROGRAM_STORE`, like JAX's persistent "
                   "cache). The cold process compiles as usual and serves its first call; at "
-                  "exit it compiles the program into the store with AOTInductor "
+                  "exit it exports the program and compiles it into the store with AOTInductor's "
+                  "packaging "
                   f"({s:.1f} s, measured here by a flush after the first call). The warm "
                   "process identifies the program by one eager call under a recording dispatch "
-                  "mode and loads that library: no tracing, no inductor, no dynamo "
+                  "mode and loads that package: no tracing, no inductor, no dynamo "
                   "(`named_axes/transforms/_store.py`)."]
     if floor is not None:
         lines += ["", f"Floor under a traced warm first call: `make_fx(lambda x: x + 1)` in a "

@@ -38,8 +38,8 @@ __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
            "DynamicOutputShapeException", "op_schema", "HigherOrderOperator",
            "record_function_ops", "tensor_guards", "aot_forward_metadata",
            "no_autograd_cache", "inductor_compile_fx", "inductor_config",
-           "inductor_decompositions", "inductor_mode_options", "inductor_aot_compile",
-           "aoti_cpu_runner", "register_device_module", "dynamo_operator_tables",
+           "inductor_decompositions", "inductor_mode_options", "aoti_package",
+           "aoti_package_loader", "register_device_module", "dynamo_operator_tables",
            "dynamo_forget_handlers"]
 
 
@@ -433,22 +433,27 @@ def inductor_mode_options(mode: str) -> dict:
     return list_mode_options(mode)
 
 
-def inductor_aot_compile(graph, example: tuple, options: dict):
-    """AOTInductor: compile ``graph`` to a shared library.
+def aoti_package(graph, example: tuple, package_path: str) -> str:
+    """``graph`` exported (``torch.export``) and compiled by AOTInductor into the package
+    ``package_path`` (a ``.pt2`` file); returns its path.
 
     Why: nx.jit's program store keeps compiled programs on disk.  Public alternative
-    considered: ``torch._inductor.aoti_compile_and_package`` (private too, and needs
-    ``torch.export``)."""
-    from torch._inductor import aot_compile
-    return aot_compile(graph, example, options=options)
+    considered: none; this is torch's documented AOTInductor packaging (``torch.export``
+    then ``aoti_compile_and_package``), whose home module is private."""
+    from torch._inductor import aoti_compile_and_package
+    exported = torch.export.export(graph, example, strict=False)
+    return aoti_compile_and_package(exported, package_path=package_path)
 
 
-def aoti_cpu_runner():
-    """AOTInductor's CPU runner class, or None on a torch without it.
+def aoti_package_loader():
+    """AOTInductor's package loader class (``(path, "model", False, 1, -1)`` loads a
+    ``.pt2`` package; ``.run(inputs)`` runs it), or None on a torch without it.
 
-    Why: load a stored program.  Public alternative considered: none."""
+    Why: load a stored program.  Public alternative considered:
+    ``torch._inductor.aoti_load_package`` (private too) imports inductor and dynamo
+    (~0.7 s), which the store exists to avoid; this is the class it constructs."""
     aoti = getattr(torch._C, "_aoti", None)
-    return getattr(aoti, "AOTIModelContainerRunnerCpu", None)
+    return getattr(aoti, "AOTIModelPackageLoader", None)
 
 
 def register_device_module(name: str, module) -> None:

@@ -9,19 +9,20 @@ eager call under a dispatch mode that records every tensor operation (:class:`_R
 the operator, its non-tensor arguments, where each tensor argument came from (which
 argument or earlier result) and each result's shape and dtype, plus the call's input
 signature, its result's structure and the versions of torch, this library and the CPU.
-The digest of that record names an AOTInductor library (``<digest>.so``) compiled in an
-earlier process from the traced graph; loading it costs about a millisecond and imports
-neither inductor nor dynamo, and its C++ wrapper calls the kernels with less overhead
-than inductor's Python wrapper.
+The digest of that record names an AOTInductor package (``<digest>.pt2``: the traced
+graph exported with ``torch.export`` and compiled by ``aoti_compile_and_package``, torch's
+own packaging) made in an earlier process; loading it costs a few milliseconds and
+imports neither inductor nor dynamo, and its C++ wrapper calls the kernels with less
+overhead than inductor's Python wrapper.
 
 Two programs with the same record run the same operations on inputs of the same
-signature, so they compute the same function: the stored library is exactly what
+signature, so they compute the same function: the stored package is exactly what
 tracing would compile.  What a record cannot pin down is not stored (the call compiles
 as usual): a program that reads a tensor's value into Python (``.item()``, an ``if`` on a
 tensor), draws random numbers, updates a tensor that existed before the call, returns an
 input, or runs on another device than the CPU.  Tensors the program closes over (a
 module's weights) are recorded by their dtype, shape and strides (small ones, up to
-``_MAX_CONSTANT`` elements, by value too) and handed to the library as extra inputs on
+``_MAX_CONSTANT`` elements, by value too) and handed to the package as extra inputs on
 every call, as the regular compiled program reads its constants: updated weights are
 seen.  Only programs compiled with ``backend='inductor'`` whose results are values (no
 autograd graph: grad off, inputs that do not require grad, or a program computing its
@@ -55,7 +56,7 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-from .._torch_private import (TorchDispatchMode, aoti_cpu_runner, inductor_aot_compile,
+from .._torch_private import (TorchDispatchMode, aoti_package, aoti_package_loader,
                               tree_flatten)
 from .._version import __version__
 from ._trace_probe import preserving_writes, written_tensors
@@ -90,8 +91,8 @@ def program_store() -> str | None:
 
 
 def available() -> bool:
-    """Whether this torch can load AOTInductor libraries on the CPU."""
-    return aoti_cpu_runner() is not None
+    """Whether this torch can load AOTInductor packages."""
+    return aoti_package_loader() is not None
 
 
 class _Unstorable(Exception):
@@ -284,14 +285,14 @@ def identify(fun: Callable, args: tuple, leaves: list, call_key: Any) -> Identit
 def load(ident: Identity, directory: str | None = None) -> Callable | None:
     """The stored program of ``ident`` as a boxed function (list of inputs -> outputs),
     or ``None`` when the store (``directory``, default: the current one) lacks it."""
-    path = os.path.join(directory or _state["dir"], ident.digest + ".so")
+    path = os.path.join(directory or _state["dir"], ident.digest + ".pt2")
     if not os.path.exists(path):
         return None
     try:
-        with open(path[:-3] + ".json") as f:
+        with open(path[:-4] + ".json") as f:
             positions = json.load(f)["closed_over"]
         constants = [ident.closed_over[j] for j in positions]
-        runner = aoti_cpu_runner()(path, 1)
+        runner = aoti_package_loader()(path, "model", False, 1, -1)
     except (OSError, ValueError, LookupError, TypeError, RuntimeError) as e:
         # a damaged store: compile as usual
         warnings.warn(f"named_axes: the program store's {path} does not load ({e}); "
@@ -364,7 +365,7 @@ def save_later(gm: torch.fx.GraphModule, example: list, ident: Identity,
     :func:`flush`).
 
     The call that traced it has its program already (inductor's usual compile): the
-    library serves later processes.  Not on a thread: torch's tracing and compiling keep
+    package serves later processes.  Not on a thread: torch's tracing and compiling keep
     process-wide state (fx's tracing flags, node-meta annotations) that a compile running
     beside the program would let it see.
     """
@@ -416,14 +417,13 @@ def compile_and_save(gm: torch.fx.GraphModule, example: list, ident: Identity,
         os.makedirs(directory, exist_ok=True)
         work = tempfile.mkdtemp(prefix=".compiling-", dir=directory)
         try:
-            options = {"aot_inductor.output_path": os.path.join(work, "program.so")}
-            built = inductor_aot_compile(graph, tuple(example), options=options)
-            # atomic, the library last: a reader sees the whole program or none
+            built = aoti_package(graph, tuple(example), os.path.join(work, "program.pt2"))
+            # atomic, the package last: a reader sees the whole program or none
             with open(os.path.join(work, "program.json"), "w") as f:
                 json.dump({"closed_over": positions}, f)
             os.replace(os.path.join(work, "program.json"),
                        os.path.join(directory, ident.digest + ".json"))
-            os.replace(built, os.path.join(directory, ident.digest + ".so"))
+            os.replace(built, os.path.join(directory, ident.digest + ".pt2"))
             totals["saved"] += 1
         finally:
             shutil.rmtree(work, ignore_errors=True)

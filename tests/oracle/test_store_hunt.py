@@ -38,7 +38,7 @@ def test_stored_programs_match_eager(tmp_path):
     try:
         first = {p["id"]: torch_interp.run(p, jit=True, backend="inductor") for p in corpus}
         _store.flush()
-        saved = len(list(tmp_path.glob("*.so")))
+        saved = len(list(tmp_path.glob("*.pt2")))
         loaded = _store.totals["loaded"]
         second = {p["id"]: torch_interp.run(p, jit=True, backend="inductor") for p in corpus}
         loaded = _store.totals["loaded"] - loaded

@@ -93,7 +93,7 @@ def _child(store_dir) -> dict:
 def test_second_process_loads_the_program_without_tracing(tmp_path):
     first = _child(tmp_path)
     assert first["stats"]["store_saved"] == 1 and first["stats"]["store_loaded"] == 0
-    assert len(list(tmp_path.glob("*.so"))) == 1   # saved when the first process exited
+    assert len(list(tmp_path.glob("*.pt2"))) == 1   # saved when the first process exited
     second = _child(tmp_path)
     assert second["stats"]["store_loaded"] == 1 and second["stats"]["store_saved"] == 0
     assert not second["dynamo"] and not second["inductor"]   # nothing traced or compiled
@@ -182,10 +182,10 @@ def test_strided_inputs_and_a_damaged_library(store):
     # a damaged library (one this process has not loaded: a loaded one stays mapped)
     def h(x):
         return (x.exp() * 3).sum(0)
-    known = set(store.glob("*.so"))
+    known = set(store.glob("*.pt2"))
     nx.jit(h)(x)
     _store.flush()
-    (library,) = set(store.glob("*.so")) - known
+    (library,) = set(store.glob("*.pt2")) - known
     library.write_bytes(b"not a library")
     again = nx.jit(h)
     with pytest.warns(RuntimeWarning, match="does not load"):
@@ -287,7 +287,7 @@ def test_store_is_skipped_for_calls_it_cannot_serve(store):
     g = nx.jit(lambda x: x * 2, backend="eager")
     g(torch.randn(3))
     assert g.stats()["store_saved"] == 0
-    assert not list(store.glob("*.so"))
+    assert not list(store.glob("*.pt2"))
 
 
 def test_set_program_store_returns_the_previous_setting(tmp_path):
