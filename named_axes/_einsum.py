@@ -38,7 +38,6 @@ from ._errors import (AxisSizeError, AxisSpecError, AxisTypeError, UnboundAxisEr
 from ._parsing import parse_einsum_spec as parse_spec
 from ._plancache import PlanCache
 from ._tensor import NamedTensor
-from ._torch_private import einsum_kernel
 
 __all__ = ["einsum", "parse_spec"]
 
@@ -92,9 +91,6 @@ def _einsum_rule(func, args, kwargs):
     if len(ops) == 1 and isinstance(ops[0], (list, tuple)):
         ops = tuple(ops[0])
     return _named_einsum(args[0], ops)
-
-
-_is_compiling = torch.compiler.is_compiling
 
 
 def _named_einsum(spec: str, operands: tuple) -> Any:
@@ -214,9 +210,7 @@ def _run_plan(plan: tuple, operands: tuple, bound: dict, out: Any = None) -> Any
             engine = engine_for(names + tuple(n for n, _ in plan.contracted))
             if engine is not None:
                 out = contract_pairwise(eq, datas, engine)
-        if out is None and len(datas) == 1 and not _is_compiling():
-            out = einsum_kernel(eq, datas)   # torch.einsum's wrapper adds nothing
-        elif out is None:
+        if out is None:
             out = torch.einsum(eq, *datas)
     scale = 1
     for n in scaled:

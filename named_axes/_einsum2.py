@@ -15,7 +15,6 @@ import torch
 
 from ._modes import building_graph
 from ._plancache import PlanCache
-from ._torch_private import einsum_kernel
 
 __all__ = ["einsum2", "einsum2_eager"]
 
@@ -46,7 +45,7 @@ def einsum2_eager(eq: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             out = _matmul_einsum(plan, x, y)
             if out is not None:
                 return out
-    return einsum_kernel(eq, (x, y))
+    return torch.einsum(eq, x, y)
 
 
 class MatmulPlan(NamedTuple):

@@ -31,7 +31,7 @@ __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
            "tree_flatten", "tree_unflatten", "tree_map", "tree_leaves",
            "tree_flatten_with_path", "keystr", "forward_ad_level",
            "native_batch_norm_legit", "softmax_backward_data", "softmax_backward_data_op",
-           "einsum_kernel", "tensor_body", "module_tensor_table", "default_collate_parts",
+           "tensor_body", "module_tensor_table", "default_collate_parts",
            "local_tensor", "dtensor_spec", "dtensor_op_handlers", "custom_op_impl",
            "custom_op_overload", "has_same_storage_numel_op", "functional_all_reduce",
            "FakeTensor", "FakeTensorMode", "DataDependentOutputException",
@@ -237,10 +237,6 @@ native_batch_norm_legit = torch._native_batch_norm_legit
 # the op packet: ``softmax_backward_data_op.default`` is its overload.)
 softmax_backward_data = getattr(torch, "_softmax_backward_data", None)
 softmax_backward_data_op = torch.ops.aten._softmax_backward_data
-# torch.einsum's kernel.  Why: torch.einsum's Python wrapper costs ~2 µs a call and adds
-# nothing for plain tensors (named matmuls run through it).  Public alternative
-# considered: ``torch.einsum`` (used wherever a graph is built).
-einsum_kernel = torch._C._VariableFunctions.einsum
 
 
 def tensor_body(data: torch.Tensor, **printoptions) -> str:
