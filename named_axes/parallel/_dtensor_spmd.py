@@ -213,7 +213,6 @@ class LocalShardEngine(SerialEngine):
         """An output leaf as the engine returns it: a fully replicated one as it is when
         full outputs are asked for (its cotangent split over the ranks), else the DTensor
         laid out per the plan (:meth:`DTensorEngine.from_dtensor` takes it from there)."""
-
         if isinstance(leaf, NamedTensor):
             data, names = leaf._data, leaf._names
         elif isinstance(leaf, torch.Tensor):
