@@ -90,7 +90,7 @@ def test_startup_bench_measures_imports_and_reports_targets():
     text = "\n".join(bench_startup.report({"torch": 2.0, "named_axes": 2.2}, first))
     assert ("| P1 small train step, nx.jit + program store, first call, warm cache | 8.0 ms "
             "| | meets target ≤ 2× JAX first call (0.02×) |") in text
-    assert "AOTInductor (7.0 s, measured" in text and "saved after" not in text
+    assert "packaging (7.0 s, measured" in text and "saved after" not in text
     floor = bench_startup._child(bench_startup._MAKE_FX_FLOOR)   # a real child process
     assert 0 < floor < 60
 
@@ -108,3 +108,15 @@ def test_sharded_bench_runs_both_versions_on_a_2x2_mesh():
     text = bench_sharded.main(["--steps", "3"])
     assert "hand-written DTensor TP" in text and "named_axes, 2x2 mesh" in text
     assert "all_reduce" in text
+
+
+@pytest.mark.hunt   # four compiles: make test-all runs it
+@pytest.mark.timeout(600)
+def test_compile_guards_bench_prints_its_table():
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "compile_guards.py"), "--calls", "5"],
+        cwd=ROOT, capture_output=True, text=True, timeout=580,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith(("| p1_", "| p3_"))]
+    assert len(rows) == 4 and all(len(r.split("|")) == 7 for r in rows), proc.stdout
