@@ -26,7 +26,7 @@ __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
            "functorch_transform_kinds", "is_functorch_wrapped", "functorch_unwrapped",
            "functorch_disabled", "dispatch_depth", "dispatch_modes",
            "disable_dispatch_modes", "TorchDispatchMode", "tracing_mode_active",
-           "tensor_version", "view_base", "is_zerotensor", "node_sequence_nr",
+           "tensor_version", "view_base", "node_sequence_nr",
            "forward_class", "graph_task_id", "saved_tensors_hooks_disabled",
            "tree_flatten", "tree_unflatten", "tree_map", "tree_leaves",
            "tree_flatten_with_path", "keystr", "forward_ad_level",
@@ -155,14 +155,6 @@ def view_base(t: torch.Tensor) -> torch.Tensor | None:
     Why: an op writing through a view writes its base.  Public alternative considered:
     ``untyped_storage()`` (public) tells shared memory, not the base tensor."""
     return t._base
-
-
-def is_zerotensor(t: torch.Tensor) -> bool:
-    """Whether ``t`` is forward-mode AD's efficient zero tensor.
-
-    Why: such a tensor is refused by ``.numpy()`` and some ops.  Public alternative
-    considered: none."""
-    return t._is_zerotensor()
 
 
 def node_sequence_nr(node) -> int:

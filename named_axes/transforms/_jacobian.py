@@ -22,10 +22,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .._env import bind, bound_axes
-from .._modes import building_graph
 from .._tensor import NamedTensor
 from .._levels import ORIGINAL as _functorch
-from .._torch_private import is_zerotensor, tree_flatten, tree_map, tree_unflatten
+from .._torch_private import tree_flatten, tree_map, tree_unflatten
 from ._forward import jvp
 from ._grad import _argnums
 from ._vjp import vjp
@@ -71,16 +70,12 @@ def _jac(kind: str, fun: Callable, argnums, has_aux: bool) -> Callable:
 def _materialized(t: Any) -> Any:
     """``t`` with forward mode's efficient zeros (a ZeroTensor: a Jacobian that is zero
     everywhere, e.g. the Hessian of ``abs``) made ordinary zeros, which every later op
-    and ``.numpy()`` take (under a trace: a clone, which makes them at run time)."""
+    and ``.numpy()`` take: a clone, the one public way to make them (which outputs are
+    zero shows only when the program runs, so a traced one clones too)."""
     data = t._data if type(t) is _NT else t
     if not isinstance(data, torch.Tensor):
         return t
-    if building_graph():
-        data = data.clone()   # traced: which outputs are zero shows only when it runs
-    elif is_zerotensor(data):
-        data = torch.zeros(data.shape, dtype=data.dtype, device=data.device)
-    else:
-        return t
+    data = data.clone()
     return NamedTensor._wrap(data, t._names) if type(t) is _NT else data
 
 
