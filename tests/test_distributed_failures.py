@@ -75,8 +75,12 @@ WORKER = textwrap.dedent('''
             program(rank, scenario)
             dist.barrier()
         except BaseException as e:
-            # Name the rank in what this process reports, whatever it was.
-            raise RuntimeError(f"rank {{rank}} of {{world}} raised: {{type(e).__name__}}: {{e}}") from e
+            # Name the rank in what this process reports, whatever it was; printed too, since
+            # mp's join reports one failed process, and the peer that lost its connection to
+            # this one may be the one it reports.
+            report = f"rank {{rank}} of {{world}} raised: {{type(e).__name__}}: {{e}}"
+            print(report, file=sys.stderr, flush=True)
+            raise RuntimeError(report) from e
         dist.destroy_process_group()
         sys.stdout.flush(); sys.stderr.flush()
         os._exit(0)   # skip C++ destructors: gloo threads can abort at exit
