@@ -37,7 +37,7 @@ HARD_LIMIT_S = 150      # the whole launch, including two torch imports on a bus
 PG_TIMEOUT_S = 20       # gloo collective timeout inside the ranks
 
 WORKER = textwrap.dedent('''
-    import os, sys, traceback
+    import os, sys, time, traceback
     from datetime import timedelta
 
     import numpy as np
@@ -80,6 +80,8 @@ WORKER = textwrap.dedent('''
             # this one may be the one it reports.
             report = f"rank {{rank}} of {{world}} raised: {{type(e).__name__}}: {{e}}"
             print(report, file=sys.stderr, flush=True)
+            if scenario in ("raise", "die") and rank != 1:
+                time.sleep(2)   # the victim of rank 1's failure: let the launcher see rank 1's first
             raise RuntimeError(report) from e
         dist.destroy_process_group()
         sys.stdout.flush(); sys.stderr.flush()
