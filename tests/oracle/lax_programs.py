@@ -335,6 +335,23 @@ def _carry_types(s, init, outs, sub):
     return [Ty(dict(names), s.types[r].shape, s.types[r].kind) for r in init]
 
 
+def _loop_steps(s, init, closures, counter, bad, per):
+    """A loop body stepping each carry of ``init`` with the loop counter (type
+    ``counter``) at hand: ``(body ops, outputs, carry types after the loop)``."""
+    base = len(s.types)
+    sub = _sub(s, [counter] + [s.types[r] for r in init])
+    c_ref, crefs = base, list(range(base + 1, base + 1 + len(init)))
+    outs = [_step(sub, c, _compatible(sub, closures, sub.types[c]), [c_ref],
+                  idx_float=True) for c in crefs]
+    if bad:
+        outs[-1] = _spoil(sub, outs[-1])
+    types = _carry_types(s, init, outs, sub)
+    if per:
+        for t in types:
+            t.names.update(counter.names)
+    return sub.ops, outs, types
+
+
 def fori(s, init, closures, pool, bad=False):
     rng = s.rng
     lo = rng.randint(0, 2)
@@ -349,19 +366,8 @@ def fori(s, init, closures, pool, bad=False):
     else:
         hi = rng.randint(lo - 1, lo + 3)
         itype = Ty({}, (), "i")
-    base = len(s.types)
-    sub = _sub(s, [itype] + [s.types[r] for r in init])
-    i_ref, crefs = base, list(range(base + 1, base + 1 + len(init)))
-    extra = [i_ref]
-    outs = [_step(sub, c, _compatible(sub, closures, sub.types[c]), extra,
-                  idx_float=True) for c in crefs]
-    if bad:
-        outs[-1] = _spoil(sub, outs[-1])
-    types = _carry_types(s, init, outs, sub)
-    if per:
-        for t in types:
-            t.names.update(itype.names)
-    return s.op(types, op="fori", lo=lo, hi=hi, tuple=tup, body=sub.ops, out=outs,
+    body, outs, types = _loop_steps(s, init, closures, itype, bad, per)
+    return s.op(types, op="fori", lo=lo, hi=hi, tuple=tup, body=body, out=outs,
                 nout=len(init), **{"in": ins})
 
 
@@ -401,18 +407,8 @@ def while_(s, init, closures, pool, bad=False):
         lim = rng.choice(pool) if pool and rng.random() < 0.4 else _ai(s)
         ins = [lim] + ins
         ktype = Ty(dict(s.types[lim].names), (), "i")
-    base = len(s.types)
-    sub = _sub(s, [ktype] + [s.types[r] for r in init])
-    k_ref, crefs = base, list(range(base + 1, base + 1 + len(init)))
-    outs = [_step(sub, c, _compatible(sub, closures, sub.types[c]), [k_ref],
-                  idx_float=True) for c in crefs]
-    if bad:
-        outs[-1] = _spoil(sub, outs[-1])
-    types = _carry_types(s, init, outs, sub)
-    if per:
-        for t in types:
-            t.names.update(ktype.names)
-    return s.op(types, op="while", limit=None if per else rng.randint(-1, 3), body=sub.ops,
+    body, outs, types = _loop_steps(s, init, closures, ktype, bad, per)
+    return s.op(types, op="while", limit=None if per else rng.randint(-1, 3), body=body,
                 out=outs, nout=len(init), **{"in": ins})
 
 
