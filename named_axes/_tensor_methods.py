@@ -130,5 +130,6 @@ def attach() -> None:
     """Put the methods above on NamedTensor (once, at ``import named_axes``)."""
     for f in (rename, refine_names, align_to, align_as, flatten, unflatten, __getitem__,
               __setitem__, __array_ufunc__):
+        f.__qualname__ = f"NamedTensor.{f.__name__}"   # as help() and tracebacks name it
         setattr(NamedTensor, f.__name__, f)
     NamedTensor.grad = property(_get_grad, _set_grad, doc="The gradient, named as the value.")
