@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ._env import conflicts
+from ._env import TAPES, conflicts
 from ._errors import AxisResourceError, AxisSizeError, AxisTypeError, NamedAxisError, ShapeError
 from ._layout import align, union_names
 from ._registry import ENTRIES, op_name, rule_while_compiling
@@ -30,6 +30,7 @@ from ._torch_private import (dispatch_depth, is_functorch_wrapped, native_batch_
                              tree_flatten, tree_unflatten)
 from . import _tensor
 from ._tensor import NamedTensor
+from ._tape import note_call
 from ._levels import ORIGINAL as _functorch
 from ._writes import check_inplace, write_out
 
@@ -75,19 +76,22 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
                     a, kw = _unwrap_unnamed(func, args, kwargs)
                     break
     try:
+        out = NotImplemented
         if rule is not None:
             try:
                 out = rule(func, a, kw)
             except UseFallback:
-                out = NotImplemented
-            if out is not NotImplemented:
-                return out
-        return vmap_fallback(func, a, kw)
+                pass
+        if out is NotImplemented:
+            out = vmap_fallback(func, a, kw)
     except NamedAxisError:
         raise
     except (RuntimeError, IndexError, ValueError) as e:
         # A positional problem: torch's message on the user's shapes, and a fix.
         raise ShapeError(positional_failure(op_name(func), func, args, kwargs, e)) from e
+    if TAPES:   # inside nx.grad / nx.vjp: what the op's derivative reads (_tape)
+        note_call(func, args, kwargs, out)
+    return out
 
 
 def _unwrap_unnamed(func: Callable, args: tuple, kwargs: dict) -> tuple:

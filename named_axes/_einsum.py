@@ -38,6 +38,7 @@ from ._errors import (AxisSizeError, AxisSpecError, AxisTypeError, UnboundAxisEr
 from ._parsing import parse_einsum_spec as parse_spec
 from ._plancache import PlanCache
 from ._tensor import NamedTensor
+from ._tape import taped
 
 __all__ = ["einsum", "parse_spec"]
 
@@ -45,6 +46,7 @@ _NT = NamedTensor
 _LETTERS = string.ascii_letters
 
 
+@taped("bilinear")
 def einsum(spec: str, *operands: Any) -> Any:
     """Einstein summation over positional letters and braced axis names.
 

@@ -27,6 +27,10 @@ from ._torch_private import functorch_active, functorch_level
 # (transforms/_instances.py).
 RECORDERS: list = []
 
+# Open tapes (named_axes._tape.Tape), innermost last: each notes the NamedTensors built
+# while its differentiated call runs (NamedTensor._wrap), only while RECORDERS is too.
+TAPES: list = []
+
 # Recorder key (see NamedTensor._wrap): names bound by frames opened while a
 # differentiated function runs, i.e. a nested xmap's own axes (transforms/_instances.py).
 class INNER:

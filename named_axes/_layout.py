@@ -23,6 +23,7 @@ from ._parsing import AxisMapping, check_identifier, parse_mapping
 from ._plancache import PlanCache
 from ._registry import op_name
 from ._tensor import RECORDERS, NamedTensor
+from ._tape import taped
 
 __all__ = ["align", "align_to", "named", "positional", "to_named", "to_named_perm", "insert_named",
            "insert_plan", "apply_insert", "union_names"]
@@ -216,6 +217,7 @@ def apply_insert(data: torch.Tensor, plan: tuple, sizes: Mapping):
     return NamedTensor._wrap(data, keep) if keep else data
 
 
+@taped("linear")
 def named(t: Any, axes: Any) -> NamedTensor:
     """Make a NamedTensor from a tensor (outside xmap).
 
@@ -245,6 +247,7 @@ def named(t: Any, axes: Any) -> NamedTensor:
     return NamedTensor._wrap(data, names)
 
 
+@taped("linear")
 def positional(nt: Any, axes: Any = ...) -> torch.Tensor:
     """Turn a NamedTensor back into a ``torch.Tensor``, placing its named axes per ``axes``.
 

@@ -35,6 +35,7 @@ from ._env import bound_axes
 from ._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape
 from ._parsing import check_identifier
 from ._tensor import NamedTensor
+from ._tape import taped
 
 __all__ = ["rename", "refine_names", "align_to", "align_as", "flatten", "unflatten",
            "getitem", "setitem"]
@@ -99,6 +100,7 @@ def _from_list(names: tuple, rank: int, op: str) -> dict:
 
 # -- rename / refine_names -----------------------------------------------------------------
 
+@taped("linear")
 def rename(x: NamedTensor, *args, **rename_map) -> NamedTensor:
     """Rename named axes: ``rename(old='new')`` or ``rename({old: new})``.
 
@@ -131,6 +133,7 @@ def rename(x: NamedTensor, *args, **rename_map) -> NamedTensor:
     return NamedTensor._wrap(x._data, names)
 
 
+@taped("linear")
 def refine_names(x: NamedTensor, *names) -> NamedTensor:
     """Turn positional dims into named axes: one entry per positional dim (``None`` keeps
     it positional), or ``...`` for the dims not listed.
@@ -156,6 +159,7 @@ def _ellipsis(names: tuple) -> tuple:
 
 # -- align_to / align_as ---------------------------------------------------------------------
 
+@taped("linear")
 def align_to(x: NamedTensor, *names):
     """Place named axes as positional dims (see ``NamedTensor.align_to``).
 
@@ -184,6 +188,7 @@ def align_to(x: NamedTensor, *names):
     return insert_named(x, parse_mapping(mapping), sizes=sizes, what=op)
 
 
+@taped("linear")
 def align_as(x: NamedTensor, other) -> torch.Tensor:
     """``x`` laid out to broadcast against ``nx.positional(other)``.
 
@@ -220,6 +225,7 @@ def _is_name(v: Any) -> bool:
     return not isinstance(v, (int, torch.Tensor)) and v is not None and v is not Ellipsis
 
 
+@taped("linear")
 def flatten(x: NamedTensor, *args, **kwargs):
     """Positional ``flatten(start_dim, end_dim)``, or ``flatten(dims, out_dim)`` merging
     named axes ``dims`` (row-major in the order listed) into named axis ``out_dim``.
@@ -252,6 +258,7 @@ def flatten(x: NamedTensor, *args, **kwargs):
     return NamedTensor._wrap(data, (out_dim,) + tuple(x._names[i] for i in rest))
 
 
+@taped("linear")
 def unflatten(x: NamedTensor, *args, **kwargs):
     """Positional ``unflatten(dim, sizes)``, or ``unflatten(name, namedshape)`` splitting
     named axis ``name`` into named axes (``(('c', 2), ('h', 3))`` or ``{'c': 2, 'h': 3}``;
@@ -374,6 +381,7 @@ def _positional_index(x: NamedTensor, pos: dict):
     return tuple(norm.get(d, slice(None)) for d in range(max(norm) + 1))
 
 
+@taped("linear")
 def getitem(x: NamedTensor, index):
     """``x[{'batch': 3}]`` (drops ``batch``), ``x[{'seq': slice(0, 4)}]``,
     ``x[{'batch': torch.tensor([0, 2])}]`` (keep both), ``x[{'batch': 0, 1: 2}]`` (int keys
@@ -400,6 +408,7 @@ def getitem(x: NamedTensor, index):
     return out._data if type(out) is NamedTensor and not out._names else out
 
 
+@taped("linear", output_arg=0)
 def setitem(x: NamedTensor, index, value) -> None:
     """``x[{'batch': 3}] = v``: assign through a view (ints and slices only).
 

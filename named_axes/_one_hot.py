@@ -19,10 +19,12 @@ from ._env import _state as _env_state
 from ._env import bound_axes
 from ._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from ._tensor import NamedTensor
+from ._tape import taped
 
 __all__ = ["one_hot"]
 
 
+@taped("constant")
 def one_hot(labels: Any, num_classes: int, dim: Any = -1, *, axis: Any = None,
             dtype: torch.dtype | None = None) -> Any:
     """One-hot encode integer ``labels`` into ``num_classes`` classes along ``dim``.

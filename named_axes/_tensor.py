@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ._env import RECORDERS
+from ._env import RECORDERS, TAPES
 from ._env import _state as _env_state
 from ._errors import AxisSpecError, AxisTypeError, ShapeError, fmt_named_shape
 from ._levels import check_foreign as _check_foreign
@@ -35,8 +35,10 @@ __all__ = ["NamedTensor"]
 _Tensor = torch.Tensor
 
 
-def _record(data: torch.Tensor, names: tuple) -> None:
-    shape = data.shape
+def _record(value: "NamedTensor") -> None:
+    shape, names = value._data.shape, value._names
+    for tape in TAPES:
+        tape.made[id(value)] = value
     for rec in RECORDERS:
         for i, n in enumerate(names):
             if n not in rec:
@@ -73,7 +75,7 @@ class NamedTensor:
         self._names = names
         if names:
             if RECORDERS:
-                _record(data, names)
+                _record(self)
             if _functorch_active():
                 _check_foreign()
         return self

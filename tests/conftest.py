@@ -8,6 +8,7 @@ names, plain tensors left plain), runs the op both ways and compares.
 from __future__ import annotations
 
 import itertools
+import os
 import random
 from typing import Any, Callable, Sequence
 
@@ -15,7 +16,10 @@ import pytest
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-import named_axes as nx
+# every fold of a gradient's copies checks the copies it drops (transforms/_instances)
+os.environ.setdefault("NAMED_AXES_CHECK_FOLDS", "1")
+
+import named_axes as nx  # noqa: E402
 from named_axes._tensor import NamedTensor
 
 POOL = ("a", "b", "c")

@@ -20,6 +20,8 @@ from .._env import _state as _env_state
 from .._env import bound_axes, current_frame
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from .._tensor import NamedTensor
+from .._tape import TAPES, kind_of, note
+from .._torch_private import tree_flatten
 
 _NT = NamedTensor
 
@@ -31,25 +33,36 @@ LABEL_AXES = [False]
 
 
 def _shows_axes(position: int = 1) -> Callable:
+    """Decorate a collective: open tapes note it (:mod:`named_axes._tape`), and while
+    ``nx.make_graph`` traces, its nodes carry the axes it was called with."""
     def decorate(fn: Callable) -> Callable:
+        kind = kind_of(fn.__name__)
+
         @functools.wraps(fn)
         def call(*args, **kwargs):
-            if not LABEL_AXES[0]:
-                return fn(*args, **kwargs)
-            name = args[position] if len(args) > position else kwargs.get("axis_name")
-            # fx_traceback.annotate's effect, spelled so torch 2.9 (no annotate) has it too
-            meta = fx_traceback.current_meta
-            before = meta.get("custom")
-            meta["custom"] = {**(before or {}), "axis_name": name, "collective": fn.__name__}
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                if before is None:
-                    meta.pop("custom", None)
-                else:
-                    meta["custom"] = before
+            out = fn(*args, **kwargs) if not LABEL_AXES[0] else _labelled(
+                fn, args[position] if len(args) > position else kwargs.get("axis_name"),
+                args, kwargs)
+            if TAPES:
+                note(kind, tree_flatten((args, kwargs))[0], tree_flatten(out)[0])
+            return out
         return call
     return decorate
+
+
+def _labelled(fn: Callable, name: Any, args: tuple, kwargs: dict) -> Any:
+    """``fn(*args, **kwargs)``, the nodes it traces labelled with the axis ``name``."""
+    # fx_traceback.annotate's effect, spelled so torch 2.9 (no annotate) has it too
+    meta = fx_traceback.current_meta
+    before = meta.get("custom")
+    meta["custom"] = {**(before or {}), "axis_name": name, "collective": fn.__name__}
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        if before is None:
+            meta.pop("custom", None)
+        else:
+            meta["custom"] = before
 
 
 def _axis_names(axis_name: Any, op: str) -> tuple:

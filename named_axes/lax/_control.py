@@ -26,6 +26,7 @@ from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from .._layout import align, union_names
 from .._modes import building_graph
 from .._tensor import NamedTensor
+from .._tape import taped
 from .._torch_private import (keystr, tree_flatten, tree_flatten_with_path, tree_map,
                               tree_unflatten)
 from ._common import _as_named
@@ -38,6 +39,7 @@ _NT = NamedTensor
 _CARRY_FIX = "return a carry with init_val's positional shapes and dtypes"
 
 
+@taped("linear")
 def select(pred: Any, on_true: Any, on_false: Any) -> Any:
     """``on_true`` where ``pred`` holds, else ``on_false`` (``jax.lax.select``): the cases
     have one positional shape and dtype, ``pred`` that shape or ``()``; names broadcast.
@@ -66,6 +68,7 @@ def _on(p: Any, device: torch.device) -> Any:
     return _done(p, select)
 
 
+@taped("constant")
 def stop_gradient(x: Any) -> Any:
     """``x`` (a pytree) with no gradient flowing back (``jax.lax.stop_gradient``).
 

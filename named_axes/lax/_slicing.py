@@ -23,6 +23,7 @@ from .._dispatch import result
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from .._layout import align, union_names
 from .._tensor import NamedTensor
+from .._tape import taped
 from ..rules.named_ints import along as _along
 from ..rules.named_ints import clamped_starts as _clamp
 from ..rules.named_ints import take_slice as _take
@@ -87,6 +88,7 @@ def _sizes(slice_sizes: Any, shape: tuple, op: str) -> list:
     return sizes
 
 
+@taped("linear")
 def dynamic_slice(operand: Any, start_indices: Sequence, slice_sizes: Sequence[int]) -> Any:
     """``operand[start:start + size]`` along every positional dim (``jax.lax.dynamic_slice``).
 
@@ -127,6 +129,7 @@ def _in_dim(operand: Any, start: Any, axis: int, op: str) -> tuple:
     return [start if d == axis else 0 for d in range(p)], axis
 
 
+@taped("linear")
 def dynamic_slice_in_dim(operand: Any, start_index: Any, slice_size: int, axis: int = 0) -> Any:
     """:func:`dynamic_slice` along one positional dim (``jax.lax.dynamic_slice_in_dim``).
 
@@ -141,6 +144,7 @@ def dynamic_slice_in_dim(operand: Any, start_index: Any, slice_size: int, axis: 
     return dynamic_slice(operand, starts, sizes)
 
 
+@taped("linear")
 def dynamic_index_in_dim(operand: Any, index: Any, axis: int = 0, keepdims: bool = True) -> Any:
     """The entry ``index`` along positional dim ``axis`` (``jax.lax.dynamic_index_in_dim``).
 
@@ -161,6 +165,7 @@ def _update_checks(x: NamedTensor, u: NamedTensor, op: str) -> None:
                             f"{x._data.dtype} and {u._data.dtype}; cast the update")
 
 
+@taped("linear")
 def dynamic_update_slice(operand: Any, update: Any, start_indices: Sequence) -> Any:
     """``operand`` with ``update`` written at ``start_indices`` (``jax.lax.dynamic_update_slice``).
 
@@ -200,6 +205,7 @@ def dynamic_update_slice(operand: Any, update: Any, start_indices: Sequence) -> 
                  dynamic_update_slice)
 
 
+@taped("linear")
 def dynamic_update_slice_in_dim(operand: Any, update: Any, start_index: Any, axis: int) -> Any:
     """:func:`dynamic_update_slice` along one positional dim.
 
@@ -212,6 +218,7 @@ def dynamic_update_slice_in_dim(operand: Any, update: Any, start_index: Any, axi
     return dynamic_update_slice(operand, update, starts)
 
 
+@taped("linear")
 def dynamic_update_index_in_dim(operand: Any, update: Any, index: Any, axis: int) -> Any:
     """Write ``update`` at entry ``index`` of positional dim ``axis``; an update one rank
     lower gets the dim added (``jax.lax.dynamic_update_index_in_dim``).
@@ -240,6 +247,7 @@ def _canon(dims: Sequence[int], p: int, op: str) -> tuple:
     return tuple(out)
 
 
+@taped("linear")
 def squeeze(array: Any, dimensions: Sequence[int]) -> Any:
     """Remove positional dims of size 1 (``jax.lax.squeeze``); named axes are untouched.
 
@@ -257,6 +265,7 @@ def squeeze(array: Any, dimensions: Sequence[int]) -> Any:
     return _done(NamedTensor._wrap(data, x._names), squeeze)
 
 
+@taped("linear")
 def expand_dims(array: Any, dimensions: Sequence[int]) -> Any:
     """Insert positional dims of size 1 at ``dimensions`` of the result (``jax.lax.expand_dims``).
 

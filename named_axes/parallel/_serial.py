@@ -72,7 +72,19 @@ def _draw_seed() -> int:
     enclosing ``vmap``'s randomness check: the seed is one number for the whole call,
     not a random op of the program (whose own draws still obey ``vmap``'s flag)."""
     with functorch_disabled():
-        return int(torch.randint(0, 2**62, ()).item())
+        seed = torch.randint(0, 2**62, ())
+        try:
+            return int(seed.item())
+        except RuntimeError as e:   # make_fx's tracer: no value to read (dynamo breaks
+            # the graph at .item() and runs the loop eagerly)
+            if type(e).__name__ not in ("GuardOnDataDependentSymNode",
+                                        "DataDependentOutputException"):
+                raise
+            raise AxisResourceError(
+                "a SerialLoop axis inside nx.jit / make_fx: the loop replays its chunks on "
+                "values, which a trace does not have; call the xmap eagerly or under "
+                "torch.compile, or map the axis to a mesh axis (or to nothing: "
+                "vectorized)") from None
 
 
 class _Pause(BaseException):

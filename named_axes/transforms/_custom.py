@@ -26,6 +26,7 @@ from .._env import bound_axes, frames, within
 from .._errors import AxisSpecError, AxisTypeError
 from .._layout import align
 from .._tensor import NamedTensor
+from .._tape import TAPES, noted_rule, suspended, transposed
 from .._levels import ORIGINAL as _functorch
 from .._torch_private import tree_flatten
 from . import _instances
@@ -136,7 +137,11 @@ class custom_vjp:
                      if region is not None else bound_axes())
         call.scope = list(frames())   # bwd runs in this environment, wherever autograd is
         *out, o = _VjpFunction.apply(call, *_traced_inputs(call.leaves))
-        return rebox(out, o.spec, o.names)
+        out = rebox(out, o.spec, o.names)
+        if TAPES:   # inside nx.grad: what bwd does to named axes decides named shapes
+            call.noted = noted_rule(tree_flatten([call.args[i] for i in call.diff_pos])[0],
+                                    tree_flatten(out)[0])
+        return out
 
 
 def _traced_inputs(leaves: list) -> list:
@@ -176,6 +181,7 @@ class _Call:
         self.me, self.args = me, args
         self.nd = tuple(i % len(args) for i in me.nondiff_argnums)
         self.diff_pos, self.leaves, self.spec, self.names = _split(args, self.nd)
+        self.noted: list = []   # the tapes that noted this call (named_axes._tape)
 
     @staticmethod
     def keep(out, extra) -> tuple:
@@ -213,7 +219,11 @@ class _VjpFunction(torch.autograd.Function):
         # of a Function whose inputs do not require grad with grad on): fwd may call the
         # function itself, which then gives its value
         with torch.no_grad():
-            out, res = call.me.fwd(*call.rebuild(phys))
+            if TAPES:   # noted as a whole (noted_rule), not op by op
+                with suspended():
+                    out, res = call.me.fwd(*call.rebuild(phys))
+            else:
+                out, res = call.me.fwd(*call.rebuild(phys))
         return call.keep(out, res)
 
     @staticmethod
@@ -229,7 +239,8 @@ class _VjpFunction(torch.autograd.Function):
                   o.spec, [ni if ni is not None else () for ni in o.names])
         nondiff = [call.args[i] for i in call.nd]
         with within(call.scope):
-            grads = me.bwd(*nondiff, o.extra, g)
+            grads = transposed(call.noted, tree_flatten(g)[0],
+                               lambda: me.bwd(*nondiff, o.extra, g))
         if not isinstance(grads, (tuple, list)):
             raise AxisTypeError(f"custom_vjp({me.__name__}): bwd must return a tuple "
                                 f"with one entry per differentiable argument")

@@ -22,7 +22,7 @@ import torch
 from .._errors import AxisSpecError, AxisTypeError, fmt_named_shape
 from .._modes import building_graph
 from .._tensor import NamedTensor
-from ._instances import Redo, Region, fold_copies
+from ._instances import Redo, Region, fold_copies, static_tape
 from ._tree import box_leaf, expand_over, named_axes_of, rebox, unbox
 from ._vjp import _chunked, _sum_over_chunks
 from .._levels import ORIGINAL as _functorch
@@ -89,13 +89,16 @@ def _rebox(leaves: Sequence, spec: Any, names: list) -> Any:
     return rebox(leaves, spec, names)
 
 
-def _call(fun, args, nums, prepared, phys):
-    """``fun`` on args where argument ``nums[k]`` is rebuilt from ``phys[k]``."""
+def _call(fun, args, nums, prepared, phys, tape=None):
+    """``fun`` on args where argument ``nums[k]`` is rebuilt from ``phys[k]``; the
+    rebuilt leaves are the roots of ``tape``."""
     call = list(args)
     for i, (_, spec, names), leaves in zip(nums, prepared, phys):
         # a leaf with no named axes goes in as a plain tensor (torch APIs such as
         # torch.func.functional_call accept nothing else)
         call[i] = _rebox(leaves, spec, [n or None for n in names])
+        if tape is not None:
+            tape.roots(call[i], args[i])
     return fun(*call)
 
 
@@ -162,10 +165,12 @@ def _value_and_grad_once(fun, argnums, has_aux, reduce_axes, what, args, nums, s
     prepared = _prepare(args, nums, sizes, reduce_axes)
     out_names: list = []
     aux_box: list = []
+    added = tuple(n for n in sizes if n not in reduce_axes)
     region = Region(sizes, reduce_axes)
+    tape = static_tape(added)
     phys_fun = _loss_fun(fun, args, nums, prepared, has_aux, what, region, first_run,
-                         out_names, aux_box)
-    with region:
+                         out_names, aux_box, tape)
+    with region, tape:
         g, value, aux_tensors = _grad_and_value(phys_fun, prepared)
     grads = tuple([_rebox(gl, spec, names) for gl, (_, spec, names) in zip(g, prepared)])
     chunked = _chunked(region.axes, reduce_axes)
@@ -175,10 +180,8 @@ def _value_and_grad_once(fun, argnums, has_aux, reduce_axes, what, args, nums, s
     trees = [value] + list(grads)
     if has_aux:
         trees.append(_aux_tree(aux_box, aux_tensors))
-    added = tuple(n for n in sizes if n not in reduce_axes)
-    if added:   # fold copies made by the broadcast that JAX computes once
-        trees = fold_copies(trees, [None, *(args[i] for i in nums)], added,
-                             getattr(fun, "__code__", fun))
+    if added:   # fold the copies made by the broadcast along axes JAX never added
+        trees = fold_copies(trees, tape)
     value, grads = trees[0], tuple(trees[1:1 + len(nums)])
     grads = grads[0] if isinstance(argnums, int) else grads
     if has_aux:
@@ -187,12 +190,13 @@ def _value_and_grad_once(fun, argnums, has_aux, reduce_axes, what, args, nums, s
 
 
 def _loss_fun(fun, args, nums, prepared, has_aux, what, region, first_run, out_names,
-              aux_box) -> Callable:
+              aux_box, tape) -> Callable:
     """``fun`` as a function of the differentiated arguments' physical leaves, returning
     ``(seed, (loss, aux tensors))``: the seed is the sum of every instance's loss.  The
-    loss's names go to ``out_names``, the aux structure to ``aux_box``."""
+    loss's names go to ``out_names``, the aux structure to ``aux_box``; ``tape`` decides
+    the named shapes of the results from the program."""
     def phys_fun(*phys):
-        out = _call(fun, args, nums, prepared, phys)
+        out = _call(fun, args, nums, prepared, phys, tape)
         loss, aux = out if has_aux else (out, None)
         if has_aux and not (isinstance(out, tuple) and len(out) == 2):
             raise AxisTypeError(f"{what}: has_aux=True needs fun to return (loss, aux)")
@@ -200,6 +204,7 @@ def _loss_fun(fun, args, nums, prepared, has_aux, what, region, first_run, out_n
         names = loss._names if isinstance(loss, _NT) else ()
         out_names[:] = [loss._names if isinstance(loss, _NT) else None]
         region.settle(first_run)
+        tape.decide(loss, aux)
         total = data.sum() if data.dim() else data   # per-instance losses: their sum
         scale = region.seed_scale(names)
         if scale != 1:   # a loss lacking a relevant axis counts once per instance

@@ -27,6 +27,11 @@ grad family makes that exact with three steps, all decided here:
    (a replicated result counts once per instance).  Exact for rules linear in the
    cotangent and uniform across instances (``f_psum``/``g_psum``, clipping by a
    constant...), which is what JAX code writes.
+4. *Named shapes* — a :class:`GradTape` (:mod:`named_axes._tape`) follows the program
+   while it runs: the value and aux keep the broadcast axes they really carry, each
+   gradient the axes its cotangent gains by JAX's transpose rules; the other copies are
+   dropped.  Decided from the program, never from the values, so the same program has
+   the same named shapes on any data, traced or not, on a mesh or in a loop.
 
 >>> import torch, named_axes as nx
 >>> xb = nx.named(torch.tensor([[1., 2.], [3., 4.]]), {0: 'b'})
@@ -38,19 +43,21 @@ tensor([[1., 2.],
 """
 from __future__ import annotations
 
+import os
 
 import torch
 
-from .._env import INNER, bound_axes
+from .._env import INNER
 from .._errors import AxisTypeError
 from .._modes import modes_run_values as _modes_run_values
 from .._tensor import RECORDERS, NamedTensor
-from .._torch_private import dispatch_depth, is_functorch_wrapped, tree_flatten, tree_unflatten
+from .._tape import Tape
+from .._torch_private import is_functorch_wrapped, tree_flatten, tree_unflatten
 
-__all__ = ["Region", "REGIONS", "Redo", "current", "lacking", "drop_replicated", "fold_copies"]
+__all__ = ["Region", "REGIONS", "Redo", "current", "lacking", "GradTape", "static_tape",
+           "without", "fold_copies"]
 
 _is_wrapped = is_functorch_wrapped
-_dispatch_depth = dispatch_depth
 
 REGIONS: list = []  # open regions, innermost last
 
@@ -149,193 +156,138 @@ def lacking(axes: dict, names: tuple) -> dict:
 
 
 
+class GradTape(Tape):
+    """The :class:`~named_axes._tape.Tape` of one ``nx.grad`` / ``nx.vjp`` call: it knows
+    the differentiated inputs (``roots``) and, once the function ran (``decide``), the
+    added axes each result keeps -- the value and aux: the ones they really carry; each
+    gradient: its input's own, and its cotangent's."""
+
+    def __init__(self, added: tuple) -> None:
+        super().__init__(added)
+        self.root_leaves: list = []   # per differentiated argument: [(leaf, own names)]
+        self.keep: list | None = None   # per result tree: per leaf, the added axes kept
+        self.loss = None
+        self.forward: tuple = ()
+
+    def roots(self, rebuilt, orig) -> None:
+        """Note the leaves of ``rebuilt`` (an argument broadcast along the added axes)
+        as inputs; ``orig``: the argument as given."""
+        mine = []
+        for leaf, o in zip(tree_flatten(rebuilt)[0], tree_flatten(orig)[0]):
+            own = o._names if type(o) is NamedTensor else ()
+            if type(leaf) is NamedTensor:
+                self.root(leaf, own)
+            mine.append((leaf, self.added.intersection(own)))
+        self.root_leaves.append(mine)
+
+    def decide(self, loss, aux=None, grads: bool = True) -> None:
+        """Once the function ran: the axes its value ``loss`` and ``aux`` keep, and
+        (``grads``) what seeds the gradients' analysis, made by :meth:`settle` after the
+        backward (which may refine custom rules' edges: ``_tape.transposed``)."""
+        self.loss = loss if grads else None
+        self.forward = ([self.true(v) if _is_tensor(v) else _EMPTY for v in tree_flatten(loss)[0]],
+                        [self.true(v) if _is_tensor(v) else _EMPTY for v in tree_flatten(aux)[0]])
+        self.keep = [self.forward[0], self.forward[1]]
+
+    def settle_gradients(self) -> None:
+        """``keep`` for the gradients: their inputs' own axes and their cotangents'."""
+        if self.opaque:   # a value the tape could not follow: keep every copy
+            ct = None
+        else:
+            loss = self.loss
+            ct = self.cotangent_axes([loss] if self.node(loss) is not None
+                                     else self.plain_sinks())
+        # (JAX's: a cotangent may lack its input's own axes -- grad of psum(x, 'i'))
+        grads = [[self.added if ct is None else ct.get(self.node(leaf), _EMPTY)
+                  for leaf, _ in mine] for mine in self.root_leaves]
+        self.keep = [self.forward[0], *grads, self.forward[1]]
+
+
+class _NoTape:
+    """Stands for a :class:`GradTape` where none is kept (no added axis, or dynamo
+    traces: the copies stay)."""
+    keep = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def roots(self, rebuilt, orig) -> None:
+        pass
+
+    def decide(self, loss, aux=None, grads: bool = True) -> None:
+        pass
+
+
+_EMPTY = frozenset()
+
+
+def static_tape(added: tuple):
+    """A :class:`GradTape` for a call whose inputs are broadcast along ``added``."""
+    if not added or torch.compiler.is_compiling():
+        return _NoTape()   # (made here: dynamo enters only context managers made in the trace)
+    return GradTape(added)
+
+
+def _is_tensor(v) -> bool:
+    return type(v) is NamedTensor or isinstance(v, torch.Tensor)
+
+
+# Tests set NAMED_AXES_CHECK_FOLDS=1: every fold then checks, where values can be read,
+# that the copies it drops equal the one it keeps -- the tape's analysis checked on
+# every program the suites run.
+_CHECK = os.environ.get("NAMED_AXES_CHECK_FOLDS") == "1"
+
+
+def without(value, axes) -> object:
+    """``value`` without the named axes ``axes`` (copies along them: keep the first)."""
+    if type(value) is not NamedTensor:
+        return value
+    names, data = value._names, value._data
+    drop = [n for n in names if n in axes]
+    if not drop:
+        return value
+    for n in drop:
+        d = names.index(n)
+        if _CHECK and _concrete(data):
+            _check_copies(data, d, n)
+        data = data.select(d, 0)
+        names = names[:d] + names[d + 1:]
+    return NamedTensor._wrap(data, names)
+
+
 def _concrete(t) -> bool:
     """Whether ``t`` holds real values we may read (not traced, fake or batched)."""
-    # plain tensors and subclasses that hold real values (DTensor: every rank runs the
-    # same comparison); fake and proxy tensors only exist under a dispatch mode
-    # (is_compiling first: dynamo refuses to trace _is_wrapped)
     return (not torch.compiler.is_compiling() and isinstance(t, torch.Tensor)
             and not _is_wrapped(t) and _modes_run_values())
 
 
-# Copies along an axis are folded when equal up to this many units in the last place:
-# the same sum reduced in another order (gloo's ring all-reduce adds each part of the
-# buffer starting at a different rank) differs in the last bits, and the named shape of
-# a result must not depend on where it ran (mesh oracle, seed 101, p101_00160).
-_FOLD_ULPS = 16
-
-
-def _copies_agree(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Elementwise: ``a`` and ``b`` are equal, or (floating and complex dtypes) within
-    ``_FOLD_ULPS`` units in the last place of the larger magnitude."""
-    same = a == b
-    if not (a.is_floating_point() or a.is_complex()):
-        return same
-    eps = torch.finfo(a.dtype).eps
-    return same | ((a - b).abs() <= _FOLD_ULPS * eps * torch.maximum(a.abs(), b.abs()))
-
-
-def _same_in_every_chunk(value: NamedTensor, name: str, chunked: tuple) -> bool:
-    """Whether ``value``'s slices along the loop axis ``name`` are all equal, across
-    every chunk: the largest and smallest instance agree (one replayed collective, so
-    every chunk reads the same answer) -- at every index of the other axes held in part
-    (``chunked``), whose chunks must all agree too (one more collective over them: a
-    decision read off this chunk's part of them alone differed between chunks, and on a
-    mesh the ranks then issued different collectives)."""
-    from ..lax import pmax, pmin
-    with torch.no_grad():
-        hi, neg_lo = pmax((value, -value), name)
-        rest = tuple(m for m in chunked if m != name)
-        if not rest:
-            hi, neg_lo = (t._data if type(t) is NamedTensor else t for t in (hi, neg_lo))
-            return bool(_copies_agree(hi, -neg_lo).all())
-        same = _copies_agree(hi._data, -neg_lo._data)
-        keep = [hi._names.index(m) for m in rest]   # in ``names`` order, as ``rest``
-        other = tuple(i for i in range(same.dim()) if i not in keep)
-        per = (same.all(dim=other) if other else same).to(torch.float32)
-        everywhere = pmin(NamedTensor._wrap(per, rest), rest)
-    return bool(torch.equal(everywhere, torch.ones_like(everywhere)))
-
-
-def _equal_along_in_every_chunk(value: NamedTensor, name: str, chunked: tuple) -> bool:
-    """Whether ``value``'s slices along ``name`` (held whole here) are all equal in every
-    chunk of the loop axes ``chunked`` (which ``value`` holds in part): each chunk's
-    per-position answer, combined by one replayed ``pmin``."""
-    from ..lax import pmin
-    names, data = value._names, value._data
-    d = names.index(name)
-    keep = [names.index(m) for m in chunked]   # in ``names`` order, as ``chunked``
-    other = tuple(i for i in range(data.dim()) if i not in keep)
-    with torch.no_grad():
-        same = _copies_agree(data, data.narrow(d, 0, 1))
-        per = (same.all(dim=other) if other else same).to(torch.float32)
-        everywhere = pmin(NamedTensor._wrap(per, chunked), chunked)
-    return bool(torch.equal(everywhere, torch.ones_like(everywhere)))
-
-
-# (function code, output tag, names, candidates) -> the axes folded on the last call
-# whose values could be read; used when they cannot (tracing), so that a traced or
-# compiled program has the named shapes an eager call of it had.
-_FOLDS: dict = {}
-_FOLDS_MAX = 4096
-FOLD_MISSES = [0]   # lookups under tracing that found no eager decision
-
-
-def drop_replicated(items: list) -> list:
-    """Each ``(value, candidates, key)`` of ``items`` as ``value`` (a NamedTensor)
-    without the ``candidates`` axes along which its slices are all equal (to a few units
-    in the last place: ``_copies_agree``).
-
-    The differentiated inputs are broadcast along the axes a closed-over value carries,
-    so a result that JAX computes once (unbatched) comes out once per instance, all
-    copies equal; they are folded back to one.  Reading values is only possible on
-    real tensors.  Under tracing (make_fx, nx.jit, torch.compile, torch.func) the axes
-    folded by the last eager call with the same ``key`` are folded again (nx.jit makes
-    one eager call first); with no such call the copies are kept, which changes named
-    shapes (an output may then need to place the axis), never values.  On a chunk of a
-    ``SerialLoop`` axis the comparison spans every chunk (one replayed ``pmax``/``pmin``),
-    for the loop axis itself and for every axis of a value that holds a chunk.
-
-    The equality tests of all items are read at once: on a lazy device (XLA) every read
-    runs the graph built so far, so one read per gradient leaf would cut a training
-    step into dozens of graphs, each compiled on the first step.
-    """
-    bound = bound_axes()
-    plans, tests = [], []   # per item: None, or (full key, names, [(name, test)])
-    for value, candidates, key in items:
-        plans.append(_fold_plan(value, candidates, key, bound, tests))
-    answers = _read_all(tests)
-    return [value if plan is None else _fold(value, plan, answers)
-            for (value, _, _), plan in zip(items, plans)]
-
-
-def _fold_plan(value, candidates: tuple, key, bound: dict, tests: list):
-    """How :func:`drop_replicated` decides one item: None (no candidate axis), else
-    ``(full key, names, checks)`` with ``checks`` None (traced: the values cannot be
-    read) or ``[(name, answer)]``, an answer a bool or the index of a test appended to
-    ``tests`` (read with all the others at once)."""
-    names = value._names if type(value) is NamedTensor else ()
-    candidates = tuple(n for n in candidates if n in names)
-    if not candidates:
-        return None
-    full = (key, names, candidates) if key is not None else None
-    data = value._data
-    if not _concrete(data):
-        return (full, names, None)
-    checks = []
-    # axes held in part here (a chunk of a SerialLoop axis): every chunk must make the
-    # same decision, so the named shape never depends on the chunking
-    chunked = tuple(m for i, m in enumerate(names)
-                    if data.shape[i] != bound.get(m, data.shape[i]))
-    for n in candidates:
-        d = names.index(n)
-        if n in chunked:
-            checks.append((n, _same_in_every_chunk(value, n, chunked)))
-        elif chunked:
-            checks.append((n, _equal_along_in_every_chunk(value, n, chunked)))
-        else:
-            checks.append((n, len(tests)))
-            tests.append(_copies_agree(data, data.narrow(d, 0, 1)).all())
-    return (full, names, checks)
-
-
-def _fold(value: NamedTensor, plan: tuple, answers: list) -> NamedTensor:
-    """``value`` without the axes its plan (:func:`_fold_plan`) finds replicated, the
-    decision remembered per key for traced calls (which reuse the last eager one)."""
-    full, names, checks = plan
-    if checks is None:   # traced: the last eager decision, else keep the copies
-        # (not while dynamo traces: it cannot guard on a key holding a code object)
-        folded = (_FOLDS.get(full) if full is not None
-                  and not torch.compiler.is_compiling() else ())
-        if folded is None:   # no eager call decided it yet: nx.jit makes one, retraces
-            FOLD_MISSES[0] += 1
-            folded = ()
+def _check_copies(data: torch.Tensor, d: int, name) -> None:
+    first = data.narrow(d, 0, 1)
+    if hasattr(data, "full_tensor"):   # a DTensor: compare its values
+        data, first = data.full_tensor(), first.full_tensor()
+    if data.is_floating_point() or data.is_complex():
+        tol = 16 * torch.finfo(data.dtype).eps * torch.maximum(data.abs(), first.abs())
+        same = bool(((data - first).abs() <= tol).all())
     else:
-        folded = tuple(n for n, t in checks if (t if type(t) is bool else answers[t]))
-        if full is not None:
-            if len(_FOLDS) >= _FOLDS_MAX:
-                _FOLDS.clear()
-            _FOLDS[full] = folded
-    data = value._data
-    for n in folded:
-        d = names.index(n)
-        data = data.select(d, 0)
-        names = names[:d] + names[d + 1:]
-    return NamedTensor._wrap(data, names) if folded else value
+        same = bool((data == first).all())
+    if not same:
+        raise AssertionError(f"named_axes internal: the tape folds axis {name!r} of a "
+                             f"result whose copies along it differ")
 
 
-def _read_all(tests: list) -> list:
-    """The values of 0-d bool tensors, one read per device."""
-    answers = [False] * len(tests)
-    by_device: dict = {}
-    for i, t in enumerate(tests):
-        if hasattr(t, "full_tensor"):   # a DTensor: its value, the same on every rank
-            tests[i] = t = t.full_tensor()
-        by_device.setdefault(t.device, []).append(i)
-    for idx in by_device.values():
-        for i, v in zip(idx, torch.stack([tests[i] for i in idx]).tolist()):
-            answers[i] = v
-    return answers
-
-
-def fold_copies(trees: list, origs: list, added: tuple, code) -> list:
-    """``drop_replicated`` over the value, each gradient tree and the aux tree, with one
-    read of the equality tests for all of them.  A gradient keeps the axes its argument
-    (``origs[i]``) carries; the value and aux (``None``) may lose any of ``added``."""
-    items, specs = [], []
-    for k, tree in enumerate(trees):
+def fold_copies(trees: list, tape) -> list:
+    """The value, each gradient tree and the aux tree without the added axes the tape
+    found they do not keep (``trees``: ``[value, *grads, aux]``; aux optional)."""
+    if tape.keep is None:
+        return trees
+    if tape.loss is not None:
+        tape.settle_gradients()
+    out = []
+    for tree, keep in zip(trees, tape.keep):
         leaves, spec = tree_flatten(tree)
-        orig = origs[k] if k < len(origs) else None
-        own = spec.flatten_up_to(orig) if orig is not None else [None] * len(leaves)
-        tag = ((code, "value") if k == 0 else (code, "aux") if orig is None
-               else (code, "grad", k - 1))
-        for leaf, o in zip(leaves, own):
-            keep = o._names if type(o) is NamedTensor else ()
-            items.append((leaf, tuple(n for n in added if n not in keep), tag))
-        specs.append((spec, len(leaves)))
-    flat = drop_replicated(items)
-    out, at = [], 0
-    for spec, n in specs:
-        out.append(tree_unflatten(flat[at:at + n], spec))
-        at += n
-    return out
+        leaves = [without(v, tape.added - k) for v, k in zip(leaves, keep)]
+        out.append(tree_unflatten(leaves, spec))
+    return out + trees[len(out):]

@@ -22,16 +22,13 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
-from .._errors import NamedAxisError
 from .._tensor import NamedTensor
-from .._torch_private import (HigherOrderOperator, op_schema, tree_flatten, tree_map,
-                              tree_unflatten)
+from .._torch_private import HigherOrderOperator, op_schema, tree_flatten, tree_unflatten
 from . import _store
 from ._backend import Backend, _grad_constants, compile_boxed, inline_collectives
 from ._graph import trace_flat
-from ._instances import FOLD_MISSES
 from ._trace_probe import (TraceProbe, check_grads_untouched, check_no_stale_numbers,
-                           preserving_writes, refusing_optimizer_steps)
+                           refusing_optimizer_steps)
 
 __all__ = ["Program", "compile_program", "build", "stored_ok", "load_stored"]
 
@@ -62,22 +59,9 @@ class Traced(NamedTuple):
 
 def compile_program(fun: Callable, args: tuple, static: tuple, backend: Backend,
                     ident: Any = None) -> Program:
-    """:func:`build` under the compile lock, once more after one eager call when a
-    gradient inside decides its named shape by value (see
-    ``_instances.drop_replicated``): the eager call records the decision."""
-    misses = FOLD_MISSES[0]
-    entry = None
+    """:func:`build` under the compile lock."""
     with _store.compile_lock:
-        try:
-            entry = build(fun, args, static, backend, ident)
-        except NamedAxisError:   # e.g. an unfolded copy met out_axes
-            if FOLD_MISSES[0] == misses:
-                raise
-        if FOLD_MISSES[0] != misses:
-            with preserving_writes():   # closed-over state advances once
-                fun(*_copies(args))
-            entry = build(fun, args, static, backend)
-    return entry
+        return build(fun, args, static, backend, ident)
 
 
 def build(fun: Callable, args: tuple, static: tuple, backend: Backend,
@@ -181,15 +165,6 @@ def _no_grad_call(compiled: Callable) -> Callable:
         finally:
             set_grad(prev)
     return call
-
-
-def _copies(args: tuple) -> tuple:
-    """``args`` with every tensor leaf cloned (an eager warm-up call must not mutate them)."""
-    return tree_map(lambda x: x.detach().clone().requires_grad_(x.requires_grad)
-                    if isinstance(x, torch.Tensor) else
-                    NamedTensor._wrap(x._data.detach().clone(), x._names)
-                    if isinstance(x, NamedTensor) else x, args,
-                    is_leaf=lambda x: isinstance(x, NamedTensor))
 
 
 def stored_ok(backend: Backend, bound: dict, tied: bool) -> bool:

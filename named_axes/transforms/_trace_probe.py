@@ -105,10 +105,8 @@ class preserving_writes(TorchDispatchMode):
     """Run a call whose in-place updates of tensors that existed before it are undone
     afterwards (the tensors made during the call are its own).
 
-    ``nx.jit`` runs a program once eagerly, on copies of its arguments, when a gradient
-    inside decides a named shape by value (``_instances.drop_replicated``); without this
-    that call also advanced the program's closed-over state (a counter, BatchNorm's
-    running statistics) once more on the first call.
+    The program store's identifying run uses it: without it that run would advance the
+    program's closed-over state (a counter, BatchNorm's running statistics) once more.
 
     >>> import torch
     >>> counter = torch.zeros(())

@@ -21,10 +21,10 @@ from .._env import bound_axes
 from .._errors import AxisSpecError, AxisTypeError
 from .._layout import align
 from .._tensor import NamedTensor
-from ._instances import Redo, Region, drop_replicated
+from ._instances import Redo, Region, fold_copies, static_tape
 from ._tree import expand_over, named_axes_of, rebox, unbox
 from .._levels import ORIGINAL as _functorch
-from .._torch_private import tree_flatten, tree_map, tree_unflatten
+from .._torch_private import tree_flatten, tree_map
 
 __all__ = ["vjp", "linear_transpose"]
 
@@ -102,9 +102,13 @@ def _unbox_primals(primals, what, reduce_axes=None, sizes=None):
     return [unbox(p) for p in primals]
 
 
-def _rebuild(fun, boxes):
+def _rebuild(fun, boxes, primals=None, tape=None):
     def call(*phys):
-        return fun(*[rebox(leaves, spec, names) for leaves, (_, spec, names) in zip(phys, boxes)])
+        args = [rebox(leaves, spec, names) for leaves, (_, spec, names) in zip(phys, boxes)]
+        if tape is not None:
+            for a, p in zip(args, primals):
+                tape.roots(a, p)
+        return fun(*args)
     return call
 
 
@@ -135,19 +139,19 @@ def _vjp_once(fun, primals, has_aux, reduce_axes, sizes, first_run):
     out_box: list = []
     aux_box: list = []
     region = Region(sizes, reduce_axes)
-    target = _vjp_target(_rebuild(fun, boxes), region, first_run, has_aux, out_box, aux_box)
-    with region:
+    added = tuple(n for n in sizes if n not in reduce_axes)
+    tape = static_tape(added)
+    target = _vjp_target(_rebuild(fun, boxes, primals, tape), region, first_run, has_aux,
+                         out_box, aux_box, tape)
+    with region, tape:
         res = _functorch["vjp"](target, *[b[0] for b in boxes])
     out_leaves, vjp_phys = res[0], res[1]
     spec, names = out_box
     out = rebox(out_leaves, spec, names)
     chunked = _chunked(region.axes, reduce_axes)
     forward_axes = set(bound_axes())
-    added = tuple(n for n in sizes if n not in reduce_axes)
     if added:   # copies of a value JAX computes once (the cotangents still align to
-        code = getattr(fun, "__code__", fun)   # the physical outputs)
-        leaves, spec = tree_flatten(out)
-        out = tree_unflatten(drop_replicated([(o, added, (code, "vjp")) for o in leaves]), spec)
+        out = fold_copies([out], tape)[0]   # the physical outputs)
     vjp_fn = _pullback(what, vjp_phys, out_leaves, names, boxes, region, chunked,
                        forward_axes)
     if has_aux:
@@ -157,17 +161,21 @@ def _vjp_once(fun, primals, has_aux, reduce_axes, sizes, first_run):
 
 
 def _vjp_target(inner: Callable, region: Region, first_run: bool, has_aux: bool,
-                out_box: list, aux_box: list) -> Callable:
+                out_box: list, aux_box: list, tape) -> Callable:
     """The function of physical leaves that torch.func's vjp differentiates: ``inner``,
-    settling ``region`` once it ran, its aux (unboxed) kept aside in ``aux_box``."""
+    settling ``region`` once it ran (and the named shapes of its output on ``tape``),
+    its aux (unboxed) kept aside in ``aux_box``."""
     def settled(*phys):
         out = inner(*phys)
         region.settle(first_run)
+        if not has_aux:
+            tape.decide(out, grads=False)
         return out
 
     if has_aux:
         def split(*phys):
             out, aux = settled(*phys)
+            tape.decide(out, grads=False)
             aux_box[:] = [unbox(aux)]
             return out
         return _phys_outputs(split, out_box)

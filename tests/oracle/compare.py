@@ -103,3 +103,18 @@ def vs_vectorized(res: dict, rres: dict, vres: dict, where: str | None = None) -
                                           f"({vres['exc']})", where)]
     return [Diff("resources_" + d.kind, d.msg, where)
             for d in _outs_diff(rres["outs"], vres["outs"], where)]
+
+
+def vs_other_data(ores: dict, vres: dict) -> list:
+    """The same program run on other data (``ores``: every float input filled with one
+    value) against the vectorized run ``vres``: a named shape is a function of the
+    program, so the decision and every output's named shape must be the same."""
+    where = "other data"
+    if (ores["status"] == "rejected") != (vres["status"] == "rejected"):
+        run = ores if ores["status"] == "rejected" else vres
+        return [Diff("data_decides", f"{'rejected' if run is ores else 'accepted'} on other "
+                                     f"data: {run.get('exc', '')} {run.get('msg', '')}", where)]
+    if ores["status"] == "ok" and ores["named"] != vres["named"]:
+        return [Diff("data_named_shape", f"named shapes {ores['named']} on other data, "
+                                         f"{vres['named']} on the corpus's", where)]
+    return []

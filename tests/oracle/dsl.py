@@ -98,9 +98,13 @@ def make_array(a: dict) -> np.ndarray:
     return v.astype(a["dtype"])
 
 
-def build_args(prog: dict, convert: Callable) -> tuple:
-    """The positional argument tuple, arrays made by ``convert(np_array)``."""
-    arrs = [convert(make_array(a)) for a in prog["arrays"]]
+def build_args(prog: dict, convert: Callable, fill: float | None = None) -> tuple:
+    """The positional argument tuple, arrays made by ``convert(np_array)``; with ``fill``
+    every floating array holds that one value instead (the same program on other data)."""
+    arrs = [make_array(a) for a in prog["arrays"]]
+    if fill is not None:
+        arrs = [a if a.dtype.kind in "iub" else np.full_like(a, fill) for a in arrs]
+    arrs = [convert(a) for a in arrs]
     return map_tree(prog["args"], lambda lf: arrs[lf["arr"]])
 
 

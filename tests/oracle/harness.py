@@ -3,7 +3,9 @@
 :func:`run_corpus` writes the corpus to JSON, starts ``jax_runner.py`` under the JAX
 python (``NX_ORACLE_JAX_PYTHON``) and, while it runs, interprets every program with
 named_axes (vectorized, then under each of its ``resources``, and every ``JIT_EVERY``-th
-program under ``nx.jit`` with the eager backend: traced by make_fx, run from the graph),
+program under ``nx.jit`` with the eager backend: traced by make_fx, run from the graph;
+a program that differentiates also runs on other data, which must not change its named
+shapes or whether it is accepted),
 so the two sides use the two cores together.  JAX results are cached under ``tests/oracle/.cache`` keyed by a hash
 of the corpus, ``jax_runner.py`` and ``dsl.py`` (a fresh checkout recomputes them).
 """
@@ -81,9 +83,11 @@ def run_corpus(n: int, seed: int, python: str) -> Outcome:
     corpus = programs.generate(n, seed)
     finish = start_jax(corpus, python)
     t1 = time.time()
-    vec, res_runs, jit_runs, compile_runs = {}, {}, {}, {}
+    vec, res_runs, jit_runs, compile_runs, data_runs = {}, {}, {}, {}, {}
     for k, prog in enumerate(corpus):
         vec[prog["id"]] = torch_interp.run(prog)
+        if _differentiates(prog):   # the same program on other data: the same named shapes
+            data_runs[prog["id"]] = torch_interp.run(prog, fill=1.0)
         res_runs[prog["id"]] = [(r, torch_interp.run(prog, r)) for r in prog.get("resources", ())]
         if k % JIT_EVERY == 0:
             jit_runs[prog["id"]] = torch_interp.run(prog, jit=True)
@@ -105,6 +109,9 @@ def run_corpus(n: int, seed: int, python: str) -> Outcome:
             out.runs[key] = out.runs.get(key, 0) + 1
             for d in compare.vs_vectorized(r, rres, vec[prog["id"]]):
                 out.fails.append((prog, d))
+        if prog["id"] in data_runs:
+            for d in compare.vs_other_data(data_runs[prog["id"]], vec[prog["id"]]):
+                out.fails.append((prog, d))
         if prog["id"] in jit_runs:
             jres = jit_runs[prog["id"]]
             key = f"nx.jit {jres['status']}"
@@ -119,3 +126,10 @@ def run_corpus(n: int, seed: int, python: str) -> Outcome:
                 for d in compare.vs_vectorized({}, cres, vres, where="torch.compile"):
                     out.fails.append((prog, d))
     return out
+
+
+def _differentiates(prog: dict) -> bool:
+    """Whether the program takes a derivative (where named shapes were once decided by
+    comparing values: issue 30 item 5)."""
+    blob = json.dumps(prog["body"])
+    return '"op": "grad"' in blob or '"op": "xform"' in blob

@@ -198,7 +198,7 @@ def _resources(res: dict) -> dict:
 
 
 def run(prog: dict, resources: dict | None = None, jit: bool = False,
-        backend: str = "eager", compiled: bool = False) -> dict:
+        backend: str = "eager", compiled: bool = False, fill: float | None = None) -> dict:
     be = TorchBackend()
     named: list = []
 
@@ -208,7 +208,7 @@ def run(prog: dict, resources: dict | None = None, jit: bool = False,
         named[:] = [_names(x) for x in flatten_like(prog["out"], res)]
         return res
 
-    args = dsl.build_args(prog, torch.from_numpy)
+    args = dsl.build_args(prog, torch.from_numpy, fill)
     kw = {}
     if resources:
         kw["axis_resources"] = _resources(resources)

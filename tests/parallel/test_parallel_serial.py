@@ -342,3 +342,12 @@ def test_chunk_dependent_output_under_vmap_still_raises():
                 axis_resources={"b": SerialLoop(2)})
     with pytest.raises(SerialLoopError, match=r"chunk 1 computed a different value"):
         torch.func.vmap(g, randomness="same")(torch.randn(3, 4))
+
+
+def test_serial_loop_under_nx_jit_is_refused_with_a_named_axis_error():
+    """The loop replays chunks on values, which make_fx's trace does not have: a clear
+    AxisResourceError, not torch's data-dependent guard error."""
+    f = nx.xmap(lambda x: lax.psum(x, "b"), in_axes=["b", ...], out_axes=[...],
+                axis_resources={"b": SerialLoop(2)})
+    with pytest.raises(nx.AxisResourceError, match="SerialLoop axis inside nx.jit"):
+        nx.jit(f)(torch.ones(4, 3))

@@ -1,0 +1,342 @@
+"""Which named axes a value inside ``nx.grad`` / ``nx.vjp`` carries as JAX sees it, and
+which its cotangent will: decided from the program, never from the values.
+
+The grad family broadcasts the differentiated inputs along the named axes of the
+computation (``added``) so that autodiff gives one cotangent per instance
+(:mod:`named_axes.transforms._instances`).  JAX computes those inputs once: a value
+derived from them carries an added axis only where an op brought it in from a value
+that really carries it.  While the differentiated function runs, a :class:`Tape` notes
+every op on named values (the dispatcher, ``nx.lax``, ``nx.einsum``...) with
+
+- the added axes its outputs really carry: those of their operands, or made by the op
+  (JAX's abstract evaluation of named shapes), and
+- one edge per operand: the axes the op's derivative with respect to that operand
+  *reads* (the named axes of the other factors of a product, of an index, of the
+  operand of a nonlinear function) and the axes it *removes* (a ``psum``).
+
+Walking the edges back from the loss gives each input's cotangent axes as JAX's
+transpose rules give them: the seed carries none; an op's transpose adds the axes it
+reads and drops the axes it reduces.  A value built where the tape cannot see (a
+NamedTensor made in the region from a value that requires grad, by code that noted no
+op) makes the tape *opaque*: every copy is then kept, a named shape larger than JAX's,
+never a different value.
+
+>>> import torch
+>>> from named_axes._tensor import NamedTensor
+>>> tape = Tape(('j',))
+>>> w = NamedTensor._wrap(torch.ones(4, 3), ('j',))     # an input, broadcast along j
+>>> c = NamedTensor._wrap(torch.randn(4, 3), ('j',))    # closed over: really carries j
+>>> tape.root(w, ())
+>>> s, p = NamedTensor._wrap(torch.ones(4, 3), ('j',)), NamedTensor._wrap(torch.ones(4, 3), ('j',))
+>>> tape.note("linear", (w, c), (s,)); tape.note("bilinear", (w, c), (p,))
+>>> sorted(tape.cotangent_axes([s])[tape.node(w)]), sorted(tape.cotangent_axes([p])[tape.node(w)])
+([], ['j'])
+"""
+from __future__ import annotations
+
+import functools
+from typing import Iterable
+
+import torch
+
+from ._env import TAPES
+from ._tensor import NamedTensor
+from ._torch_private import is_functorch_wrapped, tree_flatten
+
+__all__ = ["TAPES", "Tape", "Node", "note", "note_call", "kind_of", "taped", "noted_rule",
+           "transposed", "suspended"]
+
+_NT = NamedTensor
+_Tensor = torch.Tensor
+_EMPTY = frozenset()
+
+
+class Node:
+    """One value as the tape knows it: ``true`` (the added axes it really carries),
+    ``phys`` (the added axes it physically carries), ``edges``: ``(operand node, reads,
+    removes)`` per operand its value depends on differentiably."""
+
+    __slots__ = ("true", "phys", "edges")
+
+    def __init__(self, true: frozenset, phys: frozenset, edges: tuple) -> None:
+        self.true, self.phys, self.edges = true, phys, edges
+
+
+class Tape:
+    """The record of one differentiated call (see the module docstring)."""
+
+    def __init__(self, added: Iterable, parent: "Tape | None" = None) -> None:
+        self.added = frozenset(added)
+        self.parent = parent     # where values this tape did not see are known
+        self.nodes: dict = {}    # id(value) -> (value, Node); the value kept alive
+        self.made: dict = {}     # id -> NamedTensor built in the region (kept alive)
+        self.opaque = False
+
+    def __enter__(self) -> "Tape":
+        TAPES.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        TAPES.remove(self)
+
+    def node(self, value) -> Node | None:
+        hit = self.nodes.get(id(value))
+        return hit[1] if hit is not None and hit[0] is value else None
+
+    def phys(self, value) -> frozenset:
+        names = value._names if type(value) is _NT else ()
+        return self.added.intersection(names)
+
+    def true(self, value) -> frozenset:
+        """The added axes ``value`` really carries (untracked: the ones it has)."""
+        n = self.node(value)
+        if n is not None:
+            return n.true
+        return self.parent.true(value) if self.parent is not None else self.phys(value)
+
+    def root(self, value, own: Iterable) -> None:
+        """Note a differentiated input, broadcast along ``added``; ``own``: its names
+        before the broadcast."""
+        self.nodes[id(value)] = (value, Node(self.added.intersection(own), self.phys(value), ()))
+
+    def note(self, kind: str, operands: Iterable, outputs: Iterable) -> None:
+        """Note an op of ``kind`` (see :func:`kind_of`) that made ``outputs`` from
+        ``operands`` (tensors and NamedTensors; other values are skipped)."""
+        ops = []   # (value, node, true, phys, differentiable)
+        for v in operands:
+            if type(v) is _NT or isinstance(v, _Tensor):
+                node = self.node(v)
+                if node is None and _derived(v, self.made):
+                    node = self._unseen(v)
+                ops.append((v, node, node.true if node else self.true(v),
+                            node.phys if node else self.phys(v), _float(v)))
+        carried, had = _EMPTY, _EMPTY
+        for _, _, true, phys, _ in ops:
+            carried, had = carried | true, had | phys
+        edges_for = kind != "constant"
+        for out in outputs:
+            if not (type(out) is _NT or isinstance(out, _Tensor)):
+                continue
+            phys = self.phys(out)
+            true = phys & (carried | (phys - had))
+            edges = _edges(kind, ops, phys) if edges_for and _float(out) else ()
+            old = self.node(out)
+            if old is not None and not any(out is v for v, *_ in ops):
+                # built inside this op by ops noted already (an nx.lax op calling
+                # torch): what they read counts too
+                true, edges = true | old.true, old.edges + edges
+            self.nodes[id(out)] = (out, Node(true, phys, edges))
+
+    def _unseen(self, v) -> Node | None:
+        """The node of an operand that depends on the inputs but no noted op made: a
+        plain tensor made by plain torch ops (``psum(x) * 0.5``), which read no named
+        axis, from one of the plain values noted so far; else the tape is opaque."""
+        if type(v) is _NT:
+            self.opaque = True
+            return None
+        return Node(_EMPTY, _EMPTY, tuple((n, _EMPTY, _EMPTY) for p, n in self.nodes.values()
+                                          if type(p) is not _NT and _float(p)))
+
+    def cotangent_axes(self, sinks: Iterable) -> dict:
+        """Node -> the added axes of its cotangent, for every node the ``sinks``
+        (values whose cotangent is seeded, with no named axis) reach."""
+        ct: dict = {}
+        work = []
+        for v in sinks:
+            n = self.node(v)
+            if n is not None and n not in ct:
+                ct[n] = _EMPTY
+                work.append(n)
+        while work:
+            n = work.pop()
+            c = ct[n]
+            for src, reads, removes in n.edges:
+                new = ((c - removes) | reads) & src.phys
+                old = ct.get(src)
+                if old is None or not new <= old:
+                    ct[src] = new if old is None else new | old
+                    work.append(src)
+        return ct
+
+    def plain_sinks(self) -> list:
+        """The noted plain tensors of floating dtype: where a loss that is a plain
+        tensor the tape did not see (``psum(...) * 0.5``) may have come from."""
+        return [v for v, _ in self.nodes.values() if type(v) is not _NT and _float(v)]
+
+
+def _derived(v, made: dict) -> bool:
+    """Whether ``v``, which no noted op made, may still depend on the inputs: a
+    NamedTensor built in the region, or a plain tensor made by ops autograd records."""
+    if type(v) is _NT:
+        return id(v) in made and v._data.requires_grad
+    return v.requires_grad and (v.grad_fn is not None or is_functorch_wrapped(v))
+
+
+def _float(v) -> bool:
+    data = v._data if type(v) is _NT else v
+    return data.is_floating_point() or data.is_complex()
+
+
+def _edges(kind: str, ops: list, out_phys: frozenset) -> tuple:
+    """Per operand derived from an input: ``(node, reads, removes)``."""
+    edges = []
+    for k, (_, node, _, phys, diff) in enumerate(ops):
+        if node is None or not diff:
+            continue
+        reads, removes = _EMPTY, phys - out_phys
+        if kind == "gather":   # all_gather transposes to psum_scatter: per instance again
+            reads, removes = removes, _EMPTY
+        if kind in ("quotient", "rquotient"):   # x / y reads y for x, both for y
+            kind = "bilinear" if k == (0 if kind == "quotient" else 1) else "nonlinear"
+        for m, (_, _, true, _, other_diff) in enumerate(ops):
+            if kind == "nonlinear" or (kind == "bilinear" and m != k) or not other_diff:
+                reads = reads | true
+        edges.append((node, reads, removes))
+    return tuple(edges)
+
+
+def note(kind: str, operands: Iterable, outputs: Iterable) -> None:
+    """Note an op on every open tape."""
+    operands, outputs = tuple(operands), tuple(outputs)
+    for tape in TAPES:
+        tape.note(kind, operands, outputs)
+
+
+def noted_rule(operands: Iterable, outputs: Iterable) -> list:
+    """Note a call of a user's custom rule (``custom_vjp``), first as a nonlinear op;
+    what its backward does (:func:`transposed`) refines it.  Returns what that needs."""
+    operands, outputs = tuple(operands), tuple(outputs)
+    note("nonlinear", operands, outputs)
+    return [(tape, operands, outputs) for tape in TAPES]
+
+
+def transposed(noted: list, cts: Iterable, run):
+    """``run()``: a custom rule's backward taking the cotangents ``cts``, returning one
+    cotangent per operand noted by :func:`noted_rule`.  Its ops are noted twice, with
+    the cotangents carrying no added axis and every one: what reaches each result in
+    the first run are the axes the rule reads, what is missing in the second the axes it
+    removes (a ``psum``); these become the noted call's edges, as JAX's abstract
+    evaluation of the rule on the cotangent would give them."""
+    if not noted:
+        return run()
+    cts = [c for c in cts if type(c) is _NT]
+    subs = []
+    for tape, operands, outputs in noted:
+        none, every = Tape(tape.added, tape), Tape(tape.added, tape)
+        for c in cts:
+            none.root(c, ())
+            every.root(c, tape.added)
+        subs.append((tape, operands, outputs, none, every))
+    saved = TAPES[:]   # the backward's values are not the forward's: only these see it
+    TAPES[:] = [t for *_, none, every in subs for t in (none, every)]
+    try:
+        results = run()
+    finally:
+        TAPES[:] = saved
+    flat = tree_flatten(list(results), is_leaf=lambda x: x is None)[0]
+    for tape, operands, outputs, none, every in subs:
+        edges = tuple((tape.node(v), none.true(g), tape.added - every.true(g))
+                      for v, g in zip(operands, flat)
+                      if tape.node(v) is not None and g is not None)
+        for out in outputs:
+            n = tape.node(out)
+            if n is not None:
+                n.edges = edges
+    return results
+
+
+class suspended:
+    """No tape sees the ops run inside (a custom rule's own forward: the call is
+    noted as a whole, :func:`noted_rule`)."""
+
+    def __enter__(self) -> None:
+        self.saved = TAPES[:]
+        TAPES.clear()
+
+    def __exit__(self, *exc) -> None:
+        TAPES[:] = self.saved
+
+
+_KINDS: dict = {}
+
+
+def note_call(func, args: tuple, kwargs: dict, out) -> None:
+    """Note the call ``func(*args, **kwargs) -> out`` on every open tape."""
+    kind = _KINDS.get(func)
+    if kind is None:
+        kind = _KINDS[func] = kind_of(getattr(func, "__name__", ""))
+    note(kind, tree_flatten((args, kwargs))[0], tree_flatten(out)[0])
+
+
+def taped(kind: str | None = None, output_arg: int | None = None):
+    """Decorate an op that builds NamedTensors itself (``nx.lax``, ``nx.einsum``...) so
+    that open tapes note it; ``kind``: how its derivative reads its operands (default:
+    :func:`kind_of` its name); ``output_arg``: the op writes into this argument and
+    returns nothing (``__setitem__``)."""
+    def decorate(fn):
+        k = kind or kind_of(fn.__name__)
+
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            if TAPES:
+                note(k, tree_flatten((args, kwargs))[0],
+                     tree_flatten(out if output_arg is None else args[output_arg])[0])
+            return out
+        return call
+    return decorate
+
+
+# How an op's derivative reads its operands, by the op's name: "linear" (reads only its
+# integer and boolean operands: indices, masks, conditions), "bilinear" (reads the other
+# operands), "quotient" (x / y: as bilinear for x, nonlinear for y), "constant" (no
+# derivative flows); every other op is "nonlinear" (reads all).
+_LINEAR = frozenset("""
+add sub rsub neg negative positive sum mean nansum cumsum reshape view view_as flatten
+unflatten squeeze unsqueeze permute transpose swapaxes swapdims t adjoint movedim moveaxis
+expand expand_as broadcast_to repeat tile flip fliplr flipud roll rot90 narrow select
+getitem setitem index_select gather take take_along_dim cat concat concatenate stack
+hstack vstack dstack split chunk unbind tensor_split hsplit vsplit clone contiguous to
+type_as float double half bfloat16 real imag conj resolve_conj resolve_neg diagonal diag
+diag_embed tril triu trace pad where masked_fill index_add scatter_add index_put index_copy
+copy align_to align_as rename refine_names T mT H mH unfold as_strided narrow_copy select_scatter
+slice_scatter diagonal_scatter squeeze_copy unsqueeze_copy view_copy permute_copy
+psum pmean psum_scatter all_to_all ppermute pshuffle dynamic_slice
+dynamic_update_slice dynamic_index_in_dim dynamic_update_index_in_dim
+""".split())
+_BILINEAR = frozenset("""
+mul multiply matmul mm bmm mv dot vdot inner outer ger tensordot einsum linear bilinear
+kron addmm addbmm baddbmm addmv addr conv1d conv2d conv3d conv_transpose1d conv_transpose2d
+conv_transpose3d pdot
+""".split())
+_CONSTANT = frozenset("""
+zeros_like ones_like empty_like full_like rand_like randn_like randint_like floor ceil
+round trunc sign detach stop_gradient axis_index
+""".split())
+
+
+def kind_of(name: str) -> str:
+    """How the op named ``name`` (``mul``, ``__mul__``, ``mul_``, ``torch.mul``) reads
+    its operands in its derivative.
+
+    >>> kind_of('__rmul__'), kind_of('add_'), kind_of('tanh')
+    ('bilinear', 'linear', 'nonlinear')
+    """
+    base = name.rsplit(".", 1)[-1].strip("_")
+    if base in ("div", "divide", "true_divide", "truediv", "idiv", "itruediv"):
+        return "quotient"
+    if base == "rtruediv" or base == "rdiv":   # y.__rtruediv__(x) is x / y
+        return "rquotient"
+    if base.startswith("r") and base[1:] in ("add", "sub", "mul", "matmul"):
+        base = base[1:]
+    if base.startswith("i") and base[1:] in ("add", "sub", "mul", "matmul"):
+        base = base[1:]
+    if base in _LINEAR:
+        return "linear"
+    if base in _BILINEAR:
+        return "bilinear"
+    if base in _CONSTANT:
+        return "constant"
+    if base == "all_gather":
+        return "gather"
+    return "nonlinear"
