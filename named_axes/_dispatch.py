@@ -55,7 +55,8 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
     every op on named values (operators, methods, torch functions)."""
     if kwargs and kwargs.get("out") is not None:
         return write_out(func, args, kwargs, dispatch)
-    if _is_compiling():
+    compiling = _is_compiling()
+    if compiling:
         rule, writes = rule_while_compiling(func), _is_inplace(func)
     else:
         entry = _entry(func)
@@ -89,7 +90,7 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
     except (RuntimeError, IndexError, ValueError) as e:
         # A positional problem: torch's message on the user's shapes, and a fix.
         raise ShapeError(positional_failure(op_name(func), func, args, kwargs, e)) from e
-    if TAPES:   # inside nx.grad / nx.vjp: what the op's derivative reads (_tape)
+    if not compiling and TAPES:   # inside nx.grad / nx.vjp: what its derivative reads (_tape)
         note_call(func, args, kwargs, out)
     return out
 

@@ -29,7 +29,8 @@ never a different value.
 >>> tape.root(w, ())
 >>> s, p = NamedTensor._wrap(torch.ones(4, 3), ('j',)), NamedTensor._wrap(torch.ones(4, 3), ('j',))
 >>> tape.note("linear", (w, c), (s,)); tape.note("bilinear", (w, c), (p,))
->>> sorted(tape.cotangent_axes([s])[tape.node(w)]), sorted(tape.cotangent_axes([p])[tape.node(w)])
+>>> ct = lambda v: sorted(tape.cotangent_axes([(tape.node(v), frozenset())])[tape.node(w)])
+>>> ct(s), ct(p)
 ([], ['j'])
 """
 from __future__ import annotations
@@ -70,6 +71,7 @@ class Tape:
         self.parent = parent     # where values this tape did not see are known
         self.nodes: dict = {}    # id(value) -> (value, Node); the value kept alive
         self.made: dict = {}     # id -> NamedTensor built in the region (kept alive)
+        self.by_data: dict = {}  # id(physical tensor) -> (tensor, Node) of a noted value
         self.opaque = False
 
     def __enter__(self) -> "Tape":
@@ -94,10 +96,15 @@ class Tape:
             return n.true
         return self.parent.true(value) if self.parent is not None else self.phys(value)
 
+    def _set(self, value, node: Node) -> None:
+        self.nodes[id(value)] = (value, node)
+        if type(value) is _NT:
+            self.by_data[id(value._data)] = (value._data, node)
+
     def root(self, value, own: Iterable) -> None:
         """Note a differentiated input, broadcast along ``added``; ``own``: its names
         before the broadcast."""
-        self.nodes[id(value)] = (value, Node(self.added.intersection(own), self.phys(value), ()))
+        self._set(value, Node(self.added.intersection(own), self.phys(value), ()))
 
     def note(self, kind: str, operands: Iterable, outputs: Iterable) -> None:
         """Note an op of ``kind`` (see :func:`kind_of`) that made ``outputs`` from
@@ -108,6 +115,8 @@ class Tape:
                 node = self.node(v)
                 if node is None and _derived(v, self.made):
                     node = self._unseen(v)
+                    if node is not None:   # (found again by node(v): noted_rule)
+                        self.nodes[id(v)] = (v, node)
                 ops.append((v, node, node.true if node else self.true(v),
                             node.phys if node else self.phys(v), _float(v)))
         carried, had = _EMPTY, _EMPTY
@@ -125,27 +134,30 @@ class Tape:
                 # built inside this op by ops noted already (an nx.lax op calling
                 # torch): what they read counts too
                 true, edges = true | old.true, old.edges + edges
-            self.nodes[id(out)] = (out, Node(true, phys, edges))
+            self._set(out, Node(true, phys, edges))
 
     def _unseen(self, v) -> Node | None:
         """The node of an operand that depends on the inputs but no noted op made: a
         plain tensor made by plain torch ops (``psum(x) * 0.5``), which read no named
         axis, from one of the plain values noted so far; else the tape is opaque."""
         if type(v) is _NT:
+            hit = self.by_data.get(id(v._data))
+            if hit is not None and hit[0] is v._data and self.phys(v) == hit[1].phys:
+                return hit[1]   # the same physical tensor, named again (rebox)
             self.opaque = True
             return None
         return Node(_EMPTY, _EMPTY, tuple((n, _EMPTY, _EMPTY) for p, n in self.nodes.values()
                                           if type(p) is not _NT and _float(p)))
 
-    def cotangent_axes(self, sinks: Iterable) -> dict:
-        """Node -> the added axes of its cotangent, for every node the ``sinks``
-        (values whose cotangent is seeded, with no named axis) reach."""
+    @staticmethod
+    def cotangent_axes(seeds: Iterable) -> dict:
+        """Node -> the added axes of its cotangent, for every node that the ``seeds``,
+        ``(node, the axes of its cotangent)``, reach."""
         ct: dict = {}
         work = []
-        for v in sinks:
-            n = self.node(v)
-            if n is not None and n not in ct:
-                ct[n] = _EMPTY
+        for n, c in seeds:
+            if n is not None:
+                ct[n] = ct.get(n, _EMPTY) | c
                 work.append(n)
         while work:
             n = work.pop()
@@ -158,10 +170,26 @@ class Tape:
                     work.append(src)
         return ct
 
-    def plain_sinks(self) -> list:
-        """The noted plain tensors of floating dtype: where a loss that is a plain
-        tensor the tape did not see (``psum(...) * 0.5``) may have come from."""
-        return [v for v, _ in self.nodes.values() if type(v) is not _NT and _float(v)]
+    def follow(self, value) -> Node | None:
+        """``value``'s node; for a NamedTensor no noted op made that depends on the
+        inputs, the node of the value it names again, else None and the tape is opaque."""
+        n = self.node(value)
+        if n is None and type(value) is _NT and _derived(value, self.made):
+            n = self._unseen(value)
+        return n
+
+    def sinks(self, loss) -> list:
+        """The nodes whose cotangents a seed on ``loss`` reaches first: its own, or where
+        a plain tensor the tape did not see (``psum(...) * 0.5``) may have come from,
+        every noted plain tensor of floating dtype."""
+        n = self.follow(loss)
+        if n is not None or type(loss) is _NT:
+            return [n]
+        return [m for v, m in self.nodes.values() if type(v) is not _NT and _float(v)]
+
+    def forget_values(self) -> None:
+        """Drop the values noted (the nodes stay): once a call's results are built."""
+        self.nodes, self.made, self.by_data = {}, {}, {}
 
 
 def _derived(v, made: dict) -> bool:
@@ -207,7 +235,8 @@ def noted_rule(operands: Iterable, outputs: Iterable) -> list:
     what its backward does (:func:`transposed`) refines it.  Returns what that needs."""
     operands, outputs = tuple(operands), tuple(outputs)
     note("nonlinear", operands, outputs)
-    return [(tape, operands, outputs) for tape in TAPES]
+    return [(tape, [tape.node(v) for v in operands], [tape.node(o) for o in outputs])
+            for tape in TAPES]
 
 
 def transposed(noted: list, cts: Iterable, run):
@@ -221,7 +250,7 @@ def transposed(noted: list, cts: Iterable, run):
         return run()
     cts = [c for c in cts if type(c) is _NT]
     subs = []
-    for tape, operands, outputs in noted:
+    for tape, operands, outputs in noted:   # (nodes)
         none, every = Tape(tape.added, tape), Tape(tape.added, tape)
         for c in cts:
             none.root(c, ())
@@ -235,11 +264,9 @@ def transposed(noted: list, cts: Iterable, run):
         TAPES[:] = saved
     flat = tree_flatten(list(results), is_leaf=lambda x: x is None)[0]
     for tape, operands, outputs, none, every in subs:
-        edges = tuple((tape.node(v), none.true(g), tape.added - every.true(g))
-                      for v, g in zip(operands, flat)
-                      if tape.node(v) is not None and g is not None)
-        for out in outputs:
-            n = tape.node(out)
+        edges = tuple((n, none.true(g), tape.added - every.true(g))
+                      for n, g in zip(operands, flat) if n is not None and g is not None)
+        for n in outputs:
             if n is not None:
                 n.edges = edges
     return results
@@ -279,7 +306,7 @@ def taped(kind: str | None = None, output_arg: int | None = None):
         @functools.wraps(fn)
         def call(*args, **kwargs):
             out = fn(*args, **kwargs)
-            if TAPES:
+            if not torch.compiler.is_compiling() and TAPES:   # (no guard on TAPES)
                 note(k, tree_flatten((args, kwargs))[0],
                      tree_flatten(out if output_arg is None else args[output_arg])[0])
             return out

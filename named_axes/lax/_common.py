@@ -43,7 +43,7 @@ def _shows_axes(position: int = 1) -> Callable:
             out = fn(*args, **kwargs) if not LABEL_AXES[0] else _labelled(
                 fn, args[position] if len(args) > position else kwargs.get("axis_name"),
                 args, kwargs)
-            if TAPES:
+            if not torch.compiler.is_compiling() and TAPES:   # (no guard on TAPES)
                 note(kind, tree_flatten((args, kwargs))[0], tree_flatten(out)[0])
             return out
         return call

@@ -138,7 +138,8 @@ class custom_vjp:
         call.scope = list(frames())   # bwd runs in this environment, wherever autograd is
         *out, o = _VjpFunction.apply(call, *_traced_inputs(call.leaves))
         out = rebox(out, o.spec, o.names)
-        if TAPES:   # inside nx.grad: what bwd does to named axes decides named shapes
+        if not torch.compiler.is_compiling() and TAPES:   # inside nx.grad: what bwd does
+            # to named axes decides named shapes
             call.noted = noted_rule(tree_flatten([call.args[i] for i in call.diff_pos])[0],
                                     tree_flatten(out)[0])
         return out
@@ -219,7 +220,7 @@ class _VjpFunction(torch.autograd.Function):
         # of a Function whose inputs do not require grad with grad on): fwd may call the
         # function itself, which then gives its value
         with torch.no_grad():
-            if TAPES:   # noted as a whole (noted_rule), not op by op
+            if not torch.compiler.is_compiling() and TAPES:   # noted as a whole, not op by op
                 with suspended():
                     out, res = call.me.fwd(*call.rebuild(phys))
             else:

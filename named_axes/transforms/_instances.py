@@ -55,7 +55,7 @@ from .._tape import Tape
 from .._torch_private import is_functorch_wrapped, tree_flatten, tree_unflatten
 
 __all__ = ["Region", "REGIONS", "Redo", "current", "lacking", "GradTape", "static_tape",
-           "without", "fold_copies"]
+           "without", "fold_copies", "fold_pullback"]
 
 _is_wrapped = is_functorch_wrapped
 
@@ -166,8 +166,9 @@ class GradTape(Tape):
         super().__init__(added)
         self.root_leaves: list = []   # per differentiated argument: [(leaf, own names)]
         self.keep: list | None = None   # per result tree: per leaf, the added axes kept
-        self.loss = None
         self.forward: tuple = ()
+        self.grads = False
+        self.sink_nodes: list = []
 
     def roots(self, rebuilt, orig) -> None:
         """Note the leaves of ``rebuilt`` (an argument broadcast along the added axes)
@@ -182,25 +183,41 @@ class GradTape(Tape):
 
     def decide(self, loss, aux=None, grads: bool = True) -> None:
         """Once the function ran: the axes its value ``loss`` and ``aux`` keep, and
-        (``grads``) what seeds the gradients' analysis, made by :meth:`settle` after the
-        backward (which may refine custom rules' edges: ``_tape.transposed``)."""
-        self.loss = loss if grads else None
-        self.forward = ([self.true(v) if _is_tensor(v) else _EMPTY for v in tree_flatten(loss)[0]],
-                        [self.true(v) if _is_tensor(v) else _EMPTY for v in tree_flatten(aux)[0]])
-        self.keep = [self.forward[0], self.forward[1]]
+        what the gradients' analysis starts from; it runs after the backward (which may
+        refine custom rules' edges: ``_tape.transposed``), by :meth:`settle_gradients`
+        or, for ``vjp``, :meth:`pullback_keep`."""
+        value = [self.true(v) if _is_tensor(v) else _EMPTY for v in tree_flatten(loss)[0]]
+        aux = [self.true(v) if _is_tensor(v) else _EMPTY for v in tree_flatten(aux)[0]]
+        self.forward = (value, aux)
+        self.keep = [value, aux]
+        self.grads = grads
+        self.sink_nodes = self.sinks(loss) if grads else []
+        self.out_nodes = [self.follow(v) for v in tree_flatten(loss)[0]]
+        self.root_nodes = [[(self.node(leaf), own) for leaf, own in mine]
+                           for mine in self.root_leaves]
+        self.root_leaves = []
+        if not grads:   # a pullback may outlive the call: keep the nodes only
+            self.forget_values()
 
     def settle_gradients(self) -> None:
-        """``keep`` for the gradients: their inputs' own axes and their cotangents'."""
-        if self.opaque:   # a value the tape could not follow: keep every copy
-            ct = None
-        else:
-            loss = self.loss
-            ct = self.cotangent_axes([loss] if self.node(loss) is not None
-                                     else self.plain_sinks())
-        # (JAX's: a cotangent may lack its input's own axes -- grad of psum(x, 'i'))
-        grads = [[self.added if ct is None else ct.get(self.node(leaf), _EMPTY)
-                  for leaf, _ in mine] for mine in self.root_leaves]
-        self.keep = [self.forward[0], *grads, self.forward[1]]
+        """``keep`` for the gradients: the axes of their cotangents."""
+        seeds = [(n, _EMPTY) for n in self.sink_nodes]
+        self.keep = [self.forward[0], *self._gradient_axes(seeds), self.forward[1]]
+        self.forget_values()
+
+    def pullback_keep(self, cts: list) -> list:
+        """Per differentiated argument, per leaf: the axes its cotangent keeps when the
+        outputs' cotangents are ``cts`` (a NamedTensor's added axes count)."""
+        return self._gradient_axes([
+            (n, self.added.intersection(c._names) if type(c) is NamedTensor else _EMPTY)
+            for n, c in zip(self.out_nodes, cts)])
+
+    def _gradient_axes(self, seeds: list) -> list:
+        # JAX's: a cotangent may lack its input's own axes (grad of psum(x, 'i')); one
+        # that no seed reaches is a zero with no named axis
+        ct = None if self.opaque else self.cotangent_axes(seeds)
+        return [[self.added if ct is None else ct.get(n, _EMPTY) for n, _ in nodes]
+                for nodes in self.root_nodes]
 
 
 class _NoTape:
@@ -278,12 +295,22 @@ def _check_copies(data: torch.Tensor, d: int, name) -> None:
                              f"result whose copies along it differ")
 
 
+def fold_pullback(grads: tuple, tape, cts: list) -> tuple:
+    """``vjp``'s pullback results (one tree per primal) without the added axes their
+    cotangents do not carry, given the outputs' cotangents ``cts``."""
+    if tape.keep is None:
+        return grads
+    return tuple(tree_unflatten([without(v, tape.added - k) for v, k in
+                                 zip(tree_flatten(g)[0], keep)], tree_flatten(g)[1])
+                 for g, keep in zip(grads, tape.pullback_keep(cts)))
+
+
 def fold_copies(trees: list, tape) -> list:
     """The value, each gradient tree and the aux tree without the added axes the tape
     found they do not keep (``trees``: ``[value, *grads, aux]``; aux optional)."""
     if tape.keep is None:
         return trees
-    if tape.loss is not None:
+    if tape.grads:
         tape.settle_gradients()
     out = []
     for tree, keep in zip(trees, tape.keep):

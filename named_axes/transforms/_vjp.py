@@ -21,7 +21,7 @@ from .._env import bound_axes
 from .._errors import AxisSpecError, AxisTypeError
 from .._layout import align
 from .._tensor import NamedTensor
-from ._instances import Redo, Region, fold_copies, static_tape
+from ._instances import Redo, Region, fold_copies, fold_pullback, static_tape
 from ._tree import expand_over, named_axes_of, rebox, unbox
 from .._levels import ORIGINAL as _functorch
 from .._torch_private import tree_flatten, tree_map
@@ -153,7 +153,7 @@ def _vjp_once(fun, primals, has_aux, reduce_axes, sizes, first_run):
     if added:   # copies of a value JAX computes once (the cotangents still align to
         out = fold_copies([out], tape)[0]   # the physical outputs)
     vjp_fn = _pullback(what, vjp_phys, out_leaves, names, boxes, region, chunked,
-                       forward_axes)
+                       forward_axes, tape)
     if has_aux:
         leaves, aspec, anames = aux_box[0]
         return out, vjp_fn, rebox(leaves, aspec, anames)
@@ -195,7 +195,7 @@ def _batch_axes(cts: list, names: list, forward_axes: set) -> dict:
 
 
 def _pullback(what: str, vjp_phys: Callable, out_leaves: list, names: list, boxes: list,
-              region: Region, chunked: dict, forward_axes: set) -> Callable:
+              region: Region, chunked: dict, forward_axes: set, tape) -> Callable:
     """``vjp_fn``: a cotangent of the output -> the primals' cotangents, named."""
     def vjp_fn(cotangent):
         cts, ct_spec = tree_flatten(cotangent)
@@ -220,6 +220,8 @@ def _pullback(what: str, vjp_phys: Callable, out_leaves: list, names: list, boxe
             grads = tuple(rebox(g, spec_, names_) for g, (_, spec_, names_) in zip(grads, boxes))
         if chunked:   # a SerialLoop chunk summed its own instances: add the other chunks'
             grads = tree_map(lambda gr: _sum_over_chunks(gr, chunked), grads)
+        if not lead:   # copies along the axes no cotangent meets (see _instances)
+            grads = fold_pullback(grads, tape, cts)
         return grads
 
     return vjp_fn

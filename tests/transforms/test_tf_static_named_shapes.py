@@ -132,3 +132,37 @@ def test_reduce_axes_gradient_carries_only_its_parameters_axes():
         # gradients over 'batch', logsumexp spelled log(psum(exp))): 4 times the
         # positional gradient -- the loss lacks 'classes', whose psum transposes to psum
         torch.testing.assert_close(g, 4 * w2_.grad)
+
+
+@pytest.mark.parametrize("name", ["sum", "product"])
+@pytest.mark.parametrize("data", sorted(DATA))
+def test_vjp_pullback_named_shape_follows_jax(name, data):
+    """JAX 0.4.30: ``vjp(lambda w: loss(w, c), w)[1](1.)`` is replicated for the sum,
+    per instance for the product, on any data."""
+    body = lambda w, c: nx.vjp(lambda w: LOSSES[name](w, c), w)[1](torch.ones(()))[0]   # noqa
+    f = nx.xmap(body, in_axes=[[...], ["j", ...]], out_axes=[...])
+    if VERDICTS[name] == "per_instance":
+        with pytest.raises(nx.AxisSpecError, match="named axis 'j'"):
+            f(torch.ones(3), DATA[data]())
+    else:
+        torch.testing.assert_close(f(torch.ones(3), DATA[data]()),
+                                   4 * torch.ones(3) if name == "sum" else None)
+
+
+def test_custom_rules_and_checkpoint_keep_jax_named_shapes():
+    """Inside a derivative, custom_vjp's bwd (a psum) and nx.checkpoint are followed:
+    GPT-J's f_psum drops 'shard' from a replicated input's gradient, as in JAX."""
+    @nx.custom_vjp
+    def f_psum(x):
+        return x
+    f_psum.defvjp(lambda x: (x, None), lambda _, g: (lax.psum(g, "shard"),))
+
+    def body(e, w):
+        loss = nx.checkpoint(lambda e: (torch.tanh(f_psum(e) * w) ** 2).sum())
+        return nx.grad(lambda e: loss(e))(e)
+
+    f = nx.xmap(body, in_axes=([...], ["shard", ...]), out_axes=[...])
+    e, w = torch.randn(4), torch.randn(2, 4)
+    ref = e.clone().requires_grad_()
+    (torch.tanh(ref * w) ** 2).sum().backward()
+    torch.testing.assert_close(f(e, w), ref.grad)
