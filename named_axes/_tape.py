@@ -292,7 +292,17 @@ def note_call(func, args: tuple, kwargs: dict, out) -> None:
     kind = _KINDS.get(func)
     if kind is None:
         kind = _KINDS[func] = kind_of(getattr(func, "__name__", ""))
-    note(kind, tree_flatten((args, kwargs))[0], tree_flatten(out)[0])
+    note(kind, _leaves(args, kwargs), _leaves((out,), None))
+
+
+def _leaves(args: tuple, kwargs) -> list:
+    """The leaves of ``args`` and ``kwargs`` (a loop where no argument is a container)."""
+    for a in args:
+        if isinstance(a, (list, tuple, dict)):   # (torch.return_types too)
+            return tree_flatten((args, kwargs))[0]
+    if kwargs:
+        return list(args) + tree_flatten(kwargs)[0]
+    return list(args)
 
 
 def taped(kind: str | None = None, output_arg: int | None = None):
