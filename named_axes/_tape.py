@@ -212,12 +212,15 @@ def _edges(kind: str, ops: list, out_phys: frozenset) -> tuple:
         if node is None or not diff:
             continue
         reads, removes = _EMPTY, phys - out_phys
-        if kind == "gather":   # all_gather transposes to psum_scatter: per instance again
+        if kind not in ("sum", "bilinear"):
+            # an axis the op takes away other than by a sum (an index along it, a max,
+            # all_gather, whose transpose is psum_scatter) comes back in the cotangent
             reads, removes = removes, _EMPTY
+        mine = kind
         if kind in ("quotient", "rquotient"):   # x / y reads y for x, both for y
-            kind = "bilinear" if k == (0 if kind == "quotient" else 1) else "nonlinear"
+            mine = "bilinear" if k == (0 if kind == "quotient" else 1) else "nonlinear"
         for m, (_, _, true, _, other_diff) in enumerate(ops):
-            if kind == "nonlinear" or (kind == "bilinear" and m != k) or not other_diff:
+            if mine == "nonlinear" or (mine == "bilinear" and m != k) or not other_diff:
                 reads = reads | true
         edges.append((node, reads, removes))
     return tuple(edges)
@@ -325,7 +328,8 @@ def taped(kind: str | None = None, output_arg: int | None = None):
 
 
 # How an op's derivative reads its operands, by the op's name: "linear" (reads only its
-# integer and boolean operands: indices, masks, conditions), "bilinear" (reads the other
+# integer and boolean operands: indices, masks, conditions; "sum" when it may sum a named
+# axis away, which then leaves the cotangent), "bilinear" (reads the other
 # operands), "quotient" (x / y: as bilinear for x, nonlinear for y), "constant" (no
 # derivative flows); every other op is "nonlinear" (reads all).
 _LINEAR = frozenset("""
@@ -341,6 +345,8 @@ slice_scatter diagonal_scatter squeeze_copy unsqueeze_copy view_copy permute_cop
 psum pmean psum_scatter all_to_all ppermute pshuffle dynamic_slice
 dynamic_update_slice dynamic_index_in_dim dynamic_update_index_in_dim
 """.split())
+# linear ops that may sum a named axis away: the one way an axis leaves a cotangent
+_SUMS = frozenset("sum mean nansum psum pmean".split())
 _BILINEAR = frozenset("""
 mul multiply matmul mm bmm mv dot vdot inner outer ger tensordot einsum linear bilinear
 kron addmm addbmm baddbmm addmv addr conv1d conv2d conv3d conv_transpose1d conv_transpose2d
@@ -368,12 +374,12 @@ def kind_of(name: str) -> str:
         base = base[1:]
     if base.startswith("i") and base[1:] in ("add", "sub", "mul", "matmul"):
         base = base[1:]
+    if base in _SUMS:
+        return "sum"
     if base in _LINEAR:
         return "linear"
     if base in _BILINEAR:
         return "bilinear"
     if base in _CONSTANT:
         return "constant"
-    if base == "all_gather":
-        return "gather"
     return "nonlinear"
