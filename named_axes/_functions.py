@@ -103,7 +103,7 @@ def _make_reduction(torch_fn, fname: str, doc: str):
         return _unwrap(dispatch(torch_fn, (_prepare(x, fname),), kw))
     reduction.__name__ = reduction.__qualname__ = fname
     reduction.__doc__ = doc
-    return taped()(reduction)
+    return taped(along=True)(reduction)
 
 
 def _make_dimwise(torch_fn, fname: str, doc: str):
@@ -116,7 +116,7 @@ def _make_dimwise(torch_fn, fname: str, doc: str):
         return _unwrap(dispatch(torch_fn, (_prepare(x, fname), dim), kwargs))
     dimwise.__name__ = dimwise.__qualname__ = fname
     dimwise.__doc__ = doc
-    return taped()(dimwise)
+    return taped(along=True)(dimwise)
 
 
 _DOC = """{what} over ``dim`` (ints, axis names, or a tuple mixing both; ``axis=`` alias).
@@ -154,7 +154,7 @@ max = _make_reduction(torch.max, "max", _MAXDOC.format(what="Maximum", what2="ma
 min = _make_reduction(torch.min, "min", _MAXDOC.format(what="Minimum", what2="minimum", name="min"))
 
 
-@taped("nonlinear")
+@taped("nonlinear", along=True)
 def norm(x, p="fro", dim=None, keepdim: bool = False, *, axis=None, ord=None, **kwargs):
     """The ``p``-norm over ``dim`` (ints, names or a mix; ``axis=`` alias; ``ord=`` alias of p).
 

@@ -106,9 +106,12 @@ class Tape:
         before the broadcast."""
         self._set(value, Node(self.added.intersection(own), self.phys(value), ()))
 
-    def note(self, kind: str, operands: Iterable, outputs: Iterable) -> None:
+    def note(self, kind: str, operands: Iterable, outputs: Iterable,
+             along: frozenset = _EMPTY) -> None:
         """Note an op of ``kind`` (see :func:`kind_of`) that made ``outputs`` from
-        ``operands`` (tensors and NamedTensors; other values are skipped)."""
+        ``operands`` (tensors and NamedTensors; other values are skipped); ``along``:
+        named axes a torch op runs along (``x.cumsum('j')``), which its derivative reads
+        unless it sums them."""
         ops = []   # (value, node, true, phys, differentiable)
         for v in operands:
             if type(v) is _NT or isinstance(v, _Tensor):
@@ -128,7 +131,7 @@ class Tape:
                 continue
             phys = self.phys(out)
             true = phys & (carried | (phys - had))
-            edges = _edges(kind, ops, phys) if edges_for and _float(out) else ()
+            edges = _edges(kind, ops, phys, along) if edges_for and _float(out) else ()
             old = self.node(out)
             if old is not None and not any(out is v for v, *_ in ops):
                 # built inside this op by ops noted already (an nx.lax op calling
@@ -205,7 +208,7 @@ def _float(v) -> bool:
     return data.is_floating_point() or data.is_complex()
 
 
-def _edges(kind: str, ops: list, out_phys: frozenset) -> tuple:
+def _edges(kind: str, ops: list, out_phys: frozenset, along: frozenset) -> tuple:
     """Per operand derived from an input: ``(node, reads, removes)``."""
     edges = []
     for k, (_, node, _, phys, diff) in enumerate(ops):
@@ -214,8 +217,9 @@ def _edges(kind: str, ops: list, out_phys: frozenset) -> tuple:
         reads, removes = _EMPTY, phys - out_phys
         if kind not in ("sum", "bilinear"):
             # an axis the op takes away other than by a sum (an index along it, a max,
-            # all_gather, whose transpose is psum_scatter) comes back in the cotangent
-            reads, removes = removes, _EMPTY
+            # all_gather, whose transpose is psum_scatter) comes back in the cotangent,
+            # as does one a torch op runs along (a cumsum mixes its instances)
+            reads, removes = removes | (along & phys), _EMPTY
         mine = kind
         if kind in ("quotient", "rquotient"):   # x / y reads y for x, both for y
             mine = "bilinear" if k == (0 if kind == "quotient" else 1) else "nonlinear"
@@ -226,11 +230,11 @@ def _edges(kind: str, ops: list, out_phys: frozenset) -> tuple:
     return tuple(edges)
 
 
-def note(kind: str, operands: Iterable, outputs: Iterable) -> None:
+def note(kind: str, operands: Iterable, outputs: Iterable, along: Iterable = ()) -> None:
     """Note an op on every open tape."""
-    operands, outputs = tuple(operands), tuple(outputs)
+    operands, outputs, along = tuple(operands), tuple(outputs), frozenset(along)
     for tape in TAPES:
-        tape.note(kind, operands, outputs)
+        tape.note(kind, operands, outputs, along)
 
 
 def noted_rule(operands: Iterable, outputs: Iterable) -> list:
@@ -295,7 +299,8 @@ def note_call(func, args: tuple, kwargs: dict, out) -> None:
     kind = _KINDS.get(func)
     if kind is None:
         kind = _KINDS[func] = kind_of(getattr(func, "__name__", ""))
-    note(kind, _leaves(args, kwargs), _leaves((out,), None))
+    leaves = _leaves(args, kwargs)
+    note(kind, leaves, _leaves((out,), None), [a for a in leaves if type(a) is str])
 
 
 def _leaves(args: tuple, kwargs) -> list:
@@ -308,11 +313,12 @@ def _leaves(args: tuple, kwargs) -> list:
     return list(args)
 
 
-def taped(kind: str | None = None, output_arg: int | None = None):
+def taped(kind: str | None = None, output_arg: int | None = None, along: bool = False):
     """Decorate an op that builds NamedTensors itself (``nx.lax``, ``nx.einsum``...) so
     that open tapes note it; ``kind``: how its derivative reads its operands (default:
     :func:`kind_of` its name); ``output_arg``: the op writes into this argument and
-    returns nothing (``__setitem__``)."""
+    returns nothing (``__setitem__``); ``along``: its string arguments name axes it runs
+    along (``nx.softmax(x, 'j')``)."""
     def decorate(fn):
         k = kind or kind_of(fn.__name__)
 
@@ -320,8 +326,10 @@ def taped(kind: str | None = None, output_arg: int | None = None):
         def call(*args, **kwargs):
             out = fn(*args, **kwargs)
             if not torch.compiler.is_compiling() and TAPES:   # (no guard on TAPES)
-                note(k, tree_flatten((args, kwargs))[0],
-                     tree_flatten(out if output_arg is None else args[output_arg])[0])
+                leaves = tree_flatten((args, kwargs))[0]
+                note(k, leaves,
+                     tree_flatten(out if output_arg is None else args[output_arg])[0],
+                     [a for a in leaves if type(a) is str] if along else ())
             return out
         return call
     return decorate

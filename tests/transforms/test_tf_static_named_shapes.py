@@ -168,7 +168,7 @@ def test_custom_rules_and_checkpoint_keep_jax_named_shapes():
     torch.testing.assert_close(f(e, w), ref.grad)
 
 
-def test_an_axis_taken_away_by_an_index_comes_back_in_the_gradient():
+def test_an_axis_indexed_or_run_along_stays_in_the_gradient():
     """Selecting index 0 along 'j' is not a sum over 'j': the gradient is one per
     instance (the seed counts the loss once per instance of 'j', psum's convention)."""
     x = nx.named(torch.arange(3.), "j")
@@ -177,3 +177,6 @@ def test_an_axis_taken_away_by_an_index_comes_back_in_the_gradient():
     torch.testing.assert_close(g._data, torch.tensor([3., 0., 0.]))
     g = nx.grad(lambda x: nx.sum(x, "j"))(x)   # a sum: one value, replicated
     assert g.named_shape == {}
+    g = nx.grad(lambda x: nx.sum(x.cumsum("j"), "j"))(x)   # a cumsum mixes instances
+    assert g.named_shape == {"j": 3}
+    torch.testing.assert_close(g._data, 3 * torch.tensor([3., 2., 1.]))
