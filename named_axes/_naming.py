@@ -381,7 +381,7 @@ def _positional_index(x: NamedTensor, pos: dict):
     return tuple(norm.get(d, slice(None)) for d in range(max(norm) + 1))
 
 
-@taped("linear")
+@taped("linear", along=True)
 def getitem(x: NamedTensor, index):
     """``x[{'batch': 3}]`` (drops ``batch``), ``x[{'seq': slice(0, 4)}]``,
     ``x[{'batch': torch.tensor([0, 2])}]`` (keep both), ``x[{'batch': 0, 1: 2}]`` (int keys
@@ -408,7 +408,7 @@ def getitem(x: NamedTensor, index):
     return out._data if type(out) is NamedTensor and not out._names else out
 
 
-@taped("linear", output_arg=0)
+@taped("linear", output_arg=0, along=True)
 def setitem(x: NamedTensor, index, value) -> None:
     """``x[{'batch': 3}] = v``: assign through a view (ints and slices only).
 

@@ -303,6 +303,13 @@ def note_call(func, args: tuple, kwargs: dict, out) -> None:
     note(kind, leaves, _leaves((out,), None), [a for a in leaves if type(a) is str])
 
 
+def _named_in(leaves: list, args: tuple) -> list:
+    """The axis names among an op's arguments: strings, and the keys of a dict index
+    (``x[{'j': slice(0, 2)}]``)."""
+    return [a for a in leaves if type(a) is str] + [
+        k for a in args if type(a) is dict for k in a if type(k) is str]
+
+
 def _leaves(args: tuple, kwargs) -> list:
     """The leaves of ``args`` and ``kwargs`` (a loop where no argument is a container)."""
     for a in args:
@@ -329,7 +336,7 @@ def taped(kind: str | None = None, output_arg: int | None = None, along: bool = 
                 leaves = tree_flatten((args, kwargs))[0]
                 note(k, leaves,
                      tree_flatten(out if output_arg is None else args[output_arg])[0],
-                     [a for a in leaves if type(a) is str] if along else ())
+                     _named_in(leaves, args) if along else ())
             return out
         return call
     return decorate

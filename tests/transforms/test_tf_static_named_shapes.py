@@ -177,6 +177,9 @@ def test_an_axis_indexed_or_run_along_stays_in_the_gradient():
     torch.testing.assert_close(g._data, torch.tensor([3., 0., 0.]))
     g = nx.grad(lambda x: nx.sum(x, "j"))(x)   # a sum: one value, replicated
     assert g.named_shape == {}
+    g = nx.grad(lambda x: nx.sum(x[{"j": slice(0, 2)}], "j"))(x)   # a slice along 'j'
+    assert g.named_shape == {"j": 3}
+    torch.testing.assert_close(g._data, torch.tensor([3., 3., 0.]))
     g = nx.grad(lambda x: nx.sum(x.cumsum("j"), "j"))(x)   # a cumsum mixes instances
     assert g.named_shape == {"j": 3}
     torch.testing.assert_close(g._data, 3 * torch.tensor([3., 2., 1.]))
