@@ -36,7 +36,7 @@ from ._writes import check_inplace, write_out
 
 _ndarray = np.ndarray
 
-__all__ = ["dispatch", "vmap_fallback", "wrap", "result", "check_conflicts", "ShapeError",
+__all__ = ["dispatch", "vmap_fallback", "wrap", "result", "check_conflicts", "ShapeError", "READS_VALUES",
            "UseFallback", "check_instance"]
 
 _Tensor = torch.Tensor
@@ -258,7 +258,7 @@ def _instance_check(func, args, kwargs):
         return None
     except (RuntimeError, IndexError, ValueError) as e:
         text = str(e).strip()
-        if "meta" in text.lower() or type(e).__name__ in _READS_VALUES:
+        if "meta" in text.lower() or type(e).__name__ in READS_VALUES:
             return None
         return text.splitlines()[0] if text else type(e).__name__
     except Exception:
@@ -270,7 +270,7 @@ _INSTANCE_OK = PlanCache("per-instance call checks", _instance_check)
 # what torch raises where an op reads a value that fake tensors do not have (under
 # nx.eval_shape and nx.jit's tracing the meta tensors of the check are fake): no complaint
 # about the shapes, the op itself decides (by name: the classes live in private modules)
-_READS_VALUES = ("DataDependentOutputException", "DynamicOutputShapeException",
+READS_VALUES = ("DataDependentOutputException", "DynamicOutputShapeException",
                  "GuardOnDataDependentSymNode")
 
 

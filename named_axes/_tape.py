@@ -45,7 +45,7 @@ from ._tensor import NamedTensor
 from ._torch_private import is_functorch_wrapped, tree_flatten
 
 __all__ = ["TAPES", "Tape", "Node", "note", "note_call", "kind_of", "taped", "noted_rule",
-           "transposed", "suspended"]
+           "transposed", "suspended", "note_result"]
 
 _NT = NamedTensor
 _Tensor = torch.Tensor
@@ -115,11 +115,7 @@ class Tape:
         ops = []   # (value, node, true, phys, differentiable)
         for v in operands:
             if type(v) is _NT or isinstance(v, _Tensor):
-                node = self.node(v)
-                if node is None and _derived(v, self.made):
-                    node = self._unseen(v)
-                    if node is not None:   # (found again by node(v): noted_rule)
-                        self.nodes[id(v)] = (v, node)
+                node = self.follow(v)
                 ops.append((v, node, node.true if node else self.true(v),
                             node.phys if node else self.phys(v), _float(v)))
         carried, had = _EMPTY, _EMPTY
@@ -152,6 +148,17 @@ class Tape:
         return Node(_EMPTY, _EMPTY, tuple((n, _EMPTY, _EMPTY) for p, n in self.nodes.values()
                                           if type(p) is not _NT and _float(p)))
 
+    def follow(self, value) -> Node | None:
+        """``value``'s node.  One that no noted op made but that may depend on the
+        inputs gets :meth:`_unseen`'s (kept: ``node`` finds it again), or None with the
+        tape opaque."""
+        n = self.node(value)
+        if n is None and _derived(value, self.made):
+            n = self._unseen(value)
+            if n is not None:
+                self.nodes[id(value)] = (value, n)
+        return n
+
     @staticmethod
     def cotangent_axes(seeds: Iterable) -> dict:
         """Node -> the added axes of its cotangent, for every node that the ``seeds``,
@@ -172,23 +179,6 @@ class Tape:
                     ct[src] = new if old is None else new | old
                     work.append(src)
         return ct
-
-    def follow(self, value) -> Node | None:
-        """``value``'s node; for a NamedTensor no noted op made that depends on the
-        inputs, the node of the value it names again, else None and the tape is opaque."""
-        n = self.node(value)
-        if n is None and type(value) is _NT and _derived(value, self.made):
-            n = self._unseen(value)
-        return n
-
-    def sinks(self, loss) -> list:
-        """The nodes whose cotangents a seed on ``loss`` reaches first: its own, or where
-        a plain tensor the tape did not see (``psum(...) * 0.5``) may have come from,
-        every noted plain tensor of floating dtype."""
-        n = self.follow(loss)
-        if n is not None or type(loss) is _NT:
-            return [n]
-        return [m for v, m in self.nodes.values() if type(v) is not _NT and _float(v)]
 
     def forget_values(self) -> None:
         """Drop the values noted (the nodes stay): once a call's results are built."""
@@ -235,6 +225,13 @@ def note(kind: str, operands: Iterable, outputs: Iterable, along: Iterable = ())
     operands, outputs, along = tuple(operands), tuple(outputs), frozenset(along)
     for tape in TAPES:
         tape.note(kind, operands, outputs, along)
+
+
+def note_result(kind: str, args: tuple, kwargs, out, along: bool = False) -> None:
+    """Note the call ``op(*args, **kwargs) -> out`` of an op of ``kind``; ``along``: its
+    string arguments (and a dict index's keys) name axes it runs along."""
+    leaves = _leaves(args, kwargs)
+    note(kind, leaves, _leaves((out,), None), _named_in(leaves, args) if along else ())
 
 
 def noted_rule(operands: Iterable, outputs: Iterable) -> list:
@@ -299,8 +296,7 @@ def note_call(func, args: tuple, kwargs: dict, out) -> None:
     kind = _KINDS.get(func)
     if kind is None:
         kind = _KINDS[func] = kind_of(getattr(func, "__name__", ""))
-    leaves = _leaves(args, kwargs)
-    note(kind, leaves, _leaves((out,), None), [a for a in leaves if type(a) is str])
+    note_result(kind, args, kwargs, out, along=True)
 
 
 def _named_in(leaves: list, args: tuple) -> list:
@@ -333,10 +329,8 @@ def taped(kind: str | None = None, output_arg: int | None = None, along: bool = 
         def call(*args, **kwargs):
             out = fn(*args, **kwargs)
             if not torch.compiler.is_compiling() and TAPES:   # (no guard on TAPES)
-                leaves = tree_flatten((args, kwargs))[0]
-                note(k, leaves,
-                     tree_flatten(out if output_arg is None else args[output_arg])[0],
-                     _named_in(leaves, args) if along else ())
+                note_result(k, args, kwargs, out if output_arg is None else args[output_arg],
+                            along)
             return out
         return call
     return decorate

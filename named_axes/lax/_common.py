@@ -20,8 +20,7 @@ from .._env import _state as _env_state
 from .._env import bound_axes, current_frame
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from .._tensor import NamedTensor
-from .._tape import TAPES, kind_of, note
-from .._torch_private import tree_flatten
+from .._tape import TAPES, kind_of, note_result
 
 _NT = NamedTensor
 
@@ -44,7 +43,7 @@ def _shows_axes(position: int = 1) -> Callable:
                 fn, args[position] if len(args) > position else kwargs.get("axis_name"),
                 args, kwargs)
             if not torch.compiler.is_compiling() and TAPES:   # (no guard on TAPES)
-                note(kind, tree_flatten((args, kwargs))[0], tree_flatten(out)[0])
+                note_result(kind, args, kwargs, out)
             return out
         return call
     return decorate

@@ -37,6 +37,7 @@ from typing import Any, Callable, Hashable
 import torch
 
 from .._engine import EngineBase
+from .._dispatch import READS_VALUES
 from .._errors import AxisResourceError
 from .._tensor import NamedTensor
 from .._torch_private import functorch_disabled, functorch_level
@@ -77,8 +78,7 @@ def _draw_seed() -> int:
             return int(seed.item())
         except RuntimeError as e:   # make_fx's tracer: no value to read (dynamo breaks
             # the graph at .item() and runs the loop eagerly)
-            if type(e).__name__ not in ("GuardOnDataDependentSymNode",
-                                        "DataDependentOutputException"):
+            if type(e).__name__ not in READS_VALUES:
                 raise
             raise AxisResourceError(
                 "a SerialLoop axis inside nx.jit / make_fx: the loop replays its chunks on "

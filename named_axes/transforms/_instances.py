@@ -191,7 +191,7 @@ class GradTape(Tape):
         self.forward = (value, aux)
         self.keep = [value, aux]
         self.grads = grads
-        self.sink_nodes = self.sinks(loss) if grads else []
+        self.sink_nodes = [self.follow(loss)] if grads else []
         self.out_nodes = [self.follow(v) for v in tree_flatten(loss)[0]]
         self.root_nodes = [[(self.node(leaf), own) for leaf, own in mine]
                            for mine in self.root_leaves]
