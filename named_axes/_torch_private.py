@@ -34,6 +34,7 @@ __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
            "tensor_body", "module_tensor_table", "default_collate_parts",
            "local_tensor", "dtensor_spec", "dtensor_op_handlers", "custom_op_impl",
            "custom_op_overload", "has_same_storage_numel_op", "functional_all_reduce",
+           "functional_all_gather", "functional_reduce_scatter",
            "FakeTensor", "FakeTensorMode", "DataDependentOutputException",
            "DynamicOutputShapeException", "op_schema", "HigherOrderOperator",
            "record_function_ops", "tensor_guards", "aot_forward_metadata",
@@ -315,13 +316,25 @@ has_same_storage_numel_op = torch.ops.aten._has_same_storage_numel
 
 
 def functional_all_reduce(x: torch.Tensor, op: str, group) -> torch.Tensor:
-    """``x`` all-reduced over ``group`` with functional collectives (what DTensor issues:
-    CommDebugMode counts them), waited for.
+    """``x`` all-reduced over ``group`` with functional collectives, waited for.
 
-    Why: out-of-place collectives, as DTensor issues them.  Public alternative
-    considered: ``torch.distributed.all_reduce`` (public) writes in place."""
+    Why: out-of-place collectives, as DTensor issues them (CommDebugMode counts them).
+    Public alternative considered: ``torch.distributed``'s (public) write in place."""
     from torch.distributed._functional_collectives import all_reduce, wait_tensor
     return wait_tensor(all_reduce(x, op, group))
+
+
+def functional_all_gather(x: torch.Tensor, dim: int, group) -> torch.Tensor:
+    """``x`` of every rank of ``group`` concatenated along ``dim`` (as above)."""
+    from torch.distributed._functional_collectives import all_gather_tensor, wait_tensor
+    return wait_tensor(all_gather_tensor(x, dim, group))
+
+
+def functional_reduce_scatter(x: torch.Tensor, dim: int, group) -> torch.Tensor:
+    """``x`` summed over ``group``, each rank keeping its block along ``dim`` (as above)."""
+    from torch.distributed import _functional_collectives as funcol
+    op = getattr(funcol, "reduce_scatter_single", None) or funcol.reduce_scatter_tensor  # 2.9
+    return funcol.wait_tensor(op(x, "sum", dim, group))
 
 
 # -- Tracing and compiling ----------------------------------------------------------------

@@ -33,13 +33,16 @@ cotangents above it the same on every rank: the row-parallel ``psum``'s transpos
 costs nothing, and the layer norms' gradients come out whole.  A mark is a fact about
 the values, checked against the tensor's version counter.
 
+A collective that moves values along a split axis (``all_gather``, ``ppermute``, ...)
+gathers the axis whole on every rank, computes as if unsplit and keeps the rank's chunk;
+its transpose is a reduce-scatter (:class:`._local_comms.GatherOverRanks`).
+
 What this path does not do, the program does on the DTensor path
 (:func:`run_on_local_shards` catches :class:`NeedsGlobal` before any result escapes and
 remembers the program; ``DTensorEngine.run`` then runs the call again on DTensors): a
-named reduction or a non-reducing collective (``all_gather``, ``ppermute``, ...) over a
-split axis, a collective over a split axis inside a derivative taken within the body or
-over a value holding two split axes of one mesh dim, calls under a trace, ``vmap``,
-forward-mode AD or a ``SerialLoop``.
+named reduction over a split axis, a collective over a split axis inside a derivative
+taken within the body or over a value holding two split axes of one mesh dim, calls
+under a trace, ``vmap``, forward-mode AD or a ``SerialLoop``.
 """
 from __future__ import annotations
 
@@ -51,12 +54,14 @@ import torch
 from .._tensor import NamedTensor
 from .._torch_private import functorch_transform_kinds, local_tensor, tracing_mode_active
 from ._serial import SerialEngine, _as_tuple, _attaining, _functorch_level, _names_of
-from ._dtensor_comms import SUMMARY, sum_partials
+from ._dtensor_comms import SUMMARY
 from ._dtensor_comms import placements as _placements
 from ._rank_check import structure_key
-from ._local_comms import (DivideByCount, ExtremeOverRanks, SumBeforeBroadcast, SumOverRanks,
-                           all_reduce, extreme, mesh_groups, uniform_part)
-from ._uniform import Replication, mark_uniform
+from ._local_comms import (DivideByCount, ExtremeOverRanks, GatherOverRanks, SumBeforeBroadcast,
+                           SumOverRanks, all_reduce, extreme, mesh_groups)
+from ._uniform import Replication
+from ._local_edges import (FromLocal, ReplicatedOutput, ShardsOf, SumGradsOverRanks,
+                           local_shard, rewrap)
 
 __all__ = ["LocalShardEngine", "NeedsGlobal", "local_path_allowed", "run_on_local_shards"]
 
@@ -159,7 +164,7 @@ class LocalShardEngine(SerialEngine):
         """This rank's shard of each input leaf.  A full tensor on this device that needs
         no gradient, or is replicated (no split axis), is sliced here -- the replicated
         ones' gradients, the ranks' partial sums, all-reduced together by one
-        :class:`_SumGradsOverRanks` -- and the rest go through DTensors (the engine's
+        :class:`SumGradsOverRanks` -- and the rest go through DTensors (the engine's
         input conversion: layout checks, redistribution, sharded gradients)."""
 
         out, via_dtensor, replicated, laid_out = list(leaves), [], [], []
@@ -179,7 +184,7 @@ class LocalShardEngine(SerialEngine):
                     if data.requires_grad and grad:
                         laid_out.append(i)
                     else:
-                        out[i] = _rewrap(leaf, local_tensor(data))
+                        out[i] = rewrap(leaf, local_tensor(data))
                     continue
                 via_dtensor.append(i)
                 continue
@@ -194,19 +199,19 @@ class LocalShardEngine(SerialEngine):
                 SUMMARY.distributed_inputs += 1
         if replicated:
             SUMMARY.distributed_inputs += len(replicated)
-            datas = _SumGradsOverRanks.apply(
+            datas = SumGradsOverRanks.apply(
                 self.dm, *[getattr(leaves[i], "_data", leaves[i]) for i in replicated])
             for i, d in zip(replicated, datas):
-                out[i] = _rewrap(leaves[i], d)
+                out[i] = rewrap(leaves[i], d)
         if laid_out:
-            locals_ = _ShardsOf.apply(self.dm, *[getattr(leaves[i], "_data", leaves[i])
+            locals_ = ShardsOf.apply(self.dm, *[getattr(leaves[i], "_data", leaves[i])
                                                  for i in laid_out])
             for i, d in zip(laid_out, locals_):
-                out[i] = _rewrap(leaves[i], d)
+                out[i] = rewrap(leaves[i], d)
         if via_dtensor:
             dleaves = self.outer.to_dtensors([leaves[i] for i in via_dtensor])
             for i, d in zip(via_dtensor, dleaves):
-                out[i] = _local_shard(d)
+                out[i] = local_shard(d)
         return out
 
     def _to_output(self, leaf: Any) -> Any:
@@ -224,13 +229,13 @@ class LocalShardEngine(SerialEngine):
         if self.outer._out_mode() == "full" and not any(n in self.loops for n in names):
             SUMMARY.full_outputs += 1
             if data.requires_grad and torch.is_grad_enabled():
-                data = _ReplicatedOutput.apply(data, self.dm)
+                data = ReplicatedOutput.apply(data, self.dm)
             return NamedTensor._wrap(data, names) if names else data
         places = _placements(self.outer.plan, names, data.dim() - len(names))
         shape = list(data.shape)
         for i, n in enumerate(names):
             shape[i] *= self.loops.get(n, 1)
-        dt = _FromLocal.apply(data, self.dm, tuple(places), tuple(shape))
+        dt = FromLocal.apply(data, self.dm, tuple(places), tuple(shape))
         return self.outer.from_dtensor(NamedTensor._wrap(dt, names) if names else dt)
 
     def broadcast(self, data: Any, names: tuple, result: tuple) -> Any:
@@ -287,7 +292,7 @@ class LocalShardEngine(SerialEngine):
             return out
         # the entries of x attaining the extreme, here and on all ranks (amax shares the
         # cotangent evenly among them; this rank's partial extreme already shares its part)
-        here = _attaining(x, _rewrap(partial, out.detach())).to(out.dtype)
+        here = _attaining(x, rewrap(partial, out.detach())).to(out.dtype)
         total = all_reduce(here, groups, "sum")
         share = here / total   # 0/0 where a NaN won: a NaN gradient, as amax's
         return ExtremeOverRanks.apply(data, out, (share, groups))
@@ -314,11 +319,28 @@ class LocalShardEngine(SerialEngine):
         except Exception as e:
             raise NeedsGlobal(str(e)) from None
 
-    def _unsupported(self, op: str, *args, **kwargs):
-        axis_name = args[1] if len(args) > 1 else kwargs.get("axis_name")
-        if any(n in self.loops for n in _as_tuple(axis_name)):
-            raise NeedsGlobal(op)
-        return self._default(op, *args, **kwargs)
+    def _unsupported(self, op: str, x: NamedTensor, axis_name: Any, **options):
+        """A collective moving values along split axes (``all_gather``, ``psum_scatter``,
+        ``all_to_all``, ``ppermute``, ``pshuffle``): each split axis it runs over made
+        whole (:class:`GatherOverRanks`), the collective computed as if unsplit, and this
+        rank's chunk kept of each of those axes the result carries."""
+        split = [n for n in _as_tuple(axis_name) if n in self.loops]
+        if not split:
+            return self._default(op, x, axis_name, **options)
+        self._check_not_differentiated(op, split)
+        self._check_one_axis_per_mesh_dim(op, (x,))
+        data = x._data
+        for n in (n for n in split if n in x._names):
+            groups = mesh_groups(self.dm, self.mesh_dims[n])
+            data = GatherOverRanks.apply(data, x._names.index(n), groups)
+        out = self._unsplit(op, (NamedTensor._wrap(data, x._names), axis_name), options, split)
+        if not isinstance(out, NamedTensor):
+            return out   # (no named axis left)
+        data = out._data
+        for n in (n for n in split if n in out._names):
+            size = self.chunk_size(n)
+            data = data.narrow(out._names.index(n), self._chunk[self.names.index(n)] * size, size)
+        return NamedTensor._wrap(data, out._names)
 
     def _axis_index(self, axis_name: Any):
         names = _as_tuple(axis_name)
@@ -329,164 +351,3 @@ class LocalShardEngine(SerialEngine):
     def check_named_op(self, op: str, names: tuple) -> None:
         if any(n in self.loops for n in names):
             raise NeedsGlobal(op)
-
-
-def _local_shard(leaf: Any) -> Any:
-    """A NamedTensor over a DTensor -> over its local shard; the gradient handed back is a
-    partial sum over the mesh dims the value is replicated on (module docstring)."""
-    data = leaf._data if isinstance(leaf, NamedTensor) else leaf
-    if type(data).__name__ != "DTensor":
-        return leaf
-    from torch.distributed.tensor import Partial
-
-    grads = [Partial() if p.is_replicate() else p for p in data.placements]
-    local = data.to_local(grad_placements=grads)
-    return NamedTensor._wrap(local, leaf._names) if isinstance(leaf, NamedTensor) else local
-
-
-def _rewrap(leaf: Any, data: torch.Tensor) -> Any:
-    """``data`` with ``leaf``'s names, if it has any."""
-    return NamedTensor._wrap(data, leaf._names) if isinstance(leaf, NamedTensor) else data
-
-
-class _ShardsOf(torch.autograd.Function):
-    """DTensors laid out as the plan wants -> their local shards; backward: each local
-    gradient, a partial sum over the mesh dims its input is replicated on, summed there
-    (one flat buffer per dtype, :func:`._dtensor_comms.sum_partials`) and handed back as a
-    DTensor laid out like its input -- a sharded parameter's gradient stays sharded."""
-
-    @staticmethod
-    def forward(dm, *xs):
-        return tuple(local_tensor(x).view_as(local_tensor(x)) for x in xs)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.dm = inputs[0]
-        ctx.specs = [(tuple(x.placements), x.shape, x.stride()) for x in inputs[1:]]
-        ctx.set_materialize_grads(False)   # an input the outputs ignore gets no gradient
-
-    @staticmethod
-    def backward(ctx, *gs):
-        from torch.distributed.tensor import DTensor
-
-
-        out = [None] * len(gs)
-        by_dtype: dict = {}
-        for i, (g, (places, _, _)) in enumerate(zip(gs, ctx.specs)):
-            if g is None:
-                continue
-            g, dims = uniform_part(g, [d for d, p in enumerate(places) if p.is_replicate()],
-                                      ctx.dm)
-            out[i] = g
-            if dims:
-                by_dtype.setdefault(g.dtype, []).append((i, dims))
-        twice = torch.is_grad_enabled()   # create_graph: this backward is differentiated
-        for members in by_dtype.values():
-            summed = sum_partials([out[i] for i, _ in members], [d for _, d in members], ctx.dm,
-                                  differentiable=twice)
-            for (i, _), t in zip(members, summed):
-                out[i] = t
-        for i, (g, (places, shape, stride)) in enumerate(zip(out, ctx.specs)):
-            if g is None:
-                continue
-            if twice:   # an output edge: its cotangent is the same on every rank it is on
-                out[i] = _FromLocal.apply(g, ctx.dm, tuple(places), tuple(shape))
-            else:
-                out[i] = DTensor.from_local(g.contiguous(), ctx.dm, places, run_check=False,
-                                            shape=shape, stride=stride)
-        return (None, *out)
-
-
-class _SumGradsOverRanks(torch.autograd.Function):
-    """Replicated full inputs, as they are; backward: their gradients (each rank's
-    partial sum) summed over every rank in one flat buffer per dtype -- differentiably
-    (an outer derivative may differentiate this backward), and not along the mesh dims
-    where a gradient is marked the same on every rank (:func:`._local_comms.uniform_part`)."""
-
-    @staticmethod
-    def forward(dm, *xs):
-        return tuple(x.view_as(x) for x in xs)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.dm = inputs[0]
-        ctx.set_materialize_grads(False)   # an input the outputs ignore gets no gradient
-
-    @staticmethod
-    def backward(ctx, *gs):
-
-        out = list(gs)
-        by_dtype: dict = {}
-        for i, g in enumerate(gs):
-            if g is not None:
-                out[i], dims = uniform_part(g, range(ctx.dm.ndim), ctx.dm)
-                if dims:
-                    by_dtype.setdefault(g.dtype, []).append((i, dims))
-        for members in by_dtype.values():
-            summed = sum_partials([out[i] for i, _ in members], [d for _, d in members],
-                                  ctx.dm, differentiable=True)
-            for (i, _), t in zip(members, summed):
-                out[i] = t
-        if torch.is_grad_enabled():   # create_graph: the gradients are full outputs
-            out = [None if t is None else _ReplicatedOutput.apply(t, ctx.dm) for t in out]
-        return (None, *out)
-
-
-class _ReplicatedOutput(torch.autograd.Function):
-    """A full output, the same on every rank, as it is; backward: the cotangent (the same
-    on every rank) split evenly over the ranks, marked as the same on all of them."""
-
-    @staticmethod
-    def forward(x, dm):
-        return x.view_as(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.dm = inputs[1]
-
-    @staticmethod
-    def backward(ctx, g):
-        dm = ctx.dm
-        return mark_uniform(g / dm.size(), dm, frozenset(range(dm.ndim))), None
-
-
-class _FromLocal(torch.autograd.Function):
-    """This rank's shard of an output -> the DTensor laid out per the plan; backward: the
-    cotangent's local part, split evenly over the ranks of each mesh dim the output is
-    replicated on (a partial sum there is kept as it is)."""
-
-    @staticmethod
-    def forward(local, dm, places, shape):
-        from torch.distributed.tensor import DTensor
-
-        local = local.contiguous()
-        stride = [1] * len(shape)
-        for i in range(len(shape) - 2, -1, -1):
-            stride[i] = stride[i + 1] * shape[i + 1]
-        return DTensor.from_local(local, dm, list(places), run_check=False,
-                                  shape=torch.Size(shape), stride=tuple(stride))
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.dm, ctx.places = inputs[1], inputs[2]
-
-    @staticmethod
-    def backward(ctx, g):
-        from torch.distributed.tensor import DTensor, Replicate
-
-        if not isinstance(g, DTensor):   # a full cotangent: the same on every rank
-            g = DTensor.from_local(g, ctx.dm, [Replicate()] * ctx.dm.ndim, run_check=False)
-        want, split = [], 1
-        for d, (p, q) in enumerate(zip(ctx.places, g.placements)):
-            if p.is_shard():
-                want.append(p)
-            elif q.is_partial():
-                want.append(q)
-            else:
-                want.append(Replicate())
-                split *= ctx.dm.size(d)
-        if list(g.placements) != want:
-            g = g.redistribute(ctx.dm, want)
-        local = g.to_local()
-        same = frozenset(d for d, p in enumerate(want) if p.is_replicate())
-        return mark_uniform(local / split, ctx.dm, same), None, None, None

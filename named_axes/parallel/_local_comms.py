@@ -18,8 +18,9 @@ import torch
 
 from ._uniform import mark_uniform, uniform_dims
 
-__all__ = ["DivideByCount", "ExtremeOverRanks", "SumBeforeBroadcast", "SumOverRanks", "all_reduce",
-           "extreme", "mesh_groups", "ranks", "sum_of_cotangents", "uniform_part"]
+__all__ = ["DivideByCount", "ExtremeOverRanks", "GatherOverRanks", "ScatterSumOverRanks",
+           "SumBeforeBroadcast", "SumOverRanks", "all_reduce", "extreme", "gather", "mesh_groups",
+           "ranks", "sum_of_cotangents", "uniform_part"]
 
 
 def mesh_groups(dm, dims: tuple) -> list:
@@ -157,3 +158,70 @@ class SumBeforeBroadcast(torch.autograd.Function):
         return mark_uniform(total / ranks(dm, dims), dm, same | dims), None, None, None
 
 
+
+
+def _on_wire(x: torch.Tensor, move) -> torch.Tensor:
+    """``move(buffer)`` on a buffer the collectives carry (bool as bytes, complex as pairs
+    of reals: a trailing dim, so the dims moved keep their index)."""
+    if x.dtype == torch.bool:
+        return move(x.to(torch.uint8)).to(torch.bool)
+    if x.is_complex():
+        return torch.view_as_complex(move(torch.view_as_real(x.contiguous())).contiguous())
+    return move(x.contiguous())
+
+
+def gather(x: torch.Tensor, dim: int, groups: list) -> torch.Tensor:
+    """``x`` of every rank of ``groups`` concatenated along ``dim``: block ``c`` is rank
+    ``c``'s, ``c`` counted over the mesh dims in order (the first the slowest), as a
+    split axis's chunks are."""
+    from .._torch_private import functional_all_gather
+
+    for g in reversed(groups):
+        x = _on_wire(x, lambda b: functional_all_gather(b, dim, g))
+    return x
+
+
+class GatherOverRanks(torch.autograd.Function):
+    """A split axis made whole: :func:`gather` along ``dim``, the same on every rank of
+    ``groups``; the transpose sums the cotangent's shares over those ranks, each keeping
+    its own block (a reduce-scatter; no communication where the cotangent is marked the
+    same on all of them)."""
+
+    @staticmethod
+    def forward(x, dim, groups):
+        return gather(x.detach(), dim, groups)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.dim, ctx.groups, ctx.size = inputs[1], inputs[2], inputs[0].shape[inputs[1]]
+
+    @staticmethod
+    def backward(ctx, g):
+        dm, dims = ctx.groups[0][0], [d for _, d in ctx.groups]
+        if set(dims) <= uniform_dims(g, dm):   # every share is the whole: take our block
+            here, count = 0, 1
+            for d in dims:
+                here, count = here * dm.size(d) + dm.get_coordinate()[d], count * dm.size(d)
+            return g.narrow(ctx.dim, here * ctx.size, ctx.size) * count, None, None
+        return ScatterSumOverRanks.apply(g, ctx.dim, ctx.groups), None, None
+
+
+class ScatterSumOverRanks(torch.autograd.Function):
+    """:class:`GatherOverRanks`'s transpose: ``x`` summed over the ranks of ``groups``,
+    each keeping its own block along ``dim``; its own transpose is the gather."""
+
+    @staticmethod
+    def forward(x, dim, groups):
+        from .._torch_private import functional_reduce_scatter
+
+        for grp in groups:
+            x = _on_wire(x.detach(), lambda b: functional_reduce_scatter(b, dim, grp))
+        return x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.dim, ctx.groups = inputs[1], inputs[2]
+
+    @staticmethod
+    def backward(ctx, g):
+        return GatherOverRanks.apply(g, ctx.dim, ctx.groups), None, None

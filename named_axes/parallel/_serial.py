@@ -236,10 +236,15 @@ class SerialEngine(EngineBase):
         Loop axes carried by the operands are bound at their chunk size meanwhile, so
         nx.lax sees consistent sizes; loop axes they lack keep their full size (a psum
         over one multiplies by the full size)."""
+        return self._unsplit(op, args, kwargs, whole=())
+
+    def _unsplit(self, op: str, args: tuple, kwargs: dict, whole: tuple):
+        """:meth:`_default`, where the operands carry the loop axes ``whole`` at their
+        full size (gathered by the local-shard path)."""
         from .._env import bind
 
         local = {n: self.chunk_size(n) for n in self.names
-                 if any(_carries(a, n) for a in args[:2])}
+                 if n not in whole and any(_carries(a, n) for a in args[:2])}
         # this frame is the engine's own: a differentiated function running around it
         # must not take its names for axes bound inside that function
         from .._tensor import RECORDERS

@@ -71,8 +71,8 @@ COLLECTIVES = frozenset({"SumOverRanksBackward", "ExtremeOverRanksBackward",
 _LOCAL_FUNCTIONS = ("named_axes.lax.", "named_axes.rules.")
 
 # The autograd Functions of this path that read marks on what they are handed.
-_READERS = COLLECTIVES | {"_ShardsOfBackward", "_SumGradsOverRanksBackward",
-                          "SumBeforeBroadcastBackward"}
+_READERS = COLLECTIVES | {"ShardsOfBackward", "SumGradsOverRanksBackward",
+                          "GatherOverRanksBackward", "SumBeforeBroadcastBackward"}
 
 
 def _sequence_now() -> int:

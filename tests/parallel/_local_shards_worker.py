@@ -132,11 +132,57 @@ def edges(rank, results):
         ["i", ...], {"i": ("x", "y")}, (torch.linspace(0, 1, 8),), mesh_2d())
 
 
+def mesh_411():
+    return P.Mesh(np.array(P.devices()).reshape(4, 1, 1), ("x", "y", "z"))
+
+
+def _moves():
+    """The collectives that move values along an axis, as the collective matmuls of
+    "Efficiently Scaling Transformer Inference" use them: (name, f, in_axes, out_axes)."""
+    lax = nx.lax
+    ring = [(j, (j + 1) % 8) for j in range(8)]
+    return [
+        ("all_gather_matmul", lambda v, w: torch.tanh(lax.all_gather(v, "i", axis=0, tiled=True) @ w),
+         (["i", ...], [...]), [...]),
+        ("all_gather_stacked", lambda v, w: lax.all_gather(v * w[:, 0], "i", axis=1) * v.sum(),
+         (["i", ...], [...]), ["i", ...]),
+        ("psum_scatter", lambda v, w: lax.psum_scatter(v @ w, "i", scatter_dimension=0, tiled=True),
+         (["i", ...], [...]), ["i", ...]),
+        ("all_to_all", lambda v, w: lax.all_to_all(torch.sin(v), "i", 0, 1, tiled=True) * w[0, 0],
+         (["i", ...], [...]), ["i", ...]),
+        ("ppermute_ring", lambda v, w: lax.ppermute(v, "i", ring) @ w, (["i", ...], [...]),
+         ["i", ...]),
+        ("pshuffle", lambda v, w: lax.pshuffle(v * v, "i", [3, 1, 4, 0, 7, 2, 6, 5]) + w[0, 0],
+         (["i", ...], [...]), ["i", ...]),
+        ("gather_then_all_to_all_unmapped",
+         lambda v, w: lax.all_to_all(lax.all_gather(v, "i", axis=0, tiled=True), "j", 0, 0,
+                                     tiled=True) @ w,
+         (["i", "j", ...], [...]), ["j", ...]),
+        ("all_gather_two_axes", lambda v, w: lax.all_gather(v, ("i", "j"), axis=0) @ w,
+         (["i", "j", ...], [...]), [...]),
+    ]
+
+
+def moves(rank, results):
+    # every collective that moves values along a split axis runs on the local shards, on a
+    # 1-d mesh, over both dims of a 2x2 mesh, and with an axis on a size-1 mesh dim
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(3, 4, generator=g)
+    meshes = [("1d", mesh_1d, {"i": "x"}), ("2x2", mesh_2d, {"i": ("x", "y")}),
+              ("4x1x1", mesh_411, {"i": "x", "j": "y"})]
+    for name, f, in_axes, out_axes in _moves():
+        shape = (8, 2, 8, 3) if len(in_axes[0]) == 3 else (8, 8, 3)
+        x = torch.randn(*shape, generator=g)
+        for label, mesh, res in meshes:
+            res = {k: v for k, v in res.items() if k in in_axes[0]}
+            results[f"moves_{name}_{label}"] = compare(f, in_axes, out_axes, res, (x, w), mesh())
+
+
 def fallback(rank, results):
-    # all_gather over a split axis: the local path cannot, the DTensor path runs it; the
-    # program is remembered, so the second call goes straight to DTensors
+    # a named reduction over a split axis: the local path cannot, the DTensor path runs
+    # it; the program is remembered, so the second call goes straight to DTensors
     def f(v):
-        return nx.lax.all_gather(v, "i").sum(0) * v
+        return v.sum("i") * v
 
     x = torch.linspace(-1, 1, 8)
     first = compare(f, (["i", ...],), ["i", ...], {"i": "x"}, (x,), mesh_1d())
@@ -508,6 +554,6 @@ def double_backward(rank, results):
 
 
 if __name__ == "__main__":
-    run_rank([extremes, dtypes, edges, fallback, outer_transforms, dtensor_outputs, folding,
+    run_rank([extremes, dtypes, edges, moves, fallback, outer_transforms, dtensor_outputs, folding,
               uniform_cotangents, laid_out_dtensors, broadcast_sums, broadcast_programs,
               double_backward])

@@ -3,7 +3,8 @@ the program body runs on each rank's own shards with explicit all-reduces, and i
 outputs and the inputs' gradients (torch.autograd outside the xmap) equal the vectorized
 run's -- ties and NaNs of pmax/pmin across ranks, integer/bool/complex psums, replicated
 and sharded outputs, axes over two mesh dims, nx.grad around the xmap, DTensor outputs
--- while a program it cannot run (all_gather over a split axis) falls back to the
+-- and the collectives that move values along a split axis (all_gather, ppermute, ...),
+while a program it cannot run (a named reduction over a split axis) falls back to the
 DTensor path once and is remembered.
 """
 from __future__ import annotations
@@ -35,6 +36,22 @@ UNIFORM = ["neg_pmean", "pmean_reshaped", "psum_two_outputs", "psum_used_again",
 def test_local_shards_equal_vectorized(ranks, case):
     for r, res in enumerate(ranks):
         got = res[case]
+        assert got["out_err"] < 1e-12 and got["grad_err"] < 1e-12, (r, got)
+        assert (got["local"], got["dtensor"], got["fallbacks"]) == (1, 0, 0), (r, got)
+
+
+MOVES = ["all_gather_matmul", "all_gather_stacked", "psum_scatter", "all_to_all", "ppermute_ring",
+         "pshuffle", "gather_then_all_to_all_unmapped", "all_gather_two_axes"]
+
+
+@pytest.mark.parametrize("mesh", ["1d", "2x2", "4x1x1"])
+@pytest.mark.parametrize("case", MOVES)
+def test_collectives_moving_values_run_on_local_shards(ranks, case, mesh):
+    """all_gather, psum_scatter, all_to_all, ppermute, pshuffle over a split axis: the
+    axis gathered whole, the collective computed, the rank's chunk kept; outputs and
+    gradients equal the vectorized run's on every mesh (a size-1 mesh dim included)."""
+    for r, res in enumerate(ranks):
+        got = res[f"moves_{case}_{mesh}"]
         assert got["out_err"] < 1e-12 and got["grad_err"] < 1e-12, (r, got)
         assert (got["local"], got["dtensor"], got["fallbacks"]) == (1, 0, 0), (r, got)
 
