@@ -463,6 +463,18 @@ def run_sharded(log) -> list[str]:
     return title + [text, ""]
 
 
+def run_moves(log) -> list[str]:
+    """The collectives moving values along a split axis, local-shard vs DTensor path."""
+    log("== bench_moves.main()")
+    title = ["## Collectives along a split axis (benchmarks/bench_moves.py)", ""]
+    try:
+        text = importlib.import_module("bench_moves").main([])
+    except (Exception, SystemExit) as e:
+        log(f"   bench_moves failed: {harness._short(e)}")
+        return title + [f"failed: {harness._short(e)}", ""]
+    return title + [text, ""]
+
+
 # ---------------------------------------------------------------------------------
 # main
 # ---------------------------------------------------------------------------------
@@ -543,6 +555,7 @@ def main(argv=None) -> int:
     if not args.no_parallel and not args.quick:
         report += run_parallel(log)
         report += run_sharded(log)
+        report += run_moves(log)
 
     report += [
         "## Method", "",

@@ -18,6 +18,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ._engine import NeedsWholeAxes
 from ._env import TAPES, conflicts
 from ._errors import AxisResourceError, AxisSizeError, AxisTypeError, NamedAxisError, ShapeError
 from ._layout import align, union_names
@@ -83,6 +84,8 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
                 out = rule(func, a, kw)
             except UseFallback:
                 pass
+            except NeedsWholeAxes as e:   # along axes an engine splits: on their whole
+                out = e.engine.whole(func, a, kw, e.names)
         if out is NotImplemented:
             out = vmap_fallback(func, a, kw)
     except NamedAxisError:

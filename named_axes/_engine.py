@@ -23,7 +23,7 @@ from typing import Any, Callable, ContextManager, Hashable, Protocol, runtime_ch
 
 from ._env import _state, current_frame
 
-__all__ = ["COLLECTIVES", "Engine", "EngineBase", "engine_for"]
+__all__ = ["COLLECTIVES", "Engine", "EngineBase", "NeedsWholeAxes", "engine_for"]
 
 # The collectives an engine may compute itself (``Engine.collective``), with the
 # arguments each receives: ``(x: NamedTensor, axis_names: tuple, **options)`` --
@@ -32,6 +32,16 @@ __all__ = ["COLLECTIVES", "Engine", "EngineBase", "engine_for"]
 # ``pdot(x, y, axis_names, pos_contract=, pos_batch=)``; ``axis_index(axis_names)``.
 COLLECTIVES = frozenset({"psum", "pmean", "pmax", "pmin", "pdot", "all_gather",
                          "psum_scatter", "all_to_all", "ppermute", "pshuffle", "axis_index"})
+
+
+class NeedsWholeAxes(Exception):
+    """Raised by :meth:`Engine.check_named_op` where the engine can compute an op along
+    its split axes ``names`` on their whole: the dispatcher then calls
+    ``engine.whole(func, args, kwargs, names)`` for the op's result (internal)."""
+
+    def __init__(self, engine: Any, names: tuple) -> None:
+        super().__init__(names)
+        self.engine, self.names = engine, names
 
 
 @runtime_checkable
@@ -70,7 +80,8 @@ class Engine(Protocol):
         """How many entries of ``name`` the piece running now holds."""
 
     def check_named_op(self, op: str, names: tuple) -> None:
-        """Raise for an op (not a collective) that mixes values along axes split here."""
+        """Raise for an op (not a collective) that mixes values along axes split here
+        (:class:`NeedsWholeAxes` where ``whole`` computes it)."""
 
 
 class EngineBase:

@@ -13,7 +13,7 @@ torch.Size([3, 2])
 """
 from __future__ import annotations
 
-from typing import Any, Hashable, Mapping
+from typing import Any, Callable, Hashable, Mapping
 
 import torch
 
@@ -270,11 +270,14 @@ def positional(nt: Any, axes: Any = ...) -> torch.Tensor:
     physical = dict(zip(nt._names, nt._data.shape))
     for n, size in physical.items():
         if sizes.get(n, size) != size:   # a SerialLoop chunk: the rest of the axis is not here
-            from ._engine import engine_for
+            from ._engine import NeedsWholeAxes, engine_for
 
             engine = engine_for((n,))
-            if engine is not None:   # (the DTensor engine's local path hands over here)
-                engine.check_named_op("positional()", (n,))
+            try:
+                if engine is not None:
+                    engine.check_named_op("positional()", (n,))
+            except NeedsWholeAxes as e:   # (the DTensor engine's local path: on the whole)
+                return e.engine.whole(positional, (nt, axes), {}, e.names, run=_call)
             raise AxisResourceError(
                 f"positional(): axis {n!r} is computed in chunks here (this chunk holds "
                 f"{size} of its {sizes[n]} indices, axis_resources maps it to a SerialLoop); "
@@ -284,6 +287,10 @@ def positional(nt: Any, axes: Any = ...) -> torch.Tensor:
     out = insert_named(nt, mapping, sizes=sizes, what="positional()",
                        strict_names=set(nt._names))
     return out
+
+
+def _call(func: Callable, args: tuple, kwargs: dict) -> Any:
+    return func(*args, **kwargs)
 
 
 def _as_tensor(t: Any, *, what: str) -> torch.Tensor:

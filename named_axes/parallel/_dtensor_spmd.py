@@ -33,16 +33,18 @@ cotangents above it the same on every rank: the row-parallel ``psum``'s transpos
 costs nothing, and the layer norms' gradients come out whole.  A mark is a fact about
 the values, checked against the tensor's version counter.
 
-A collective that moves values along a split axis (``all_gather``, ``ppermute``, ...)
-gathers the axis whole on every rank, computes as if unsplit and keeps the rank's chunk;
-its transpose is a reduce-scatter (:class:`._local_comms.GatherOverRanks`).
+A collective that moves values along a split axis (``all_gather``, ``ppermute``, ...),
+and a torch op along one (``x.sum('i')``, ``x.cumsum('i')``: the dispatcher hands it to
+:meth:`LocalShardEngine.whole`), gathers the axis whole on every rank, computes as if
+unsplit and keeps the rank's chunk; the gather's transpose is a reduce-scatter
+(:class:`._local_comms.GatherOverRanks`).
 
 What this path does not do, the program does on the DTensor path
 (:func:`run_on_local_shards` catches :class:`NeedsGlobal` before any result escapes and
-remembers the program; ``DTensorEngine.run`` then runs the call again on DTensors): a
-named reduction over a split axis, a collective over a split axis inside a derivative
-taken within the body or over a value holding two split axes of one mesh dim, calls
-under a trace, ``vmap``, forward-mode AD or a ``SerialLoop``.
+remembers the program; ``DTensorEngine.run`` then runs the call again on DTensors): an
+in-place op along a split axis, a collective over a split axis
+inside a derivative taken within the body or over a value holding two split axes of one
+mesh dim, calls under a trace, ``vmap``, forward-mode AD or a ``SerialLoop``.
 """
 from __future__ import annotations
 
@@ -51,8 +53,13 @@ from typing import Any, Callable
 
 import torch
 
+from .._dispatch import dispatch
+from .._engine import NeedsWholeAxes
+from .._registry import is_inplace, op_name
+from .._tape import suspended
 from .._tensor import NamedTensor
-from .._torch_private import functorch_transform_kinds, local_tensor, tracing_mode_active
+from .._torch_private import (functorch_transform_kinds, local_tensor, tracing_mode_active,
+                              tree_map)
 from ._serial import SerialEngine, _as_tuple, _attaining, _functorch_level, _names_of
 from ._dtensor_comms import SUMMARY
 from ._dtensor_comms import placements as _placements
@@ -104,7 +111,7 @@ def run_on_local_shards(outer: Any, body: Callable, leaves: list, summary: Any) 
         return None
     try:
         outs = LocalShardEngine(outer).run(body, leaves)
-    except NeedsGlobal:
+    except (NeedsGlobal, NeedsWholeAxes):   # (an op along a split axis outside dispatch)
         summary.dtensor_fallbacks += 1
         if key is not None:
             if len(_GLOBAL_ONLY) >= _GLOBAL_ONLY_MAX:
@@ -147,6 +154,7 @@ class LocalShardEngine(SerialEngine):
         self._level = _functorch_level()
         self.replication = Replication(self.dm) if torch.is_grad_enabled() else None
         self._broadcasts: dict = {}
+        self._whole: tuple = ()      # the split axes ops now run on whole (:meth:`whole`)
         outs = body(self._to_local(leaves), engine=self)
         outs = [self._to_output(o) for o in outs]
         if self.replication is not None:
@@ -321,26 +329,55 @@ class LocalShardEngine(SerialEngine):
 
     def _unsupported(self, op: str, x: NamedTensor, axis_name: Any, **options):
         """A collective moving values along split axes (``all_gather``, ``psum_scatter``,
-        ``all_to_all``, ``ppermute``, ``pshuffle``): each split axis it runs over made
-        whole (:class:`GatherOverRanks`), the collective computed as if unsplit, and this
-        rank's chunk kept of each of those axes the result carries."""
-        split = [n for n in _as_tuple(axis_name) if n in self.loops]
+        ``all_to_all``, ``ppermute``, ``pshuffle``): computed on the axes' whole
+        (:meth:`_gathered`), as if unsplit, and this rank's chunk kept (:meth:`_own_chunk`)."""
+        split = tuple(n for n in _as_tuple(axis_name) if n in self.loops)
         if not split:
             return self._default(op, x, axis_name, **options)
-        self._check_not_differentiated(op, split)
+        self._check_not_differentiated(op, list(split))
         self._check_one_axis_per_mesh_dim(op, (x,))
+        out = self._unsplit(op, (self._gathered(x, split), axis_name), options, split)
+        return self._own_chunk(out, split)
+
+    def _gathered(self, x: Any, names: tuple) -> Any:
+        """``x`` with each of the split axes ``names`` it carries made whole: gathered over
+        the mesh dims splitting it (:class:`GatherOverRanks`), the same on all those ranks."""
+        if not isinstance(x, NamedTensor):
+            return x
         data = x._data
-        for n in (n for n in split if n in x._names):
+        for n in (n for n in names if n in x._names):
             groups = mesh_groups(self.dm, self.mesh_dims[n])
             data = GatherOverRanks.apply(data, x._names.index(n), groups)
-        out = self._unsplit(op, (NamedTensor._wrap(data, x._names), axis_name), options, split)
-        if not isinstance(out, NamedTensor):
-            return out   # (no named axis left)
-        data = out._data
-        for n in (n for n in split if n in out._names):
-            size = self.chunk_size(n)
-            data = data.narrow(out._names.index(n), self._chunk[self.names.index(n)] * size, size)
-        return NamedTensor._wrap(data, out._names)
+        return NamedTensor._wrap(data, x._names)
+
+    def _own_chunk(self, x: Any, names: tuple) -> Any:
+        """``x``, holding the split axes ``names`` whole, cut to this rank's chunk of each."""
+        if not isinstance(x, NamedTensor):
+            return x   # (no named axis left: the same on every rank)
+        data = x._data
+        for n in (n for n in names if n in x._names):
+            i, size = x._names.index(n), self.chunk_size(n)
+            if data.shape[i] != self.sizes[n]:
+                raise NeedsGlobal(f"a result along {n!r} of size {data.shape[i]}")
+            data = data.narrow(i, self._chunk[self.names.index(n)] * size, size)
+        return NamedTensor._wrap(data, x._names)
+
+    def whole(self, func: Callable, args: tuple, kwargs: dict, names: tuple,
+              run: Callable = None) -> Any:
+        """``func`` along the split axes ``names`` (``x.sum('batch')``, ``x.cumsum('i')``):
+        run on their whole (:meth:`_gathered`) by ``run(func, args, kwargs)`` (default:
+        the dispatcher), this rank's chunk kept of the result."""
+        if is_inplace(func):
+            raise NeedsGlobal(f"{op_name(func)} writes along a split axis")
+        is_nt = lambda v: isinstance(v, NamedTensor)   # noqa: E731
+        args, kwargs = tree_map(lambda v: self._gathered(v, names), (args, kwargs), is_leaf=is_nt)
+        self._whole += names
+        try:
+            with suspended():   # the caller's dispatch notes the op as it was asked
+                out = (run or dispatch)(func, args, kwargs)
+        finally:
+            self._whole = self._whole[:-len(names)]
+        return tree_map(lambda v: self._own_chunk(v, names), out, is_leaf=is_nt)
 
     def _axis_index(self, axis_name: Any):
         names = _as_tuple(axis_name)
@@ -349,5 +386,6 @@ class LocalShardEngine(SerialEngine):
         return super()._axis_index(axis_name)
 
     def check_named_op(self, op: str, names: tuple) -> None:
-        if any(n in self.loops for n in names):
-            raise NeedsGlobal(op)
+        split = tuple(n for n in names if n in self.loops and n not in self._whole)
+        if split:
+            raise NeedsWholeAxes(self, split)

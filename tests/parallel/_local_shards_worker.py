@@ -178,11 +178,33 @@ def moves(rank, results):
             results[f"moves_{name}_{label}"] = compare(f, in_axes, out_axes, res, (x, w), mesh())
 
 
+def named_ops(rank, results):
+    # torch ops along a split axis (named reductions, dim-wise ops) run on the local shards:
+    # the axis gathered whole, the op, the rank's chunk of the result
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(8, 3, generator=g)
+    cases = {
+        "sum_broadcast": (lambda v: v.sum("i") * v, ["i", ...]),
+        "softmax": (lambda v: nx.softmax(v, "i") * v, ["i", ...]),
+        "cumsum": (lambda v: torch.tanh(v).cumsum("i"), ["i", ...]),
+        "variance_loss": (lambda v: (v - v.mean("i")).pow(2).mean("i").sum(), [...]),
+        "amax": (lambda v: torch.exp(v - v.amax("i")), ["i", ...]),
+        "logsumexp": (lambda v: nx.logsumexp(v, ("i", 0)), [...]),
+        "positional": (lambda v: nx.positional(v * 2, "i").sum() * v, ["i", ...]),
+    }
+    meshes = [("1d", mesh_1d, {"i": "x"}), ("2x2", mesh_2d, {"i": ("x", "y")})]
+    for name, (f, out_axes) in cases.items():
+        for label, mesh, res in meshes:
+            results[f"named_{name}_{label}"] = compare(f, (["i", ...],), out_axes, res, (x,),
+                                                       mesh())
+
+
 def fallback(rank, results):
-    # a named reduction over a split axis: the local path cannot, the DTensor path runs
-    # it; the program is remembered, so the second call goes straight to DTensors
+    # a collective over a split axis inside a derivative taken within the body: the local
+    # path cannot, the DTensor path runs it; the program is remembered, so the second
+    # call goes straight to DTensors
     def f(v):
-        return v.sum("i") * v
+        return nx.grad(lambda u: nx.lax.psum(u * u, "i"))(v) * v
 
     x = torch.linspace(-1, 1, 8)
     first = compare(f, (["i", ...],), ["i", ...], {"i": "x"}, (x,), mesh_1d())
@@ -554,6 +576,6 @@ def double_backward(rank, results):
 
 
 if __name__ == "__main__":
-    run_rank([extremes, dtypes, edges, moves, fallback, outer_transforms, dtensor_outputs, folding,
+    run_rank([extremes, dtypes, edges, moves, named_ops, fallback, outer_transforms, dtensor_outputs, folding,
               uniform_cotangents, laid_out_dtensors, broadcast_sums, broadcast_programs,
               double_backward])

@@ -3,9 +3,10 @@ the program body runs on each rank's own shards with explicit all-reduces, and i
 outputs and the inputs' gradients (torch.autograd outside the xmap) equal the vectorized
 run's -- ties and NaNs of pmax/pmin across ranks, integer/bool/complex psums, replicated
 and sharded outputs, axes over two mesh dims, nx.grad around the xmap, DTensor outputs
--- and the collectives that move values along a split axis (all_gather, ppermute, ...),
-while a program it cannot run (a named reduction over a split axis) falls back to the
-DTensor path once and is remembered.
+-- the collectives that move values along a split axis (all_gather, ppermute, ...) and
+ops along one (named reductions, softmax), while a program it cannot run (a collective
+inside a derivative taken within the body) falls back to the DTensor path once and is
+remembered.
 """
 from __future__ import annotations
 
@@ -52,6 +53,18 @@ def test_collectives_moving_values_run_on_local_shards(ranks, case, mesh):
     gradients equal the vectorized run's on every mesh (a size-1 mesh dim included)."""
     for r, res in enumerate(ranks):
         got = res[f"moves_{case}_{mesh}"]
+        assert got["out_err"] < 1e-12 and got["grad_err"] < 1e-12, (r, got)
+        assert (got["local"], got["dtensor"], got["fallbacks"]) == (1, 0, 0), (r, got)
+
+
+@pytest.mark.parametrize("mesh", ["1d", "2x2"])
+@pytest.mark.parametrize("case", ["sum_broadcast", "softmax", "cumsum", "variance_loss", "amax",
+                                  "logsumexp", "positional"])
+def test_ops_along_a_split_axis_run_on_local_shards(ranks, case, mesh):
+    """A named reduction or dim-wise op along a split axis: the axis gathered whole, the
+    op, the rank's chunk kept; outputs and gradients equal the vectorized run's."""
+    for r, res in enumerate(ranks):
+        got = res[f"named_{case}_{mesh}"]
         assert got["out_err"] < 1e-12 and got["grad_err"] < 1e-12, (r, got)
         assert (got["local"], got["dtensor"], got["fallbacks"]) == (1, 0, 0), (r, got)
 
