@@ -31,6 +31,15 @@ def seed_of(key: str) -> int:
 
 
 @pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    """Each test starts with dynamo's caches empty: every torch.compile of an xmap object
+    compiles the same wrapper frame, whose cache entries would otherwise add up over the
+    tests a pytest-xdist worker happens to run, to dynamo's recompile limit."""
+    torch.compiler.reset()
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _seeded_torch(request):
     """Each test draws the same torch random numbers however pytest-xdist distributes
     the tests (the global generator's state otherwise depends on what ran before)."""
