@@ -451,28 +451,17 @@ def run_parallel(log) -> list[str]:
     return []
 
 
-def run_sharded(log) -> list[str]:
-    """examples/gpt_mesh.py on a 2x2 mesh vs one process and a hand-written DTensor TP."""
-    log("== bench_sharded.main()")
-    title = ["## Sharded training (benchmarks/bench_sharded.py)", ""]
+def run_script(log, module: str, title: str) -> list[str]:
+    """The markdown table ``benchmarks/<module>.py``'s ``main([])`` returns, under ``title``
+    (a failure is reported in its place)."""
+    log(f"== {module}.main()")
+    head = [f"## {title} (benchmarks/{module}.py)", ""]
     try:
-        text = importlib.import_module("bench_sharded").main([])
+        text = importlib.import_module(module).main([])
     except (Exception, SystemExit) as e:
-        log(f"   bench_sharded failed: {harness._short(e)}")
-        return title + [f"failed: {harness._short(e)}", ""]
-    return title + [text, ""]
-
-
-def run_moves(log) -> list[str]:
-    """The collectives moving values along a split axis, local-shard vs DTensor path."""
-    log("== bench_moves.main()")
-    title = ["## Collectives along a split axis (benchmarks/bench_moves.py)", ""]
-    try:
-        text = importlib.import_module("bench_moves").main([])
-    except (Exception, SystemExit) as e:
-        log(f"   bench_moves failed: {harness._short(e)}")
-        return title + [f"failed: {harness._short(e)}", ""]
-    return title + [text, ""]
+        log(f"   {module} failed: {harness._short(e)}")
+        return head + [f"failed: {harness._short(e)}", ""]
+    return head + [text, ""]
 
 
 # ---------------------------------------------------------------------------------
@@ -554,8 +543,9 @@ def main(argv=None) -> int:
 
     if not args.no_parallel and not args.quick:
         report += run_parallel(log)
-        report += run_sharded(log)
-        report += run_moves(log)
+        # examples/gpt_mesh.py on a 2x2 mesh vs one process and a hand-written DTensor TP
+        report += run_script(log, "bench_sharded", "Sharded training")
+        report += run_script(log, "bench_moves", "Collectives along a split axis")
 
     report += [
         "## Method", "",

@@ -23,6 +23,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
+import torch
+
+from .._errors import AxisResourceError
+from .._torch_private import tracing_mode_active
+
 from ._devices import (Device, backend_device, device_count, device_get,
                        device_put_replicated, device_put_sharded, devices, local_device_count,
                        local_devices, process_count, process_index)
@@ -71,6 +76,12 @@ def _mesh_engine(plan: Plan, m: Mesh | None, backend: str | None, program: Any =
         return XlaEngine(plan, m)
     if not plan.uses_mesh:
         return None  # every mesh axis used has size 1: plain vectorized execution is exact
+    if tracing_mode_active() and not torch.compiler.is_compiling():
+        raise AxisResourceError(
+            f"axis_resources {dict(plan.mesh_axes)} place named axes on the mesh inside "
+            f"nx.jit / make_fx: the DTensor engine runs each rank's program on values (its "
+            f"device mesh and collectives), which a trace does not have; call the xmap "
+            f"eagerly or under torch.compile, or leave the mesh out of axis_resources")
     from ._dtensor import DTensorEngine
 
     return DTensorEngine(plan, m, outputs=m.outputs, program=program)

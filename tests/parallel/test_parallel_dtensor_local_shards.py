@@ -69,6 +69,22 @@ def test_ops_along_a_split_axis_run_on_local_shards(ranks, case, mesh):
         assert (got["local"], got["dtensor"], got["fallbacks"]) == (1, 0, 0), (r, got)
 
 
+def test_torch_compile_of_a_step_over_a_mesh_call_runs_on_local_shards(ranks):
+    for r, res in enumerate(ranks):
+        got = res["compiled_step"]
+        assert got["err"] < 1e-12 and got["local"] >= 1, (r, got)
+
+
+def test_nx_jit_of_a_mesh_call_is_refused_with_our_error(ranks):
+    """nx.jit traces on values it does not have; the DTensor engine needs them (its
+    device mesh, its collectives): AxisResourceError naming the resources, not torch's
+    data-dependent-guard error from inside the trace."""
+    for r, res in enumerate(ranks):
+        assert res["jit_step"].startswith("AxisResourceError: axis_resources {'i': ('x',)}"), \
+            (r, res["jit_step"])
+        assert "nx.jit" in res["jit_step"], (r, res["jit_step"])
+
+
 def test_what_the_local_path_cannot_run_falls_back_once(ranks):
     for r, res in enumerate(ranks):
         first, second = res["fallback"]["first"], res["fallback"]["second"]
