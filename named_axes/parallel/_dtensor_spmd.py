@@ -42,9 +42,10 @@ unsplit and keeps the rank's chunk; the gather's transpose is a reduce-scatter
 What this path does not do, the program does on the DTensor path
 (:func:`run_on_local_shards` catches :class:`NeedsGlobal` before any result escapes and
 remembers the program; ``DTensorEngine.run`` then runs the call again on DTensors): an
-in-place op along a split axis, a collective over a split axis
-inside a derivative taken within the body or over a value holding two split axes of one
-mesh dim, calls under a trace, ``vmap``, forward-mode AD or a ``SerialLoop``.
+in-place op along a split axis, a collective over a split axis inside a derivative taken
+within the body or over a value holding two split axes of one mesh dim, calls under
+``vmap``, forward-mode AD or a ``SerialLoop``.  (``nx.parallel`` refuses a mesh inside
+``nx.jit``'s trace.)
 """
 from __future__ import annotations
 
@@ -213,7 +214,7 @@ class LocalShardEngine(SerialEngine):
                 out[i] = rewrap(leaves[i], d)
         if laid_out:
             locals_ = ShardsOf.apply(self.dm, *[getattr(leaves[i], "_data", leaves[i])
-                                                 for i in laid_out])
+                                                for i in laid_out])
             for i, d in zip(laid_out, locals_):
                 out[i] = rewrap(leaves[i], d)
         if via_dtensor:
@@ -370,7 +371,8 @@ class LocalShardEngine(SerialEngine):
         if is_inplace(func):
             raise NeedsGlobal(f"{op_name(func)} writes along a split axis")
         is_nt = lambda v: isinstance(v, NamedTensor)   # noqa: E731
-        args, kwargs = tree_map(lambda v: self._gathered(v, names), (args, kwargs), is_leaf=is_nt)
+        args, kwargs = tree_map(lambda v: self._gathered(v, names), (args, kwargs),
+                                is_leaf=is_nt)
         self._whole += names
         try:
             with suspended():   # the caller's dispatch notes the op as it was asked

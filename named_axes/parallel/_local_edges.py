@@ -18,7 +18,8 @@ from ._dtensor_comms import sum_partials
 from ._local_comms import uniform_part
 from ._uniform import mark_uniform
 
-__all__ = ["FromLocal", "ReplicatedOutput", "ShardsOf", "SumGradsOverRanks", "local_shard", "rewrap"]
+__all__ = ["FromLocal", "ReplicatedOutput", "ShardsOf", "SumGradsOverRanks", "local_shard",
+           "rewrap"]
 
 
 def local_shard(leaf: Any) -> Any:

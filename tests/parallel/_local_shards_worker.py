@@ -142,7 +142,8 @@ def _moves():
     lax = nx.lax
     ring = [(j, (j + 1) % 8) for j in range(8)]
     return [
-        ("all_gather_matmul", lambda v, w: torch.tanh(lax.all_gather(v, "i", axis=0, tiled=True) @ w),
+        ("all_gather_matmul",
+         lambda v, w: torch.tanh(lax.all_gather(v, "i", axis=0, tiled=True) @ w),
          (["i", ...], [...]), [...]),
         ("all_gather_stacked", lambda v, w: lax.all_gather(v * w[:, 0], "i", axis=1) * v.sum(),
          (["i", ...], [...]), ["i", ...]),
@@ -601,6 +602,6 @@ def double_backward(rank, results):
 
 
 if __name__ == "__main__":
-    run_rank([extremes, dtypes, edges, moves, named_ops, compiled, fallback, outer_transforms, dtensor_outputs, folding,
-              uniform_cotangents, laid_out_dtensors, broadcast_sums, broadcast_programs,
-              double_backward])
+    run_rank([extremes, dtypes, edges, moves, named_ops, compiled, fallback, outer_transforms,
+              dtensor_outputs, folding, uniform_cotangents, laid_out_dtensors, broadcast_sums,
+              broadcast_programs, double_backward])
