@@ -200,6 +200,29 @@ def named_ops(rank, results):
                                                        mesh())
 
 
+def moves_twice(rank, results):
+    # second derivatives through the gather and its transpose (each differentiable: the
+    # reduce-scatter's transpose is the gather), against the vectorized run's
+    g = torch.Generator().manual_seed(7)
+    x, w = torch.randn(8, 8, 3, generator=g), torch.randn(3, 4, generator=g)
+
+    def second(f, in_axes, out_axes, res):
+        xs = [x.clone().requires_grad_(), w.clone().requires_grad_()]
+        out = nx.xmap(f, in_axes=in_axes, out_axes=out_axes, axis_resources=res)(*xs)
+        ct = torch.linspace(-1, 1, out.numel()).reshape(out.shape)
+        gx = torch.autograd.grad((out * ct).sum(), xs[0], create_graph=True)[0]
+        return torch.autograd.grad((gx * gx).sum(), xs, allow_unused=True)
+
+    for name, f, in_axes, out_axes in _moves():
+        if name in ("all_gather_matmul", "ppermute_ring", "psum_scatter"):
+            want = second(f, in_axes, out_axes, {})
+            P.comm_summary(reset=True)
+            with mesh_1d():
+                got = second(f, in_axes, out_axes, {"i": "x"})
+            results[f"moves_twice_{name}"] = dict(
+                err=_max_err(got, want), local=P.comm_summary()["local_shard_runs"])
+
+
 def compiled(rank, results):
     # torch.compile of a step over a mesh xmap: the call runs on the local shards (dynamo
     # runs it outside its graph); nx.jit refuses it with our error, not a raw torch one
@@ -602,6 +625,7 @@ def double_backward(rank, results):
 
 
 if __name__ == "__main__":
-    run_rank([extremes, dtypes, edges, moves, named_ops, compiled, fallback, outer_transforms,
+    run_rank([extremes, dtypes, edges, moves, moves_twice, named_ops, compiled, fallback,
+              outer_transforms,
               dtensor_outputs, folding, uniform_cotangents, laid_out_dtensors, broadcast_sums,
               broadcast_programs, double_backward])

@@ -69,6 +69,13 @@ def test_ops_along_a_split_axis_run_on_local_shards(ranks, case, mesh):
         assert (got["local"], got["dtensor"], got["fallbacks"]) == (1, 0, 0), (r, got)
 
 
+@pytest.mark.parametrize("case", ["all_gather_matmul", "ppermute_ring", "psum_scatter"])
+def test_second_derivatives_through_moving_collectives(ranks, case):
+    for r, res in enumerate(ranks):
+        got = res[f"moves_twice_{case}"]
+        assert got["err"] < 1e-10 and got["local"] >= 1, (r, got)
+
+
 def test_torch_compile_of_a_step_over_a_mesh_call_runs_on_local_shards(ranks):
     for r, res in enumerate(ranks):
         got = res["compiled_step"]
