@@ -65,8 +65,9 @@ from ._serial import SerialEngine, _as_tuple, _attaining, _functorch_level, _nam
 from ._dtensor_comms import SUMMARY
 from ._dtensor_comms import placements as _placements
 from ._rank_check import structure_key
-from ._local_comms import (DivideByCount, ExtremeOverRanks, GatherOverRanks, SumBeforeBroadcast,
-                           SumOverRanks, all_reduce, extreme, mesh_groups)
+from ._local_comms import (DivideByCount, ExtremeOverRanks, GatherOverRanks,
+                           ScatterSumOverRanks, SumBeforeBroadcast, SumOverRanks, all_reduce,
+                           extreme, mesh_groups)
 from ._uniform import Replication
 from ._local_edges import (FromLocal, ReplicatedOutput, ShardsOf, SumGradsOverRanks,
                            local_shard, rewrap)
@@ -337,8 +338,36 @@ class LocalShardEngine(SerialEngine):
             return self._default(op, x, axis_name, **options)
         self._check_not_differentiated(op, list(split))
         self._check_one_axis_per_mesh_dim(op, (x,))
+        if op == "psum_scatter" and split == _as_tuple(axis_name):
+            out = self._scatter_sum(x, split, **options)
+            if out is not None:
+                return out
         out = self._unsplit(op, (self._gathered(x, split), axis_name), options, split)
         return self._own_chunk(out, split)
+
+    def _scatter_sum(self, x: NamedTensor, names: tuple, scatter_dimension: int,
+                     tiled: bool) -> Any:
+        """``psum_scatter`` over one split axis ``x`` carries, without making it whole: the
+        sum over this rank's chunk, then a reduce-scatter over the ranks, each keeping the
+        blocks of its own indices (None where the sizes are wrong: the general path
+        raises the collective's own error)."""
+        name = names[0]
+        if len(names) != 1 or name not in x._names:
+            return None
+        data, k = x._data, len(x._names)
+        d = scatter_dimension + (data.dim() - k if scatter_dimension < 0 else 0)
+        n = self.sizes[name]
+        if not 0 <= d < data.dim() - k or data.shape[k + d] % n or (
+                not tiled and data.shape[k + d] != n):
+            return None
+        at = k - 1 + d   # the scatter dim once the axis is summed away
+        part = data.sum(x._names.index(name))
+        mine = ScatterSumOverRanks.apply(part, at, mesh_groups(self.dm, self.mesh_dims[name]))
+        mine = mine.unflatten(at, (self.chunk_size(name), -1))
+        if not tiled:
+            mine = mine.squeeze(at + 1)
+        rest = tuple(m for m in x._names if m != name)
+        return NamedTensor._wrap(mine.movedim(at, 0), (name,) + rest)
 
     def _gathered(self, x: Any, names: tuple) -> Any:
         """``x`` with each of the split axes ``names`` it carries made whole: gathered over

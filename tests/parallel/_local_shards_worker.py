@@ -149,6 +149,8 @@ def _moves():
          (["i", ...], [...]), ["i", ...]),
         ("psum_scatter", lambda v, w: lax.psum_scatter(v @ w, "i", scatter_dimension=0, tiled=True),
          (["i", ...], [...]), ["i", ...]),
+        ("psum_scatter_untiled", lambda v, w: lax.psum_scatter(torch.sin(v), "i") @ w,
+         (["i", ...], [...]), ["i", ...]),
         ("all_to_all", lambda v, w: lax.all_to_all(torch.sin(v), "i", 0, 1, tiled=True) * w[0, 0],
          (["i", ...], [...]), ["i", ...]),
         ("ppermute_ring", lambda v, w: lax.ppermute(v, "i", ring) @ w, (["i", ...], [...]),

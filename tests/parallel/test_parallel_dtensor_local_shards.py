@@ -41,8 +41,9 @@ def test_local_shards_equal_vectorized(ranks, case):
         assert (got["local"], got["dtensor"], got["fallbacks"]) == (1, 0, 0), (r, got)
 
 
-MOVES = ["all_gather_matmul", "all_gather_stacked", "psum_scatter", "all_to_all", "ppermute_ring",
-         "pshuffle", "gather_then_all_to_all_unmapped", "all_gather_two_axes"]
+MOVES = ["all_gather_matmul", "all_gather_stacked", "psum_scatter", "psum_scatter_untiled",
+         "all_to_all", "ppermute_ring", "pshuffle", "gather_then_all_to_all_unmapped",
+         "all_gather_two_axes"]
 
 
 @pytest.mark.parametrize("mesh", ["1d", "2x2", "4x1x1"])
