@@ -17,7 +17,7 @@ import torch
 
 from ._torch_private import dispatch_depth, dispatch_modes
 
-__all__ = ["modes_run_values", "building_graph"]
+__all__ = ["modes_run_values", "building_graph", "shapes_only"]
 
 _dispatch_depth = dispatch_depth
 _is_compiling = torch.compiler.is_compiling
@@ -35,3 +35,12 @@ def building_graph() -> bool:
     """Whether a graph is being built: dynamo runs, or a dispatch mode that does not run
     values (make_fx's tracer, ``FakeTensorMode``) is on the stack."""
     return _is_compiling() or (_dispatch_depth() > 0 and not modes_run_values())
+
+
+def shapes_only() -> bool:
+    """Whether ``nx.eval_shape`` runs the program: its fake-tensor mode is marked
+    ``shapes_only`` (transforms/_shapes.py); what depends on values only (a loop's number
+    of steps, where the mesh puts an axis) need not be decided."""
+    if _is_compiling():   # (dynamo cannot trace the mode stack)
+        return False
+    return any(getattr(m, "shapes_only", False) for m in dispatch_modes())

@@ -24,7 +24,7 @@ import torch
 
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from .._layout import align, union_names
-from .._modes import building_graph
+from .._modes import building_graph, shapes_only
 from .._tensor import NamedTensor
 from .._tape import taped
 from .._torch_private import (keystr, tree_flatten, tree_flatten_with_path, tree_map,
@@ -200,15 +200,6 @@ def _any(p: Any, op: str) -> bool:
                         f"loop outside the traced function")
 
 
-def _shapes_only() -> bool:
-    """Whether ``nx.eval_shape`` runs the program: its fake-tensor mode is marked
-    ``shapes_only`` (transforms/_shapes.py), so no loop needs its number of steps."""
-    if torch.compiler.is_compiling():   # (dynamo cannot trace the mode stack)
-        return False
-    from .._torch_private import dispatch_modes
-
-    return any(getattr(m, "shapes_only", False) for m in dispatch_modes())
-
 
 def _named_axes_of(*trees: Any) -> list:
     return [frozenset(v._names) if type(v) is _NT else None for v in tree_flatten(trees)[0]]
@@ -247,7 +238,7 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
     val, ref = init_val, _types(init_val)
     while True:
         p = _predicate(cond_fun(val), "while_loop", ints=False)
-        if not isinstance(p, bool) and _shapes_only():
+        if not isinstance(p, bool) and shapes_only():
             return _loop_shapes(cond_fun, body_fun, val, p, ref)
         if p is False or not isinstance(p, bool) and not _any(p, "while_loop"):
             return val

@@ -248,6 +248,10 @@ def compiled(rank, results):
         results["jit_step"] = "no error"
     except Exception as e:  # noqa: BLE001 - the test reads it
         results["jit_step"] = f"{type(e).__name__}: {e}"
+    # eval_shape: where the mesh puts an axis changes no shape, so it runs vectorized
+    with mesh_1d():
+        shapes = nx.eval_shape(step, x, w)
+    results["eval_shape_step"] = [list(s.shape) for s in shapes]
 
 
 def fallback(rank, results):

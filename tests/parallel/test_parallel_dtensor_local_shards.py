@@ -93,6 +93,11 @@ def test_nx_jit_of_a_mesh_call_is_refused_with_our_error(ranks):
         assert "nx.jit" in res["jit_step"], (r, res["jit_step"])
 
 
+def test_eval_shape_of_a_mesh_call_gives_the_shapes(ranks):
+    for r, res in enumerate(ranks):
+        assert res["eval_shape_step"] == [[], [3]], (r, res["eval_shape_step"])
+
+
 def test_what_the_local_path_cannot_run_falls_back_once(ranks):
     for r, res in enumerate(ranks):
         first, second = res["fallback"]["first"], res["fallback"]["second"]
