@@ -420,8 +420,8 @@ class DTensorEngine(EngineBase):
         SUMMARY.calls += 1
         if self.check_inputs:
             self._check(leaves)
-        if engine is None and LOCAL_SHARDS and local_path_allowed():
-            outs = run_on_local_shards(self, body, leaves, SUMMARY)
+        if LOCAL_SHARDS and local_path_allowed():   # (``engine``: a SerialLoop's chunks)
+            outs = run_on_local_shards(self, body, leaves, SUMMARY, loop=engine)
             if outs is not None:
                 return outs
         SUMMARY.dtensor_runs += 1

@@ -43,9 +43,11 @@ What this path does not do, the program does on the DTensor path
 (:func:`run_on_local_shards` catches :class:`NeedsGlobal` before any result escapes and
 remembers the program; ``DTensorEngine.run`` then runs the call again on DTensors): an
 in-place op along a split axis, a collective over a split axis inside a derivative taken
-within the body or over a value holding two split axes of one mesh dim, calls under
-``vmap``, forward-mode AD or a ``SerialLoop``.  (``nx.parallel`` refuses a mesh inside
-``nx.jit``'s trace.)
+within the body or over a value holding two split axes of one mesh dim, an axis both in a
+``SerialLoop`` and on the mesh, calls under ``vmap`` or forward-mode AD.  (A SerialLoop
+axis beside mesh axes runs each chunk here: the loop's engine is the body's frame engine
+and asks this one, its ``within``, for the mesh's axes.  ``nx.parallel`` refuses a mesh
+inside ``nx.jit``'s trace.)
 """
 from __future__ import annotations
 
@@ -99,10 +101,14 @@ _GLOBAL_ONLY: set = set()
 _GLOBAL_ONLY_MAX = 256
 
 
-def run_on_local_shards(outer: Any, body: Callable, leaves: list, summary: Any) -> list | None:
+def run_on_local_shards(outer: Any, body: Callable, leaves: list, summary: Any,
+                        loop: Any = None) -> list | None:
     """The call on each rank's shards, or None when the program needs the DTensor path
     (found now, or remembered by its function, plan and input structure); ``summary``
-    (the engine's communication summary) counts which."""
+    (the engine's communication summary) counts which.  ``loop``: the SerialLoop engine
+    whose chunk this is (its loop axes may not be on the mesh too)."""
+    if loop is not None and set(loop.loops) & set(outer.plan.mesh_axes):
+        return None
 
     try:
         key = (outer.program, tuple(outer.plan.mesh_axes.items()), structure_key(leaves))
@@ -112,8 +118,10 @@ def run_on_local_shards(outer: Any, body: Callable, leaves: list, summary: Any) 
     if key is not None and key in _GLOBAL_ONLY:
         return None
     try:
-        outs = LocalShardEngine(outer).run(body, leaves)
+        outs = LocalShardEngine(outer).run(body, leaves, loop)
     except (NeedsGlobal, NeedsWholeAxes):   # (an op along a split axis outside dispatch)
+        if loop is not None:
+            loop.within = None
         summary.dtensor_fallbacks += 1
         if key is not None:
             if len(_GLOBAL_ONLY) >= _GLOBAL_ONLY_MAX:
@@ -152,12 +160,16 @@ class LocalShardEngine(SerialEngine):
         self._chunk = tuple(chunk)
 
     # -- running -------------------------------------------------------------------------
-    def run(self, body: Callable, leaves: list) -> list:
+    def run(self, body: Callable, leaves: list, loop: Any = None) -> list:
+        """``body`` on this rank's shards; in a chunk of the SerialLoop engine ``loop``,
+        that engine runs the body's frame and asks this one for the mesh's axes."""
         self._level = _functorch_level()
         self.replication = Replication(self.dm) if torch.is_grad_enabled() else None
         self._broadcasts: dict = {}
         self._whole: tuple = ()      # the split axes ops now run on whole (:meth:`whole`)
-        outs = body(self._to_local(leaves), engine=self)
+        if loop is not None:
+            loop.within = self
+        outs = body(self._to_local(leaves), engine=self if loop is None else loop)
         outs = [self._to_output(o) for o in outs]
         if self.replication is not None:
             roots = [getattr(o, "_data", o) for o in outs]

@@ -110,6 +110,10 @@ class SerialEngine(EngineBase):
         loops: named axis -> number of chunks.
         axis_sizes: named axis -> full size.
         inner: the engine that runs each chunk (``None``: plain local execution).
+
+    ``within`` is the engine computing a chunk's mesh axes on this rank's shards (the
+    DTensor engine's local-shard path sets it for the chunk it runs): it answers for
+    those axes, its collectives included.
     """
 
     def __init__(self, loops: dict, axis_sizes: dict, inner: Any = None) -> None:
@@ -117,6 +121,7 @@ class SerialEngine(EngineBase):
         self.names = tuple(self.loops)
         self.sizes = dict(axis_sizes)
         self.inner = inner
+        self.within: Any = None
         self._known: list = []       # per collective index: {key: combined value}
         self._sigs: list = []        # per collective index: (op, names) for a sanity check
         self._pending: dict = {}     # per collective index: {key: [chunk partials]}
@@ -144,7 +149,7 @@ class SerialEngine(EngineBase):
         """Run ``body`` over every chunk (replaying for loop collectives); the full outputs."""
         grid = list(itertools.product(*(range(self.loops[n]) for n in self.names)))
         seed = _draw_seed()
-        self._known, self._sigs, self.passes = [], [], 0
+        self._known, self._sigs, self.passes, self.within = [], [], 0, None
         while True:
             self.passes += 1
             self._pending, paused = {}, False
@@ -210,25 +215,33 @@ class SerialEngine(EngineBase):
             self._bypass -= 1
 
     def collective(self, op: str):
-        if self._bypass:  # let nx.lax compute the default, chunk-local result
-            return None
+        if self._bypass:  # nx.lax computes the chunk-local result (over the mesh, ``within``)
+            return self.within.collective(op) if self.within is not None else None
         if op in _REDUCING:
             return lambda *a, **k: self._reducing(op, *a, **k)
         if op in _UNSUPPORTED:
             return lambda *a, **k: self._unsupported(op, *a, **k)
         if op == "axis_index":
             return self._axis_index
-        return self.inner.collective(op) if self.inner is not None else None
+        return self._pieces().collective(op) if self._pieces() is not None else None
+
+    def _pieces(self) -> Any:
+        """The engine that computes a chunk's other axes: ``within``, else ``inner``."""
+        return self.within if self.within is not None else self.inner
 
     # what happens to a chunk's values is the inner engine's business (DTensor, XLA)
     def settle(self, data: Any) -> Any:
-        return self.inner.settle(data) if self.inner is not None else data
+        return self._pieces().settle(data) if self._pieces() is not None else data
 
     def contract(self, eq: str, x: Any, y: Any) -> Any:
-        return self.inner.contract(eq, x, y) if self.inner is not None else None
+        return self._pieces().contract(eq, x, y) if self._pieces() is not None else None
 
     def reduce(self, kind: str, data: Any, dims: list) -> Any:
-        return self.inner.reduce(kind, data, dims) if self.inner is not None else None
+        return self._pieces().reduce(kind, data, dims) if self._pieces() is not None else None
+
+    def broadcast(self, data: Any, names: tuple, result: tuple) -> Any:
+        pieces = self._pieces()
+        return pieces.broadcast(data, names, result) if pieces is not None else data
 
     def _default(self, op: str, *args, **kwargs):
         """The collective as if no loop existed (on this chunk), computed by nx.lax.
@@ -390,14 +403,21 @@ class SerialEngine(EngineBase):
 
     def splits(self, name: Hashable) -> bool:
         """Whether ``name`` is computed in pieces here (each chunk holds part of it)."""
-        return name in self.loops and self.loops[name] > 1
+        if name in self.loops:
+            return self.loops[name] > 1
+        return self.within is not None and self.within.splits(name)
 
     def local_size(self, name: Hashable) -> int:
         """How many entries of ``name`` the chunk running now holds."""
-        return self.chunk_size(name) if name in self.loops else self.sizes[name]
+        if name in self.loops:
+            return self.chunk_size(name)
+        return self.within.local_size(name) if self.within is not None else self.sizes[name]
 
     def check_named_op(self, op: str, names: tuple) -> None:
-        """Raise for an op (not a collective) that mixes values along a loop axis."""
+        """Raise for an op (not a collective) that mixes values along a loop axis (and let
+        ``within`` vet the others)."""
+        if self.within is not None:
+            self.within.check_named_op(op, tuple(n for n in names if n not in self.loops))
         for n in names:
             if n in self.loops and self.loops[n] > 1:   # one chunk sees every entry
                 raise SerialLoopError(

@@ -202,6 +202,32 @@ def named_ops(rank, results):
                                                        mesh())
 
 
+def serial_loops(rank, results):
+    # a SerialLoop beside mesh axes: the loop's chunks each run on this rank's shards, the
+    # loop's collectives replayed across chunks, the mesh's all-reduced across ranks
+    g = torch.Generator().manual_seed(11)
+    x, w = torch.randn(4, 6, 3, generator=g), torch.randn(4, 3, 2, generator=g)
+    lax = nx.lax
+    progs = {
+        "psum_both": (lambda v, u: lax.psum(v * v, ("c", "a")) + v, ["c", "a", ...]),
+        "pmean_loop": (lambda v, u: torch.tanh(v) * lax.pmean(v, "a"), ["c", "a", ...]),
+        "pdot_mesh": (lambda v, u: lax.pdot(v, u, "c") * v.sum(), ["c", "a", ...]),
+        "gather_mesh": (lambda v, u: lax.all_gather(v, "c").sum(0) * v, ["c", "a", ...]),
+        "named_op_mesh": (lambda v, u: nx.softmax(v, "c") + u.sum(), ["c", "a", ...]),
+        "loss": (lambda v, u: lax.pmean((lax.pdot(v, u, "c") ** 2).sum(), ("a",)), [...]),
+    }
+    meshes = [("1d", mesh_1d, {"c": "x", "a": P.SerialLoop(3)}),
+              ("2x2", mesh_2d, {"c": ("x", "y"), "a": P.SerialLoop(2)})]
+    for name, (f, out_axes) in progs.items():
+        for label, mesh, res in meshes:
+            results[f"loop_{name}_{label}"] = compare(
+                f, (["c", "a", ...], ["c", ...]), out_axes, res, (x, w), mesh())
+    # an axis both on the mesh and in a loop (JAX's ('x', SerialLoop)): the DTensor path
+    results["loop_and_mesh_one_axis"] = compare(
+        progs["psum_both"][0], (["c", "a", ...], ["c", ...]), ["c", "a", ...],
+        {"c": "x", "a": ("y", P.SerialLoop(3))}, (x, w), mesh_2d())
+
+
 def moves_twice(rank, results):
     # second derivatives through the gather and its transpose (each differentiable: the
     # reduce-scatter's transpose is the gather), against the vectorized run's
@@ -631,7 +657,8 @@ def double_backward(rank, results):
 
 
 if __name__ == "__main__":
-    run_rank([extremes, dtypes, edges, moves, moves_twice, named_ops, compiled, fallback,
+    run_rank([extremes, dtypes, edges, moves, moves_twice, serial_loops, named_ops, compiled,
+              fallback,
               outer_transforms,
               dtensor_outputs, folding, uniform_cotangents, laid_out_dtensors, broadcast_sums,
               broadcast_programs, double_backward])

@@ -70,6 +70,25 @@ def test_ops_along_a_split_axis_run_on_local_shards(ranks, case, mesh):
         assert (got["local"], got["dtensor"], got["fallbacks"]) == (1, 0, 0), (r, got)
 
 
+@pytest.mark.parametrize("mesh", ["1d", "2x2"])
+@pytest.mark.parametrize("case", ["psum_both", "pmean_loop", "pdot_mesh", "gather_mesh",
+                                  "named_op_mesh", "loss"])
+def test_serial_loop_chunks_run_on_local_shards(ranks, case, mesh):
+    """A SerialLoop axis beside mesh axes: each chunk on this rank's shards (the loop's
+    collectives replayed across chunks, the mesh's across ranks), as the vectorized run."""
+    for r, res in enumerate(ranks):
+        got = res[f"loop_{case}_{mesh}"]
+        assert got["out_err"] < 1e-12 and got["grad_err"] < 1e-12, (r, got)
+        assert got["local"] >= 2 and (got["dtensor"], got["fallbacks"]) == (0, 0), (r, got)
+
+
+def test_an_axis_both_looped_and_on_the_mesh_runs_on_dtensors(ranks):
+    for r, res in enumerate(ranks):
+        got = res["loop_and_mesh_one_axis"]
+        assert got["out_err"] < 1e-12 and got["grad_err"] < 1e-12, (r, got)
+        assert got["local"] == 0 and got["dtensor"] >= 3, (r, got)
+
+
 @pytest.mark.parametrize("case", ["all_gather_matmul", "ppermute_ring", "psum_scatter"])
 def test_second_derivatives_through_moving_collectives(ranks, case):
     for r, res in enumerate(ranks):
