@@ -280,6 +280,24 @@ def compiled(rank, results):
     results["eval_shape_step"] = [list(s.shape) for s in shapes]
 
 
+def vocab(rank, results):
+    # a vocabulary split over the mesh: one_hot along the split axis, a contraction over
+    # it, and the cross-entropy of vocab-parallel logits (logsumexp along the split axis)
+    g = torch.Generator().manual_seed(2)
+    x, labels = torch.randn(8, 3, generator=g), torch.tensor([1, 5, 7])
+    lax = nx.lax
+    cases = {
+        "one_hot_pick": lambda v, y: lax.psum(nx.one_hot(y, 8, dim="v", dtype=v.dtype) * v, "v"),
+        "vocab_ce": lambda v, y: (nx.logsumexp(v, "v") - lax.psum(
+            nx.one_hot(y, 8, dim="v", dtype=v.dtype) * v, "v")).sum(),
+        "einsum_contract": lambda v, y: nx.einsum("x{v},x{v}->x", v, v * 2),
+    }
+    for name, f in cases.items():
+        for label, mesh, res in (("1d", mesh_1d, {"v": "x"}), ("2x2", mesh_2d, {"v": ("x", "y")})):
+            results[f"vocab_{name}_{label}"] = compare(f, (["v", ...], [...]), [...], res,
+                                                       (x, labels), mesh())
+
+
 def fallback(rank, results):
     # a collective over a split axis inside a derivative taken within the body: the local
     # path cannot, the DTensor path runs it; the program is remembered, so the second
@@ -657,8 +675,8 @@ def double_backward(rank, results):
 
 
 if __name__ == "__main__":
-    run_rank([extremes, dtypes, edges, moves, moves_twice, serial_loops, named_ops, compiled,
-              fallback,
+    run_rank([extremes, dtypes, edges, moves, moves_twice, serial_loops, named_ops, vocab,
+              compiled, fallback,
               outer_transforms,
               dtensor_outputs, folding, uniform_cotangents, laid_out_dtensors, broadcast_sums,
               broadcast_programs, double_backward])

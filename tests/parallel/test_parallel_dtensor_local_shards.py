@@ -117,6 +117,15 @@ def test_eval_shape_of_a_mesh_call_gives_the_shapes(ranks):
         assert res["eval_shape_step"] == [[], [3]], (r, res["eval_shape_step"])
 
 
+@pytest.mark.parametrize("mesh", ["1d", "2x2"])
+@pytest.mark.parametrize("case", ["one_hot_pick", "vocab_ce", "einsum_contract"])
+def test_a_vocabulary_split_over_the_mesh(ranks, case, mesh):
+    for r, res in enumerate(ranks):
+        got = res[f"vocab_{case}_{mesh}"]
+        assert got["out_err"] < 1e-12 and got["grad_err"] < 1e-12, (r, got)
+        assert (got["local"], got["dtensor"], got["fallbacks"]) == (1, 0, 0), (r, got)
+
+
 def test_what_the_local_path_cannot_run_falls_back_once(ranks):
     for r, res in enumerate(ranks):
         first, second = res["fallback"]["first"], res["fallback"]["second"]
