@@ -133,12 +133,13 @@ def disable_dispatch_modes():
 
 
 def tracing_mode_active() -> bool:
-    """Whether make_fx's proxy mode, a FakeTensorMode or functionalization is active.
-
-    Why: the DTensor local-shard path runs eagerly only.  Public alternative considered:
-    ``torch.compiler.is_compiling()`` (public; checked too) misses make_fx."""
-    return torch._C._len_torch_dispatch_stack() > 0 and any(
-        getattr(m, "_mode_key", None) is not None for m in dispatch_modes())
+    """Whether make_fx's proxy mode or a FakeTensorMode is active.  Why: the mesh engine
+    runs on values only.  Public alternative considered: ``torch.compiler.is_compiling()``
+    (public; checked too) misses make_fx."""
+    if not torch._C._len_torch_dispatch_stack():
+        return False
+    from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode
+    return any(isinstance(m, (FakeTensorMode, ProxyTorchDispatchMode)) for m in dispatch_modes())
 
 
 # -- Autograd internals -------------------------------------------------------------------
@@ -194,9 +195,8 @@ saved_tensors_hooks_disabled = torch._C._autograd._saved_tensors_hooks_get_disab
 
 
 def forward_ad_level() -> int:
-    """The innermost ``torch.autograd.forward_ad`` level (-1 when none is open).
-
-    Why: collectives pick their forward-mode rule only while dual tensors exist.  Public
+    """The innermost ``torch.autograd.forward_ad`` level (-1 when none is open).  Why:
+    collectives pick their forward-mode rule only while dual tensors exist.  Public
     alternative considered: none (``forward_ad`` exposes ``dual_level`` as a context
     manager, not the current level)."""
     return torch.autograd.forward_ad._current_level
@@ -208,11 +208,9 @@ def tree_unflatten(leaves, spec):
 
 
 def tree_map(func: Callable, tree, *rests, is_leaf: Callable | None = None):
-    """``tree`` with ``func`` applied to each leaf (and the matching leaves of ``rests``),
-    as torch's ``tree_map``."""
+    """``tree`` with ``func`` applied to each leaf (and ``rests``'), as torch's."""
     leaves, spec = tree_flatten(tree, is_leaf=is_leaf)
-    flat = [leaves] + [spec.flatten_up_to(r) for r in rests]
-    return spec.unflatten(map(func, *flat))
+    return spec.unflatten(map(func, leaves, *(spec.flatten_up_to(r) for r in rests)))
 
 
 def tree_leaves(tree, is_leaf: Callable | None = None) -> list:
@@ -316,10 +314,9 @@ has_same_storage_numel_op = torch.ops.aten._has_same_storage_numel
 
 
 def functional_all_reduce(x: torch.Tensor, op: str, group) -> torch.Tensor:
-    """``x`` all-reduced over ``group`` with functional collectives, waited for.
-
-    Why: out-of-place collectives, as DTensor issues them (CommDebugMode counts them).
-    Public alternative considered: ``torch.distributed``'s (public) write in place."""
+    """``x`` all-reduced over ``group`` with functional collectives, waited for.  Why:
+    out-of-place collectives, as DTensor issues them (CommDebugMode counts them).  Public
+    alternative considered: ``torch.distributed``'s (public) write in place."""
     from torch.distributed._functional_collectives import all_reduce, wait_tensor
     return wait_tensor(all_reduce(x, op, group))
 
@@ -332,9 +329,12 @@ def functional_all_gather(x: torch.Tensor, dim: int, group) -> torch.Tensor:
 
 def functional_reduce_scatter(x: torch.Tensor, dim: int, group) -> torch.Tensor:
     """``x`` summed over ``group``, each rank keeping its block along ``dim`` (as above)."""
-    from torch.distributed import _functional_collectives as funcol
-    op = getattr(funcol, "reduce_scatter_single", None) or funcol.reduce_scatter_tensor  # 2.9
-    return funcol.wait_tensor(op(x, "sum", dim, group))
+    from torch.distributed._functional_collectives import wait_tensor
+    try:
+        from torch.distributed._functional_collectives import reduce_scatter_single as op
+    except ImportError:   # torch 2.9: the old name only
+        from torch.distributed._functional_collectives import reduce_scatter_tensor as op
+    return wait_tensor(op(x, "sum", dim, group))
 
 
 # -- Tracing and compiling ----------------------------------------------------------------
