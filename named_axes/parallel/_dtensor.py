@@ -73,9 +73,7 @@ def register_collectives() -> None:
         return
     for value in vars(_ops).values():
         if isinstance(value, CustomOpDef):
-            impl = custom_op_impl(value)
-            handlers[custom_op_overload(value)] = (
-                lambda op_call, args, kwargs, impl=impl: impl(*args, **kwargs))
+            handlers[custom_op_overload(value)] = _plain_code(custom_op_impl(value))
     # Forward-mode AD (nx.jvp) checks a tangent's storage against its primal's, an op
     # DTensor has no rule for: compare the local shards (same layouts, same answer).
     same = has_same_storage_numel_op.default
@@ -86,6 +84,18 @@ def register_collectives() -> None:
     # variant and asserts on: convert the local shard, keep the layout.
     handlers.setdefault(torch.ops.aten.to.dtype_layout, _to_dtype_layout)
     _registered = True
+
+
+def _plain_code(impl: Callable) -> Callable:
+    """DTensor's handler for a collective's custom op: its plain-torch code, with plain
+    tensors it makes (index tensors) taken as replicated -- also in a backward, which
+    runs after the engine's own ``implicit_replication`` ended."""
+    def handler(op_call, args, kwargs):
+        from torch.distributed.tensor.experimental import implicit_replication
+
+        with implicit_replication():
+            return impl(*args, **kwargs)
+    return handler
 
 
 def _to_dtype_layout(op_call, args, kwargs):

@@ -319,6 +319,12 @@ class LocalShardEngine(SerialEngine):
         share = here / total   # 0/0 where a NaN won: a NaN gradient, as amax's
         return ExtremeOverRanks.apply(data, out, (share, groups))
 
+    def count_over_ranks(self, count: torch.Tensor, names: tuple) -> torch.Tensor:
+        """``count`` (a SerialLoop chunk's entries attaining its ``pmax``/``pmin`` over
+        ``names``) summed over the ranks of the mesh dims splitting those axes."""
+        dims = tuple(sorted({d for n in names for d in self.mesh_dims.get(n, ())}))
+        return all_reduce(count, mesh_groups(self.dm, dims), "sum") if dims else count
+
     def _check_one_axis_per_mesh_dim(self, op: str, operands: tuple) -> None:
         """Two split axes on one mesh dim in what a collective combines (an einsum's
         intermediate, or pdot's two operands, may hold both): each rank holds one block of

@@ -330,7 +330,10 @@ class SerialEngine(EngineBase):
         if j == len(self._sigs):
             self._sigs.append((op, names))
         if op in ("pmax", "pmin"):   # with how many entries attain it (ties share evenly)
-            local = (local, _attaining(operands[0], local))
+            count = _attaining(operands[0], local)
+            if self.within is not None:   # on every rank of the mesh axes it reduced too
+                count = self.within.count_over_ranks(count, names)
+            local = (local, count)
         self._pending.setdefault(j, {}).setdefault(key, []).append(local)
         if self._deferring:   # inside tree(): the pause waits for the last leaf
             self._paused_tree = True

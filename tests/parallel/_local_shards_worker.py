@@ -222,6 +222,15 @@ def serial_loops(rank, results):
         for label, mesh, res in meshes:
             results[f"loop_{name}_{label}"] = compare(
                 f, (["c", "a", ...], ["c", ...]), out_axes, res, (x, w), mesh())
+    # pmax over a loop axis and a mesh axis: the cotangent shared among the entries that
+    # attain the max on every rank of every chunk (mesh oracle, seed 3801, p3801_00388:
+    # ranks holding none of them got 0/0, a NaN gradient)
+    z = torch.randn(4, 2, 3, generator=g)
+    for label, res in (("mesh_a", {"a": "x", "c": P.SerialLoop(2)}),
+                       ("mesh_c", {"c": "x", "a": P.SerialLoop(4)})):
+        results[f"loop_pmax_{label}"] = compare(
+            lambda v: nx.lax.pmax(v * -1.5, ("a", "c")), ({0: "a", 1: "c"},),
+            ["c", "a", ...], res, (z,), mesh_2d())
     # an axis both on the mesh and in a loop (JAX's ('x', SerialLoop)): the DTensor path
     results["loop_and_mesh_one_axis"] = compare(
         progs["psum_both"][0], (["c", "a", ...], ["c", ...]), ["c", "a", ...],
@@ -309,6 +318,13 @@ def fallback(rank, results):
     first = compare(f, (["i", ...],), ["i", ...], {"i": "x"}, (x,), mesh_1d())
     second = compare(f, (["i", ...],), ["i", ...], {"i": "x"}, (x,), mesh_1d())
     results["fallback"] = dict(first=first, second=second)
+    # ppermute inside a derivative taken within the body, on the DTensor path: its
+    # backward runs after the engine's call (mesh oracle, seed 3801, p3801_00319: torch's
+    # "mixed torch.Tensor and DTensor" from the backward's index tensor)
+    results["fallback_ppermute_grad"] = compare(
+        lambda v: nx.grad(lambda u: (nx.lax.ppermute(u, "i", [(0, 1), (1, 0)] + [
+            (j, j) for j in range(2, 8)]) * u).sum())(v) * v, (["i", ...],), ["i", ...],
+        {"i": "x"}, (x,), mesh_1d())
     # two axes on one mesh axis that meet only inside an einsum (contracting one of them):
     # the ranks hold different slices of the other, so the all-reduce of the contraction
     # would add entries of different indices; the DTensor path computes it (mesh oracle,

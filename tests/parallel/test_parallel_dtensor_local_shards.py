@@ -82,6 +82,14 @@ def test_serial_loop_chunks_run_on_local_shards(ranks, case, mesh):
         assert got["local"] >= 2 and (got["dtensor"], got["fallbacks"]) == (0, 0), (r, got)
 
 
+@pytest.mark.parametrize("case", ["mesh_a", "mesh_c"])
+def test_pmax_over_a_loop_and_a_mesh_axis_shares_its_cotangent(ranks, case):
+    for r, res in enumerate(ranks):
+        got = res[f"loop_pmax_{case}"]
+        assert got["out_err"] < 1e-12 and got["grad_err"] < 1e-12, (r, got)
+        assert got["local"] >= 2 and got["dtensor"] == 0, (r, got)
+
+
 def test_an_axis_both_looped_and_on_the_mesh_runs_on_dtensors(ranks):
     for r, res in enumerate(ranks):
         got = res["loop_and_mesh_one_axis"]
@@ -133,6 +141,9 @@ def test_what_the_local_path_cannot_run_falls_back_once(ranks):
             assert got["out_err"] < 1e-12 and got["grad_err"] < 1e-12, (r, got)
         assert (first["dtensor"], first["fallbacks"]) == (1, 1), (r, first)
         assert (second["dtensor"], second["fallbacks"]) == (1, 0), (r, second)
+        got = res["fallback_ppermute_grad"]
+        assert got["out_err"] < 1e-12 and got["grad_err"] < 1e-12, (r, got)
+        assert got["dtensor"] == 1, (r, got)
 
 
 @pytest.mark.parametrize("case", ["shared_mesh_axis", "shared_mesh_axis_both",
