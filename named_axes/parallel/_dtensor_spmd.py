@@ -42,12 +42,13 @@ unsplit and keeps the rank's chunk; the gather's transpose is a reduce-scatter
 What this path does not do, the program does on the DTensor path
 (:func:`run_on_local_shards` catches :class:`NeedsGlobal` before any result escapes and
 remembers the program; ``DTensorEngine.run`` then runs the call again on DTensors): an
-in-place op along a split axis, a collective over a split axis inside a derivative taken
-within the body or over a value holding two split axes of one mesh dim, an axis both in a
-``SerialLoop`` and on the mesh, calls under ``vmap`` or forward-mode AD.  (A SerialLoop
-axis beside mesh axes runs each chunk here: the loop's engine is the body's frame engine
-and asks this one, its ``within``, for the mesh's axes.  ``nx.parallel`` refuses a mesh
-inside ``nx.jit``'s trace.)
+in-place op along a split axis, a collective over a split axis inside a torch.func
+transform opened in the body or over a value holding two split axes of one mesh dim, an
+axis both in a ``SerialLoop`` and on the mesh, calls under ``vmap`` or forward-mode AD.
+(A derivative taken in the body with ``nx.grad`` differentiates through this path's
+collectives.  A SerialLoop axis beside mesh axes runs each chunk here: the loop's engine
+is the body's frame engine and asks this one, its ``within``, for the mesh's axes.
+``nx.parallel`` refuses a mesh inside ``nx.jit``'s trace.)
 """
 from __future__ import annotations
 
@@ -164,6 +165,7 @@ class LocalShardEngine(SerialEngine):
         """``body`` on this rank's shards; in a chunk of the SerialLoop engine ``loop``,
         that engine runs the body's frame and asks this one for the mesh's axes."""
         self._level = _functorch_level()
+        self._kinds = functorch_transform_kinds()
         self.replication = Replication(self.dm) if torch.is_grad_enabled() else None
         self._broadcasts: dict = {}
         self._whole: tuple = ()      # the split axes ops now run on whole (:meth:`whole`)
@@ -342,10 +344,14 @@ class LocalShardEngine(SerialEngine):
 
     # -- what only the DTensor path does --------------------------------------------------
     def _check_not_differentiated(self, op: str, carried: list) -> None:
-        try:
-            super()._check_not_differentiated(op, carried)
-        except Exception as e:
-            raise NeedsGlobal(str(e)) from None
+        """A derivative taken within the body (``nx.grad`` there) differentiates through
+        this path's collectives: there is no replay, their results are in its graph and
+        their Functions transpose them (under torch.func's ``grad``/``vjp`` too).  A
+        ``vmap`` or ``jvp`` opened inside the body (the Functions have no vmap or forward
+        rule) goes to the DTensor path."""
+        opened = functorch_transform_kinds()[len(self._kinds):]
+        if any(kind != "Grad" for kind in opened):
+            raise NeedsGlobal(f"{op} under torch.func's {opened} opened in the body")
 
     def _unsupported(self, op: str, x: NamedTensor, axis_name: Any, **options):
         """A collective moving values along split axes (``all_gather``, ``psum_scatter``,

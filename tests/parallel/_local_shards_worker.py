@@ -308,19 +308,27 @@ def vocab(rank, results):
 
 
 def fallback(rank, results):
-    # a collective over a split axis inside a derivative taken within the body: the local
-    # path cannot, the DTensor path runs it; the program is remembered, so the second
-    # call goes straight to DTensors
-    def f(v):
-        return nx.grad(lambda u: nx.lax.psum(u * u, "i"))(v) * v
+    # two axes on one mesh axis that meet in an einsum: the local path cannot, the
+    # DTensor path runs it; the program is remembered, so the second call goes straight
+    # to DTensors
+    def f(x, y, z):
+        return nx.einsum("{c},n{d},{c}->n{c}", x, y, z)
 
-    x = torch.linspace(-1, 1, 8)
-    first = compare(f, (["i", ...],), ["i", ...], {"i": "x"}, (x,), mesh_1d())
-    second = compare(f, (["i", ...],), ["i", ...], {"i": "x"}, (x,), mesh_1d())
+    args = (torch.linspace(-1, 1, 4), torch.linspace(-2, 2, 4).reshape(2, 2),
+            torch.linspace(0, 1, 4))
+    axes = (["c", ...], {0: "d"}, ["c", ...])
+    first = compare(f, axes, {1: "c"}, {"c": "x", "d": "x"}, args, mesh_2d())
+    second = compare(f, axes, {1: "c"}, {"c": "x", "d": "x"}, args, mesh_2d())
     results["fallback"] = dict(first=first, second=second)
-    # ppermute inside a derivative taken within the body, on the DTensor path: its
-    # backward runs after the engine's call (mesh oracle, seed 3801, p3801_00319: torch's
-    # "mixed torch.Tensor and DTensor" from the backward's index tensor)
+    # a collective inside a derivative taken within the body (nx.grad there): the local
+    # path differentiates through it, as JAX transposes psum to psum
+    results["inner_grad_psum"] = compare(
+        lambda v: nx.grad(lambda u: nx.lax.psum(u * u, "i"))(v) * v, (["i", ...],),
+        ["i", ...], {"i": "x"}, (torch.linspace(-1, 1, 8),), mesh_1d())
+    # ppermute inside a derivative taken within the body (mesh oracle, seed 3801,
+    # p3801_00319: on the DTensor path, torch's "mixed torch.Tensor and DTensor" from the
+    # backward's index tensor; the local-shard path runs it now)
+    x = torch.linspace(-1, 1, 8)
     results["fallback_ppermute_grad"] = compare(
         lambda v: nx.grad(lambda u: (nx.lax.ppermute(u, "i", [(0, 1), (1, 0)] + [
             (j, j) for j in range(2, 8)]) * u).sum())(v) * v, (["i", ...],), ["i", ...],

@@ -104,7 +104,8 @@ PIN_ARGS["custom_jvp_vjp"] = lambda: (torch.linspace(-1, 1, 4 * 3).reshape(4, 3)
 
 # a second derivative through abs: DTensor (torch 2.13) takes the double backward's
 # aten.to.dtype_layout for an out= variant and asserts; the engine says so with an
-# AxisResourceError, not a raw AssertionError (mesh oracle, seed 2026, p2026_00273)
+# AxisResourceError, not a raw AssertionError (mesh oracle, seed 2026, p2026_00273).
+# The local-shard path computes it (its inner nx.grad differentiates through pmean).
 PINS["grad2_abs_raises"] = (
     lambda p, x: nx.grad(lambda p: (nx.grad(lambda p: nx.lax.pmean(
         torch.sin((p * x).abs()), "b"))(p) * torch.sin(p)).sum())(p),

@@ -143,7 +143,13 @@ def test_what_the_local_path_cannot_run_falls_back_once(ranks):
         assert (second["dtensor"], second["fallbacks"]) == (1, 0), (r, second)
         got = res["fallback_ppermute_grad"]
         assert got["out_err"] < 1e-12 and got["grad_err"] < 1e-12, (r, got)
-        assert got["dtensor"] == 1, (r, got)
+
+
+def test_a_derivative_within_the_body_runs_on_local_shards(ranks):
+    for r, res in enumerate(ranks):
+        got = res["inner_grad_psum"]
+        assert got["out_err"] < 1e-12 and got["grad_err"] < 1e-12, (r, got)
+        assert (got["local"], got["dtensor"], got["fallbacks"]) == (1, 0, 0), (r, got)
 
 
 @pytest.mark.parametrize("case", ["shared_mesh_axis", "shared_mesh_axis_both",
