@@ -83,6 +83,12 @@ class Engine(Protocol):
         """Raise for an op (not a collective) that mixes values along axes split here
         (:class:`NeedsWholeAxes` where ``whole`` computes it)."""
 
+    def whole(self, func: Callable, args: tuple, kwargs: dict, names: tuple,
+              run: Callable | None = None) -> Any:
+        """``func(*args, **kwargs)`` computed on the whole of the split axes ``names``
+        (``run(func, args, kwargs)``, default the dispatcher); asked only by an engine
+        whose ``check_named_op`` raised :class:`NeedsWholeAxes`."""
+
 
 class EngineBase:
     """:class:`Engine` with every answer "as if no engine were there"."""

@@ -164,8 +164,7 @@ class LocalShardEngine(SerialEngine):
     def run(self, body: Callable, leaves: list, loop: Any = None) -> list:
         """``body`` on this rank's shards; in a chunk of the SerialLoop engine ``loop``,
         that engine runs the body's frame and asks this one for the mesh's axes."""
-        self._level = _functorch_level()
-        self._kinds = functorch_transform_kinds()
+        self._kinds = functorch_transform_kinds()   # (transforms opened in the body: below)
         self.replication = Replication(self.dm) if torch.is_grad_enabled() else None
         self._broadcasts: dict = {}
         self._whole: tuple = ()      # the split axes ops now run on whole (:meth:`whole`)

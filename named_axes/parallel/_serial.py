@@ -223,25 +223,27 @@ class SerialEngine(EngineBase):
             return lambda *a, **k: self._unsupported(op, *a, **k)
         if op == "axis_index":
             return self._axis_index
-        return self._pieces().collective(op) if self._pieces() is not None else None
+        return self._pieces().collective(op)
 
     def _pieces(self) -> Any:
-        """The engine that computes a chunk's other axes: ``within``, else ``inner``."""
-        return self.within if self.within is not None else self.inner
+        """The engine that computes a chunk's other axes: ``within``, else ``inner``, else
+        the "no engine" answers."""
+        if self.within is not None:
+            return self.within
+        return self.inner if self.inner is not None else _NO_ENGINE
 
     # what happens to a chunk's values is the inner engine's business (DTensor, XLA)
     def settle(self, data: Any) -> Any:
-        return self._pieces().settle(data) if self._pieces() is not None else data
+        return self._pieces().settle(data)
 
     def contract(self, eq: str, x: Any, y: Any) -> Any:
-        return self._pieces().contract(eq, x, y) if self._pieces() is not None else None
+        return self._pieces().contract(eq, x, y)
 
     def reduce(self, kind: str, data: Any, dims: list) -> Any:
-        return self._pieces().reduce(kind, data, dims) if self._pieces() is not None else None
+        return self._pieces().reduce(kind, data, dims)
 
     def broadcast(self, data: Any, names: tuple, result: tuple) -> Any:
-        pieces = self._pieces()
-        return pieces.broadcast(data, names, result) if pieces is not None else data
+        return self._pieces().broadcast(data, names, result)
 
     def _default(self, op: str, *args, **kwargs):
         """The collective as if no loop existed (on this chunk), computed by nx.lax.
@@ -428,6 +430,9 @@ class SerialEngine(EngineBase):
                     f"each chunk holds {self.chunk_size(n)} of its {self.sizes[n]} entries; "
                     f"reduce it with nx.lax.psum/pmean/pmax/pmin (which combine the chunks) "
                     f"or map it to a mesh axis")
+
+
+_NO_ENGINE = EngineBase()
 
 
 def _functorch_level():
