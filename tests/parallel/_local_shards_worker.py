@@ -286,7 +286,11 @@ def compiled(rank, results):
     # eval_shape: where the mesh puts an axis changes no shape, so it runs vectorized
     with mesh_1d():
         shapes = nx.eval_shape(step, x, w)
-    results["eval_shape_step"] = [list(s.shape) for s in shapes]
+    plain = nx.value_and_grad(nx.xmap(f, in_axes=(["i", ...], [...]), out_axes=[...]),
+                              argnums=1)
+    results["eval_shape_step"] = dict(
+        got=[[list(s.shape), str(s.dtype)] for s in shapes],
+        want=[[list(t.shape), str(t.dtype)] for t in plain(x, w)])
 
 
 def vocab(rank, results):

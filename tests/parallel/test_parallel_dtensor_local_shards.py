@@ -121,8 +121,11 @@ def test_nx_jit_of_a_mesh_call_is_refused_with_our_error(ranks):
 
 
 def test_eval_shape_of_a_mesh_call_gives_the_shapes(ranks):
+    """The shapes and dtypes of the vectorized run's results (resources change none)."""
     for r, res in enumerate(ranks):
-        assert res["eval_shape_step"] == [[], [3]], (r, res["eval_shape_step"])
+        got = res["eval_shape_step"]
+        assert got["got"] == got["want"] and got["want"] == [[[], "torch.float64"],
+                                                             [[3], "torch.float64"]], (r, got)
 
 
 @pytest.mark.parametrize("mesh", ["1d", "2x2"])
