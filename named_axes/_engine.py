@@ -83,6 +83,11 @@ class Engine(Protocol):
         """Raise for an op (not a collective) that mixes values along axes split here
         (:class:`NeedsWholeAxes` where ``whole`` computes it)."""
 
+    def check_contraction(self, held: tuple, contracted: tuple) -> None:
+        """Raise :class:`NeedsWholeAxes` for the axes of ``contracted`` (split here, an
+        einsum or ``pdot`` sums over them) that its operands, holding ``held``, cannot sum
+        piece by piece."""
+
     def whole(self, func: Callable, args: tuple, kwargs: dict, names: tuple,
               run: Callable | None = None) -> Any:
         """``func(*args, **kwargs)`` computed on the whole of the split axes ``names``
@@ -118,6 +123,9 @@ class EngineBase:
         return current_frame(name).sizes[name]
 
     def check_named_op(self, op: str, names: tuple) -> None:
+        return None
+
+    def check_contraction(self, held: tuple, contracted: tuple) -> None:
         return None
 
 

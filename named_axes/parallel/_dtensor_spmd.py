@@ -39,16 +39,19 @@ and a torch op along one (``x.sum('i')``, ``x.cumsum('i')``: the dispatcher hand
 unsplit and keeps the rank's chunk; the gather's transpose is a reduce-scatter
 (:class:`._local_comms.GatherOverRanks`).
 
+An einsum or ``pdot`` contracting a split axis that shares a mesh dim with another split
+axis its operands hold (each rank holds only their diagonal block) sums it on its whole
+(:meth:`LocalShardEngine.check_contraction`).  A derivative taken in the body (``grad``,
+``vjp``, ``jvp``) differentiates through this path's collectives.  A SerialLoop axis runs
+each chunk here, also one on the mesh too (``('x', SerialLoop(2))``: the chunk split over
+the ranks): the loop's engine is the body's frame engine and asks this one, its
+``within``, for the mesh's part.
+
 What this path does not do, the program does on the DTensor path
 (:func:`run_on_local_shards` catches :class:`NeedsGlobal` before any result escapes and
 remembers the program; ``DTensorEngine.run`` then runs the call again on DTensors): an
-in-place op along a split axis, a collective over a split axis inside a torch.func
-transform opened in the body or over a value holding two split axes of one mesh dim, an
-axis both in a ``SerialLoop`` and on the mesh, calls under ``vmap`` or forward-mode AD.
-(A derivative taken in the body with ``nx.grad`` differentiates through this path's
-collectives.  A SerialLoop axis beside mesh axes runs each chunk here: the loop's engine
-is the body's frame engine and asks this one, its ``within``, for the mesh's axes.
-``nx.parallel`` refuses a mesh inside ``nx.jit``'s trace.)
+in-place op along a split axis, a collective over a split axis inside a ``vmap`` opened
+in the body, calls under ``vmap`` or forward-mode AD.  (``nx.parallel`` refuses a mesh inside ``nx.jit``'s trace.)
 """
 from __future__ import annotations
 
@@ -62,8 +65,8 @@ from .._engine import NeedsWholeAxes
 from .._registry import is_inplace, op_name
 from .._tape import suspended
 from .._tensor import NamedTensor
-from .._torch_private import (functorch_transform_kinds, local_tensor, tracing_mode_active,
-                              tree_map)
+from .._torch_private import (functorch_active, functorch_transform_kinds, local_tensor,
+                              tracing_mode_active, tree_map)
 from ._serial import SerialEngine, _as_tuple, _attaining, _functorch_level, _names_of
 from ._dtensor_comms import SUMMARY
 from ._dtensor_comms import placements as _placements
@@ -107,10 +110,7 @@ def run_on_local_shards(outer: Any, body: Callable, leaves: list, summary: Any,
     """The call on each rank's shards, or None when the program needs the DTensor path
     (found now, or remembered by its function, plan and input structure); ``summary``
     (the engine's communication summary) counts which.  ``loop``: the SerialLoop engine
-    whose chunk this is (its loop axes may not be on the mesh too)."""
-    if loop is not None and set(loop.loops) & set(outer.plan.mesh_axes):
-        return None
-
+    whose chunk this is."""
     try:
         key = (outer.program, tuple(outer.plan.mesh_axes.items()), structure_key(leaves))
         hash(key)
@@ -142,7 +142,7 @@ class LocalShardEngine(SerialEngine):
 
     def __init__(self, outer: Any) -> None:
         plan = outer.plan
-        split = {n: plan.shards(n) for n in plan.mesh_axes if plan.shards(n) > 1}
+        split = {n: plan.mesh_shards(n) for n in plan.mesh_axes if plan.mesh_shards(n) > 1}
         super().__init__(split, plan.axis_sizes)
         self.outer = outer
         dm = outer.device_mesh
@@ -170,6 +170,8 @@ class LocalShardEngine(SerialEngine):
         self._whole: tuple = ()      # the split axes ops now run on whole (:meth:`whole`)
         if loop is not None:
             loop.within = self
+            for n in set(loop.loops) & set(self.loops):   # ('x', SerialLoop): the loop's
+                self.sizes[n] = loop.chunk_size(n)       # chunk, split over the ranks
         outs = body(self._to_local(leaves), engine=self if loop is None else loop)
         outs = [self._to_output(o) for o in outs]
         if self.replication is not None:
@@ -311,7 +313,7 @@ class LocalShardEngine(SerialEngine):
                  groups: list) -> torch.Tensor:
         kind = "max" if op == "pmax" else "min"
         out = extreme(data, kind, groups)
-        if not (torch.is_grad_enabled() and data.requires_grad):
+        if not (torch.is_grad_enabled() and data.requires_grad) and not functorch_active():
             return out
         # the entries of x attaining the extreme, here and on all ranks (amax shares the
         # cotangent evenly among them; this rank's partial extreme already shares its part)
@@ -345,11 +347,11 @@ class LocalShardEngine(SerialEngine):
     def _check_not_differentiated(self, op: str, carried: list) -> None:
         """A derivative taken within the body (``nx.grad`` there) differentiates through
         this path's collectives: there is no replay, their results are in its graph and
-        their Functions transpose them (under torch.func's ``grad``/``vjp`` too).  A
-        ``vmap`` or ``jvp`` opened inside the body (the Functions have no vmap or forward
-        rule) goes to the DTensor path."""
+        their Functions transpose them (under torch.func's ``grad``/``vjp`` too); a
+        ``jvp`` there applies them to the tangents.  A ``vmap`` opened inside the body
+        (the Functions have no vmap rule) goes to the DTensor path."""
         opened = functorch_transform_kinds()[len(self._kinds):]
-        if any(kind != "Grad" for kind in opened):
+        if any(kind not in ("Grad", "Jvp", "Vmap") for kind in opened):
             raise NeedsGlobal(f"{op} under torch.func's {opened} opened in the body")
 
     def _unsupported(self, op: str, x: NamedTensor, axis_name: Any, **options):
@@ -433,13 +435,34 @@ class LocalShardEngine(SerialEngine):
             self._whole = self._whole[:-len(names)]
         return tree_map(lambda v: self._own_chunk(v, names), out, is_leaf=is_nt)
 
-    def _axis_index(self, axis_name: Any):
-        names = _as_tuple(axis_name)
-        if len(names) > 1 and any(n in self.loops for n in names):
-            raise NeedsGlobal("axis_index of a tuple")
-        return super()._axis_index(axis_name)
-
     def check_named_op(self, op: str, names: tuple) -> None:
         split = tuple(n for n in names if n in self.loops and n not in self._whole)
         if split:
             raise NeedsWholeAxes(self, split)
+
+    def check_contraction(self, held: tuple, contracted: tuple) -> None:
+        """The contracted split axes sharing a mesh dim with another split axis held
+        (``{'c': 'x', 'd': 'x'}`` in ``einsum('{c},n{d},{c}->n{c}')``): each rank holds
+        only the diagonal block of the two, so they are summed on their whole."""
+        dims = lambda n: set(self.mesh_dims[n]) if self.splits(n) else set()   # noqa: E731
+        clash = tuple(n for n in contracted if any(
+            dims(n) & dims(m) for m in held if m != n))
+        if clash:
+            raise NeedsWholeAxes(self, clash)
+
+    def _reducing(self, op: str, *args, **kwargs):
+        if op == "pdot":   # the operands may hold two split axes of one mesh dim
+            x, y = args[0], args[1]
+            names = _as_tuple(args[2] if len(args) > 2 else kwargs["axis_name"])
+            held = tuple(set(_names_of(x)) | set(_names_of(y)))
+            try:
+                self.check_contraction(held, tuple(n for n in names if n in held))
+            except NeedsWholeAxes as e:
+                from .. import lax
+
+                return self.whole(lax.pdot, args, kwargs, e.names, run=_call)
+        return super()._reducing(op, *args, **kwargs)
+
+
+def _call(func: Callable, args: tuple, kwargs: dict) -> Any:
+    return func(*args, **kwargs)

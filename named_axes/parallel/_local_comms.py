@@ -1,4 +1,8 @@
-"""The local-shard path's communication, as autograd Functions (see :mod:`._dtensor_spmd`).
+"""The local-shard path's communication, as autograd Functions (see :mod:`._dtensor_spmd`):
+each linear, so its forward-mode rule is the same Function applied to the tangent
+(differentiable in turn: a gradient of a ``jvp`` taken in the body reaches the inputs),
+and its vmap rule the same Function applied to the whole batch (``jacrev``'s vmapped
+backward, a ``vmap`` opened in the body).
 
 Each collective is an all-reduce over the mesh dims that split the axes it reduces,
 issued with functional collectives (what DTensor issues: ``CommDebugMode`` counts them).
@@ -26,6 +30,14 @@ __all__ = ["DivideByCount", "ExtremeOverRanks", "GatherOverRanks", "ScatterSumOv
 def mesh_groups(dm, dims: tuple) -> list:
     """The groups to all-reduce over, one per mesh dim: ``(DeviceMesh, dim)``."""
     return [(dm, d) for d in dims]
+
+
+def _leading(x: torch.Tensor, dim, info) -> torch.Tensor:
+    """``x`` under ``vmap`` with its batch dim first (broadcast where it has none): the
+    Functions' vmap rules apply the collective to the whole batch at once."""
+    if dim is None:
+        return x.unsqueeze(0).expand((info.batch_size,) + tuple(x.shape))
+    return x.movedim(dim, 0)
 
 
 def all_reduce(x: torch.Tensor, groups: list, op: str) -> torch.Tensor:
@@ -86,6 +98,14 @@ class SumOverRanks(torch.autograd.Function):
     def backward(ctx, g):
         return sum_of_cotangents(g, ctx.groups), None
 
+    @staticmethod
+    def jvp(ctx, t, _):
+        return SumOverRanks.apply(t, ctx.groups)
+
+    @staticmethod
+    def vmap(info, in_dims, x, groups):
+        return SumOverRanks.apply(x, groups), in_dims[0]
+
 
 class DivideByCount(torch.autograd.Function):
     """``pmean``'s division of the ``psum`` by the instance count; the cotangent keeps
@@ -102,6 +122,14 @@ class DivideByCount(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return mark_uniform(g / ctx.count, ctx.dm, uniform_dims(g, ctx.dm)), None, None
+
+    @staticmethod
+    def jvp(ctx, t, *_):
+        return DivideByCount.apply(t, ctx.count, ctx.dm)
+
+    @staticmethod
+    def vmap(info, in_dims, x, count, dm):
+        return DivideByCount.apply(x, count, dm), in_dims[0]
 
 
 class ExtremeOverRanks(torch.autograd.Function):
@@ -120,6 +148,16 @@ class ExtremeOverRanks(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return sum_of_cotangents(g, ctx.groups) * ctx.share, None, None
+
+    @staticmethod
+    def jvp(ctx, t, *_):   # each rank's partial tangent, in its share
+        return SumOverRanks.apply(t * ctx.share, ctx.groups)
+
+    @staticmethod
+    def vmap(info, in_dims, x, out, share):
+        x, out = _leading(x, in_dims[0], info), _leading(out, in_dims[1], info)
+        d = in_dims[2][0] if isinstance(in_dims[2], tuple) else None
+        return ExtremeOverRanks.apply(x, out, (_leading(share[0], d, info), share[1])), 0
 
 
 def extreme(x: torch.Tensor, kind: str, groups: list) -> torch.Tensor:
@@ -156,6 +194,14 @@ class SumBeforeBroadcast(torch.autograd.Function):
             return g, None, None, None
         total = sum_of_cotangents(g, mesh_groups(dm, tuple(sorted(dims))))
         return mark_uniform(total / ranks(dm, dims), dm, same | dims), None, None, None
+
+    @staticmethod
+    def jvp(ctx, t, *_):
+        return t.view_as(t)
+
+    @staticmethod
+    def vmap(info, in_dims, x, dm, dims, switch):
+        return SumBeforeBroadcast.apply(x, dm, dims, switch), in_dims[0]
 
 
 
@@ -205,6 +251,14 @@ class GatherOverRanks(torch.autograd.Function):
             return g.narrow(ctx.dim, here * ctx.size, ctx.size) * count, None, None
         return ScatterSumOverRanks.apply(g, ctx.dim, ctx.groups), None, None
 
+    @staticmethod
+    def jvp(ctx, t, *_):
+        return GatherOverRanks.apply(t, ctx.dim, ctx.groups)
+
+    @staticmethod
+    def vmap(info, in_dims, x, dim, groups):
+        return GatherOverRanks.apply(_leading(x, in_dims[0], info), dim + 1, groups), 0
+
 
 class ScatterSumOverRanks(torch.autograd.Function):
     """:class:`GatherOverRanks`'s transpose: ``x`` summed over the ranks of ``groups``,
@@ -225,3 +279,11 @@ class ScatterSumOverRanks(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return GatherOverRanks.apply(g, ctx.dim, ctx.groups), None, None
+
+    @staticmethod
+    def jvp(ctx, t, *_):
+        return ScatterSumOverRanks.apply(t, ctx.dim, ctx.groups)
+
+    @staticmethod
+    def vmap(info, in_dims, x, dim, groups):
+        return ScatterSumOverRanks.apply(_leading(x, in_dims[0], info), dim + 1, groups), 0

@@ -174,7 +174,11 @@ class Plan:
 
     def shards(self, name: Hashable) -> int:
         """How many pieces axis ``name`` is cut into (mesh axes times serial chunks)."""
-        return prod(self.mesh_shape[a] for a in self.mesh_axes.get(name, ())) * self.loops.get(name, 1)
+        return self.mesh_shards(name) * self.loops.get(name, 1)
+
+    def mesh_shards(self, name: Hashable) -> int:
+        """How many ranks axis ``name`` is split over (its mesh axes' sizes)."""
+        return prod(self.mesh_shape[a] for a in self.mesh_axes.get(name, ()))
 
     def local_shape(self, names: tuple, shape: tuple) -> tuple:
         """The per-device (and per-chunk) shape of a value with physical ``shape``."""

@@ -127,6 +127,7 @@ class SerialEngine(EngineBase):
         self._pending: dict = {}     # per collective index: {key: [chunk partials]}
         self._deferring, self._paused_tree = 0, False
         self._chunk: tuple = ()
+        self._whole: tuple = ()      # split axes an op now holds whole (the mesh's ``whole``)
         self._call = 0
         self._bypass = 0
         self.passes = 0              # how many passes the last run needed
@@ -258,8 +259,9 @@ class SerialEngine(EngineBase):
         full size (gathered by the local-shard path)."""
         from .._env import bind
 
-        local = {n: self.chunk_size(n) for n in self.names
-                 if n not in whole and any(_carries(a, n) for a in args[:2])}
+        local = {n: self.chunk_size(n) for n in self.names   # (``within`` binds the ones
+                 if n not in whole + self._whole                 # it splits: its collective)
+                 and not self._split_within(n) and any(_carries(a, n) for a in args[:2])}
         # this frame is the engine's own: a differentiated function running around it
         # must not take its names for axes bound inside that function
         from .._tensor import RECORDERS
@@ -292,7 +294,8 @@ class SerialEngine(EngineBase):
             x, axis_name = args[0], args[1] if len(args) > 1 else kwargs["axis_name"]
             operands = (x,)
         names = _as_tuple(axis_name)
-        carried = [n for n in self.names if n in names and any(_carries(v, n) for v in operands)]
+        carried = [n for n in self.names if n in names and n not in self._whole
+                   and any(_carries(v, n) for v in operands)]
         if op == "pmean" and carried:
             total = self._reducing("psum", *args, **kwargs)
             return self._mean(total, _prod(self.sizes.get(n) or _env_size(n) for n in names))
@@ -397,26 +400,37 @@ class SerialEngine(EngineBase):
         names = _as_tuple(axis_name)
         if not any(n in self.loops for n in names):
             return self._default("axis_index", axis_name)
-        if len(names) != 1:
-            raise SerialLoopError(
-                f"axis_index({axis_name!r}): a tuple of axes including a SerialLoop axis is not "
-                f"supported; take axis_index of each axis separately")
+        if len(names) != 1:   # linearized row-major, as JAX's
+            out, stride = 0, 1
+            for n in reversed(names):
+                out = out + self._axis_index(n) * stride
+                stride *= _env_size(n)
+            return out
         n = names[0]
-        s = self.chunk_size(n)
-        c = self._chunk[self.names.index(n)]
-        return NamedTensor._wrap(torch.arange(c * s, (c + 1) * s), (n,))
+        start = self._chunk[self.names.index(n)] * self.chunk_size(n)
+        if self._split_within(n):   # the chunk's part split over the mesh
+            return self._default("axis_index", axis_name) + start
+        return NamedTensor._wrap(torch.arange(start, start + self.chunk_size(n)), (n,))
+
+    def _split_within(self, name: Hashable) -> bool:
+        """Whether the chunk's part of ``name`` is split further over the mesh (``within``)."""
+        return self.within is not None and self.within.splits(name)
 
     def splits(self, name: Hashable) -> bool:
         """Whether ``name`` is computed in pieces here (each chunk holds part of it)."""
         if name in self.loops:
-            return self.loops[name] > 1
-        return self.within is not None and self.within.splits(name)
+            return self.loops[name] > 1 and name not in self._whole
+        return self._split_within(name)
 
     def local_size(self, name: Hashable) -> int:
         """How many entries of ``name`` the chunk running now holds."""
-        if name in self.loops:
-            return self.chunk_size(name)
-        return self.within.local_size(name) if self.within is not None else self.sizes[name]
+        if self._split_within(name):
+            return self.within.local_size(name)
+        return self.chunk_size(name) if name in self.loops else self.sizes[name]
+
+    def check_contraction(self, held: tuple, contracted: tuple) -> None:
+        if self.within is not None:
+            self.within.check_contraction(held, contracted)
 
     def check_named_op(self, op: str, names: tuple) -> None:
         """Raise for an op (not a collective) that mixes values along a loop axis (and let

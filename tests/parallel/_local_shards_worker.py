@@ -231,10 +231,17 @@ def serial_loops(rank, results):
         results[f"loop_pmax_{label}"] = compare(
             lambda v: nx.lax.pmax(v * -1.5, ("a", "c")), ({0: "a", 1: "c"},),
             ["c", "a", ...], res, (z,), mesh_2d())
-    # an axis both on the mesh and in a loop (JAX's ('x', SerialLoop)): the DTensor path
-    results["loop_and_mesh_one_axis"] = compare(
-        progs["psum_both"][0], (["c", "a", ...], ["c", ...]), ["c", "a", ...],
-        {"c": "x", "a": ("y", P.SerialLoop(3))}, (x, w), mesh_2d())
+    # an axis both on the mesh and in a loop (JAX's ('x', SerialLoop)): each rank loops
+    # over the chunks of its shard; the loop's collectives also all-reduce over the ranks
+    progs["index"] = (lambda v, u: v * lax.axis_index("a") + lax.psum(v, "a")
+                      * lax.axis_index("c"), ["c", "a", ...])
+    progs["pmax"] = (lambda v, u: lax.pmax(v * -1.5, ("a", "c")) + v, ["c", "a", ...])
+    for label, res in (("a", {"c": "x", "a": ("y", P.SerialLoop(3))}),
+                       ("c", {"c": ("x", P.SerialLoop(2)), "a": "y"})):
+        for name in ("psum_both", "pmean_loop", "pdot_mesh", "loss", "index", "pmax"):
+            f, out_axes = progs[name]
+            results[f"loop_and_mesh_{name}_{label}"] = compare(
+                f, (["c", "a", ...], ["c", ...]), out_axes, res, (x, w), mesh_2d())
 
 
 def moves_twice(rank, results):
@@ -311,19 +318,7 @@ def vocab(rank, results):
                                                        (x, labels), mesh())
 
 
-def fallback(rank, results):
-    # two axes on one mesh axis that meet in an einsum: the local path cannot, the
-    # DTensor path runs it; the program is remembered, so the second call goes straight
-    # to DTensors
-    def f(x, y, z):
-        return nx.einsum("{c},n{d},{c}->n{c}", x, y, z)
-
-    args = (torch.linspace(-1, 1, 4), torch.linspace(-2, 2, 4).reshape(2, 2),
-            torch.linspace(0, 1, 4))
-    axes = (["c", ...], {0: "d"}, ["c", ...])
-    first = compare(f, axes, {1: "c"}, {"c": "x", "d": "x"}, args, mesh_2d())
-    second = compare(f, axes, {1: "c"}, {"c": "x", "d": "x"}, args, mesh_2d())
-    results["fallback"] = dict(first=first, second=second)
+def inner_derivatives(rank, results):
     # a collective inside a derivative taken within the body (nx.grad there): the local
     # path differentiates through it, as JAX transposes psum to psum
     results["inner_grad_psum"] = compare(
@@ -339,8 +334,8 @@ def fallback(rank, results):
         {"i": "x"}, (x,), mesh_1d())
     # two axes on one mesh axis that meet only inside an einsum (contracting one of them):
     # the ranks hold different slices of the other, so the all-reduce of the contraction
-    # would add entries of different indices; the DTensor path computes it (mesh oracle,
-    # seed 99, p99_00030)
+    # would add entries of different indices (mesh oracle, seed 99, p99_00030); the
+    # contracted one is summed on its whole
     a, b = torch.linspace(-1, 1, 4), torch.linspace(-2, 2, 4).reshape(2, 2)
     results["shared_mesh_axis"] = compare(
         lambda x, y, z: nx.einsum("{c},n{d},{c}->n{c}", x, y, z),
@@ -384,6 +379,52 @@ def outer_transforms(rank, results):
         got = nx.grad(nx.xmap(h, axis_resources={"b": "x"}, **spec), argnums=(0, 1))(w2, x2)
     s = P.comm_summary()
     results["outer_nx_grad_pmax"] = dict(err=_max_err(got, want), local=s["local_shard_runs"])
+
+
+def tuple_index(rank, results):
+    # axis_index of a tuple of axes split over the mesh: linearized row-major, as JAX's
+    x = torch.linspace(-1, 1, 4 * 2 * 3).reshape(4, 2, 3)
+    for label, res in (("2x2", {"i": "x", "j": "y"}), ("one", {"i": ("x", "y")}),
+                       ("loop", {"i": ("x", "y"), "j": P.SerialLoop(2)})):
+        results[f"tuple_index_{label}"] = compare(
+            lambda v: v * nx.lax.axis_index(("i", "j")) + nx.lax.axis_index(("j", "i")),
+            (["i", "j", ...],), ["i", "j", ...], res, (x,), mesh_2d())
+
+
+def inner_jvp(rank, results):
+    # a jvp taken within the body: the collectives' Functions applied to the tangents
+    # (and differentiable in turn: the gradient of the jvp reaches the inputs)
+    lax = nx.lax
+    x, w = torch.linspace(-1, 1, 8 * 3).reshape(8, 3), torch.linspace(-2, 1, 3 * 2).reshape(3, 2)
+
+    def tangent(g):
+        return lambda v, u: nx.jvp(lambda a: g(a, u), (v,), (torch.cos(v),))[1]
+
+    progs = {
+        "psum": lambda a, u: lax.psum(a * a, "i") * a,
+        "pmean": lambda a, u: torch.sin(lax.pmean(a, "i")) * a,
+        "pmax": lambda a, u: lax.pmax(a * 1.5, "i") + a,
+        "pdot": lambda a, u: lax.pdot(a, u, "i") * a.sum(),
+        "all_gather": lambda a, u: lax.all_gather(a * a, "i").sum(0) * a,
+        "ppermute": lambda a, u: lax.ppermute(a, "i", [(j, (j + 1) % 8) for j in range(8)]) * a,
+        "psum_scatter": lambda a, u: lax.psum_scatter(a * a, "i", scatter_dimension=0,
+                                                      tiled=True),
+        "softmax": lambda a, u: nx.softmax(a * a, "i"),
+    }
+    # jacrev (a vmap over the vjp's backward), jacfwd (a vmap over jvps), a vmap of a
+    # closure: the Functions' vmap rules apply each collective to the batch at once
+    progs["jacrev"] = lambda a, u: nx.jacrev(lambda b: lax.psum(b * b, "i") * b)(a)
+    progs["jacfwd"] = lambda a, u: nx.jacfwd(lambda b: lax.pmax(b * 1.5, "i") + b)(a)
+    progs["vmap"] = lambda a, u: torch.func.vmap(
+        lambda r: lax.all_gather(r * a, "i").sum(0))(torch.ones(2)).sum(0) * a
+    for name, g in progs.items():
+        out_axes = ["i", ...]
+        in_axes = (["i", ...], ["i", ...]) if name == "pdot" else (["i", ...], [...])
+        u = torch.linspace(-1, 2, 8 * 3).reshape(8, 3) if name == "pdot" else w
+        v = torch.linspace(-1, 1, 8 * 8).reshape(8, 8) if name == "psum_scatter" else x
+        f = g if name in ("jacrev", "jacfwd", "vmap") else tangent(g)
+        results[f"inner_jvp_{name}"] = compare(f, in_axes, out_axes, {"i": "x"}, (v, u),
+                                               mesh_1d())
 
 
 def dtensor_outputs(rank, results):
@@ -704,7 +745,7 @@ def double_backward(rank, results):
 
 if __name__ == "__main__":
     run_rank([extremes, dtypes, edges, moves, moves_twice, serial_loops, named_ops, vocab,
-              compiled, fallback,
+              compiled, inner_derivatives, inner_jvp, tuple_index,
               outer_transforms,
               dtensor_outputs, folding, uniform_cotangents, laid_out_dtensors, broadcast_sums,
               broadcast_programs, double_backward])

@@ -253,6 +253,17 @@ def test_collectives_over_a_loop_axis_are_exact(fn, out_axes):
     torch.testing.assert_close(out, ref)
 
 
+def test_axis_index_of_a_tuple_with_a_loop_axis_is_linearized_row_major():
+    # JAX's order: the first axis the slowest (was: refused under SerialLoop)
+    x = torch.arange(4 * 3 * 2.).reshape(4, 3, 2)
+    f = lambda res: nx.xmap(  # noqa: E731
+        lambda v: v * lax.axis_index(("b", "c")) + lax.axis_index(("c", "b")),
+        in_axes=["b", "c", ...], out_axes=["b", "c", ...], axis_resources=res)(x)
+    want = x * torch.arange(12.).reshape(4, 3, 1) + torch.arange(12.).reshape(3, 4).T[..., None]
+    for res in ({}, {"b": SerialLoop(2)}, {"b": SerialLoop(2), "c": SerialLoop(3)}):
+        torch.testing.assert_close(f(res), want)
+
+
 @pytest.mark.parametrize("fn", [
     lambda v, w: nx.grad(lambda q: lax.psum((q * w).sum(), "b"))(v),
     lambda v, w: nx.grad(lambda q: lax.pdot(q, w, "b").sum())(v),
