@@ -423,17 +423,15 @@ class DTensorEngine(EngineBase):
         return local_sum(data, dims, kind == "pmean")
 
     def run(self, body: Callable, leaves: list, engine: Any = None) -> list:
-        """Run ``body`` on this rank's shards (:mod:`._dtensor_spmd`), or on DTensors when
-        the program needs what only they compute (remembered per program and inputs)."""
+        """Run ``body`` on this rank's shards (:mod:`._dtensor_spmd`), or on DTensors
+        under ``vmap`` or forward-mode AD around the call."""
         from torch.distributed.tensor.experimental import implicit_replication
 
         SUMMARY.calls += 1
         if self.check_inputs:
             self._check(leaves)
         if LOCAL_SHARDS and local_path_allowed():   # (``engine``: a SerialLoop's chunks)
-            outs = run_on_local_shards(self, body, leaves, SUMMARY, loop=engine)
-            if outs is not None:
-                return outs
+            return run_on_local_shards(self, body, leaves, SUMMARY, loop=engine)
         SUMMARY.dtensor_runs += 1
         dleaves = self.to_dtensors(leaves)
         with implicit_replication(), _saved_as_dtensors(self.device_mesh):

@@ -75,13 +75,12 @@ class CommSummary:
             inputs' layouts (one flat all-reduce per group of partial sums).
         full_outputs / sharded_outputs: outputs returned full / as DTensors.
         local_shard_runs / dtensor_runs: calls whose body ran on each rank's shards
-            (:mod:`._dtensor_spmd`) / on DTensors; ``dtensor_fallbacks`` counts the
-            local-shard attempts that found an op only DTensors compute.
+            (:mod:`._dtensor_spmd`) / on DTensors (under ``vmap`` or forward-mode AD).
     """
 
     FIELDS = ("calls", "input_checks", "distributed_inputs", "sharded_inputs",
               "redistributed_inputs", "gradient_reductions", "full_outputs", "sharded_outputs",
-              "local_shard_runs", "dtensor_runs", "dtensor_fallbacks")
+              "local_shard_runs", "dtensor_runs")
 
     def __init__(self) -> None:
         self.reset()

@@ -47,11 +47,11 @@ each chunk here, also one on the mesh too (``('x', SerialLoop(2))``: the chunk s
 the ranks): the loop's engine is the body's frame engine and asks this one, its
 ``within``, for the mesh's part.
 
-What this path does not do, the program does on the DTensor path
-(:func:`run_on_local_shards` catches :class:`NeedsGlobal` before any result escapes and
-remembers the program; ``DTensorEngine.run`` then runs the call again on DTensors): an
-in-place op along a split axis, a collective over a split axis inside a ``vmap`` opened
-in the body, calls under ``vmap`` or forward-mode AD.  (``nx.parallel`` refuses a mesh inside ``nx.jit``'s trace.)
+Calls under ``vmap`` or forward-mode AD, and calls with the local path switched off
+(``_dtensor.LOCAL_SHARDS``), run on DTensors (``DTensorEngine.run``).  What no path
+computes raises :class:`AxisResourceError`: an in-place op along a split axis, two axes
+split over one mesh dim meeting in a collective.  (``nx.parallel`` refuses a mesh inside
+``nx.jit``'s trace.)
 """
 from __future__ import annotations
 
@@ -62,6 +62,7 @@ import torch
 
 from .._dispatch import dispatch
 from .._engine import NeedsWholeAxes
+from .._errors import AxisResourceError
 from .._registry import is_inplace, op_name
 from .._tape import suspended
 from .._tensor import NamedTensor
@@ -70,7 +71,6 @@ from .._torch_private import (functorch_active, functorch_transform_kinds, local
 from ._serial import SerialEngine, _as_tuple, _attaining, _functorch_level, _names_of
 from ._dtensor_comms import SUMMARY
 from ._dtensor_comms import placements as _placements
-from ._rank_check import structure_key
 from ._local_comms import (DivideByCount, ExtremeOverRanks, GatherOverRanks,
                            ScatterSumOverRanks, SumBeforeBroadcast, SumOverRanks, all_reduce,
                            extreme, mesh_groups)
@@ -78,57 +78,34 @@ from ._uniform import Replication
 from ._local_edges import (FromLocal, ReplicatedOutput, ShardsOf, SumGradsOverRanks,
                            local_shard, rewrap)
 
-__all__ = ["LocalShardEngine", "NeedsGlobal", "local_path_allowed", "run_on_local_shards"]
-
-
-class NeedsGlobal(Exception):
-    """The program asked for something only the DTensor path computes (internal)."""
+__all__ = ["LocalShardEngine", "local_path_allowed", "run_on_local_shards"]
 
 
 def local_path_allowed() -> bool:
     """Whether a call may take the local-shard path: eager (other dispatch modes, e.g.
-    ``CommDebugMode``, are fine), outside ``vmap``/``jvp`` (an outer ``grad`` is fine:
-    its levels see the all-reduces' autograd functions)."""
-    if torch.compiler.is_compiling() or tracing_mode_active():
-        return False   # make_fx / fake tensors / functionalization: a graph is being built
+    ``CommDebugMode``, are fine; torch.func transforms around the call too: the path's
+    Functions have transpose, forward-mode and vmap rules)."""
+    return not (torch.compiler.is_compiling() or tracing_mode_active())
+
+
+def _transformed() -> bool:
+    """Whether a ``vmap`` or forward-mode AD runs around the call (a DTensor cannot hold
+    its batched or dual values: full outputs are gathered by the path's own Functions)."""
     from ..lax._ops import forward_mode
 
-    if forward_mode():
-        return False
-    if _functorch_level() is None:
-        return True
-    return all(kind == "Grad" for kind in functorch_transform_kinds())
-
-
-# (program, plan, input structure) of the calls found to need the DTensor path
-_GLOBAL_ONLY: set = set()
-_GLOBAL_ONLY_MAX = 256
+    return forward_mode() or any(k != "Grad" for k in functorch_transform_kinds())
 
 
 def run_on_local_shards(outer: Any, body: Callable, leaves: list, summary: Any,
-                        loop: Any = None) -> list | None:
-    """The call on each rank's shards, or None when the program needs the DTensor path
-    (found now, or remembered by its function, plan and input structure); ``summary``
-    (the engine's communication summary) counts which.  ``loop``: the SerialLoop engine
-    whose chunk this is."""
-    try:
-        key = (outer.program, tuple(outer.plan.mesh_axes.items()), structure_key(leaves))
-        hash(key)
-    except TypeError:   # an unhashable leaf: try every call
-        key = None
-    if key is not None and key in _GLOBAL_ONLY:
-        return None
+                        loop: Any = None) -> list:
+    """The call on each rank's shards; ``summary`` (the engine's communication summary)
+    counts it.  ``loop``: the SerialLoop engine whose chunk this is."""
     try:
         outs = LocalShardEngine(outer).run(body, leaves, loop)
-    except (NeedsGlobal, NeedsWholeAxes):   # (an op along a split axis outside dispatch)
-        if loop is not None:
-            loop.within = None
-        summary.dtensor_fallbacks += 1
-        if key is not None:
-            if len(_GLOBAL_ONLY) >= _GLOBAL_ONLY_MAX:
-                _GLOBAL_ONLY.clear()
-            _GLOBAL_ONLY.add(key)
-        return None
+    except NeedsWholeAxes as e:   # an op along a split axis the dispatcher did not see
+        raise AxisResourceError(
+            f"an op along the axes {e.names} split over the mesh ran outside the named "
+            f"dispatcher, which computes such ops on their whole; report this program") from None
     summary.local_shard_runs += 1
     return outs
 
@@ -164,7 +141,6 @@ class LocalShardEngine(SerialEngine):
     def run(self, body: Callable, leaves: list, loop: Any = None) -> list:
         """``body`` on this rank's shards; in a chunk of the SerialLoop engine ``loop``,
         that engine runs the body's frame and asks this one for the mesh's axes."""
-        self._kinds = functorch_transform_kinds()   # (transforms opened in the body: below)
         self.replication = Replication(self.dm) if torch.is_grad_enabled() else None
         self._broadcasts: dict = {}
         self._whole: tuple = ()      # the split axes ops now run on whole (:meth:`whole`)
@@ -251,8 +227,11 @@ class LocalShardEngine(SerialEngine):
             return leaf
         if data.requires_grad and self.replication is not None:
             self.replication.seed(data, self._same_dims(names))
-        if self.outer._out_mode() == "full" and not any(n in self.loops for n in names):
+        split = tuple(n for n in names if n in self.loops)
+        if self.outer._out_mode() == "full" and (not split or _transformed()):
             SUMMARY.full_outputs += 1
+            if split:
+                data = self._gathered(NamedTensor._wrap(data, names), split)._data
             if data.requires_grad and torch.is_grad_enabled():
                 data = ReplicatedOutput.apply(data, self.dm)
             return NamedTensor._wrap(data, names) if names else data
@@ -334,25 +313,23 @@ class LocalShardEngine(SerialEngine):
         their diagonal only, so a reduction over either would miss the other blocks or
         add entries of different indices."""
         seen: dict = {}
-        for n in {n for v in operands for n in _names_of(v)}:
+        for n in {n for v in operands for n in _names_of(v) if n not in self._whole}:
             for d in self.mesh_dims.get(n, ()):
                 if seen.setdefault(d, n) != n:
-                    raise NeedsGlobal(f"{op}: {seen[d]!r} and {n!r} share mesh dim {d}")
+                    raise AxisResourceError(
+                        f"{op}: named axes {seen[d]!r} and {n!r} are both split over mesh "
+                        f"dim {d} in what it combines, so each rank holds only the diagonal "
+                        f"block of the two; map them to different mesh axes")
 
     @contextlib.contextmanager
     def tree(self):
         yield   # no replay: each leaf is all-reduced as it comes
 
-    # -- what only the DTensor path does --------------------------------------------------
     def _check_not_differentiated(self, op: str, carried: list) -> None:
-        """A derivative taken within the body (``nx.grad`` there) differentiates through
-        this path's collectives: there is no replay, their results are in its graph and
-        their Functions transpose them (under torch.func's ``grad``/``vjp`` too); a
-        ``jvp`` there applies them to the tangents.  A ``vmap`` opened inside the body
-        (the Functions have no vmap rule) goes to the DTensor path."""
-        opened = functorch_transform_kinds()[len(self._kinds):]
-        if any(kind not in ("Grad", "Jvp", "Vmap") for kind in opened):
-            raise NeedsGlobal(f"{op} under torch.func's {opened} opened in the body")
+        """Nothing to refuse: a derivative or vmap taken within the body (``grad``,
+        ``vjp``, ``jvp``, ``vmap`` there) goes through this path's collectives -- no
+        replay, their results are in its graph, and their Functions have transpose,
+        forward-mode and vmap rules."""
 
     def _unsupported(self, op: str, x: NamedTensor, axis_name: Any, **options):
         """A collective moving values along split axes (``all_gather``, ``psum_scatter``,
@@ -413,7 +390,9 @@ class LocalShardEngine(SerialEngine):
         for n in (n for n in names if n in x._names):
             i, size = x._names.index(n), self.chunk_size(n)
             if data.shape[i] != self.sizes[n]:
-                raise NeedsGlobal(f"a result along {n!r} of size {data.shape[i]}")
+                raise AxisResourceError(
+                    f"a collective's result along {n!r} has size {data.shape[i]}, not the "
+                    f"axis size {self.sizes[n]}: it cannot be cut into the ranks' chunks")
             data = data.narrow(i, self._chunk[self.names.index(n)] * size, size)
         return NamedTensor._wrap(data, x._names)
 
@@ -423,7 +402,9 @@ class LocalShardEngine(SerialEngine):
         run on their whole (:meth:`_gathered`) by ``run(func, args, kwargs)`` (default:
         the dispatcher), this rank's chunk kept of the result."""
         if is_inplace(func):
-            raise NeedsGlobal(f"{op_name(func)} writes along a split axis")
+            raise AxisResourceError(
+                f"{op_name(func)}: an in-place op along the axes {names}, which are split "
+                f"over the mesh; compute it out of place (x = x.op(...))")
         is_nt = lambda v: isinstance(v, NamedTensor)   # noqa: E731
         args, kwargs = tree_map(lambda v: self._gathered(v, names), (args, kwargs),
                                 is_leaf=is_nt)

@@ -122,6 +122,14 @@ class SumGradsOverRanks(torch.autograd.Function):
             out = [None if t is None else ReplicatedOutput.apply(t, ctx.dm) for t in out]
         return (None, *out)
 
+    @staticmethod
+    def jvp(ctx, _, *ts):
+        return tuple(t.view_as(t) for t in ts)
+
+    @staticmethod
+    def vmap(info, in_dims, dm, *xs):
+        return SumGradsOverRanks.apply(dm, *xs), tuple(in_dims[1:])
+
 
 class ReplicatedOutput(torch.autograd.Function):
     """A full output, the same on every rank, as it is; backward: the cotangent (the same
@@ -139,6 +147,14 @@ class ReplicatedOutput(torch.autograd.Function):
     def backward(ctx, g):
         dm = ctx.dm
         return mark_uniform(g / dm.size(), dm, frozenset(range(dm.ndim))), None
+
+    @staticmethod
+    def jvp(ctx, t, _):
+        return t.view_as(t)
+
+    @staticmethod
+    def vmap(info, in_dims, x, dm):
+        return ReplicatedOutput.apply(x, dm), in_dims[0]
 
 
 class FromLocal(torch.autograd.Function):

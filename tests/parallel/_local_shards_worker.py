@@ -73,8 +73,7 @@ def compare(f, in_axes, out_axes, resources, args, mesh, ct_seed=0) -> dict:
     got_out, got_grad = run(resources, mesh)
     s = P.comm_summary()
     return dict(out_err=_max_err(got_out, want_out), grad_err=_max_err(got_grad, want_grad),
-                local=s["local_shard_runs"], dtensor=s["dtensor_runs"],
-                fallbacks=s["dtensor_fallbacks"])
+                local=s["local_shard_runs"], dtensor=s["dtensor_runs"])
 
 
 def extremes(rank, results):
@@ -427,6 +426,42 @@ def inner_jvp(rank, results):
                                                mesh_1d())
 
 
+def around_transforms(rank, results):
+    # vmap / forward-mode AD around a mesh call (was: the DTensor path, which raised
+    # torch's "requires_grad_() inside of a function being transformed by a functorch
+    # transform"): the local path's Functions have forward-mode and vmap rules, and its
+    # full outputs are gathered by them
+    lax = nx.lax
+    x, w = torch.linspace(-1, 1, 8 * 3).reshape(8, 3), torch.linspace(-2, 1, 3)
+
+    def body(v, u):
+        return torch.sin(lax.psum(v * u, "i")) * v + lax.all_gather(v * u, "i").sum(0)
+
+    def runs(res):
+        f = nx.xmap(body, in_axes=(["i", ...], [...]), out_axes=["i", ...],
+                    axis_resources=res)
+        g = nx.xmap(lambda v, u: lax.pmean((body(v, u) ** 2).sum(), "i"),
+                    in_axes=(["i", ...], [...]), out_axes=[...], axis_resources=res)
+        ws = torch.stack([w, w * 2])
+        return {
+            "jvp": lambda: nx.jvp(f, (x, w), (torch.cos(x), torch.ones(3)))[1],
+            "nx_vmap": lambda: nx.vmap(lambda u: f(x, u))(ws),
+            "torch_vmap": lambda: torch.func.vmap(lambda u: f(x, u))(ws),
+            "jacfwd": lambda: nx.jacfwd(lambda u: f(x, u))(w),
+            "hessian": lambda: nx.hessian(lambda u: g(x, u))(w),
+            "vmap_grad": lambda: torch.func.vmap(nx.grad(lambda u: g(x, u)))(ws),
+        }
+
+    want = {k: fn() for k, fn in runs({}).items()}
+    for k, fn in runs({"i": "x"}).items():
+        P.comm_summary(reset=True)
+        with mesh_1d():
+            got = fn()
+        s = P.comm_summary()
+        results[f"around_{k}"] = dict(err=_max_err([got], [want[k]]),
+                                      local=s["local_shard_runs"], dtensor=s["dtensor_runs"])
+
+
 def dtensor_outputs(rank, results):
     # outputs='dtensor': the caller's DTensor ops take the backward through the shards
     w, x = torch.linspace(-1, 1, 3), torch.linspace(-2, 2, 8 * 3).reshape(8, 3)
@@ -518,7 +553,7 @@ def uniform_cotangents(rank, results):
     f = lambda w, x: -nx.lax.pmean(torch.sin(x * w), "b")  # noqa: E731
     dmesh = P.Mesh(np.array(P.devices()), ("x",), outputs="dtensor")
     results["uniform_dtensor_output"] = dict(
-        out_err=0.0, grad_err=0.0, local=1, dtensor=0, fallbacks=0, want_all_reduces=1,
+        out_err=0.0, grad_err=0.0, local=1, dtensor=0, want_all_reduces=1,
         backward_all_reduces=_backward_all_reduces(f, ax, [...], {"b": "x"}, (w, x), dmesh,
                                                    outputs_dtensor=True))
 
@@ -746,6 +781,6 @@ def double_backward(rank, results):
 if __name__ == "__main__":
     run_rank([extremes, dtypes, edges, moves, moves_twice, serial_loops, named_ops, vocab,
               compiled, inner_derivatives, inner_jvp, tuple_index,
-              outer_transforms,
+              outer_transforms, around_transforms,
               dtensor_outputs, folding, uniform_cotangents, laid_out_dtensors, broadcast_sums,
               broadcast_programs, double_backward])

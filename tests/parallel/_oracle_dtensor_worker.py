@@ -163,7 +163,7 @@ def run_paths(progs: list, seed: int, per_prog: int, meshes: dict, sync, progres
     _dtensor.LOCAL_SHARDS = True
     return {"runs": runs, "fails": fails,
             "local_shard_runs": summary["local_shard_runs"] if "local" in PATHS else 0,
-            "dtensor_fallbacks": summary["dtensor_fallbacks"] if "local" in PATHS else 0}
+            "local_dtensor_runs": summary["dtensor_runs"] if "local" in PATHS else 0}
 
 
 def main(out: str, n: int, seed: int, per_prog: int) -> None:

@@ -108,7 +108,8 @@ def test_what_dtensor_cannot_run_is_a_named_axis_error(ranks, pin, message):
 
 def test_sample_runs_on_the_mesh(ranks):
     """The sample exercises the engine: on each path most runs are accepted, over both
-    meshes, and most local-shard attempts stay on that path."""
+    meshes, and with the local-shard path on every run takes it (no body runs on
+    DTensors)."""
     res = ranks[0]
     runs = res.get("runs", {})
     for path in ("local", "dtensor"):
@@ -116,4 +117,4 @@ def test_sample_runs_on_the_mesh(ranks):
         ok = sum(v for k, v in mine.items() if k.endswith(" ok"))
         assert ok > sum(mine.values()) // 2, (path, mine)
         assert mine.get("xy ok", 0) and mine.get("w ok", 0), (path, mine)
-    assert res["local_shard_runs"] > 2 * res["dtensor_fallbacks"], res
+    assert res["local_shard_runs"] > 0 and res["local_dtensor_runs"] == 0, res
