@@ -1,7 +1,7 @@
 """The collectives that move values along a split axis, on 4 gloo ranks (issue 32): time
 per call (forward + backward) of each program of the local-shard tests' collective
-matmuls on the local-shard path and on the op-by-op DTensor path, and of the vectorized
-program in one process.
+matmuls on the local-shard path (the only one since the op-by-op DTensor path went), and
+of the vectorized program in one process.
 
     python benchmarks/bench_moves.py [--calls 20]     # launches torchrun (4 gloo ranks)
 
@@ -10,7 +10,7 @@ Each program runs on a 1-d mesh of the 4 ranks (``{'i': 'x'}``); inputs are thos
 full on every rank, once with ``x`` as sharded state (``nx.device_put`` with the plan's
 ``NamedSharding``), as a training step holds its parameters.  The figure is rank 0's
 median per call after two warm-up calls; 4 ranks share this machine's cores, so compare
-the two paths' ratio, not times across machines.
+ratios in one run, not times across machines.
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def _per_call(fn, calls: int) -> float:
 
 
 def rank_main(out: str, calls: int) -> None:
-    """In each rank: time every program on both paths; rank 0 writes the figures."""
+    """In each rank: time every program; rank 0 writes the figures."""
     from datetime import timedelta
 
     import numpy as np
@@ -57,7 +57,6 @@ def rank_main(out: str, calls: int) -> None:
     sys.path.insert(0, str(WORKERS))
     import named_axes as nx
     from named_axes import parallel as P
-    from named_axes.parallel import _dtensor
     from _local_shards_worker import _moves  # noqa: E402 - the tests' programs
 
     dist.init_process_group("gloo", timeout=timedelta(seconds=120))
@@ -82,15 +81,12 @@ def rank_main(out: str, calls: int) -> None:
             return call
 
         row = {"vectorized": _per_call(step({}, x), calls)}
-        for path in ("local", "dtensor"):
-            _dtensor.LOCAL_SHARDS = path == "local"
-            for label, arg in ((path, x), (f"{path} sharded", xs)):
-                try:
-                    with mesh:
-                        row[label] = _per_call(step({"i": "x"}, arg), calls)
-                except Exception as e:  # noqa: BLE001 - the table shows it
-                    row[label] = f"{type(e).__name__}: {str(e).splitlines()[0][:90]}"
-        _dtensor.LOCAL_SHARDS = True
+        for label, arg in (("local", x), ("local sharded", xs)):
+            try:
+                with mesh:
+                    row[label] = _per_call(step({"i": "x"}, arg), calls)
+            except Exception as e:  # noqa: BLE001 - the table shows it
+                row[label] = f"{type(e).__name__}: {str(e).splitlines()[0][:90]}"
         rows[name] = row
     if dist.get_rank() == 0:
         Path(out).write_text(json.dumps(rows))
@@ -116,18 +112,16 @@ def main(argv=None) -> str:
         if proc.returncode or not out.exists():
             raise SystemExit(f"torchrun failed (rc={proc.returncode}):\n{proc.stderr[-3000:]}")
         rows = json.loads(out.read_text())
-    lines = ["| program | vectorized (1 process) | local-shard path | DTensor path | "
-             "DTensor / local | local, sharded input | DTensor, sharded input |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| program | vectorized (1 process) | local-shard path | local / vectorized | "
+             "local, sharded input |", "|---|---|---|---|---|"]
     def cell(t):
         return f"{t * 1e3:.2f} ms" if isinstance(t, float) else t
 
     for name, r in rows.items():
-        local, dtensor = r["local"], r["dtensor"]
-        ratio = f"{dtensor / local:.1f}x" if all(
-            isinstance(t, float) for t in (local, dtensor)) else "-"
-        lines.append(f"| {name} | {cell(r['vectorized'])} | {cell(local)} | {cell(dtensor)} | "
-                     f"{ratio} | {cell(r['local sharded'])} | {cell(r['dtensor sharded'])} |")
+        vec, local = r["vectorized"], r["local"]
+        ratio = f"{local / vec:.1f}x" if all(isinstance(t, float) for t in (local, vec)) else "-"
+        lines.append(f"| {name} | {cell(vec)} | {cell(local)} | {ratio} | "
+                     f"{cell(r['local sharded'])} |")
     table = "\n".join(lines)
     print(table)
     return table

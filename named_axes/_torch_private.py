@@ -32,8 +32,8 @@ __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
            "tree_flatten_with_path", "keystr", "forward_ad_level",
            "native_batch_norm_legit", "softmax_backward_data", "softmax_backward_data_op",
            "tensor_body", "module_tensor_table", "default_collate_parts",
-           "local_tensor", "dtensor_spec", "dtensor_op_handlers", "custom_op_impl",
-           "custom_op_overload", "has_same_storage_numel_op", "functional_all_reduce",
+           "local_tensor", "custom_op_impl",
+           "custom_op_overload", "functional_all_reduce",
            "functional_all_gather", "functional_reduce_scatter",
            "FakeTensor", "FakeTensorMode", "DataDependentOutputException",
            "DynamicOutputShapeException", "op_schema", "HigherOrderOperator",
@@ -270,32 +270,10 @@ def local_tensor(dt) -> torch.Tensor:
     return dt._local_tensor
 
 
-def dtensor_spec(mesh, placements: tuple, shape: torch.Size, stride: tuple, dtype):
-    """The spec of a DTensor laid out ``placements`` on ``mesh`` with global ``shape``
-    and ``stride`` (for ``DTensor(local, spec, requires_grad=False)``).
-
-    Why: make the DTensor of a shard directly, as DTensor's own dispatch does.  Public
-    alternative considered: ``DTensor.from_local`` (public) is an autograd Function, a
-    cost paid per op."""
-    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
-    return DTensorSpec(mesh, placements, tensor_meta=TensorMeta(shape, stride, dtype))
-
-
-def dtensor_op_handlers() -> dict | None:
-    """DTensor's per-op handler table, or None on a torch without one.
-
-    Why: DTensor runs the library's collectives (custom ops) through their plain-torch
-    code, and two ops it has no rule for on the local shards.  Public alternative
-    considered: ``torch.distributed.tensor.experimental.register_sharding`` (public)
-    gives a sharding, not the code."""
-    from torch.distributed.tensor import DTensor
-    return getattr(getattr(DTensor, "_op_dispatcher", None), "_custom_op_handlers", None)
-
-
 def custom_op_impl(op) -> Callable:
     """The Python function the ``torch.library.custom_op`` ``op`` was made from.
 
-    Why: DTensor and inductor run a collective as plain tensor code.  Public alternative
+    Why: inductor runs a collective as plain tensor code.  Public alternative
     considered: calling ``op`` (public) dispatches to the opaque op again."""
     return op._init_fn
 
@@ -303,14 +281,9 @@ def custom_op_impl(op) -> Callable:
 def custom_op_overload(op):
     """The ``OpOverload`` of the ``torch.library.custom_op`` ``op``.
 
-    Why: DTensor's table and the decompositions are keyed by it.  Public alternative
+    Why: the decompositions are keyed by it.  Public alternative
     considered: ``torch.ops.<namespace>.<name>.default`` (needs the op's private name)."""
     return op._opoverload
-
-
-# Why: forward-mode AD checks a tangent's storage against its primal's (DTensor has no
-# rule for the op).  Public alternative considered: none.
-has_same_storage_numel_op = torch.ops.aten._has_same_storage_numel
 
 
 def functional_all_reduce(x: torch.Tensor, op: str, group) -> torch.Tensor:

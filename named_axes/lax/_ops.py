@@ -41,9 +41,8 @@ def _tracing() -> bool:
     """Whether a graph is being built that must show the collective as a named op.
 
     make_fx (and the tracing inside nx.jit / torch.export / AOT autograd) pushes a
-    dispatch mode.  Plain eager code, torch.func transforms, DTensor and XLA tensors see
-    none, and there the plain op computes the same values (DTensor runs the op's plain
-    definition anyway, see ``parallel._dtensor.register_collectives``).  Modes that run
+    dispatch mode.  Plain eager code, torch.func transforms and XLA tensors see none, and
+    there the plain op computes the same values.  Modes that run
     ops on real values (``runs_values``: nx.jit's warm-up and identifying runs) build no
     graph.
 

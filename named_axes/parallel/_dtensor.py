@@ -33,80 +33,12 @@ import torch
 from .._engine import EngineBase
 from .._errors import AxisResourceError
 from .._tensor import NamedTensor
-from .._torch_private import (custom_op_impl, custom_op_overload, dtensor_op_handlers,
-                              has_same_storage_numel_op, local_tensor)
-from ._dtensor_autograd import _saved_as_dtensors
 from ._dtensor_comms import SUMMARY, device_mesh, reduce_to
 from ._dtensor_comms import placements as _placements
-from ._dtensor_local import local_einsum, local_sum, settled_extreme, settled_placements
-from ._dtensor_spmd import local_path_allowed, run_on_local_shards
+from ._dtensor_spmd import run_on_local_shards
 from ._rank_check import check_ranks_agree, structure_key
 
 __all__ = ["DTensorEngine", "device_mesh"]
-
-
-_registered = False
-
-
-def register_collectives() -> None:
-    """Let DTensor run nx.lax's registered collective ops by their plain-torch definitions
-    (and the one op forward-mode AD needs that DTensor lacks).
-
-    Each collective is a ``torch.library`` custom op on physical tensors (so graphs show it
-    by name); DTensor has no sharding rule for it.  On DTensors we run the op's own
-    Python definition (``x.sum(dims)``, an einsum, ...), which DTensor shards and turns into
-    the right collectives (a sum over a sharded dim -> ``Partial`` -> all-reduce).  Uses
-    DTensor's per-op handler table (``_custom_op_handlers``, private but stable since 2.3).
-    """
-    global _registered
-    if _registered:
-        return
-    try:
-        from ..lax import _ops
-    except ImportError:
-        return
-    from torch.distributed.tensor import DTensor
-    from torch.library import CustomOpDef
-
-    handlers = dtensor_op_handlers()
-    if handlers is None:  # pragma: no cover - a torch without the table
-        return
-    for value in vars(_ops).values():
-        if isinstance(value, CustomOpDef):
-            handlers[custom_op_overload(value)] = _plain_code(custom_op_impl(value))
-    # Forward-mode AD (nx.jvp) checks a tangent's storage against its primal's, an op
-    # DTensor has no rule for: compare the local shards (same layouts, same answer).
-    same = has_same_storage_numel_op.default
-    handlers.setdefault(same, lambda op_call, args, kwargs: same(
-        *[local_tensor(a) if isinstance(a, DTensor) else a for a in args], **kwargs))
-    # A second derivative (the backward of a backward through abs) converts with
-    # aten.to.dtype_layout, whose aliasing return DTensor (torch 2.13) takes for an out=
-    # variant and asserts on: convert the local shard, keep the layout.
-    handlers.setdefault(torch.ops.aten.to.dtype_layout, _to_dtype_layout)
-    _registered = True
-
-
-def _plain_code(impl: Callable) -> Callable:
-    """DTensor's handler for a collective's custom op: its plain-torch code, with plain
-    tensors it makes (index tensors) taken as replicated -- also in a backward, which
-    runs after the engine's own ``implicit_replication`` ended."""
-    def handler(op_call, args, kwargs):
-        from torch.distributed.tensor.experimental import implicit_replication
-
-        with implicit_replication():
-            return impl(*args, **kwargs)
-    return handler
-
-
-def _to_dtype_layout(op_call, args, kwargs):
-    from torch.distributed.tensor import DTensor
-
-    x = args[0]
-    local = op_call(local_tensor(x), *args[1:], **kwargs)
-    if local is local_tensor(x):
-        return x
-    return DTensor.from_local(local, x.device_mesh, x.placements, run_check=False,
-                              shape=x.shape, stride=x.stride())
 
 
 class _Distribute(torch.autograd.Function):
@@ -219,10 +151,6 @@ def _fmt_place(placements) -> str:
 
 _MAX_CHECKED = 256
 
-# Whether calls may run on each rank's shards (:mod:`._dtensor_spmd`); False runs every
-# call on DTensors (tests compare the two paths).
-LOCAL_SHARDS = True
-
 
 class DTensorEngine(EngineBase):
     """Runs a named program on DTensors over the :class:`Mesh`'s ``DeviceMesh``."""
@@ -238,7 +166,6 @@ class DTensorEngine(EngineBase):
         # each rank runs the same chunks, so the checks pair up).
         self.check_inputs = True
         self.sharded_in = False
-        register_collectives()
         self.device = torch.device(self.device_mesh.device_type, torch.cuda.current_device()) \
             if self.device_mesh.device_type == "cuda" else torch.device("cpu")
 
@@ -383,57 +310,11 @@ class DTensorEngine(EngineBase):
                 checked.clear()
             checked.add(key)
 
-    def settle(self, data: Any) -> Any:
-        """A sum over a split axis (``psum``, ``pdot``), all-reduced where it is formed.
-
-        DTensor leaves it a ``Partial`` placement and resolves it at the next op that needs
-        it: meeting a replicated operand (a bias), it picks a reduce-scatter and, later, an
-        all-gather, two collectives where one all-reduce does (Megatron's layout: one per
-        row-parallel matmul; the backward of ``Partial -> Replicate`` needs none)."""
-        from torch.distributed.tensor import DTensor
-
-        if isinstance(data, DTensor) and any(p.is_partial() for p in data.placements):
-            return data.redistribute(data.device_mesh, settled_placements(data.placements))
-        return data
-
-    def contract(self, eq: str, x: Any, y: Any) -> Any:
-        """``einsum(eq, x, y)`` for ``pdot`` and ``nx.einsum`` on each rank's shards
-        (:mod:`._dtensor_local`: no weight all-gathered, gradients laid out like their
-        operands); where the layouts do not line up, DTensor's own einsum (not the one
-        ``mm`` between folded views of ``_einsum.einsum2``: torch 2.13's DTensor cannot
-        unflatten a dim split over two mesh dims once folded with others).  None under
-        dynamo tracing or for plain tensors."""
-        from torch.distributed.tensor import DTensor
-
-        if torch.compiler.is_compiling():
-            return None
-        out = local_einsum(eq, x, y)
-        if out is None and (isinstance(x, DTensor) or isinstance(y, DTensor)):
-            out = torch.einsum(eq, x, y)
-        return out
-
-    def reduce(self, kind: str, data: Any, dims: list) -> Any:
-        """``psum``/``pmean`` of ``data`` over physical ``dims`` on each rank's shards
-        (the cotangent split like ``data``, not a replicated global one); ``pmax``/``pmin``
-        all-reduced at once (:func:`._dtensor_local.settled_extreme`); or None."""
-        if torch.compiler.is_compiling():
-            return None
-        if kind in ("pmax", "pmin"):
-            return settled_extreme(data, dims, kind == "pmax")
-        return local_sum(data, dims, kind == "pmean")
-
+    @torch.compiler.disable   # under torch.compile: eagerly, outside dynamo's graph
     def run(self, body: Callable, leaves: list, engine: Any = None) -> list:
-        """Run ``body`` on this rank's shards (:mod:`._dtensor_spmd`), or on DTensors
-        under ``vmap`` or forward-mode AD around the call."""
-        from torch.distributed.tensor.experimental import implicit_replication
-
+        """Run ``body`` on this rank's shards (:mod:`._dtensor_spmd`; ``engine``: the
+        SerialLoop engine whose chunk this is)."""
         SUMMARY.calls += 1
         if self.check_inputs:
             self._check(leaves)
-        if LOCAL_SHARDS and local_path_allowed():   # (``engine``: a SerialLoop's chunks)
-            return run_on_local_shards(self, body, leaves, SUMMARY, loop=engine)
-        SUMMARY.dtensor_runs += 1
-        dleaves = self.to_dtensors(leaves)
-        with implicit_replication(), _saved_as_dtensors(self.device_mesh):
-            outs = body(dleaves, engine=engine if engine is not None else self)
-            return [self.from_dtensor(o) for o in outs]
+        return run_on_local_shards(self, body, leaves, SUMMARY, loop=engine)

@@ -74,13 +74,13 @@ class CommSummary:
         gradient_reductions: collectives that reduced sharded inputs' gradients to the
             inputs' layouts (one flat all-reduce per group of partial sums).
         full_outputs / sharded_outputs: outputs returned full / as DTensors.
-        local_shard_runs / dtensor_runs: calls whose body ran on each rank's shards
-            (:mod:`._dtensor_spmd`) / on DTensors (under ``vmap`` or forward-mode AD).
+        local_shard_runs: calls whose body ran on each rank's shards
+            (:mod:`._dtensor_spmd`).
     """
 
     FIELDS = ("calls", "input_checks", "distributed_inputs", "sharded_inputs",
               "redistributed_inputs", "gradient_reductions", "full_outputs", "sharded_outputs",
-              "local_shard_runs", "dtensor_runs")
+              "local_shard_runs")
 
     def __init__(self) -> None:
         self.reset()

@@ -47,11 +47,12 @@ each chunk here, also one on the mesh too (``('x', SerialLoop(2))``: the chunk s
 the ranks): the loop's engine is the body's frame engine and asks this one, its
 ``within``, for the mesh's part.
 
-Calls under ``vmap`` or forward-mode AD, and calls with the local path switched off
-(``_dtensor.LOCAL_SHARDS``), run on DTensors (``DTensorEngine.run``).  What no path
-computes raises :class:`AxisResourceError`: an in-place op along a split axis, two axes
+Transforms around the call run through the edges' and collectives' Functions (each has
+forward-mode and vmap rules; under ``vmap`` or forward-mode AD full outputs are gathered
+by them, as a DTensor cannot hold batched or dual values).  What the path does not
+compute raises :class:`AxisResourceError`: an in-place op along a split axis, two axes
 split over one mesh dim meeting in a collective.  (``nx.parallel`` refuses a mesh inside
-``nx.jit``'s trace.)
+``nx.jit``'s trace; under ``torch.compile`` the engine runs outside dynamo's graph.)
 """
 from __future__ import annotations
 
@@ -66,9 +67,8 @@ from .._errors import AxisResourceError
 from .._registry import is_inplace, op_name
 from .._tape import suspended
 from .._tensor import NamedTensor
-from .._torch_private import (functorch_active, functorch_transform_kinds, local_tensor,
-                              tracing_mode_active, tree_map)
-from ._serial import SerialEngine, _as_tuple, _attaining, _functorch_level, _names_of
+from .._torch_private import functorch_active, functorch_transform_kinds, local_tensor, tree_map
+from ._serial import SerialEngine, _as_tuple, _attaining, _names_of
 from ._dtensor_comms import SUMMARY
 from ._dtensor_comms import placements as _placements
 from ._local_comms import (DivideByCount, ExtremeOverRanks, GatherOverRanks,
@@ -78,14 +78,7 @@ from ._uniform import Replication
 from ._local_edges import (FromLocal, ReplicatedOutput, ShardsOf, SumGradsOverRanks,
                            local_shard, rewrap)
 
-__all__ = ["LocalShardEngine", "local_path_allowed", "run_on_local_shards"]
-
-
-def local_path_allowed() -> bool:
-    """Whether a call may take the local-shard path: eager (other dispatch modes, e.g.
-    ``CommDebugMode``, are fine; torch.func transforms around the call too: the path's
-    Functions have transpose, forward-mode and vmap rules)."""
-    return not (torch.compiler.is_compiling() or tracing_mode_active())
+__all__ = ["LocalShardEngine", "run_on_local_shards"]
 
 
 def _transformed() -> bool:

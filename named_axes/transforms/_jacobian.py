@@ -88,24 +88,12 @@ def _basis(shape: tuple, like: Any) -> torch.Tensor:
     data = like._data if type(like) is _NT else torch.as_tensor(like)
     m = math.prod(shape)
     eye = torch.eye(m, dtype=data.dtype, device=data.device).reshape((m,) + shape)
-    return _kind_of(eye, data)
-
-
-def _kind_of(t: torch.Tensor, data: torch.Tensor) -> torch.Tensor:
-    """The constant ``t`` made of ``data``'s kind: replicated over a DTensor's mesh.  The
-    outer backward of a Jacobian taken on the DTensor engine's DTensor path mixes it with
-    DTensors, which a plain tensor saved inside torch.func cannot be (a raw RuntimeError)."""
-    mesh = getattr(data, "device_mesh", None)
-    if mesh is None:
-        return t
-    from torch.distributed.tensor import DTensor, Replicate
-
-    return DTensor.from_local(t, mesh, [Replicate()] * mesh.ndim, run_check=False)
+    return eye
 
 
 def _zeros(x: Any) -> torch.Tensor:
     data = x._data if type(x) is _NT else torch.as_tensor(x)
-    return _kind_of(torch.zeros(_pos_shape(x), dtype=data.dtype, device=data.device), data)
+    return torch.zeros(_pos_shape(x), dtype=data.dtype, device=data.device)
 
 
 def _jacrev_named(of: Callable, primals: list, has_aux: bool) -> tuple:

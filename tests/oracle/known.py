@@ -50,36 +50,9 @@ KNOWN_CLASSES["compile_custom_rule"] = (
 # outputs with differing layouts are broadcast alike before they are joined),
 # dtensor_jvp_non_dual_operand (nx.jvp on the DTensor engine where DTensor's forward-mode
 # AD fails -- an operand that is not a dual tensor, a tangent of a SerialLoop chunk --
-# now raises AxisResourceError, not a raw AssertionError/NotImplementedError).
-
-
-def _dtensor_outer_backward_of_inner_derivative(prog, diff) -> bool:
-    """The DTensor engine's DTensor path (SerialLoop with a mesh, or a collective over a
-    split axis inside a derivative taken within the body): a plain tensor saved inside
-    torch.func (whose saved-tensor hooks are off) meets DTensors in the *outer* backward,
-    which runs in the caller's autograd call, outside the engine; or a torch.func
-    decomposition there reaches a prims op DTensor has no rule for.  The local-shard path
-    (the default) does not save DTensors at all: only runs on DTensors qualify (that
-    path, a SerialLoop with the mesh, or a collective inside the derivative, which the
-    local path hands to DTensors)."""
-    inner_collective = uses(prog, lambda op: op.get("op") in ("grad", "xform") and any(
-        o.get("op") == "coll" for o in _ops(op.get("body", ()))))
-    on_dtensors = ("dtensor path" in diff.where or "loop" in diff.where.lower()
-                   or inner_collective)
-    return (diff.kind == "resources_grad_raw_error" and on_dtensors
-            and ("got mixed torch.Tensor and DTensor" in diff.msg
-                 or "prims." in diff.msg and "sharding strategy" in diff.msg)
-            and uses(prog, lambda op: op.get("op") in ("grad", "xform")))
-
-
-KNOWN_CLASSES["dtensor_outer_backward_of_inner_derivative"] = (
-    _dtensor_outer_backward_of_inner_derivative,
-    "mesh oracle seed 99, p99_00131: xmap(lambda x, y: nx.vjp(lambda v: psum(abs(v * y), "
-    "'c'), x)[1](cos(out))[0], axis_resources={'c': 'x'}) then torch.autograd.grad of its "
-    "output: RuntimeError prims.add got mixed torch.Tensor and DTensor; seed 101, "
-    "p101_00385: a custom_jvp inside nx.vjp, SerialLoop with the mesh: NotImplementedError "
-    "prims.add has no sharding strategy (the forward and the local-shard path agree with "
-    "the vectorized run)")
+# now raises AxisResourceError, not a raw AssertionError/NotImplementedError),
+# dtensor_outer_backward_of_inner_derivative (the outer backward of a derivative taken in
+# the body failed on DTensors: every mesh call now runs on the local-shard path).
 
 
 # -- nx.lax control flow (lax_programs.py): differences of JAX or torch, not bugs ----------

@@ -18,7 +18,6 @@ from _ranks import err, run_rank  # noqa: E402
 
 import named_axes as nx  # noqa: E402
 from named_axes import parallel as P  # noqa: E402
-from named_axes.parallel import _dtensor  # noqa: E402
 from named_axes._tensor import NamedTensor  # noqa: E402
 
 
@@ -50,16 +49,12 @@ def tutorial(rank, results):
         seen["hidden_act"] = local_shape(h)
         return T.named_loss(w1, w2, images, labels)
 
-    for path in ("local", "dtensor"):   # each rank's shards (default), or DTensors
-        _dtensor.LOCAL_SHARDS = path == "local"
-        for key, (res, shape, names) in T.STRATEGIES.items():
-            devs = np.array(P.devices()).reshape(shape)
-            with P.Mesh(devs, names):
-                out, counts = comm_counts(lambda: T.loss_and_grads(T.xmapped(res, probed), *d))
-            results[key if path == "local" else f"{key}@dtensor"] = dict(
-                err=err(ref, out), loss=float(out[0]), shapes=dict(seen), comms=counts,
-                out_type=type(out[0]).__name__)
-    _dtensor.LOCAL_SHARDS = True
+    for key, (res, shape, names) in T.STRATEGIES.items():
+        devs = np.array(P.devices()).reshape(shape)
+        with P.Mesh(devs, names):
+            out, counts = comm_counts(lambda: T.loss_and_grads(T.xmapped(res, probed), *d))
+        results[key] = dict(err=err(ref, out), loss=float(out[0]), shapes=dict(seen),
+                            comms=counts, out_type=type(out[0]).__name__)
 
 
 def collectives(rank, results):

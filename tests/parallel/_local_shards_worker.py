@@ -73,7 +73,7 @@ def compare(f, in_axes, out_axes, resources, args, mesh, ct_seed=0) -> dict:
     got_out, got_grad = run(resources, mesh)
     s = P.comm_summary()
     return dict(out_err=_max_err(got_out, want_out), grad_err=_max_err(got_grad, want_grad),
-                local=s["local_shard_runs"], dtensor=s["dtensor_runs"])
+                local=s["local_shard_runs"])
 
 
 def extremes(rank, results):
@@ -459,7 +459,7 @@ def around_transforms(rank, results):
             got = fn()
         s = P.comm_summary()
         results[f"around_{k}"] = dict(err=_max_err([got], [want[k]]),
-                                      local=s["local_shard_runs"], dtensor=s["dtensor_runs"])
+                                      local=s["local_shard_runs"])
 
 
 def dtensor_outputs(rank, results):
@@ -580,30 +580,25 @@ def laid_out_dtensors(rank, results):
     ref_args = [t.clone().requires_grad_() for t in (w, v, s2, unused)]
     ref = nx.xmap(f, in_axes=in_axes, out_axes=[...])(*ref_args, ref_args[0], x)
     ref_grads = torch.autograd.grad(ref, ref_args, allow_unused=True)
-    from named_axes.parallel import _dtensor
-
     m = mesh_2d()
     sh = nx.NamedSharding(m, res)
-    for path in ("local", "dtensor"):   # the DTensor path gave the unused one zeros
-        _dtensor.LOCAL_SHARDS = path == "local"
-        params = [p.requires_grad_() for p in nx.device_put(
-            [w, v, s2, unused], sh, axes=[["b", ...], [...], ["c", "b", ...], [...]])]
-        xd = nx.device_put(x, sh, axes=["c", "b", ...])
-        P.comm_summary(reset=True)
-        with m:
-            out = nx.xmap(f, in_axes=in_axes, out_axes=[...], axis_resources=res)(
-                *params, params[0], xd)
-        grads = torch.autograd.grad(out, params, allow_unused=True)
-        s = P.comm_summary()
-        errs = [0.0 if (a is None and b is None) else float("inf") if (a is None or b is None)
-                else float((nx.device_get(a).double() - b.double()).abs().max())
-                for a, b in zip(grads, ref_grads)]
-        results["laid_out_dtensors" + ("" if path == "local" else "@dtensor")] = dict(
-            err=max(errs), out_err=float((nx.device_get(out) - ref).abs().max()),
-            placements=[None if a is None else [str(q) for q in a.placements] for a in grads],
-            dtypes=[None if a is None else str(a.dtype) for a in grads],
-            local=s["local_shard_runs"], sharded=s["sharded_inputs"])
-    _dtensor.LOCAL_SHARDS = True
+    params = [p.requires_grad_() for p in nx.device_put(
+        [w, v, s2, unused], sh, axes=[["b", ...], [...], ["c", "b", ...], [...]])]
+    xd = nx.device_put(x, sh, axes=["c", "b", ...])
+    P.comm_summary(reset=True)
+    with m:
+        out = nx.xmap(f, in_axes=in_axes, out_axes=[...], axis_resources=res)(
+            *params, params[0], xd)
+    grads = torch.autograd.grad(out, params, allow_unused=True)   # (unused: None)
+    s = P.comm_summary()
+    errs = [0.0 if (a is None and b is None) else float("inf") if (a is None or b is None)
+            else float((nx.device_get(a).double() - b.double()).abs().max())
+            for a, b in zip(grads, ref_grads)]
+    results["laid_out_dtensors"] = dict(
+        err=max(errs), out_err=float((nx.device_get(out) - ref).abs().max()),
+        placements=[None if a is None else [str(q) for q in a.placements] for a in grads],
+        dtypes=[None if a is None else str(a.dtype) for a in grads],
+        local=s["local_shard_runs"], sharded=s["sharded_inputs"])
 
 
 def _layer_norm(x):

@@ -2,8 +2,7 @@
 
 argv: ``OUT_DIR N SEED PER_PROG``.  Every rank generates the same sample of oracle
 programs, runs each under every assignment of ``mesh_runs.assignments`` on a 2x2 and a
-1-d mesh of the 4 ranks (the DTensor engine, on each rank's shards and again on DTensors:
-``NX_ORACLE_MESH_PATHS``), compares the outputs and the inputs' gradients (taken by
+1-d mesh of the 4 ranks (the DTensor engine, on each rank's shards), compares the outputs and the inputs' gradients (taken by
 ``torch.autograd`` outside the xmap) with its own vectorized run, and
 after each run checks (one ``all_gather_object``) that all ranks ran the same program and
 ended the same way.  Writes ``rank{R}.json`` (``runs``, ``fails``, ``seconds``) and, before
@@ -29,11 +28,6 @@ import torch  # noqa: E402
 
 import named_axes as nx  # noqa: E402
 from named_axes import parallel as P  # noqa: E402
-from named_axes.parallel import _dtensor  # noqa: E402
-
-# the DTensor engine's two ways of running a call: on each rank's shards (the default) and
-# on DTensors (what a program the local path cannot run falls back to)
-PATHS = os.environ.get("NX_ORACLE_MESH_PATHS", "local,dtensor").split(",")
 
 def _vjp(f, x):
     out, pullback = nx.vjp(f, x)
@@ -126,44 +120,31 @@ PIN_ARGS["fold_after_ring_sum"] = lambda: (torch.tensor(0.37), torch.linspace(-3
                                            torch.linspace(0, 1, 16))
 
 def pins(meshes: dict) -> dict:
-    """Each pin's max abs error against the vectorized run (or the error it raised), on
-    the local-shard path (``name``) and on the DTensor path (``name@dtensor``); a pin
+    """Each pin's max abs error against the vectorized run (or the error it raised); a pin
     whose resources name ``w`` runs on the 1-d mesh, the others on the 2x2 one."""
     out = {}
-    for path in PATHS:
-        _dtensor.LOCAL_SHARDS = path == "local"
-        for name, (fn, in_axes, out_axes, res) in PINS.items():
-            args = PIN_ARGS[name]()
-            ref = nx.xmap(fn, in_axes=in_axes, out_axes=out_axes)(*args)
-            key = name if path == "local" else f"{name}@dtensor"
-            try:
-                with meshes[mesh_runs.mesh_of(res)]:
-                    got = nx.xmap(fn, in_axes=in_axes, out_axes=out_axes,
-                                  axis_resources=res)(*args)
-                out[key] = float((got - ref).abs().max())
-            except Exception as e:  # noqa: BLE001 - reported by the test
-                out[key] = f"{type(e).__name__}: {e}"
-    _dtensor.LOCAL_SHARDS = True
+    for name, (fn, in_axes, out_axes, res) in PINS.items():
+        args = PIN_ARGS[name]()
+        ref = nx.xmap(fn, in_axes=in_axes, out_axes=out_axes)(*args)
+        try:
+            with meshes[mesh_runs.mesh_of(res)]:
+                got = nx.xmap(fn, in_axes=in_axes, out_axes=out_axes,
+                              axis_resources=res)(*args)
+            out[name] = float((got - ref).abs().max())
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            out[name] = f"{type(e).__name__}: {e}"
     return out
 
 
 def run_paths(progs: list, seed: int, per_prog: int, meshes: dict, sync, progress) -> dict:
-    """The sample on each path (``NX_ORACLE_MESH_PATHS``), input gradients included: the
-    runs counted per ``"<path> <mesh> <status>"``, the fails tagged with their path."""
-    runs, fails = {}, []
+    """The sample, input gradients included: the runs counted per ``"<mesh> <status>"``,
+    and the fails; how many calls ran on the local-shard path and how many were made."""
     P.comm_summary(reset=True)
-    for path in PATHS:
-        _dtensor.LOCAL_SHARDS = path == "local"
-        got = mesh_runs.run_sample(progs, seed, per_prog, meshes, sync=sync,
-                                   progress=progress, grads=True)
-        runs.update({f"{path} {k}": v for k, v in got["runs"].items()})
-        fails += [dict(f, where=f"{path} path, {f['where']}") for f in got["fails"]]
-        if path == "local":
-            summary = P.comm_summary()
-    _dtensor.LOCAL_SHARDS = True
-    return {"runs": runs, "fails": fails,
-            "local_shard_runs": summary["local_shard_runs"] if "local" in PATHS else 0,
-            "local_dtensor_runs": summary["dtensor_runs"] if "local" in PATHS else 0}
+    got = mesh_runs.run_sample(progs, seed, per_prog, meshes, sync=sync, progress=progress,
+                               grads=True)
+    summary = P.comm_summary()
+    return {"runs": got["runs"], "fails": got["fails"],
+            "local_shard_runs": summary["local_shard_runs"], "calls": summary["calls"]}
 
 
 def main(out: str, n: int, seed: int, per_prog: int) -> None:

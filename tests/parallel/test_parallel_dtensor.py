@@ -35,37 +35,28 @@ STRATEGIES = {
 }
 
 
-PATHS = ["", "@dtensor"]   # the engine's local-shard path (default) and its DTensor path
-
-
-@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
-def test_tutorial_loss_and_grads_equal_single_process(ranks, strategy, path):
+def test_tutorial_loss_and_grads_equal_single_process(ranks, strategy):
     for r, res in enumerate(ranks):
-        got = res[strategy + path]
+        got = res[strategy]
         assert got["err"] < 1e-10, (r, got)
         assert got["out_type"] == "Tensor"  # full tensors by default
-    assert len({res[strategy + path]["loss"] for res in ranks}) == 1
+    assert len({res[strategy]["loss"] for res in ranks}) == 1
 
 
-@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
-def test_values_are_really_split(ranks, strategy, path):
+def test_values_are_really_split(ranks, strategy):
     for res in ranks:
-        shapes = {k: v[0] for k, v in res[strategy + path]["shapes"].items()}
+        shapes = {k: v[0] for k, v in res[strategy]["shapes"].items()}
         assert shapes == STRATEGIES[strategy]
-    kinds = {k: v[1] for k, v in ranks[0][strategy + path]["shapes"].items()}
-    if not path:   # the body ran on each rank's own shards: plain tensors, no DTensor
-        assert set(map(tuple, kinds.values())) == {("plain",)}, kinds
-    elif strategy == "batch_hidden":
-        # the 2x2 mesh shards images over x only, and the activations over both mesh axes
-        assert kinds["hidden_act"] == ["S(0)", "S(1)"]
+    # the body ran on each rank's own shards: plain tensors, no DTensor
+    kinds = {k: v[1] for k, v in ranks[0][strategy]["shapes"].items()}
+    assert set(map(tuple, kinds.values())) == {("plain",)}, kinds
 
 
-@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
-def test_collectives_communicate(ranks, strategy, path):
-    comms = ranks[0][strategy + path]["comms"]
+def test_collectives_communicate(ranks, strategy):
+    comms = ranks[0][strategy]["comms"]
     assert comms.get("c10d_functional.all_reduce", 0) >= 1, comms
 
 
