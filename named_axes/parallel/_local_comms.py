@@ -216,6 +216,20 @@ def _on_wire(x: torch.Tensor, move) -> torch.Tensor:
     return move(x.contiguous())
 
 
+class _AlongDim(torch.autograd.Function):
+    """A collective along ``dim`` of ``x`` over ``groups`` (``apply(x, dim, groups)``),
+    linear: its forward-mode rule is itself on the tangent, its vmap rule itself on the
+    batch (moved first, ``dim`` one further)."""
+
+    @classmethod
+    def jvp(cls, ctx, t, *_):
+        return cls.apply(t, ctx.dim, ctx.groups)
+
+    @classmethod
+    def vmap(cls, info, in_dims, x, dim, groups):
+        return cls.apply(_leading(x, in_dims[0], info), dim + 1, groups), 0
+
+
 def gather(x: torch.Tensor, dim: int, groups: list) -> torch.Tensor:
     """``x`` of every rank of ``groups`` concatenated along ``dim``: block ``c`` is rank
     ``c``'s, ``c`` counted over the mesh dims in order (the first the slowest), as a
@@ -227,7 +241,7 @@ def gather(x: torch.Tensor, dim: int, groups: list) -> torch.Tensor:
     return x
 
 
-class GatherOverRanks(torch.autograd.Function):
+class GatherOverRanks(_AlongDim):
     """A split axis made whole: :func:`gather` along ``dim``, the same on every rank of
     ``groups``; the transpose sums the cotangent's shares over those ranks, each keeping
     its own block (a reduce-scatter; no communication where the cotangent is marked the
@@ -251,16 +265,8 @@ class GatherOverRanks(torch.autograd.Function):
             return g.narrow(ctx.dim, here * ctx.size, ctx.size) * count, None, None
         return ScatterSumOverRanks.apply(g, ctx.dim, ctx.groups), None, None
 
-    @staticmethod
-    def jvp(ctx, t, *_):
-        return GatherOverRanks.apply(t, ctx.dim, ctx.groups)
 
-    @staticmethod
-    def vmap(info, in_dims, x, dim, groups):
-        return GatherOverRanks.apply(_leading(x, in_dims[0], info), dim + 1, groups), 0
-
-
-class ScatterSumOverRanks(torch.autograd.Function):
+class ScatterSumOverRanks(_AlongDim):
     """:class:`GatherOverRanks`'s transpose: ``x`` summed over the ranks of ``groups``,
     each keeping its own block along ``dim``; its own transpose is the gather."""
 
@@ -279,11 +285,3 @@ class ScatterSumOverRanks(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return GatherOverRanks.apply(g, ctx.dim, ctx.groups), None, None
-
-    @staticmethod
-    def jvp(ctx, t, *_):
-        return ScatterSumOverRanks.apply(t, ctx.dim, ctx.groups)
-
-    @staticmethod
-    def vmap(info, in_dims, x, dim, groups):
-        return ScatterSumOverRanks.apply(_leading(x, in_dims[0], info), dim + 1, groups), 0
