@@ -15,7 +15,6 @@ import torch
 
 from ._dispatch import result
 from ._einsum2 import einsum2
-from ._einsum_chain import contract_pairwise
 from ._engine import NeedsWholeAxes, engine_for
 from ._env import _state as _env_state
 from ._env import current_frame
@@ -42,14 +41,7 @@ def _run_plan(plan: tuple, operands: tuple, bound: dict, out: Any = None) -> Any
         if out is None:
             out = einsum2(eq, a, b)
     else:
-        datas = [x._data if type(x) is _NT else x for x in operands]
-        if len(datas) > 2 and _env_state.engine and any(
-                type(d).__name__ == "DTensor" for d in datas):   # pairwise, on the engine
-            engine = engine_for(names + tuple(n for n, _ in plan.contracted))
-            if engine is not None:
-                out = contract_pairwise(eq, datas, engine)
-        if out is None:
-            out = torch.einsum(eq, *datas)
+        out = torch.einsum(eq, *[x._data if type(x) is _NT else x for x in operands])
     scale = 1
     for n in scaled:
         scale *= bound[n]

@@ -111,10 +111,11 @@ def run_partitioned(body: Callable, named_args: list, *, axis_sizes: Mapping,
     m = current_mesh()
     plan = plan_for(axis_resources, axis_sizes)
     inner = _mesh_engine(plan, m, backend, program)
-    if plan.loops:
+    loops = {n: k for n, k in plan.loops.items() if k > 1}   # one chunk: the whole axis
+    if loops:
         from ._serial import SerialEngine
 
-        return SerialEngine(plan.loops, axis_sizes, inner).run(body, list(named_args))
+        return SerialEngine(loops, axis_sizes, inner).run(body, list(named_args))
     if inner is None:
         return body(list(named_args))
     return inner.run(body, list(named_args))

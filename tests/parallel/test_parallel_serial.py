@@ -362,3 +362,26 @@ def test_serial_loop_under_nx_jit_is_refused_with_a_named_axis_error():
                 axis_resources={"b": SerialLoop(2)})
     with pytest.raises(nx.AxisResourceError, match="SerialLoop axis inside nx.jit"):
         nx.jit(f)(torch.ones(4, 3))
+
+
+def test_one_chunk_traces_under_nx_jit():
+    # JAX's testNoTracerLeak: linearize sin, then xmap the tangent map over an axis on
+    # SerialLoop(1), all under jit (was: SerialLoop's seed draw read a value the trace
+    # does not have). One chunk holds the whole axis: it runs as the vectorized program.
+    def xmap_linearize(xs):
+        eye = torch.eye(xs.shape[0], dtype=torch.float32)
+        _, grad_f = nx.linearize(torch.sin, xs)
+        return nx.xmap(grad_f, in_axes=["i", ...], out_axes=["i", ...],
+                       axis_resources={"i": SerialLoop(1)})(eye)
+
+    xs = torch.arange(1, 4).float()
+    for backend in ("eager", "inductor"):
+        got = nx.jit(xmap_linearize, backend=backend)(xs)
+        torch.testing.assert_close(got, torch.diag(torch.cos(xs)))
+
+
+def test_one_chunk_takes_every_collective():
+    # a collective that needs every chunk at once is fine when there is one chunk
+    f = lambda res: nx.xmap(lambda v: lax.all_gather(v, "b").sum(0) * v,  # noqa: E731
+                            in_axes=["b", ...], out_axes=["b", ...], axis_resources=res)(_X)
+    torch.testing.assert_close(f({"b": SerialLoop(1)}), f({}))
