@@ -7,6 +7,7 @@ Every value carries named axes (``batch``, ``seq``, ``heads``, ``mlp``, ``embed`
     torchrun --nproc-per-node=4 examples/gpt_mesh.py   # 2x2 mesh: batch->dp, heads/mlp->mp
     python examples/gpt_mesh.py                        # one process, vectorized
     python examples/gpt_mesh.py --mode serial          # one process, batch in 2 serial chunks
+    torchrun --nproc-per-node=4 examples/gpt_mesh.py --jit   # each rank's step compiled
 
 On the mesh the parameters are made shard by shard (a counter-based generator, so they
 equal the one-process init), each rank loads only its rows of the batch, the gradients
@@ -16,6 +17,7 @@ sharded too).  The loss curves of the three modes agree to float rounding.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -150,6 +152,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    ap.add_argument("--jit", action="store_true",
+                    help="compile the loss and its gradients with nx.jit (on a mesh: each "
+                         "rank's program, its collectives in the graph)")
     ap.add_argument("--out", default=None, help="write the results as JSON here (rank 0)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
@@ -183,6 +188,12 @@ def main(argv=None) -> dict:
 
     loss = nx.xmap(loss_fn, in_axes=(in_axes_of(specs), ["batch", "seq", ...], ["batch", "seq", ...]),
                    out_axes=[...], axis_resources=resources)
+    # jit: forward and backward traced into one compiled program; its gradients come
+    # back laid out like the parameters (sharded on a mesh), Adam runs outside it
+    grads_of = nx.jit(nx.value_and_grad(loss)) if args.jit else None
+    # the same program run op by op (backend='eager'), for the step whose collectives are
+    # counted: CommDebugMode does not see inside inductor's compiled code
+    counted_of = nx.jit(nx.value_and_grad(loss), backend="eager") if args.jit else None
     # foreach: one DTensor dispatch per update op for all parameters, not one per parameter
     # (torch's CPU default is the per-parameter loop)
     opt = torch.optim.Adam(list(params.values()), lr=args.lr, foreach=True)
@@ -201,15 +212,21 @@ def main(argv=None) -> dict:
         if counting:
             from torch.distributed.tensor.debug import CommDebugMode
 
+            if counted_of is not None:   # traced first: the count is of one run
+                with mesh:
+                    counted_of(params, tokens, targets)
+
             cdm = CommDebugMode()
             cdm.__enter__()
-        if mesh is not None:
-            with mesh:
+        with mesh if mesh is not None else contextlib.nullcontext():
+            if grads_of is not None:
+                value, grads = (counted_of if counting else grads_of)(params, tokens, targets)
+                for k, p in params.items():
+                    p.grad = grads[k]
+            else:
+                opt.zero_grad()
                 value = loss(params, tokens, targets)
-        else:
-            value = loss(params, tokens, targets)
-        opt.zero_grad()
-        value.backward()
+                value.backward()
         opt.step()
         if counting:
             cdm.__exit__(None, None, None)
@@ -225,7 +242,7 @@ def main(argv=None) -> dict:
     grads_local = [list((p.grad.to_local() if type(p.grad).__name__ == "DTensor" else p.grad).shape)
                    for p in params.values()]
     result = {
-        "mode": mode, "losses": history, "comms_per_step": comms,
+        "mode": mode, "jit": grads_of.stats() if grads_of else None, "losses": history, "comms_per_step": comms,
         "step_time_s": sorted(times[2:] or times)[len(times[2:] or times) // 2],
         "param_bytes": pl, "param_bytes_single": pg, "opt_bytes": sl, "opt_bytes_single": sg,
         "memory_ratio": (pl + sl) / (pg + sg),

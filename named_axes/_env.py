@@ -37,7 +37,7 @@ class INNER:
     """The key itself (a class: dynamo compares classes by identity, not object())."""
 
 __all__ = ["Frame", "bind", "push", "pop", "bound_axes", "axis_size", "current_frame", "frames",
-           "conflicts", "within"]
+           "conflicts", "within", "resources", "enter_resource", "exit_resource"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,8 @@ class _State(threading.local):
         self.saved: list[tuple] = []
         # the torch.func level active when each frame of ``stack`` was pushed
         self.levels: list = []
+        # the resource contexts entered (``nx.Mesh``), outermost first
+        self.resources: tuple = ()
 
 
 _state = _State()
@@ -84,6 +86,20 @@ _state = _State()
 def frames() -> list[Frame]:
     """The frames in scope, outermost first."""
     return _state.stack
+
+
+def resources() -> tuple:
+    """The resource contexts in scope (the meshes entered, outermost first): a program
+    traced under them holds their communication, so ``nx.jit`` keys programs by them."""
+    return _state.resources
+
+
+def enter_resource(obj: Any) -> None:
+    _state.resources = _state.resources + (obj,)
+
+
+def exit_resource() -> None:
+    _state.resources = _state.resources[:-1]
 
 
 def bound_axes() -> dict:

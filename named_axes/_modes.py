@@ -5,7 +5,8 @@ the library builds traceable code under it (collectives as named ops, no reads o
 values).  Modes of the library's own that run every op on real tensors -- ``nx.jit``'s
 eager warm-up (``preserving_writes``) and the identifying run of its program store
 (``transforms/_store.py``) -- set ``runs_values = True``: under them the eager code paths
-run, exactly as without a mode.
+run, exactly as without a mode.  So does torch's ``CommDebugMode``, which counts the
+collectives of real runs (a compiled program's included).
 
 >>> from named_axes._modes import building_graph, modes_run_values
 >>> modes_run_values(), building_graph()
@@ -28,7 +29,14 @@ def modes_run_values() -> bool:
     ``runs_values``)."""
     if not _dispatch_depth():
         return True
-    return all(getattr(m, "runs_values", False) for m in dispatch_modes())
+    return all(getattr(m, "runs_values", False) or _observes(m) for m in dispatch_modes())
+
+
+def _observes(mode) -> bool:
+    """Whether ``mode`` is torch's ``CommDebugMode`` (it counts collectives on values)."""
+    cls = type(mode)
+    return cls.__name__ == "CommDebugMode" and cls.__module__.startswith(
+        "torch.distributed.tensor.debug")
 
 
 def building_graph() -> bool:

@@ -133,8 +133,9 @@ def disable_dispatch_modes():
 
 
 def tracing_mode_active() -> bool:
-    """Whether make_fx's proxy mode or a FakeTensorMode is active.  Why: the mesh engine
-    runs on values only.  Public alternative considered: ``torch.compiler.is_compiling()``
+    """Whether make_fx's proxy mode or a FakeTensorMode is active.  Why: under a trace the
+    mesh engine skips its input check (no values) and gathers full outputs itself (no
+    DTensor in the graph).  Public alternative considered: ``torch.compiler.is_compiling()``
     (public; checked too) misses make_fx."""
     if not torch._C._len_torch_dispatch_stack():
         return False

@@ -23,9 +23,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-import torch
-
-from .._errors import AxisResourceError
 from .._modes import shapes_only
 from .._torch_private import tracing_mode_active
 
@@ -77,15 +74,8 @@ def _mesh_engine(plan: Plan, m: Mesh | None, backend: str | None, program: Any =
         return XlaEngine(plan, m)
     if not plan.uses_mesh:
         return None  # every mesh axis used has size 1: plain vectorized execution is exact
-    if tracing_mode_active() and not torch.compiler.is_compiling():
-        if shapes_only():
-            return None   # nx.eval_shape: where the mesh puts an axis changes no shape
-        raise AxisResourceError(
-            f"axis_resources {dict(plan.mesh_axes)} place named axes on the mesh inside "
-            f"nx.jit / nx.make_graph / make_fx: the DTensor engine runs each rank's program "
-            f"on values (its device mesh and collectives), which a trace does not have; call "
-            f"the xmap eagerly or under torch.compile, or leave the mesh out of "
-            f"axis_resources")
+    if tracing_mode_active() and shapes_only():
+        return None   # nx.eval_shape: where the mesh puts an axis changes no shape
     from ._dtensor import DTensorEngine
 
     return DTensorEngine(plan, m, outputs=m.outputs, program=program)

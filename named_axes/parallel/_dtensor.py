@@ -33,6 +33,7 @@ import torch
 from .._engine import EngineBase
 from .._errors import AxisResourceError
 from .._tensor import NamedTensor
+from .._torch_private import tracing_mode_active
 from ._dtensor_comms import SUMMARY, device_mesh, reduce_to
 from ._dtensor_comms import placements as _placements
 from ._dtensor_spmd import run_on_local_shards
@@ -315,6 +316,6 @@ class DTensorEngine(EngineBase):
         """Run ``body`` on this rank's shards (:mod:`._dtensor_spmd`; ``engine``: the
         SerialLoop engine whose chunk this is)."""
         SUMMARY.calls += 1
-        if self.check_inputs:
+        if self.check_inputs and not tracing_mode_active():   # (a trace: no values to check)
             self._check(leaves)
         return run_on_local_shards(self, body, leaves, SUMMARY, loop=engine)

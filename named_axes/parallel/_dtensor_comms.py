@@ -26,33 +26,42 @@ def device_mesh(m) -> Any:
     """The ``DeviceMesh`` of a :class:`Mesh` (built once, on first use, on every rank)."""
     dm = m._cache.get("device_mesh")
     if dm is None:
-        import torch.distributed as dist
-        from torch.distributed.device_mesh import DeviceMesh
+        from .._torch_private import disable_dispatch_modes
 
-        key = (m.platform, tuple(m.axis_names), m.device_ids.tobytes(), m.device_ids.shape)
-        shared = _DEVICE_MESHES.get(key)
-        if shared is not None:   # equal meshes share one DeviceMesh (and its groups)
-            m._cache["device_mesh"], m._cache["check_group"] = shared
-            return shared[0]
+        with disable_dispatch_modes():   # first used inside nx.jit's trace: on values
+            dm = _build_device_mesh(m)
+    return dm
 
-        if not (dist.is_available() and dist.is_initialized()):
-            raise AxisResourceError(
-                f"{m!r} spans {m.size} devices, but torch.distributed is not initialized; "
-                f"launch with `torchrun --nproc-per-node={m.size} ...` and call "
-                f"torch.distributed.init_process_group() (or use backend='xla')")
-        world = dist.get_world_size()
-        ids = torch.as_tensor(m.device_ids.astype("int64"))
-        if int(ids.max()) >= world:
-            raise AxisResourceError(f"{m!r} names rank {int(ids.max())}, but the process group "
-                                    f"has {world} ranks")
-        device_type = "cuda" if m.platform == "cuda" else "cpu"
-        dm = DeviceMesh(device_type, ids, mesh_dim_names=tuple(str(a) for a in m.axis_names))
-        m._cache["device_mesh"] = dm
-        # The group that checks the ranks agree on each call (collective: all ranks build it).
-        ranks = sorted(int(r) for r in ids.flatten())
-        m._cache["check_group"] = (None if ranks == list(range(world))
-                                   else dist.new_group(ranks))
-        _DEVICE_MESHES[key] = (dm, m._cache["check_group"])
+
+def _build_device_mesh(m) -> Any:
+    """The ``DeviceMesh`` of ``m``, shared by equal meshes (their groups too)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+
+    key = (m.platform, tuple(m.axis_names), m.device_ids.tobytes(), m.device_ids.shape)
+    shared = _DEVICE_MESHES.get(key)
+    if shared is not None:   # equal meshes share one DeviceMesh (and its groups)
+        m._cache["device_mesh"], m._cache["check_group"] = shared
+        return shared[0]
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise AxisResourceError(
+            f"{m!r} spans {m.size} devices, but torch.distributed is not initialized; "
+            f"launch with `torchrun --nproc-per-node={m.size} ...` and call "
+            f"torch.distributed.init_process_group() (or use backend='xla')")
+    world = dist.get_world_size()
+    ids = torch.as_tensor(m.device_ids.astype("int64"))
+    if int(ids.max()) >= world:
+        raise AxisResourceError(f"{m!r} names rank {int(ids.max())}, but the process group "
+                                f"has {world} ranks")
+    device_type = "cuda" if m.platform == "cuda" else "cpu"
+    dm = DeviceMesh(device_type, ids, mesh_dim_names=tuple(str(a) for a in m.axis_names))
+    m._cache["device_mesh"] = dm
+    # The group that checks the ranks agree on each call (collective: all ranks build it).
+    ranks = sorted(int(r) for r in ids.flatten())
+    m._cache["check_group"] = (None if ranks == list(range(world))
+                               else dist.new_group(ranks))
+    _DEVICE_MESHES[key] = (dm, m._cache["check_group"])
     return dm
 
 

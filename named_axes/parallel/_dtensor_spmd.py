@@ -51,8 +51,10 @@ Transforms around the call run through the edges' and collectives' Functions (ea
 forward-mode and vmap rules; under ``vmap`` or forward-mode AD full outputs are gathered
 by them, as a DTensor cannot hold batched or dual values).  What the path does not
 compute raises :class:`AxisResourceError`: an in-place op along a split axis, two axes
-split over one mesh dim meeting in a collective.  (``nx.parallel`` refuses a mesh inside
-``nx.jit``'s trace; under ``torch.compile`` the engine runs outside dynamo's graph.)
+split over one mesh dim meeting in a collective.  Under ``nx.jit``'s trace the path is
+traced as it runs: the rank's slices, local ops and functional collectives make its graph
+(full inputs and outputs by the path's own Functions, no DTensor); under
+``torch.compile`` the engine runs outside dynamo's graph.
 """
 from __future__ import annotations
 
@@ -67,7 +69,8 @@ from .._errors import AxisResourceError
 from .._registry import is_inplace, op_name
 from .._tape import suspended
 from .._tensor import NamedTensor
-from .._torch_private import functorch_active, functorch_transform_kinds, local_tensor, tree_map
+from .._torch_private import (functorch_active, functorch_transform_kinds, local_tensor,
+                              tracing_mode_active, tree_map)
 from ._serial import SerialEngine, _as_tuple, _attaining, _names_of
 from ._dtensor_comms import SUMMARY
 from ._dtensor_comms import placements as _placements
@@ -75,8 +78,8 @@ from ._local_comms import (DivideByCount, ExtremeOverRanks, GatherOverRanks,
                            ScatterSumOverRanks, SumBeforeBroadcast, SumOverRanks, all_reduce,
                            extreme, mesh_groups)
 from ._uniform import Replication
-from ._local_edges import (FromLocal, ReplicatedOutput, ShardsOf, SumGradsOverRanks,
-                           local_shard, rewrap)
+from ._local_edges import (ChunkOfFull, FromLocal, ReplicatedOutput, ShardsOf,
+                           SumGradsOverRanks, local_shard, rewrap)
 
 __all__ = ["LocalShardEngine", "run_on_local_shards"]
 
@@ -187,7 +190,11 @@ class LocalShardEngine(SerialEngine):
                 continue
             self.outer._check_names(names, f"argument leaf {i}")
             if data.requires_grad and grad:
-                (via_dtensor if any(n in self.loops for n in names) else replicated).append(i)
+                if any(n in self.loops for n in names):
+                    out[i] = rewrap(leaf, self._chunk_of_full(data, names))
+                    SUMMARY.distributed_inputs += 1
+                else:
+                    replicated.append(i)
             else:
                 out[i] = self._slice(leaf, self._chunk)
                 SUMMARY.distributed_inputs += 1
@@ -208,6 +215,17 @@ class LocalShardEngine(SerialEngine):
                 out[i] = local_shard(d)
         return out
 
+    def _chunk_of_full(self, data: torch.Tensor, names: tuple) -> torch.Tensor:
+        """This rank's chunk of a full input that needs a gradient (:class:`ChunkOfFull`)."""
+        cuts, gathers = [], []
+        for i, n in enumerate(names):
+            if n in self.loops:
+                size = self.chunk_size(n)
+                cuts.append((i, self._chunk[self.names.index(n)] * size, size))
+                gathers.append((i, mesh_groups(self.dm, self.mesh_dims[n])))
+        rep = tuple(sorted(self._same_dims(names)))
+        return ChunkOfFull.apply(data, self.dm, tuple(cuts), rep, tuple(gathers))
+
     def _to_output(self, leaf: Any) -> Any:
         """An output leaf as the engine returns it: a fully replicated one as it is when
         full outputs are asked for (its cotangent split over the ranks), else the DTensor
@@ -221,7 +239,8 @@ class LocalShardEngine(SerialEngine):
         if data.requires_grad and self.replication is not None:
             self.replication.seed(data, self._same_dims(names))
         split = tuple(n for n in names if n in self.loops)
-        if self.outer._out_mode() == "full" and (not split or _transformed()):
+        if self.outer._out_mode() == "full" and (not split or _transformed()
+                                                  or tracing_mode_active()):
             SUMMARY.full_outputs += 1
             if split:
                 data = self._gathered(NamedTensor._wrap(data, names), split)._data

@@ -15,10 +15,10 @@ import torch
 from .._tensor import NamedTensor
 from .._torch_private import local_tensor
 from ._dtensor_comms import sum_partials
-from ._local_comms import uniform_part
+from ._local_comms import GatherOverRanks, mesh_groups, sum_of_cotangents, uniform_part
 from ._uniform import mark_uniform
 
-__all__ = ["FromLocal", "ReplicatedOutput", "ShardsOf", "SumGradsOverRanks", "local_shard",
+__all__ = ["ChunkOfFull", "FromLocal", "ReplicatedOutput", "ShardsOf", "SumGradsOverRanks", "local_shard",
            "rewrap"]
 
 
@@ -86,6 +86,34 @@ class ShardsOf(torch.autograd.Function):
                 out[i] = DTensor.from_local(g.contiguous(), ctx.dm, places, run_check=False,
                                             shape=shape, stride=stride)
         return (None, *out)
+
+
+class ChunkOfFull(torch.autograd.Function):
+    """A full input -> this rank's chunk of each split axis (``cuts``: ``(dim, start,
+    size)`` per axis); backward: the chunk's gradient, a partial sum over the mesh dims
+    ``rep`` the input is replicated on, summed there, then gathered over the mesh dims
+    of each split axis (``gathers``: ``(dim, groups)``) -- the full gradient, the same on
+    every rank.  Traceable: no DTensor is made (``nx.jit`` of a mesh call)."""
+
+    @staticmethod
+    def forward(x, dm, cuts, rep, gathers):
+        for dim, start, size in cuts:
+            x = x.narrow(dim, start, size)
+        return x.view_as(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.dm, _, ctx.rep, ctx.gathers = inputs[1:]
+
+    @staticmethod
+    def backward(ctx, g):
+        if ctx.rep:
+            g = sum_of_cotangents(g, mesh_groups(ctx.dm, ctx.rep))
+        for dim, groups in ctx.gathers:
+            g = GatherOverRanks.apply(g, dim, groups)
+        if torch.is_grad_enabled():   # create_graph: the gradient is a full output
+            g = ReplicatedOutput.apply(g, ctx.dm)
+        return g, None, None, None, None
 
 
 class SumGradsOverRanks(torch.autograd.Function):

@@ -23,6 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Hashable, Iterator, Sequence
 
+from .._env import enter_resource, exit_resource
 from .._errors import AxisResourceError, AxisTypeError
 from ._devices import Device, as_device
 
@@ -138,6 +139,12 @@ class Mesh:
         self.platform: str = flat[0].platform
         self._cache: dict = {}  # engine objects (DeviceMesh, xs.Mesh), built lazily
 
+    def key(self) -> tuple:
+        """What makes two meshes run a program alike: platform, axes, devices, options."""
+        ids = self.device_ids
+        return ("Mesh", self.platform, self.axis_names, ids.shape, ids.tobytes(), self.outputs,
+                self.on_mismatch)
+
     @property
     def shape(self) -> dict:
         """Mesh axis name -> size."""
@@ -160,10 +167,12 @@ class Mesh:
 
     def __enter__(self) -> "Mesh":
         _stack.meshes.append(self)
+        enter_resource(self.key())   # (nx.jit keys its programs by the meshes in scope)
         return self
 
     def __exit__(self, *exc) -> None:
         _stack.meshes.pop()
+        exit_resource()
 
     def __repr__(self) -> str:
         shape = ", ".join(f"{k!r}: {v}" for k, v in self.shape.items())

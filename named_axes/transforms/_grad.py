@@ -247,8 +247,15 @@ def _autograd_ok(prepared: list) -> bool:
     floating tensor.  Eagerly this is much cheaper: no functorch level, no wrapper
     tensors, no per-call ``autograd.Function`` classes.
     """
-    if (functorch_active() or building_graph()
-            or torch.is_inference_mode_enabled()):
+    if functorch_active():
+        return False
+    if building_graph():
+        # (a DTensor under nx.jit's trace -- a sharded parameter -- must stay one for the
+        # mesh engine, and torch.func's wrapper hides it: plain autograd, traced)
+        if torch.compiler.is_compiling() or not any(
+                type(x).__name__ == "DTensor" for leaves, _, _ in prepared for x in leaves):
+            return False
+    if torch.is_inference_mode_enabled():
         return False
     for leaves, _, _ in prepared:
         for x in leaves:

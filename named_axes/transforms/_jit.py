@@ -13,7 +13,10 @@ Gradients.  Calls whose inputs (or closed-over tensors such as a module's
 
 * a program that computes no gradients itself (a forward, a loss) compiles through
   AOT autograd, like ``torch.compile``: its result is differentiable, and
-  ``.backward()`` runs the compiled backward (gradients reach ``param.grad``);
+  ``.backward()`` runs the compiled backward (gradients reach ``param.grad``) --
+  except on a mesh: a rank's program holding torch.distributed's collectives, which
+  AOT autograd cannot differentiate, runs inline (``jit(value_and_grad(f))`` compiles
+  it with its backward);
 * a program that runs a backward while it is traced (``jit(value_and_grad(f))``, a
   whole training step) already *is* its forward and backward: it compiles as it
   is and runs with grad disabled, so its results (loss, gradients, updated
@@ -54,6 +57,10 @@ from ._backend import Backend
 from ._fast_call import structure_reader, tensor_guard
 from ._jit_keys import call_key, detached, numpy_as_tensors, split_static
 from ._jit_program import Program, compile_program, load_stored, stored_ok
+from ._jit_sharded import has_dtensors, is_dtensor, local_program, on_local_shards
+
+# the key under which a call's meshes in scope join its bound axes (an axis name never)
+_RESOURCES = object()
 
 __all__ = ["jit", "disable_jit"]
 
@@ -97,6 +104,14 @@ def _in_transform() -> bool:
     if _dispatch_depth() and get_proxy_mode() is not None:
         return True
     return _peek_functorch is not None and _peek_functorch() is not None
+
+
+def _sharded_only(leaves: list) -> bool:
+    """Whether the tensor subclasses among these leaves are all DTensors (or
+    NamedTensors over them): a call compiled for the rank's shards (``_jit_sharded``)."""
+    return has_dtensors(leaves) and all(
+        type(t) is _Tensor or type(t) is _Parameter or is_dtensor(t) for t in leaves
+        if isinstance(t, _Tensor))
 
 
 def _must_inline(leaves: list) -> bool:
@@ -197,6 +212,8 @@ class _ProgramCache:
         # the program store, saved to it
         self.counts = [0, 0, 0, 0, 0]
         self.lanes: dict = {}  # call key -> its fast lane's (reader, guard)
+        self.sharded: Callable | None = None   # on_shards() and its programs
+        self.sharded_programs: _ProgramCache | None = None
 
     def add(self, args: tuple, dyn_args: tuple, st_vals: tuple, bound: dict, key: tuple,
             leaves: list, tied: bool) -> Program:
@@ -223,16 +240,32 @@ class _ProgramCache:
         cache[key] = entry
         return entry
 
+    def on_shards(self) -> Callable:
+        """The jitted program of this function on local shards, for calls taking
+        DTensors (``_jit_sharded``; made on first use): their layouts its argument 0."""
+        if self.sharded is None:
+            shift = tuple(i + 1 if i >= 0 else i for i in self.static)
+            donate = tuple(i + 1 if i >= 0 else i for i in self.donate)
+            self.sharded_programs = _ProgramCache(local_program(self.fun), (0, *shift), donate,
+                                                  self.backend)
+            self.sharded = _jitted(self.sharded_programs)
+        return self.sharded
+
     def n_programs(self) -> int:
-        return len({id(e) for e in self.programs.values()})
+        return len({id(e) for e in self.programs.values()}) + (
+            0 if self.sharded_programs is None else self.sharded_programs.n_programs())
 
     def clear(self) -> None:
         self.programs.clear()
         self.lanes.clear()
         self.fast[:] = [None, None, None, None]
+        if self.sharded_programs is not None:
+            self.sharded_programs.clear()
 
     def stats(self) -> dict:
         counts = self.counts
+        if self.sharded is not None:   # (calls taking DTensors: on_shards)
+            counts = [a + b for a, b in zip(counts, self.sharded_programs.counts)]
         return {"compiled": counts[0], "inline": counts[1], "fast_lane": counts[2],
                 "programs": self.n_programs(), "store_loaded": counts[3],
                 "store_saved": counts[4]}
@@ -251,7 +284,8 @@ def _jitted(programs: _ProgramCache) -> Callable:
             return fun(*args)
         grad_on = _grad_enabled()
         read = fast[0]
-        if read is not None and fast[3] is grad_on and not _env.bound_axes():
+        if read is not None and fast[3] is grad_on and not _env.bound_axes() \
+                and not _env.resources():
             flat = read(args)
             if flat is not None and fast[1].check(*flat):
                 entry = fast[2]
@@ -262,7 +296,7 @@ def _jitted(programs: _ProgramCache) -> Callable:
             dyn_args, st_vals = split_static(args, static, donate, name)
         else:
             dyn_args, st_vals = args, ()
-        bound = _env.bound_axes()
+        bound = _bound()
         key, leaves, tied = call_key(dyn_args, st_vals, bound, grad_on)
         try:
             entry = cache.get(key)
@@ -273,11 +307,14 @@ def _jitted(programs: _ProgramCache) -> Callable:
             raise AxisTypeError(f"jit({name}): static arguments must be hashable, got "
                                 f"{st_vals!r}") from None
         if entry is None:
-            if _must_inline(leaves):
-                counts[1] += 1
-                return fun(*args)
-            entry = programs.add(args, dyn_args, st_vals, bound, key, leaves, tied)
-        compiled, tensor_pos, rebuild, pure = entry[:4]
+            if not _must_inline(leaves):
+                entry = programs.add(args, dyn_args, st_vals, bound, key, leaves, tied)
+            elif _sharded_only(leaves):   # compiled on the rank's local shards
+                return on_local_shards(programs.on_shards(), args)
+        compiled, tensor_pos, rebuild, pure = entry[:4] if entry else (None,) * 4
+        if compiled is None:   # tensor subclasses, or a differentiable mesh program
+            counts[1] += 1     # (_jit_program.build): inline
+            return fun(*args)
         if pure and tensor_pos is None and not (static or bound or tied):
             # this call missed the lane (or it was another's): the lane is now this key's
             lane = lanes.get(key)
@@ -294,6 +331,13 @@ def _jitted(programs: _ProgramCache) -> Callable:
     run.clear_cache = programs.clear  # type: ignore[attr-defined]
     run.stats = programs.stats  # type: ignore[attr-defined]
     return run
+
+
+def _bound() -> dict:
+    """The axes bound around a call, and the meshes in scope (their collectives are in
+    the program) under a key no axis name is."""
+    bound = _env.bound_axes()
+    return {**bound, _RESOURCES: _env.resources()} if _env.resources() else bound
 
 
 def _fast_lane(args: tuple) -> tuple:

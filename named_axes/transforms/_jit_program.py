@@ -38,8 +38,9 @@ _grad_enabled = torch.is_grad_enabled
 
 
 class Program(NamedTuple):
-    """One compiled program of a jitted function (see :func:`build`)."""
-    compiled: Callable
+    """One compiled program of a jitted function (see :func:`build`; ``compiled`` None:
+    calls with its key run the function inline)."""
+    compiled: Callable | None
     tensor_pos: Any
     rebuild: Callable
     pure: bool
@@ -88,6 +89,11 @@ def build(fun: Callable, args: tuple, static: tuple, backend: Backend,
               and _same_output(tr.out_info, tr.is_tensor, ident))
     if stored:   # compiled for later processes at exit
         _store.save_later(gm, example, ident, positions)
+    if differentiable and _communicates(gm):
+        # AOT autograd would differentiate the rank's program anew, and torch.distributed's
+        # functional collectives have no gradient there (the path's own Functions do):
+        # such a call runs inline; jit(value_and_grad(f)) compiles its backward as traced
+        return Program(None, None, rebuild, False, False)
     compiled = _compile_graph(gm, example, backend, tr.values, differentiable)
     all_tensors = len(tensor_pos) == len(leaves)
     return Program(compiled, None if all_tensors else tensor_pos, rebuild, _pure(gm),
@@ -196,6 +202,12 @@ def _constants(gm: torch.fx.GraphModule) -> list:
     """The tensors the graph closed over (parameters, buffers, other tensors)."""
     attrs = (getattr(gm, n.target, None) for n in gm.graph.nodes if n.op == "get_attr")
     return [v for v in attrs if isinstance(v, torch.Tensor)]
+
+
+def _communicates(gm: torch.fx.GraphModule) -> bool:
+    """Whether the graph holds a torch.distributed collective (a mesh call's program)."""
+    return any(n.op == "call_function" and getattr(n.target, "namespace", None)
+               == "_c10d_functional" for n in gm.graph.nodes)
 
 
 def _pure(gm: torch.fx.GraphModule) -> bool:

@@ -236,6 +236,8 @@ def _reset_traced_grads(tensors: Iterable[torch.Tensor]) -> list:
     """Set to None each ``.grad`` the trace made; their tensors' shapes."""
     touched = []
     for t in tensors:
+        if not t.is_leaf:   # (backward fills leaves' .grad only)
+            continue
         grad = t.grad
         if grad is not None and _is_traced(grad):
             touched.append(tuple(t.shape))

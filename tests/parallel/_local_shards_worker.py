@@ -268,7 +268,8 @@ def moves_twice(rank, results):
 
 def compiled(rank, results):
     # torch.compile of a step over a mesh xmap: the call runs on the local shards (dynamo
-    # runs it outside its graph); nx.jit refuses it with our error, not a raw torch one
+    # runs it outside its graph); nx.jit compiles each rank's local program, its
+    # collectives in the graph
     x, w = torch.linspace(-1, 1, 8 * 3).reshape(8, 3), torch.linspace(0, 1, 3)
 
     def f(v, u):
@@ -283,12 +284,81 @@ def compiled(rank, results):
         got = torch.compile(step)(x, w)
     results["compiled_step"] = dict(err=_max_err(got, want),
                                     local=P.comm_summary()["local_shard_runs"])
-    try:
-        with mesh_1d():
-            nx.jit(step)(x, w)
-        results["jit_step"] = "no error"
-    except Exception as e:  # noqa: BLE001 - the test reads it
-        results["jit_step"] = f"{type(e).__name__}: {e}"
+    lax = nx.lax
+    progs = {
+        "psum": f,
+        "pmean_sq": lambda v, u: lax.pmean(((v * u) ** 2).sum(), "i"),
+        "gather": lambda v, u: lax.psum((lax.all_gather(v * u, "i").sum(0) * v).sum(), "i"),
+        "softmax": lambda v, u: lax.psum((nx.softmax(v * u, "i") * v).sum(), "i"),
+        "ppermute": lambda v, u: lax.psum((lax.ppermute(
+            v * u, "i", [(j, (j + 1) % 8) for j in range(8)]) * v).sum(), "i"),
+        "pmax": lambda v, u: lax.psum(lax.pmax(v * u, "i").sum() * v.sum(), "i"),
+    }
+    for name, g in progs.items():
+        ref = nx.value_and_grad(nx.xmap(g, in_axes=(["i", ...], [...]), out_axes=[...]),
+                                argnums=(0, 1))
+        mapped = nx.value_and_grad(nx.xmap(g, in_axes=(["i", ...], [...]), out_axes=[...],
+                                           axis_resources={"i": "x"}), argnums=(0, 1))
+        for backend in ("eager", "inductor"):
+            jitted, errs = nx.jit(mapped, backend=backend), []
+            for k in range(3):   # new values each call: nothing baked into the program
+                xk, wk = x * (k + 1), w - k
+                with mesh_1d():
+                    a = jitted(xk, wk)
+                b = ref(xk, wk)
+                errs.append(_max_err([a[0], *a[1]], [b[0], *b[1]]))
+            results[f"jit_{name}_{backend}"] = dict(err=max(errs),
+                                                    programs=jitted.cache_size())
+    # a jitted loss differentiated outside (AOT autograd cannot differentiate the
+    # rank's collectives): it runs inline, its gradients the vectorized run's
+    for name in ("psum", "gather"):
+        def run(res, jit, g=progs[name]):
+            xs = [x.clone().requires_grad_(), w.clone().requires_grad_()]
+            fn = nx.xmap(g, in_axes=(["i", ...], [...]), out_axes=[...], axis_resources=res)
+            fn = nx.jit(fn) if jit else fn
+            with mesh_1d():
+                out = fn(*xs)
+            out.backward()
+            return [out, xs[0].grad, xs[1].grad], fn.stats() if jit else {}
+        (a, stats), (b, _) = run({"i": "x"}, True), run({}, False)
+        results[f"jit_differentiated_outside_{name}"] = dict(err=_max_err(a, b),
+                                                             inline=stats["inline"])
+    # the same jitted function on another mesh: another program
+    jitted = nx.jit(step)
+    with mesh_1d():
+        one = jitted(x, w)
+    with mesh_2d():
+        two = jitted(x, w)
+    results["jit_on_two_meshes"] = dict(
+        err=_max_err([one[0], one[1], two[0], two[1]], [want[0], want[1], want[0], want[1]]),
+        programs=jitted.cache_size())
+    # nx.jit of a call taking DTensors (sharded state): compiled on the rank's shards,
+    # its gradients DTensors laid out like the parameters
+    def sharded_loss(params, v):
+        h = lax.pdot(v, params["w"], "k").tanh()            # w: k x j, j split over y
+        return lax.psum((h * params["b"]).sum(), ("i", "j"))
+    axes = ({"w": ["k", "j", ...], "b": [...]}, ["i", "k", ...])
+    m = mesh_2d()
+    wt, bt, xv = torch.linspace(0, 1, 12).reshape(3, 4), torch.tensor(0.5), x
+    params = {"w": nx.device_put(wt, nx.NamedSharding(m, {"j": "y"}), axes=["k", "j"]),
+              "b": nx.device_put(bt, nx.NamedSharding(m, {}))}
+    for p in params.values():
+        p.requires_grad_()
+    sharded_step = nx.jit(nx.value_and_grad(nx.xmap(sharded_loss, in_axes=axes, out_axes=[...],
+                                            axis_resources={"i": "x", "j": "y"})))
+    ref = nx.value_and_grad(nx.xmap(sharded_loss, in_axes=axes, out_axes=[...]))
+    errs, layouts = [], []
+    for k in range(3):
+        with m:
+            v, g = sharded_step(params, xv * (k + 1))
+        rv, rg = ref({"w": wt, "b": bt}, xv * (k + 1))
+        layouts.append([type(g["w"]).__name__, str(g["w"].placements),
+                        list(g["w"].to_local().shape)])
+        errs.append(_max_err([v.full_tensor() if hasattr(v, "full_tensor") else v,
+                              g["w"].full_tensor(), g["b"].full_tensor()],
+                             [rv, rg["w"], rg["b"]]))
+    results["jit_sharded_state"] = dict(err=max(errs), layouts=layouts,
+                                         stats=sharded_step.stats())
     # eval_shape: where the mesh puts an axis changes no shape, so it runs vectorized
     with mesh_1d():
         shapes = nx.eval_shape(step, x, w)

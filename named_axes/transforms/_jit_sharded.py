@@ -1,0 +1,135 @@
+"""``nx.jit`` of calls taking DTensors: sharded state (parameters, optimizer-facing
+gradients, inputs laid out by a ``NamedSharding``) on a mesh.
+
+A compiled program takes plain tensors, so such a call is compiled for each rank's
+local shards: every DTensor leaf goes in as its local tensor, its layout (device mesh,
+placements, global shape and strides) a static argument of the program; inside the
+trace the DTensor is rebuilt around the traced shard, so the mesh engine sees what it
+sees eagerly, and a DTensor the program returns (a sharded parameter's gradient) comes
+out as its shard and its layout, rebuilt after the call.  The program holds the rank's
+local computation and its collectives, nothing of DTensor's dispatch.
+
+>>> import torch
+>>> has_dtensors([torch.ones(2), {'w': torch.zeros(1)}])
+False
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from .._tensor import NamedTensor
+from .._torch_private import tree_flatten, tree_map
+
+__all__ = ["has_dtensors", "is_dtensor", "local_program", "on_local_shards"]
+
+_NT = NamedTensor
+
+
+def is_dtensor(x: Any) -> bool:
+    """Whether ``x`` is a DTensor (or a NamedTensor over one)."""
+    return type(x._data if type(x) is _NT else x).__name__ == "DTensor"
+
+
+def has_dtensors(leaves: list) -> bool:
+    """Whether any of these leaves is a DTensor (or a NamedTensor over one)."""
+    return any(is_dtensor(x) for x in leaves)
+
+
+class Layout:
+    """Where a DTensor's shards live: hashable (a program's static argument) and a pytree
+    leaf (a constant among a traced program's outputs)."""
+
+    __slots__ = ("mesh", "placements", "shape", "stride")
+
+    def __init__(self, d: Any):
+        self.mesh, self.placements = d.device_mesh, tuple(d.placements)
+        self.shape, self.stride = tuple(d.shape), tuple(d.stride())
+
+    def _key(self) -> tuple:
+        return (self.mesh, self.placements, self.shape, self.stride)
+
+    def __eq__(self, other: Any) -> bool:
+        return type(other) is Layout and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def rebuild(self, local: torch.Tensor) -> Any:
+        """The DTensor of this layout around ``local`` (this rank's shard)."""
+        from torch.distributed.tensor import DTensor
+
+        return DTensor.from_local(local, self.mesh, self.placements, run_check=False,
+                                  shape=torch.Size(self.shape), stride=self.stride)
+
+
+def _split(tree: Any) -> tuple:
+    """``(tree with each DTensor as its local shard, tree of the Layouts, None elsewhere)``
+    (a NamedTensor over a DTensor: its names kept on the shard)."""
+    layouts = []
+
+    def local(x):
+        d = x._data if type(x) is _NT else x
+        if not is_dtensor(d):
+            layouts.append(None)
+            return x
+        layouts.append(Layout(d))
+        shard = d.to_local()   # differentiable: a gradient of the shard reaches the DTensor
+        return _NT._wrap(shard, x._names) if type(x) is _NT else shard
+
+    out = tree_map(local, tree)
+    return out, tuple(layouts)
+
+
+def _joined(tree: Any, layouts: tuple) -> Any:
+    """The inverse of :func:`_split`: each leaf with a Layout rebuilt as its DTensor."""
+    it = iter(layouts)
+
+    def back(x):
+        lay = next(it)
+        if lay is None:
+            return x
+        d = lay.rebuild(x._data if type(x) is _NT else x)
+        return _NT._wrap(d, x._names) if type(x) is _NT else d
+
+    return tree_map(back, tree)
+
+
+def _leaf_layouts(tree: Any) -> tuple:
+    return tuple(Layout(x._data if type(x) is _NT else x) if is_dtensor(x) else None
+                 for x in tree_flatten(tree)[0])
+
+
+def local_program(fun: Callable) -> Callable:
+    """``fun`` of ``(input layouts, *local args)``: the DTensors rebuilt, ``fun`` run,
+    its result returned as ``(result with DTensors as their shards, their Layouts)``."""
+    def on_shards(layouts, *args):
+        out = fun(*_joined(args, layouts))
+        out_layouts = _leaf_layouts(out)
+        return _split_traced(out), out_layouts
+
+    on_shards.__name__ = getattr(fun, "__name__", "fun")
+    return on_shards
+
+
+def _split_traced(tree: Any) -> Any:
+    """``tree`` with each DTensor as its shard, as stored (no autograd node: the shard
+    is a traced program's output)."""
+    from .._torch_private import local_tensor
+
+    def local(x):
+        d = x._data if type(x) is _NT else x
+        if not is_dtensor(d):
+            return x
+        return _NT._wrap(local_tensor(d), x._names) if type(x) is _NT else local_tensor(d)
+
+    return tree_map(local, tree)
+
+
+def on_local_shards(jitted_local: Callable, args: tuple) -> Any:
+    """Call ``jitted_local`` (``jit`` of :func:`local_program`, its argument 0 static) on
+    ``args``' local shards; the DTensors among its results rebuilt."""
+    local_args, layouts = _split(args)
+    out, out_layouts = jitted_local(layouts, *local_args)
+    return _joined(out, out_layouts)
