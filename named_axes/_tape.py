@@ -73,6 +73,10 @@ class Tape:
         self.made: dict = {}     # id -> NamedTensor built in the region (kept alive)
         self.by_data: dict = {}  # id(physical tensor) -> (tensor, Node) of a noted value
         self.opaque = False
+        # the call differentiates at its own torch.func level, under no other transform:
+        # a value depends on its inputs iff torch.func wraps it (a tensor that requires
+        # grad for an autograd graph outside the call does not)
+        self.own_level = False
 
     def __enter__(self) -> "Tape":
         TAPES.append(self)
@@ -153,7 +157,7 @@ class Tape:
         inputs gets :meth:`_unseen`'s (kept: ``node`` finds it again), or None with the
         tape opaque."""
         n = self.node(value)
-        if n is None and _derived(value, self.made):
+        if n is None and _derived(value, self.made, self.own_level):
             n = self._unseen(value)
             if n is not None:
                 self.nodes[id(value)] = (value, n)
@@ -185,11 +189,16 @@ class Tape:
         self.nodes, self.made, self.by_data = {}, {}, {}
 
 
-def _derived(v, made: dict) -> bool:
+def _derived(v, made: dict, own_level: bool = False) -> bool:
     """Whether ``v``, which no noted op made, may still depend on the inputs: a
-    NamedTensor built in the region, or a plain tensor made by ops autograd records."""
+    NamedTensor built in the region, or a plain tensor made by ops autograd records
+    (at the call's own torch.func level, when it has one: ``Tape.own_level``)."""
     if type(v) is _NT:
-        return id(v) in made and v._data.requires_grad
+        data = v._data
+        return id(v) in made and (is_functorch_wrapped(data) if own_level
+                                  else data.requires_grad)
+    if own_level:
+        return is_functorch_wrapped(v)
     return v.requires_grad and (v.grad_fn is not None or is_functorch_wrapped(v))
 
 

@@ -241,11 +241,14 @@ class _NoTape:
 _EMPTY = frozenset()
 
 
-def static_tape(added: tuple):
-    """A :class:`GradTape` for a call whose inputs are broadcast along ``added``."""
+def static_tape(added: tuple, own_level: bool = False):
+    """A :class:`GradTape` for a call whose inputs are broadcast along ``added``
+    (``own_level``: see ``Tape.own_level``)."""
     if not added or torch.compiler.is_compiling():
         return _NoTape()   # (made here: dynamo enters only context managers made in the trace)
-    return GradTape(added)
+    tape = GradTape(added)
+    tape.own_level = own_level
+    return tape
 
 
 def _is_tensor(v) -> bool:

@@ -24,7 +24,7 @@ from .._tensor import NamedTensor
 from ._instances import Redo, Region, fold_copies, fold_pullback, static_tape
 from ._tree import expand_over, named_axes_of, rebox, unbox
 from .._levels import ORIGINAL as _functorch
-from .._torch_private import tree_flatten, tree_map
+from .._torch_private import functorch_active, tree_flatten, tree_map
 
 __all__ = ["vjp", "linear_transpose"]
 
@@ -140,7 +140,7 @@ def _vjp_once(fun, primals, has_aux, reduce_axes, sizes, first_run):
     aux_box: list = []
     region = Region(sizes, reduce_axes)
     added = tuple(n for n in sizes if n not in reduce_axes)
-    tape = static_tape(added)
+    tape = static_tape(added, own_level=not functorch_active())
     target = _vjp_target(_rebuild(fun, boxes, primals, tape), region, first_run, has_aux,
                          out_box, aux_box, tape)
     with region, tape:
