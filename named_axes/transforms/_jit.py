@@ -309,7 +309,7 @@ def _jitted(programs: _ProgramCache) -> Callable:
         if entry is None:
             if not _must_inline(leaves):
                 entry = programs.add(args, dyn_args, st_vals, bound, key, leaves, tied)
-            elif _sharded_only(leaves):   # compiled on the rank's local shards
+            elif _env.resources() and _sharded_only(leaves):   # on the rank's shards
                 return on_local_shards(programs.on_shards(), args)
         compiled, tensor_pos, rebuild, pure = entry[:4] if entry else (None,) * 4
         if compiled is None:   # tensor subclasses, or a differentiable mesh program
