@@ -114,15 +114,13 @@ def local_program(fun: Callable) -> Callable:
 
 
 def _split_traced(tree: Any) -> Any:
-    """``tree`` with each DTensor as its shard, as stored (no autograd node: the shard
-    is a traced program's output)."""
-    from .._torch_private import local_tensor
-
+    """``tree`` with each DTensor as its shard (differentiably: a program run inline
+    keeps its results' autograd graph)."""
     def local(x):
         d = x._data if type(x) is _NT else x
         if not is_dtensor(d):
             return x
-        return _NT._wrap(local_tensor(d), x._names) if type(x) is _NT else local_tensor(d)
+        return _NT._wrap(d.to_local(), x._names) if type(x) is _NT else d.to_local()
 
     return tree_map(local, tree)
 

@@ -357,6 +357,21 @@ def compiled(rank, results):
         errs.append(_max_err([v.full_tensor() if hasattr(v, "full_tensor") else v,
                               g["w"].full_tensor(), g["b"].full_tensor()],
                              [rv, rg["w"], rg["b"]]))
+    # the jitted loss alone, differentiated outside: inline (AOT autograd cannot
+    # differentiate the collectives), the gradients reach the sharded parameters
+    sharded_loss_fn = nx.jit(nx.xmap(sharded_loss, in_axes=axes, out_axes=[...],
+                                     axis_resources={"i": "x", "j": "y"}))
+    for p in params.values():
+        p.grad = None
+    with m:
+        v = sharded_loss_fn(params, xv)
+    v.backward()
+    rv, rg = ref({"w": wt, "b": bt}, xv)
+    results["jit_sharded_loss_backward"] = dict(
+        err=_max_err([v.full_tensor() if hasattr(v, "full_tensor") else v,
+                      params["w"].grad.full_tensor(), params["b"].grad.full_tensor()],
+                     [rv, rg["w"], rg["b"]]),
+        inline=sharded_loss_fn.stats()["inline"])
     results["jit_sharded_state"] = dict(err=max(errs), layouts=layouts,
                                          stats=sharded_step.stats())
     # eval_shape: where the mesh puts an axis changes no shape, so it runs vectorized

@@ -147,6 +147,14 @@ def test_nx_jit_of_a_step_taking_sharded_state_compiles_on_the_shards(ranks):
             assert layout == ["DTensor", "(Replicate(), Shard(dim=1))", [3, 2]], (r, layout)
 
 
+def test_nx_jit_of_a_mesh_loss_on_sharded_state_differentiated_outside(ranks):
+    """The jitted loss alone, .backward() outside: it runs inline (AOT autograd cannot
+    differentiate the collectives) and the gradients reach the sharded parameters."""
+    for r, res in enumerate(ranks):
+        got = res["jit_sharded_loss_backward"]
+        assert got["err"] < 1e-12 and got["inline"] == 1, (r, got)
+
+
 def test_nx_jit_keys_its_programs_by_the_mesh_in_scope(ranks):
     for r, res in enumerate(ranks):
         got = res["jit_on_two_meshes"]
