@@ -351,6 +351,23 @@ def test_custom_jvp_in_a_pullback_refuses():
     torch.testing.assert_close(f(x), 2 * torch.cos(x))
 
 
+@_RULES_TRACE
+def test_custom_jvp_in_forward_mode_refuses():
+    # dynamo traces no autograd.Function with a jvp method: under nx.jvp the rule was
+    # dropped and forward mode differentiated the function itself -- half the tangent,
+    # silently (the oracle's seed 3913, p3913_00557)
+    f = xmapped(lambda v: nx.jvp(lambda v: _cjvp(v) ** 2, (v,), (torch.ones_like(v),))[1],
+                [IJ], IJ)
+    x = torch.tensor([[0.3, 0.7], [1.1, -0.4]])
+    want = 2 * torch.sin(x) * 2 * torch.cos(x)   # d(sin^2) with the rule's 2 cos
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=r"custom_jvp\(_cjvp\) under torch.compile inside "
+                                        r"nx.jvp"):
+        torch.compile(f, fullgraph=True, backend="eager")(x)
+    torch.testing.assert_close(nx.jit(f, backend="eager")(x), want)
+    torch.testing.assert_close(f(x), want)
+
+
 # -- GPT-J's training step (examples/gptj/) -------------------------------------------------
 
 def _gptj():

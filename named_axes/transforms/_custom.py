@@ -298,14 +298,27 @@ class custom_jvp:
             raise AxisTypeError(f"custom_jvp({self.__name__}): call defjvp(rule) first")
         call = _Call(self, args)
         # dynamo traces no autograd.Function with a jvp method: under torch.compile the
-        # rule serves reverse mode only (forward mode there raises torch's error)
+        # rule serves reverse mode only; forward mode there would differentiate ``fun``
+        # itself, silently without the rule (oracle seed 3913, p3913_00557), so an
+        # nx.jvp / jacfwd / linearize around the call is refused
         compiling = torch.compiler.is_compiling()
+        if compiling and FORWARD_MODE[0]:
+            raise AxisTypeError(
+                f"custom_jvp({self.__name__}) under torch.compile inside nx.jvp (or jacfwd, "
+                f"hessian, linearize): dynamo cannot trace the rule's forward mode, and "
+                f"without it the derivative would be fun's own; call it eagerly or under "
+                f"nx.jit, or differentiate it in reverse mode (nx.grad / nx.vjp)")
         region = _instances.current()
         if compiling and region is not None:   # its transpose has a limit there (nx.vjp)
             region.transposed.append(f"custom_jvp({self.__name__})")
         fn = _JvpReverse if compiling else _JvpFunction
         *out, o = fn.apply(call, *_traced_inputs(call.leaves))
         return rebox(out, o.spec, o.names)
+
+
+# How many nx.jvp calls (forward mode) are running: their custom_jvp rules cannot run
+# under torch.compile (custom_jvp.__call__)
+FORWARD_MODE = [0]
 
 
 class _JvpReverse(torch.autograd.Function):

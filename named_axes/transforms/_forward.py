@@ -18,6 +18,7 @@ from .._tensor import NamedTensor
 from .._levels import ORIGINAL as _functorch
 from .._torch_private import tree_flatten, tree_map
 from ._vjp import _align_like, _phys_outputs, _rebuild, _unbox_primals, mapped_over
+from ._custom import FORWARD_MODE
 from ._tree import rebox, unbox
 
 __all__ = ["jvp", "linearize"]
@@ -63,12 +64,17 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
     else:
         target = _phys_outputs(inner, out_box)
     primal_phys = tuple(b[0] for b in boxes)
-    if lead:   # mapped over the batch axes; the primal output is the same in each
-        out, t_out = mapped_over(lambda *tans: _functorch["jvp"](target, primal_phys, tans),
-                                 len(lead))(*tan_phys)
-        out = tree_map(lambda o: o[(0,) * len(lead)], out)
-    else:
-        out, t_out = _functorch["jvp"](target, primal_phys, tuple(tan_phys))
+    FORWARD_MODE[0] += 1   # (custom_jvp refuses forward mode under torch.compile)
+    try:
+        if lead:   # mapped over the batch axes; the primal output is the same in each
+            out, t_out = mapped_over(
+                lambda *tans: _functorch["jvp"](target, primal_phys, tans),
+                len(lead))(*tan_phys)
+            out = tree_map(lambda o: o[(0,) * len(lead)], out)
+        else:
+            out, t_out = _functorch["jvp"](target, primal_phys, tuple(tan_phys))
+    finally:
+        FORWARD_MODE[0] -= 1
     spec, names = out_box
     t_names = [lead + (n or ()) for n in names] if lead else names
     result = rebox(out, spec, names), rebox(t_out, spec, t_names)

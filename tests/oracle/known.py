@@ -26,7 +26,9 @@ KNOWN_CLASSES: dict = {}
 def _compile_custom_rule(prog, diff) -> bool:
     """torch.compile(fullgraph=True) of a custom rule inside nx.grad that dynamo cannot
     trace in order: a custom_vjp before a reduce axis no argument carries (seed 0,
-    p0_01947), or a custom_jvp in an nx.vjp pullback.  Refused with an AxisTypeError,
+    p0_01947), a custom_jvp in an nx.vjp pullback, or a custom_jvp under nx.jvp (forward
+    mode: dynamo traces no Function with a jvp method; seed 3913, p3913_00557, gave half
+    the tangent before it was refused).  Refused with an AxisTypeError,
     which dynamo reports as its own "Observed exception"; eager and nx.jit agree with
     JAX."""
     # (the runner keeps 300 characters of dynamo's message, which starts with its own text)
