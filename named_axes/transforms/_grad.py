@@ -23,6 +23,7 @@ from .._errors import AxisSpecError, AxisTypeError, fmt_named_shape
 from .._modes import building_graph
 from .._tensor import NamedTensor
 from ._instances import Redo, Region, fold_copies, static_tape
+from ._jit_sharded import is_dtensor
 from ._tree import box_leaf, expand_over, named_axes_of, rebox, unbox
 from ._vjp import _chunked, _sum_over_chunks
 from .._levels import ORIGINAL as _functorch
@@ -253,7 +254,7 @@ def _autograd_ok(prepared: list) -> bool:
         # (a DTensor under nx.jit's trace -- a sharded parameter -- must stay one for the
         # mesh engine, and torch.func's wrapper hides it: plain autograd, traced)
         if torch.compiler.is_compiling() or not any(
-                type(x).__name__ == "DTensor" for leaves, _, _ in prepared for x in leaves):
+                is_dtensor(x) for leaves, _, _ in prepared for x in leaves):
             return False
     if torch.is_inference_mode_enabled():
         return False

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 
 from .._tensor import NamedTensor
-from .._torch_private import tree_flatten, tree_map
+from .._torch_private import tree_map
 
 __all__ = ["has_dtensors", "is_dtensor", "local_program", "on_local_shards"]
 
@@ -65,8 +65,8 @@ class Layout:
 
 
 def _split(tree: Any) -> tuple:
-    """``(tree with each DTensor as its local shard, tree of the Layouts, None elsewhere)``
-    (a NamedTensor over a DTensor: its names kept on the shard)."""
+    """``(tree with each DTensor as its local shard, one Layout per leaf -- None for the
+    others)`` (a NamedTensor over a DTensor: its names kept on the shard)."""
     layouts = []
 
     def local(x):
@@ -75,7 +75,9 @@ def _split(tree: Any) -> tuple:
             layouts.append(None)
             return x
         layouts.append(Layout(d))
-        shard = d.to_local()   # differentiable: a gradient of the shard reaches the DTensor
+        # differentiable: a gradient of the shard reaches the DTensor (and a program run
+        # inline keeps its results' autograd graph)
+        shard = d.to_local()
         return _NT._wrap(shard, x._names) if type(x) is _NT else shard
 
     out = tree_map(local, tree)
@@ -96,33 +98,14 @@ def _joined(tree: Any, layouts: tuple) -> Any:
     return tree_map(back, tree)
 
 
-def _leaf_layouts(tree: Any) -> tuple:
-    return tuple(Layout(x._data if type(x) is _NT else x) if is_dtensor(x) else None
-                 for x in tree_flatten(tree)[0])
-
-
 def local_program(fun: Callable) -> Callable:
     """``fun`` of ``(input layouts, *local args)``: the DTensors rebuilt, ``fun`` run,
     its result returned as ``(result with DTensors as their shards, their Layouts)``."""
     def on_shards(layouts, *args):
-        out = fun(*_joined(args, layouts))
-        out_layouts = _leaf_layouts(out)
-        return _split_traced(out), out_layouts
+        return _split(fun(*_joined(args, layouts)))
 
     on_shards.__name__ = getattr(fun, "__name__", "fun")
     return on_shards
-
-
-def _split_traced(tree: Any) -> Any:
-    """``tree`` with each DTensor as its shard (differentiably: a program run inline
-    keeps its results' autograd graph)."""
-    def local(x):
-        d = x._data if type(x) is _NT else x
-        if not is_dtensor(d):
-            return x
-        return _NT._wrap(d.to_local(), x._names) if type(x) is _NT else d.to_local()
-
-    return tree_map(local, tree)
 
 
 def on_local_shards(jitted_local: Callable, args: tuple) -> Any:
