@@ -18,14 +18,16 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ._engine import NeedsWholeAxes
+from ._engine import NeedsWholeAxes, broadcast_operands
 from ._env import TAPES, conflicts
-from ._errors import AxisResourceError, AxisSizeError, AxisTypeError, NamedAxisError, ShapeError
+from ._env import _state as _env_state
+from ._errors import AxisResourceError, NamedAxisError, ShapeError
 from ._layout import align, union_names
 from ._registry import ENTRIES, op_name, rule_while_compiling
 from ._registry import is_inplace as _is_inplace
 from ._plancache import PlanCache
-from ._shape_errors import _meta, positional_failure
+from ._shape_errors import (_meta, fmt_at, fmt_sizes, positional_failure,
+                            refuse_python_values, refuse_shared_writes)
 from ._torch_private import (dispatch_depth, is_functorch_wrapped, native_batch_norm_legit,
                              softmax_backward_data, softmax_backward_data_op, tensor_version,
                              tree_flatten, tree_unflatten)
@@ -77,17 +79,24 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
                 if type(v) is _NT and not v._names:
                     a, kw = _unwrap_unnamed(func, args, kwargs)
                     break
+    ra, rkw = a, kw
+    engine_op = _env_state.engine and not _INSIDE[0]
+    if engine_op:   # the engine places the sums its cotangents need (_engine)
+        handed = broadcast_operands(a, kw, _NT)
+        if handed is not None:
+            ra, rkw = handed
     try:
         out = NotImplemented
         if rule is not None:
             try:
-                out = rule(func, a, kw)
+                out = _inside(rule, func, ra, rkw) if engine_op else rule(func, ra, rkw)
             except UseFallback:
                 pass
             except NeedsWholeAxes as e:   # along axes an engine splits: on their whole
                 out = e.engine.whole(func, a, kw, e.names)
         if out is NotImplemented:
-            out = vmap_fallback(func, a, kw)
+            out = _inside(vmap_fallback, func, ra, rkw) if engine_op else \
+                vmap_fallback(func, ra, rkw)
     except NamedAxisError:
         raise
     except (RuntimeError, IndexError, ValueError) as e:
@@ -96,6 +105,19 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
     if not compiling and TAPES:   # inside nx.grad / nx.vjp: what its derivative reads (_tape)
         note_call(func, args, kwargs, out)
     return out
+
+
+_INSIDE = [0]   # > 0 while an engine's op runs (its operands were handed over once)
+
+
+def _inside(run: Callable, func: Callable, a: tuple, kw: dict) -> Any:
+    """``run(func, a, kw)`` for an op whose operands the engine was handed: the ops it
+    runs inside are not handed again."""
+    _INSIDE[0] += 1
+    try:
+        return run(func, a, kw)
+    finally:
+        _INSIDE[0] -= 1
 
 
 def _unwrap_unnamed(func: Callable, args: tuple, kwargs: dict) -> tuple:
@@ -234,7 +256,7 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
         # shape depends on the values (nonzero, unique, masked_select, ...): loop instead
         shared = [v for i, v in enumerate(flat) if isinstance(v, _Tensor) and i not in idx]
         tensors = _loop(call, phys, member, U, func, shared)
-        _refuse_python_values(func, py_values)
+        refuse_python_values(func, py_values)
     s, others = out_spec
     it = iter(tensors)
     out = tree_unflatten([next(it) if o is _SLOT else o for o in others], s)
@@ -319,7 +341,7 @@ def _real_instance_check(func, flat, spec):
     # a write into a plain argument (running statistics, a max_norm weight): every
     # instance would update it in turn (compared by value: kernels such as
     # native_batch_norm write without bumping the version counter)
-    _refuse_shared_writes(op_name(func), [(t, None, -1 if _bits_differ(t, before) else
+    refuse_shared_writes(op_name(func), [(t, None, -1 if _bits_differ(t, before) else
                                            tensor_version(t)) for t, before in shared], sizes)
     return None
 
@@ -433,9 +455,9 @@ def _loop(call, phys, member, U, func=None, shared=()):
         outs.append(call(*sliced))
         where.append(at)
         if not outs[1:]:
-            _refuse_shared_writes(op, saved, sizes)
+            refuse_shared_writes(op, saved, sizes)
     if not outs:
-        raise ShapeError(f"{op}: a named axis has size 0 ({_fmt_sizes(sizes)}), so the shape "
+        raise ShapeError(f"{op}: a named axis has size 0 ({fmt_sizes(sizes)}), so the shape "
                          f"of this op's result (which depends on the values) is unknown")
     for j in range(len(outs[0])):
         s0 = tuple(outs[0][j].shape)
@@ -444,8 +466,8 @@ def _loop(call, phys, member, U, func=None, shared=()):
                 what = f"result {j}" if len(outs[0]) > 1 else "its result"
                 raise ShapeError(
                     f"{op}: the shape of {what} depends on the values and differs between "
-                    f"instances of the named axes {_fmt_sizes(sizes)}: {s0} at "
-                    f"{_fmt_at(where[0])} but {tuple(o[j].shape)} at {_fmt_at(at)}; a named "
+                    f"instances of the named axes {fmt_sizes(sizes)}: {s0} at "
+                    f"{fmt_at(where[0])} but {tuple(o[j].shape)} at {fmt_at(at)}; a named "
                     f"value has one positional shape for every index of its named axes. "
                     f"Use a fixed-size form (torch.nonzero_static(x, size=n), "
                     f"torch.where(mask, x, fill), a mask instead of selecting), or make the "
@@ -453,41 +475,6 @@ def _loop(call, phys, member, U, func=None, shared=()):
     lead = tuple(sizes[n] for n in U)
     return tuple(torch.stack([o[j] for o in outs]).reshape(lead + tuple(outs[0][j].shape))
                  for j in range(len(outs[0])))
-
-
-def _refuse_python_values(func, per_instance: list) -> None:
-    """A loop whose instances returned different Python values (``torch.equal`` per
-    row, ``is_nonzero``): one value cannot stand for them all, and keeping the last
-    instance's was a silent wrong answer."""
-    first = per_instance[0] if per_instance else None
-    if any(repr(v) != repr(first) for v in per_instance[1:]):
-        raise AxisTypeError(
-            f"{op_name(func)}: returns a Python value that differs between instances of the "
-            f"named axes ({first[0]!r} for the first, {per_instance[-1][0]!r} for the last "
-            f"one shown); a Python value has no named axes. Compute a tensor instead (e.g. "
-            f"(a == b).all() rather than torch.equal), or make the axes positional first")
-
-
-def _refuse_shared_writes(op: str, saved: list, sizes: dict) -> None:
-    """After the first instance: did the op write into a tensor shared by all of them?"""
-    for k, (t, before, version) in enumerate(saved):
-        if tensor_version(t) != version:
-            if before is not None:
-                with torch.no_grad():
-                    t.copy_(before)
-            raise AxisSizeError(
-                f"{op}: writes into a plain tensor argument of shape {tuple(t.shape)} that "
-                f"every instance of the named axes {_fmt_sizes(sizes)} shares; each "
-                f"instance would update it in turn. Give that argument the named axes "
-                f"(one copy per instance), or reduce them first")
-
-
-def _fmt_sizes(sizes: dict) -> str:
-    return "{" + ", ".join(f"{n!r}: {s}" for n, s in sizes.items()) + "}"
-
-
-def _fmt_at(at: dict) -> str:
-    return "[" + ", ".join(f"{n!r}={i}" for n, i in at.items()) + "]"
 
 
 def _leaf_label(spec, i: int) -> str:

@@ -28,20 +28,22 @@ def _run_plan(plan: tuple, operands: tuple, bound: dict, out: Any = None) -> Any
     eq, _, _, _, scaled, expand, perm, names, _ = plan
     if out is not None:
         pass
-    elif len(operands) == 2:
-        a, b = operands
-        if _env_state.engine:   # an engine may contract its values (as for pdot)
-            engine = engine_for(names + tuple(n for n, _ in plan.contracted))
-            if engine is not None:
-                a, b = [engine.broadcast(x._data, x._names, names) if type(x) is _NT else
-                        engine.broadcast(x, (), names) for x in (a, b)]
-                out = engine.contract(eq, a, b)
-        a = a._data if type(a) is _NT else a
-        b = b._data if type(b) is _NT else b
-        if out is None:
-            out = einsum2(eq, a, b)
     else:
-        out = torch.einsum(eq, *[x._data if type(x) is _NT else x for x in operands])
+        datas = [x._data if type(x) is _NT else x for x in operands]
+        engine = None
+        if _env_state.engine:   # an engine may hand operands over, contract its values
+            every = names + tuple(n for n, _ in plan.contracted)   # the product's axes
+            engine = engine_for(every)
+            if engine is not None:
+                datas = [engine.broadcast(d, x._names if type(x) is _NT else (), every)
+                         for d, x in zip(datas, operands)]
+        if len(datas) == 2:
+            if engine is not None:
+                out = engine.contract(eq, *datas)
+            if out is None:
+                out = einsum2(eq, *datas)
+        else:
+            out = torch.einsum(eq, *datas)
     scale = 1
     for n in scaled:
         scale *= bound[n]
@@ -96,7 +98,9 @@ def _run_split(plan: tuple, operands: tuple, bound: dict) -> Any:
     # the einsum keeping the loop axes in front of its output [kept names..., positional]
     lhs, out = eq.split("->")
     lead = "".join(c for n, c in contracted if n in loop)
-    datas = [x._data if type(x) is _NT else x for x in operands]
+    every = names + tuple(n for n, _ in contracted)   # the product's axes
+    datas = [engine.broadcast(x._data, x._names, every) if type(x) is _NT else
+             engine.broadcast(x, (), every) for x in operands]
     data = torch.einsum(f"{lhs}->{lead}{out}", *datas)
     kept = tuple(n for n in names if n not in expand)
     summed = psum(NamedTensor._wrap(data, loop + kept), loop)

@@ -21,9 +21,13 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable, ContextManager, Hashable, Protocol, runtime_checkable
 
-from ._env import _state, current_frame
+import torch
 
-__all__ = ["COLLECTIVES", "Engine", "EngineBase", "NeedsWholeAxes", "engine_for"]
+from ._env import _state, current_frame
+from ._torch_private import is_functorch_wrapped
+
+__all__ = ["COLLECTIVES", "Engine", "EngineBase", "NeedsWholeAxes", "broadcast_operands",
+           "engine_for", "handed", "may_need_grad"]
 
 # The collectives an engine may compute itself (``Engine.collective``), with the
 # arguments each receives: ``(x: NamedTensor, axis_names: tuple, **options)`` --
@@ -69,12 +73,23 @@ class Engine(Protocol):
         None: ``nx.lax``'s own op runs."""
 
     def broadcast(self, data: Any, names: tuple, result: tuple) -> Any:
-        """An einsum/``pdot`` operand's data (named ``names``) about to be broadcast along
-        the axes of ``result`` it lacks: the data to use (the local-shard path puts the
-        sum its cotangent will need on its path)."""
+        """An operand's data (named ``names``) about to meet values carrying the axes
+        ``result`` (an op's, an einsum's product): the data to use (the local-shard path
+        puts the sum its cotangent will need on its path).  The dispatcher asks for every
+        operand of every op (:func:`broadcast_operands`), einsum and ``pdot`` for theirs."""
 
     def splits(self, name: Hashable) -> bool:
         """Whether ``name`` is computed in pieces here (each piece holds part of it)."""
+
+    def seed_size(self, name: Hashable, local: int) -> int:
+        """How many instances of ``name`` a derivative's seed on this piece stands for,
+        given the ``local`` ones it holds (a mesh: every rank's, as the loss lacking
+        ``name`` is the same on all)."""
+
+    def first_copy(self, data: Any, dim: int, name: Hashable) -> Any:
+        """``data``, equal copies along ``name`` (physical dim ``dim``), as one: the
+        first copy, where a derivative reaches (a mesh: the rank holding the first index
+        takes the whole cotangent, the others none)."""
 
     def local_size(self, name: Hashable) -> int:
         """How many entries of ``name`` the piece running now holds."""
@@ -119,6 +134,12 @@ class EngineBase:
     def splits(self, name: Hashable) -> bool:
         return False
 
+    def seed_size(self, name: Hashable, local: int) -> int:
+        return local
+
+    def first_copy(self, data: Any, dim: int, name: Hashable) -> Any:
+        return data.select(dim, 0)
+
     def local_size(self, name: Hashable) -> int:
         return current_frame(name).sizes[name]
 
@@ -139,3 +160,63 @@ def engine_for(names) -> Engine | None:
         if frame is not None and frame.engine is not None:
             return frame.engine
     return None
+
+
+def broadcast_operands(args: tuple, kwargs: dict, named: type) -> tuple | None:
+    """``(args, kwargs)`` with each tensor operand needing a gradient handed through
+    ``engine.broadcast`` against the union of the operands' names (``named``: the
+    NamedTensor class; the members of a list argument, as ``torch.cat``'s, too), or None
+    where no engine runs those axes or nothing changed."""
+    names: list = []
+    ops: list = []   # (where: 'args'/'kwargs', key, index in a list or None, data, names)
+
+    def look(where, key, member, v):
+        if type(v) is named:
+            names.extend(n for n in v._names if n not in names)
+            if may_need_grad(v._data):
+                ops.append((where, key, member, v._data, v._names))
+        elif isinstance(v, torch.Tensor):
+            if may_need_grad(v):
+                ops.append((where, key, member, v, ()))
+        elif member is None and isinstance(v, (list, tuple)):
+            for k, w in enumerate(v):
+                look(where, key, k, w)
+
+    for i, v in enumerate(args):
+        look("args", i, None, v)
+    for k, v in kwargs.items():
+        look("kwargs", k, None, v)
+    if not ops or not names:
+        return None
+    engine = engine_for(names)
+    if engine is None:
+        return None
+    result = tuple(names)
+    box = {"args": list(args), "kwargs": dict(kwargs)}
+    changed = False
+    for where, key, member, data, own in ops:
+        new = engine.broadcast(data, own, result)
+        if new is data:
+            continue
+        changed = True
+        value = named._wrap(new, own) if own else new
+        if member is None:
+            box[where][key] = value
+        else:
+            seq = list(box[where][key])
+            seq[member] = value
+            box[where][key] = type(box[where][key])(seq)
+    return (tuple(box["args"]), box["kwargs"]) if changed else None
+
+
+def may_need_grad(t: torch.Tensor) -> bool:
+    """Whether a derivative may reach ``t``: it requires grad, or a functorch transform
+    wraps it (under ``jvp``/``grad`` the wrapper does not say)."""
+    return t.requires_grad or is_functorch_wrapped(t)
+
+
+def handed(data: Any, names: tuple, result: tuple) -> Any:
+    """``data`` (named ``names``) as the engine running ``result``'s axes wants it for an
+    op whose values carry ``result`` (:meth:`Engine.broadcast`; as it is without one)."""
+    engine = engine_for(result) if _state.engine else None
+    return data if engine is None else engine.broadcast(data, names, result)

@@ -22,9 +22,12 @@ from typing import Any, Callable
 
 import torch
 
-from ._errors import fmt_named_shape
+from ._errors import AxisSizeError, AxisTypeError, fmt_named_shape
+from ._registry import op_name
+from ._torch_private import tensor_version
 
-__all__ = ["positional_failure"]
+__all__ = ["fmt_at", "fmt_sizes", "positional_failure", "refuse_python_values",
+           "refuse_shared_writes"]
 
 # (substring of torch's message, the fix to suggest)
 _FIXES = (
@@ -118,3 +121,38 @@ def _on_positional_shapes(func: Callable, args: tuple, kwargs: dict) -> str | No
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def refuse_python_values(func, per_instance: list) -> None:
+    """A loop whose instances returned different Python values (``torch.equal`` per
+    row, ``is_nonzero``): one value cannot stand for them all, and keeping the last
+    instance's was a silent wrong answer."""
+    first = per_instance[0] if per_instance else None
+    if any(repr(v) != repr(first) for v in per_instance[1:]):
+        raise AxisTypeError(
+            f"{op_name(func)}: returns a Python value that differs between instances of the "
+            f"named axes ({first[0]!r} for the first, {per_instance[-1][0]!r} for the last "
+            f"one shown); a Python value has no named axes. Compute a tensor instead (e.g. "
+            f"(a == b).all() rather than torch.equal), or make the axes positional first")
+
+
+def refuse_shared_writes(op: str, saved: list, sizes: dict) -> None:
+    """After the first instance: did the op write into a tensor shared by all of them?"""
+    for k, (t, before, version) in enumerate(saved):
+        if tensor_version(t) != version:
+            if before is not None:
+                with torch.no_grad():
+                    t.copy_(before)
+            raise AxisSizeError(
+                f"{op}: writes into a plain tensor argument of shape {tuple(t.shape)} that "
+                f"every instance of the named axes {fmt_sizes(sizes)} shares; each "
+                f"instance would update it in turn. Give that argument the named axes "
+                f"(one copy per instance), or reduce them first")
+
+
+def fmt_sizes(sizes: dict) -> str:
+    return "{" + ", ".join(f"{n!r}: {s}" for n, s in sizes.items()) + "}"
+
+
+def fmt_at(at: dict) -> str:
+    return "[" + ", ".join(f"{n!r}={i}" for n, i in at.items()) + "]"

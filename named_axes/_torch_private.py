@@ -26,13 +26,12 @@ __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
            "functorch_transform_kinds", "is_functorch_wrapped", "functorch_unwrapped",
            "functorch_disabled", "dispatch_depth", "dispatch_modes",
            "disable_dispatch_modes", "TorchDispatchMode", "tracing_mode_active",
-           "tensor_version", "view_base", "node_sequence_nr",
-           "forward_class", "graph_task_id", "saved_tensors_hooks_disabled",
+           "tensor_version", "view_base", "graph_task_id", "saved_tensors_hooks_disabled",
            "tree_flatten", "tree_unflatten", "tree_map", "tree_leaves",
            "tree_flatten_with_path", "keystr", "forward_ad_level",
            "native_batch_norm_legit", "softmax_backward_data", "softmax_backward_data_op",
            "tensor_body", "module_tensor_table", "default_collate_parts",
-           "local_tensor", "custom_op_impl",
+           "custom_op_impl",
            "custom_op_overload", "functional_all_reduce",
            "functional_all_gather", "functional_reduce_scatter",
            "FakeTensor", "FakeTensorMode", "DataDependentOutputException",
@@ -147,8 +146,8 @@ def tracing_mode_active() -> bool:
 def tensor_version(t: torch.Tensor) -> int:
     """``t``'s version counter (bumped by each in-place write).
 
-    Why: detect writes into tensors shared by a named op's instances, and cotangents
-    changed after they were marked.  Public alternative considered: none."""
+    Why: detect writes into tensors shared by a named op's instances.  Public
+    alternative considered: none."""
     return t._version
 
 
@@ -160,24 +159,8 @@ def view_base(t: torch.Tensor) -> torch.Tensor | None:
     return t._base
 
 
-def node_sequence_nr(node) -> int:
-    """An autograd node's sequence number (nodes made later have larger ones).
-
-    Why: tell the nodes of one call from older ones.  Public alternative considered:
-    ``torch.autograd.graph.Node`` (public) exposes no order."""
-    return node._sequence_nr()
-
-
-def forward_class(node, default: Any = None) -> Any:
-    """The ``autograd.Function`` class whose backward ``node`` is, or ``default``.
-
-    Why: find the library's own Functions in a graph.  Public alternative considered:
-    ``node.name()`` (public) gives the class name, not its module."""
-    return getattr(node, "_forward_cls", default)
-
-
-# The running backward's graph task id (-1: none).  Why: tell one backward's hooks from
-# another's, and see a backward run while a program is traced.  Public alternative
+# The running backward's graph task id (-1: none).  Why: see a backward run while a
+# program is traced.  Public alternative
 # considered: none.
 graph_task_id = torch._C._current_graph_task_id
 # The error message torch.func set to refuse saved-tensor hooks, or None.  Why: no hooks
@@ -262,15 +245,6 @@ def default_collate_parts() -> tuple:
 
 
 # -- DTensor and collectives --------------------------------------------------------------
-def local_tensor(dt) -> torch.Tensor:
-    """A DTensor's shard on this rank, as stored (no autograd node).
-
-    Why: the local-shard engine computes on shards inside its own autograd Functions.
-    Public alternative considered: ``DTensor.to_local()`` (public) records an autograd
-    node where grad is on."""
-    return dt._local_tensor
-
-
 def custom_op_impl(op) -> Callable:
     """The Python function the ``torch.library.custom_op`` ``op`` was made from.
 

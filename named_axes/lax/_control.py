@@ -23,6 +23,7 @@ from typing import Any, Callable
 import torch
 
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
+from .._engine import handed
 from .._layout import align, union_names
 from .._modes import building_graph, shapes_only
 from .._tensor import NamedTensor
@@ -297,7 +298,7 @@ def _stack(vals: list, empty: bool) -> Any:
     nts = [_as_named(v, "scan", "the y of f") for v in vals]
     U = union_names([(f"y at step {i}", v) for i, v in enumerate(nts)], op="scan")
     p = nts[0].ndim
-    data = [align(v._data, v._names, p, U, p) for v in nts]
+    data = [align(handed(v._data, v._names, U), v._names, p, U, p) for v in nts]
     shape = torch.broadcast_shapes(*(d.shape for d in data))
     out = torch.stack([d.expand(shape) for d in data], len(U))
     return _done(NamedTensor._wrap(out.narrow(len(U), 0, 0) if empty else out, U), scan)

@@ -70,8 +70,9 @@ def _pdot_run(plan: tuple, x: NamedTensor, y: NamedTensor, names: tuple) -> Any:
     engine = engine_for(names)   # an engine may contract its values (DTensor: by shards)
     xd, yd, data = x._data, y._data, None
     if engine is not None:
-        xd = engine.broadcast(xd, x._names, out_names)
-        yd = engine.broadcast(yd, y._names, out_names)
+        every = x._names + tuple(n for n in y._names if n not in x._names)   # the product's
+        xd = engine.broadcast(xd, x._names, every)
+        yd = engine.broadcast(yd, y._names, every)
         data = engine.contract(eq, xd, yd)
     if data is None:
         data = _ops.pdot(xd, yd, eq)

@@ -21,6 +21,7 @@ import torch
 
 from .._dispatch import result
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
+from .._engine import handed
 from .._layout import align, union_names
 from .._tensor import NamedTensor
 from .._tape import taped
@@ -183,7 +184,8 @@ def dynamic_update_slice(operand: Any, update: Any, start_indices: Sequence) -> 
     starts = _starts(start_indices, p, op, shape)
     named = [("start index", s) for s in starts if not isinstance(s, int)]
     U = union_names([("operand", x), ("update", u)] + named, op=op)
-    g = align(u._data, u._names, p, U, p)
+    x = NamedTensor._wrap(handed(x._data, x._names, U), x._names)   # (a mesh engine's sums)
+    g = align(handed(u._data, u._names, U), u._names, p, U, p)
     if 0 in tuple(u.shape):     # nothing is written: a copy of the operand, named as usual
         xd = align(x._data, x._names, p, U, p)
         lead = torch.broadcast_shapes(xd.shape[:len(U)], g.shape[:len(U)],

@@ -8,36 +8,30 @@ no sharding propagation.  It is the SerialLoop machinery (:mod:`._serial`: a chu
 every split axis, ``axis_index`` of the chunk, the chunk-local collective from
 ``nx.lax``) with one chunk per rank and real communication in place of the replay.
 
-Gradients: inside the body a value replicated over some mesh dims holds, on each of
-those ranks, a cotangent whose *sum* over them is the true one.  Every local op keeps
-that (a backward pass is linear in the cotangents), so only the edges need care:
+Gradients follow the named shapes, as ``shard_map``'s do: a value lacking every axis
+split over a mesh dim is the same on all its ranks, and each of them holds the *whole* of
+its cotangent.  Every local op keeps that, except where a replicated value meets values
+split over a mesh dim (``w * x`` with ``x`` split over the batch, a layer norm's output
+entering a column-parallel ``pdot``): there each rank's backward computes a part of its
+cotangent, and the parts must be summed over those ranks.  The dispatcher hands every
+op's operands to :meth:`LocalShardEngine.broadcast` (einsum and ``pdot`` theirs), which
+puts the sum on their path -- a :class:`._local_comms.Varying` (Megatron's "f"), or for
+an input of the call its part view, summed at the edge with every other input's in one
+flat all-reduce (:mod:`._local_edges`).  So:
 
-- ``psum`` transposes to ``psum`` (an all-reduce of the cotangent), ``pmax``/``pmin``
-  to an all-reduce shared among the ranks that attain the extreme, as ``amax`` shares
+- ``psum`` transposes to handing the cotangent on (its output is replicated: whole), no
+  communication -- the row-parallel layer's and the loss's ``pmean``'s transposes;
+  ``pmax``/``pmin`` share it among the ranks that attain the extreme, as ``amax`` shares
   it among ties;
-- an input's local gradient is a partial sum over the mesh dims it is replicated on:
-  handed back as ``Partial`` there, which the DTensor engine's input conversion reduces
-  (one flat all-reduce for all of them, sharded gradients stay sharded);
-- an output's cotangent, replicated on a mesh dim, is split evenly over that dim's ranks.
-
-Where all-reduces are saved (:mod:`._uniform`, the collectives in :mod:`._local_comms`):
-a cotangent known to be the same on every rank of some mesh dims is marked so, and a sum
-over those ranks multiplies by their number instead of all-reducing -- ``psum``'s
-transpose (the loss's ``pmean`` costs nothing in the backward) and a replicated input's
-gradient (a layer norm's, an embedding's).  The marks start at the outputs (every rank
-is handed the same cotangent) and travel back through the nodes that compute the same
-thing on every rank.  And a replicated value computed from a collective's result and
-broadcast into an einsum along split axes -- a column-parallel layer's input on the
-residual stream -- has its cotangent summed right there (Megatron's "f"), which makes the
-cotangents above it the same on every rank: the row-parallel ``psum``'s transpose then
-costs nothing, and the layer norms' gradients come out whole.  A mark is a fact about
-the values, checked against the tensor's version counter.
+- a derivative taken in the body seeds a loss lacking a split axis with every rank's
+  instances (:meth:`LocalShardEngine.seed_size`): it is the whole on each;
+- an output's cotangent is the whole where the output is replicated.
 
 A collective that moves values along a split axis (``all_gather``, ``ppermute``, ...),
 and a torch op along one (``x.sum('i')``, ``x.cumsum('i')``: the dispatcher hands it to
 :meth:`LocalShardEngine.whole`), gathers the axis whole on every rank, computes as if
-unsplit and keeps the rank's chunk; the gather's transpose is a reduce-scatter
-(:class:`._local_comms.GatherOverRanks`).
+unsplit and keeps the rank's chunk (:class:`._local_comms.GatherOverRanks` and
+:class:`._local_comms.ChunkOfWhole`, each the other's transpose).
 
 An einsum or ``pdot`` contracting a split axis that shares a mesh dim with another split
 axis its operands hold (each rank holds only their diagonal block) sums it on its whole
@@ -59,27 +53,27 @@ traced as it runs: the rank's slices, local ops and functional collectives make 
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, Callable
 
 import torch
 
 from .._dispatch import dispatch
-from .._engine import NeedsWholeAxes
+from .._engine import NeedsWholeAxes, may_need_grad
 from .._errors import AxisResourceError
 from .._registry import is_inplace, op_name
 from .._tape import suspended
 from .._tensor import NamedTensor
-from .._torch_private import (functorch_active, functorch_transform_kinds, local_tensor,
+from .._torch_private import (functorch_active, functorch_transform_kinds,
                               tracing_mode_active, tree_map)
 from ._serial import SerialEngine, _as_tuple, _attaining, _names_of
 from ._dtensor_comms import SUMMARY
 from ._dtensor_comms import placements as _placements
-from ._local_comms import (DivideByCount, ExtremeOverRanks, GatherOverRanks,
-                           ScatterSumOverRanks, SumBeforeBroadcast, SumOverRanks, all_reduce,
-                           extreme, mesh_groups)
-from ._uniform import Replication
-from ._local_edges import (ChunkOfFull, FromLocal, ReplicatedOutput, ShardsOf,
-                           SumGradsOverRanks, local_shard, rewrap)
+from ._local_comms import (ChunkOfWhole, ExtremeOverRanks, FirstCopy, GatherOverRanks,
+                           ScatterSumOverRanks, SumOverRanks, Varying, all_reduce, extreme,
+                           mesh_groups)
+from ._local_edges import (ChunkOfFull, FromLocal, ReplicatedInputs, ShardsOf, local_shard,
+                           rewrap)
 
 __all__ = ["LocalShardEngine", "run_on_local_shards"]
 
@@ -137,7 +131,8 @@ class LocalShardEngine(SerialEngine):
     def run(self, body: Callable, leaves: list, loop: Any = None) -> list:
         """``body`` on this rank's shards; in a chunk of the SerialLoop engine ``loop``,
         that engine runs the body's frame and asks this one for the mesh's axes."""
-        self.replication = Replication(self.dm) if torch.is_grad_enabled() else None
+        self._parts: dict = {}    # id(an input's local value) -> (it, its part view, parts)
+        self._varying: dict = {}  # id(a value handed to split uses) -> (it, mesh dims)
         self._broadcasts: dict = {}
         self._whole: tuple = ()      # the split axes ops now run on whole (:meth:`whole`)
         if loop is not None:
@@ -145,17 +140,20 @@ class LocalShardEngine(SerialEngine):
             for n in set(loop.loops) & set(self.loops):   # ('x', SerialLoop): the loop's
                 self.sizes[n] = loop.chunk_size(n)       # chunk, split over the ranks
         outs = body(self._to_local(leaves), engine=self if loop is None else loop)
-        outs = [self._to_output(o) for o in outs]
-        if self.replication is not None:
-            roots = [getattr(o, "_data", o) for o in outs]
-            self.replication.finish([r.grad_fn for r in roots if isinstance(r, torch.Tensor)])
-        return outs
+        return [self._to_output(o) for o in outs]
 
-    def _same_dims(self, names: tuple, besides: tuple = ()) -> frozenset:
+    def _same_dims(self, names: tuple) -> frozenset:
         """The mesh dims a value with ``names`` is the same along: those no name of it
-        (nor of ``besides``) is split over."""
-        split = {d for n in names + besides for d in self.mesh_dims.get(n, ())}
+        is split over (an axis made whole for an op, :meth:`whole`, splits none)."""
+        split = {d for n in names if n not in self._whole for d in self.mesh_dims.get(n, ())}
         return frozenset(range(self.dm.ndim)) - split
+
+    def _with_parts(self, leaf: Any, both: tuple) -> Any:
+        """``leaf`` as its local value ``both[0]``, noting its part view ``both[1]`` for
+        the uses that split it (:mod:`._local_edges`)."""
+        value, part, parts = both
+        self._parts[id(value)] = (value, part, parts)
+        return rewrap(leaf, value)
 
     def _to_local(self, leaves: list) -> list:
         """This rank's shard of each input leaf.  A full tensor on this device that needs
@@ -181,7 +179,7 @@ class LocalShardEngine(SerialEngine):
                     if data.requires_grad and grad:
                         laid_out.append(i)
                     else:
-                        out[i] = rewrap(leaf, local_tensor(data))
+                        out[i] = rewrap(leaf, data.to_local())   # (no gradient: no node)
                     continue
                 via_dtensor.append(i)
                 continue
@@ -191,24 +189,22 @@ class LocalShardEngine(SerialEngine):
             self.outer._check_names(names, f"argument leaf {i}")
             if data.requires_grad and grad:
                 if any(n in self.loops for n in names):
-                    out[i] = rewrap(leaf, self._chunk_of_full(data, names))
+                    out[i] = self._with_parts(leaf, self._chunk_of_full(data, names))
                     SUMMARY.distributed_inputs += 1
                 else:
                     replicated.append(i)
             else:
                 out[i] = self._slice(leaf, self._chunk)
                 SUMMARY.distributed_inputs += 1
-        if replicated:
-            SUMMARY.distributed_inputs += len(replicated)
-            datas = SumGradsOverRanks.apply(
-                self.dm, *[getattr(leaves[i], "_data", leaves[i]) for i in replicated])
-            for i, d in zip(replicated, datas):
-                out[i] = rewrap(leaves[i], d)
-        if laid_out:
-            locals_ = ShardsOf.apply(self.dm, *[getattr(leaves[i], "_data", leaves[i])
-                                                for i in laid_out])
-            for i, d in zip(laid_out, locals_):
-                out[i] = rewrap(leaves[i], d)
+        SUMMARY.distributed_inputs += len(replicated)
+        for members, edge in ((replicated, ReplicatedInputs.apply),
+                              (laid_out, functools.partial(ShardsOf.apply, self.dm))):
+            if members:
+                parts = [(self.dm, set()) for _ in members]
+                views = edge(parts, *[getattr(leaves[i], "_data", leaves[i]) for i in members])
+                for j, i in enumerate(members):
+                    out[i] = self._with_parts(leaves[i], (views[j], views[len(parts) + j],
+                                                          parts[j]))
         if via_dtensor:
             dleaves = self.outer.to_dtensors([leaves[i] for i in via_dtensor])
             for i, d in zip(via_dtensor, dleaves):
@@ -223,8 +219,8 @@ class LocalShardEngine(SerialEngine):
                 size = self.chunk_size(n)
                 cuts.append((i, self._chunk[self.names.index(n)] * size, size))
                 gathers.append((i, mesh_groups(self.dm, self.mesh_dims[n])))
-        rep = tuple(sorted(self._same_dims(names)))
-        return ChunkOfFull.apply(data, self.dm, tuple(cuts), rep, tuple(gathers))
+        parts = [(self.dm, set())]
+        return (*ChunkOfFull.apply(data, parts, tuple(cuts), tuple(gathers)), parts[0])
 
     def _to_output(self, leaf: Any) -> Any:
         """An output leaf as the engine returns it: a fully replicated one as it is when
@@ -236,16 +232,12 @@ class LocalShardEngine(SerialEngine):
             data, names = leaf, ()
         else:
             return leaf
-        if data.requires_grad and self.replication is not None:
-            self.replication.seed(data, self._same_dims(names))
         split = tuple(n for n in names if n in self.loops)
         if self.outer._out_mode() == "full" and (not split or _transformed()
                                                   or tracing_mode_active()):
             SUMMARY.full_outputs += 1
             if split:
                 data = self._gathered(NamedTensor._wrap(data, names), split)._data
-            if data.requires_grad and torch.is_grad_enabled():
-                data = ReplicatedOutput.apply(data, self.dm)
             return NamedTensor._wrap(data, names) if names else data
         places = _placements(self.outer.plan, names, data.dim() - len(names))
         shape = list(data.shape)
@@ -255,33 +247,41 @@ class LocalShardEngine(SerialEngine):
         return self.outer.from_dtensor(NamedTensor._wrap(dt, names) if names else dt)
 
     def broadcast(self, data: Any, names: tuple, result: tuple) -> Any:
-        """``data`` (named ``names``), an einsum operand broadcast along the axes of
-        ``result`` it lacks: behind a :class:`SumBeforeBroadcast` over the mesh dims those
-        split (one per value: its uses share the sum), if it is replicated there and this
-        call computed it."""
-        rep = self.replication
-        if rep is None or not isinstance(data, torch.Tensor) or not data.requires_grad \
-                or not rep.ours(data.grad_fn):
+        """``data`` (named ``names``), an operand of an op whose values carry the axes
+        ``result``: where those split it over mesh dims it is replicated on, the part of
+        its cotangent each rank computes must be summed over them -- an input's part view
+        (:mod:`._local_edges`: summed at the edge with the others) when every such use
+        splits the same dims, else behind a :class:`Varying` (one per value and dims: its
+        uses share the sum)."""
+        if not isinstance(data, torch.Tensor) or not may_need_grad(data):
             return data
-        same = self._same_dims(names)
-        dims = same - self._same_dims(tuple(n for n in result if n not in names))
+        dims = self._same_dims(names) - self._same_dims(result)
         if not dims:
             return data
+        seen = self._varying.get(id(data))
+        if seen is not None and seen[0] is data and dims <= seen[1]:
+            return data   # already handed to split uses (an op the dispatcher saw first)
+        hit = self._parts.get(id(data))
+        if hit is not None and hit[0] is data:
+            value, part, (_, parts) = hit
+            if not parts:
+                parts.update(dims)
+            if parts == dims:
+                self._varying[id(part)] = (part, dims)
+                return part
         key = (id(data), dims)
         hit = self._broadcasts.get(key)
         if hit is not None and hit[0] is data:
             return hit[1]
-        rep.seed(data, same)
-        switch = [False]
-        out = SumBeforeBroadcast.apply(data, self.dm, dims, switch)
-        rep.broadcast(data, switch)
+        out = Varying.apply(data, mesh_groups(self.dm, tuple(sorted(dims))))
         self._broadcasts[key] = (data, out)
+        self._varying[id(out)] = (out, dims)
         return out
 
     # -- the collectives -----------------------------------------------------------------
     def _mean(self, total: Any, count: int) -> Any:
         data = total._data if isinstance(total, NamedTensor) else total
-        out = DivideByCount.apply(data, count, self.dm)
+        out = data / count
         return NamedTensor._wrap(out, total._names) if isinstance(total, NamedTensor) else out
 
     def _combine(self, op: str, axis_name: Any, names: tuple, operands: tuple,
@@ -292,8 +292,6 @@ class LocalShardEngine(SerialEngine):
         dims = tuple(sorted({d for n in carried for d in self.mesh_dims[n]}))
         groups = mesh_groups(self.dm, dims)
         data = partial._data if isinstance(partial, NamedTensor) else partial
-        if data.requires_grad and self.replication is not None:
-            self.replication.seed(data, self._same_dims(_names_of(partial), tuple(carried)))
         if op in ("psum", "pdot"):
             out = SumOverRanks.apply(data, groups)
         else:
@@ -405,7 +403,7 @@ class LocalShardEngine(SerialEngine):
                 raise AxisResourceError(
                     f"a collective's result along {n!r} has size {data.shape[i]}, not the "
                     f"axis size {self.sizes[n]}: it cannot be cut into the ranks' chunks")
-            data = data.narrow(i, self._chunk[self.names.index(n)] * size, size)
+            data = ChunkOfWhole.apply(data, i, mesh_groups(self.dm, self.mesh_dims[n]))
         return NamedTensor._wrap(data, x._names)
 
     def whole(self, func: Callable, args: tuple, kwargs: dict, names: tuple,
@@ -454,8 +452,33 @@ class LocalShardEngine(SerialEngine):
                 from .. import lax
 
                 return self.whole(lax.pdot, args, kwargs, e.names, run=_call)
+            # its chunk-local product runs where no engine is bound: hand the operands now
+            every = tuple(_names_of(x)) + tuple(n for n in _names_of(y) if n not in _names_of(x))
+            args = tuple(self._handed(v, every) for v in args[:2]) + tuple(args[2:])
         return super()._reducing(op, *args, **kwargs)
+
+    def seed_size(self, name, local: int) -> int:
+        """A loss lacking the split axis ``name`` is the same on its ranks: a seed stands
+        for the instances of all of them (its cotangent is the whole on each)."""
+        if name in self.loops and name not in self._whole:
+            return local * self.loops[name]
+        return local
+
+    def first_copy(self, data: Any, dim: int, name) -> Any:
+        """The first of equal copies along ``name``: this rank's first, the cotangent
+        only where it is the axis's first index (summed over the ranks, it is the whole
+        once)."""
+        if name not in self.loops or name in self._whole:
+            return data.select(dim, 0)
+        return FirstCopy.apply(data, dim, self._chunk[self.names.index(name)] == 0)
+
+    def _handed(self, v: Any, every: tuple) -> Any:
+        """:meth:`broadcast` on a NamedTensor or tensor operand ``v``."""
+        if isinstance(v, NamedTensor):
+            return NamedTensor._wrap(self.broadcast(v._data, v._names, every), v._names)
+        return self.broadcast(v, (), every)
 
 
 def _call(func: Callable, args: tuple, kwargs: dict) -> Any:
     return func(*args, **kwargs)
+

@@ -4,27 +4,26 @@ each linear, so its forward-mode rule is the same Function applied to the tangen
 and its vmap rule the same Function applied to the whole batch (``jacrev``'s vmapped
 backward, a ``vmap`` opened in the body).
 
-Each collective is an all-reduce over the mesh dims that split the axes it reduces,
-issued with functional collectives (what DTensor issues: ``CommDebugMode`` counts them).
-Each transpose reads the marks of :mod:`._uniform`: a cotangent known to be the same on
-every rank of the dims summed over is multiplied by their ranks, not all-reduced.
+The cotangent of a value is the whole of it on every rank where the value's named shape
+says it is replicated (``shard_map``'s rule): each Function is the transpose of its
+partner.  ``psum`` (:class:`SumOverRanks`: each rank's part -> the sum, replicated)
+transposes to handing the whole cotangent on; a replicated value broadcast into a value
+split over mesh dims (:class:`Varying`) transposes to the sum of the ranks' parts; a
+split axis gathered whole (:class:`GatherOverRanks`) to keeping one's chunk
+(:class:`ChunkOfWhole`) and back.  Communication goes through functional collectives
+(what DTensor issues: ``CommDebugMode`` counts them).
 
 >>> import torch
->>> class FourRanks:   # a stand-in mesh: a marked cotangent needs no communication
-...     def size(self, dim): return 4
->>> dm = FourRanks()
->>> sum_of_cotangents(mark_uniform(torch.ones(2), dm, frozenset({0})), mesh_groups(dm, (0,)))
-tensor([4., 4.])
+>>> ChunkOfWhole.apply(torch.arange(4.), 0, [])   # no mesh dim: the whole is the chunk
+tensor([0., 1., 2., 3.])
 """
 from __future__ import annotations
 
 import torch
 
-from ._uniform import mark_uniform, uniform_dims
-
-__all__ = ["DivideByCount", "ExtremeOverRanks", "GatherOverRanks", "ScatterSumOverRanks",
-           "SumBeforeBroadcast", "SumOverRanks", "all_reduce", "extreme", "gather", "mesh_groups",
-           "ranks", "sum_of_cotangents", "uniform_part"]
+__all__ = ["ChunkOfWhole", "ExtremeOverRanks", "FirstCopy", "GatherOverRanks", "ScatterSumOverRanks",
+           "SumOverRanks", "Varying", "all_reduce", "extreme", "gather", "mesh_groups",
+           "own_block", "ranks"]
 
 
 def mesh_groups(dm, dims: tuple) -> list:
@@ -62,29 +61,10 @@ def ranks(dm, dims) -> int:
     return out
 
 
-def uniform_part(g: torch.Tensor, dims, dm) -> tuple:
-    """A partial sum ``g`` over the mesh ``dims`` -> (``g`` summed over those of them it
-    is marked the same along -- ``g`` times their ranks, no communication --, the dims
-    still to sum over)."""
-    same = uniform_dims(g, dm)
-    done = ranks(dm, [d for d in dims if d in same])
-    return (g * done if done != 1 else g), tuple(d for d in dims if d not in same)
-
-
-def sum_of_cotangents(g: torch.Tensor, groups: list) -> torch.Tensor:
-    """``g`` summed over the ranks of ``groups``: times their number along the mesh dims
-    where ``g`` is marked the same on all of them, an all-reduce along the others."""
-    dm = groups[0][0]
-    uniform = uniform_dims(g, dm)
-    g, rest = uniform_part(g, [d for _, d in groups], dm)
-    if rest:
-        return SumOverRanks.apply(g, mesh_groups(dm, rest))
-    return mark_uniform(g, dm, uniform)
-
-
 class SumOverRanks(torch.autograd.Function):
-    """``psum`` across ranks: an all-reduce; its transpose is the same all-reduce (or
-    less: :func:`sum_of_cotangents`)."""
+    """``psum`` across ranks: each rank's part -> their sum, the same on every rank of
+    ``groups``; the transpose hands the (whole) cotangent on to every rank's part as
+    it is (:class:`Varying`: differentiated again, it sums)."""
 
     @staticmethod
     def forward(x, groups):
@@ -96,7 +76,7 @@ class SumOverRanks(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        return sum_of_cotangents(g, ctx.groups), None
+        return Varying.apply(g, ctx.groups), None
 
     @staticmethod
     def jvp(ctx, t, _):
@@ -107,35 +87,37 @@ class SumOverRanks(torch.autograd.Function):
         return SumOverRanks.apply(x, groups), in_dims[0]
 
 
-class DivideByCount(torch.autograd.Function):
-    """``pmean``'s division of the ``psum`` by the instance count; the cotangent keeps
-    its mark."""
+class Varying(torch.autograd.Function):
+    """A value replicated over the mesh dims of ``groups``, as it is, on its way into a
+    value split over them (JAX's ``pvary``); the transpose sums the ranks' parts of its
+    cotangent there -- Megatron's "f" before a column-parallel layer.  With no groups, the
+    identity."""
 
     @staticmethod
-    def forward(x, count, dm):
-        return x / count
+    def forward(x, groups):
+        return x.view_as(x)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        ctx.count, ctx.dm = inputs[1], inputs[2]
+        ctx.groups = inputs[1]
 
     @staticmethod
     def backward(ctx, g):
-        return mark_uniform(g / ctx.count, ctx.dm, uniform_dims(g, ctx.dm)), None, None
+        return (SumOverRanks.apply(g, ctx.groups) if ctx.groups else g), None
 
     @staticmethod
-    def jvp(ctx, t, *_):
-        return DivideByCount.apply(t, ctx.count, ctx.dm)
+    def jvp(ctx, t, _):   # the tangent meets the same split values
+        return Varying.apply(t, ctx.groups)
 
     @staticmethod
-    def vmap(info, in_dims, x, count, dm):
-        return DivideByCount.apply(x, count, dm), in_dims[0]
+    def vmap(info, in_dims, x, groups):
+        return Varying.apply(x, groups), in_dims[0]
 
 
 class ExtremeOverRanks(torch.autograd.Function):
-    """``pmax``/``pmin`` of the ranks' partial extremes; the cotangent (summed over the
-    ranks, as the output is replicated) goes to each rank in proportion to how many of
-    the entries attaining the extreme it holds (``share``)."""
+    """``pmax``/``pmin`` of the ranks' partial extremes; the cotangent (whole: the output
+    is replicated) goes to each rank in proportion to how many of the entries attaining
+    the extreme it holds (``share``)."""
 
     @staticmethod
     def forward(x, out, share):
@@ -147,7 +129,7 @@ class ExtremeOverRanks(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g):
-        return sum_of_cotangents(g, ctx.groups) * ctx.share, None, None
+        return g * ctx.share, None, None
 
     @staticmethod
     def jvp(ctx, t, *_):   # each rank's partial tangent, in its share
@@ -169,41 +151,6 @@ def extreme(x: torch.Tensor, kind: str, groups: list) -> torch.Tensor:
     flag = nan.to(x.dtype) if kind == "max" else -nan.to(x.dtype)
     both = all_reduce(torch.stack([x.masked_fill(nan, fill), flag]), groups, kind)
     return both[0].masked_fill(both[1] != 0, float("nan"))
-
-
-class SumBeforeBroadcast(torch.autograd.Function):
-    """A replicated value, as it is, on its way into an einsum that broadcasts it along
-    axes split over the mesh ``dims``; backward: its cotangent, a different share on each
-    of those ranks, summed over them (Megatron's "f") and split evenly again, marked the
-    same on all -- when ``switch[0]`` (set by :meth:`._uniform.Replication.finish`), else
-    handed on as it is."""
-
-    @staticmethod
-    def forward(x, dm, dims, switch):
-        return x.view_as(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.dm, ctx.dims, ctx.switch = inputs[1:]
-
-    @staticmethod
-    def backward(ctx, g):
-        dm, dims = ctx.dm, ctx.dims
-        same = uniform_dims(g, dm)
-        if not ctx.switch[0] or dims <= same:
-            return g, None, None, None
-        total = sum_of_cotangents(g, mesh_groups(dm, tuple(sorted(dims))))
-        return mark_uniform(total / ranks(dm, dims), dm, same | dims), None, None, None
-
-    @staticmethod
-    def jvp(ctx, t, *_):
-        return t.view_as(t)
-
-    @staticmethod
-    def vmap(info, in_dims, x, dm, dims, switch):
-        return SumBeforeBroadcast.apply(x, dm, dims, switch), in_dims[0]
-
-
 
 
 def _on_wire(x: torch.Tensor, move) -> torch.Tensor:
@@ -229,6 +176,10 @@ class _AlongDim(torch.autograd.Function):
     def vmap(cls, info, in_dims, x, dim, groups):
         return cls.apply(_leading(x, in_dims[0], info), dim + 1, groups), 0
 
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.dim, ctx.groups = inputs[1], inputs[2]
+
 
 def gather(x: torch.Tensor, dim: int, groups: list) -> torch.Tensor:
     """``x`` of every rank of ``groups`` concatenated along ``dim``: block ``c`` is rank
@@ -241,34 +192,46 @@ def gather(x: torch.Tensor, dim: int, groups: list) -> torch.Tensor:
     return x
 
 
+def own_block(groups: list) -> tuple:
+    """(this rank's block index among the ranks of ``groups``, their number)."""
+    here, count = 0, 1
+    for dm, d in groups:
+        here, count = here * dm.size(d) + dm.get_coordinate()[d], count * dm.size(d)
+    return here, count
+
+
 class GatherOverRanks(_AlongDim):
     """A split axis made whole: :func:`gather` along ``dim``, the same on every rank of
-    ``groups``; the transpose sums the cotangent's shares over those ranks, each keeping
-    its own block (a reduce-scatter; no communication where the cotangent is marked the
-    same on all of them)."""
+    ``groups``; the transpose keeps this rank's block of the (whole) cotangent."""
 
     @staticmethod
     def forward(x, dim, groups):
         return gather(x.detach(), dim, groups)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.dim, ctx.groups, ctx.size = inputs[1], inputs[2], inputs[0].shape[inputs[1]]
+    def backward(ctx, g):
+        return ChunkOfWhole.apply(g, ctx.dim, ctx.groups), None, None
+
+
+class ChunkOfWhole(_AlongDim):
+    """A value replicated over the ranks of ``groups`` -> this rank's block along ``dim``
+    (a split axis's chunk); the transpose gathers the ranks' cotangents whole."""
+
+    @staticmethod
+    def forward(x, dim, groups):
+        here, count = own_block(groups)
+        size = x.shape[dim] // count
+        return x.narrow(dim, here * size, size)
 
     @staticmethod
     def backward(ctx, g):
-        dm, dims = ctx.groups[0][0], [d for _, d in ctx.groups]
-        if set(dims) <= uniform_dims(g, dm):   # every share is the whole: take our block
-            here, count = 0, 1
-            for d in dims:
-                here, count = here * dm.size(d) + dm.get_coordinate()[d], count * dm.size(d)
-            return g.narrow(ctx.dim, here * ctx.size, ctx.size) * count, None, None
-        return ScatterSumOverRanks.apply(g, ctx.dim, ctx.groups), None, None
+        return GatherOverRanks.apply(g, ctx.dim, ctx.groups), None, None
 
 
 class ScatterSumOverRanks(_AlongDim):
-    """:class:`GatherOverRanks`'s transpose: ``x`` summed over the ranks of ``groups``,
-    each keeping its own block along ``dim``; its own transpose is the gather."""
+    """Each rank's part summed over the ranks of ``groups``, each keeping its own block
+    along ``dim`` (a reduce-scatter); the transpose gathers the blocks' cotangents to
+    every rank (:class:`GatherParts`)."""
 
     @staticmethod
     def forward(x, dim, groups):
@@ -279,9 +242,51 @@ class ScatterSumOverRanks(_AlongDim):
         return x
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.dim, ctx.groups = inputs[1], inputs[2]
+    def backward(ctx, g):
+        return GatherParts.apply(g, ctx.dim, ctx.groups), None, None
+
+
+class GatherParts(_AlongDim):
+    """:func:`gather` of values that differ per rank (a reduce-scatter's cotangent); the
+    transpose is the reduce-scatter."""
+
+    @staticmethod
+    def forward(x, dim, groups):
+        return gather(x.detach(), dim, groups)
 
     @staticmethod
     def backward(ctx, g):
-        return GatherOverRanks.apply(g, ctx.dim, ctx.groups), None, None
+        return ScatterSumOverRanks.apply(g, ctx.dim, ctx.groups), None, None
+
+
+class FirstCopy(torch.autograd.Function):
+    """``x.select(dim, 0)``, ``x`` equal copies along a split axis; the cotangent goes to
+    the axis's first index only: here when ``first``, else nowhere."""
+
+    @staticmethod
+    def forward(x, dim, first):
+        return x.select(dim, 0)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, ctx.dim, ctx.first = inputs
+        ctx.shape = x.shape
+
+    @staticmethod
+    def backward(ctx, g):
+        out = g.new_zeros(ctx.shape)
+        if ctx.first:
+            out.select(ctx.dim, 0).copy_(g)
+        return out, None, None
+
+    @staticmethod
+    def jvp(ctx, t, *_):
+        return t.select(ctx.dim, 0)
+
+    @staticmethod
+    def vmap(info, in_dims, x, dim, first):
+        d = in_dims[0]
+        if d is None:
+            return FirstCopy.apply(x, dim, first), None
+        x = x.movedim(d, 0)
+        return FirstCopy.apply(x, dim + 1, first), 0

@@ -1,7 +1,14 @@
 """The local-shard path's edges (:mod:`._dtensor_spmd`): inputs onto each rank's shards
-and outputs back, as autograd Functions whose backward places the all-reduces a
-replicated input's gradient needs (each rank holds a partial sum of it) and splits a
-replicated output's cotangent over the ranks.
+and outputs back, as autograd Functions.
+
+A replicated input's cotangent is whole on every rank (:mod:`._local_comms`), but the
+uses that broadcast it into values split over mesh dims (a weight meeting a batch split
+over the data-parallel dim) each hand it a part, which must be summed over those ranks.
+Rather than an all-reduce per use, each input comes in two views: the value itself, for
+uses that keep it replicated, and a *part* view (the engine hands it to such uses,
+:meth:`._dtensor_spmd.LocalShardEngine.broadcast`) whose cotangents the edge's backward
+sums over the mesh dims its uses split -- one flat all-reduce for all inputs of a dtype
+(:func:`._dtensor_comms.sum_partials`, as DDP buckets).
 
 >>> rewrap(3, torch.ones(1))   # a leaf without names stays a plain tensor
 tensor([1.])
@@ -13,25 +20,19 @@ from typing import Any
 import torch
 
 from .._tensor import NamedTensor
-from .._torch_private import local_tensor
 from ._dtensor_comms import sum_partials
-from ._local_comms import GatherOverRanks, mesh_groups, sum_of_cotangents, uniform_part
-from ._uniform import mark_uniform
+from ._local_comms import GatherOverRanks, SumOverRanks, mesh_groups
 
-__all__ = ["ChunkOfFull", "FromLocal", "ReplicatedOutput", "ShardsOf", "SumGradsOverRanks", "local_shard",
-           "rewrap"]
+__all__ = ["ChunkOfFull", "FromLocal", "ReplicatedInputs", "ShardsOf", "local_shard", "rewrap"]
 
 
 def local_shard(leaf: Any) -> Any:
-    """A NamedTensor over a DTensor -> over its local shard; the gradient handed back is a
-    partial sum over the mesh dims the value is replicated on (module docstring)."""
+    """A NamedTensor over a DTensor -> over its local shard (the gradient handed back is
+    laid out as the DTensor: whole where it is replicated)."""
     data = leaf._data if isinstance(leaf, NamedTensor) else leaf
     if type(data).__name__ != "DTensor":
         return leaf
-    from torch.distributed.tensor import Partial
-
-    grads = [Partial() if p.is_replicate() else p for p in data.placements]
-    local = data.to_local(grad_placements=grads)
+    local = data.to_local()
     return NamedTensor._wrap(local, leaf._names) if isinstance(leaf, NamedTensor) else local
 
 
@@ -40,155 +41,125 @@ def rewrap(leaf: Any, data: torch.Tensor) -> Any:
     return NamedTensor._wrap(data, leaf._names) if isinstance(leaf, NamedTensor) else data
 
 
-class ShardsOf(torch.autograd.Function):
-    """DTensors laid out as the plan wants -> their local shards; backward: each local
-    gradient, a partial sum over the mesh dims its input is replicated on, summed there
-    (one flat buffer per dtype, :func:`._dtensor_comms.sum_partials`) and handed back as a
-    DTensor laid out like its input -- a sharded parameter's gradient stays sharded."""
+def _views(xs) -> tuple:
+    """Each of ``xs`` twice over: the values, then their part views (module docstring)."""
+    return tuple(x.view_as(x) for x in xs) + tuple(x.view_as(x) for x in xs)
+
+
+def _with_parts(gs: tuple, parts: list, differentiable: bool) -> list:
+    """The whole cotangents ``gs[:k]`` plus the parts ``gs[k:]`` summed over the mesh
+    dims in ``parts[i]`` (``(DeviceMesh, set of dims)``, filled by the forward's uses):
+    one flat all-reduce per dtype."""
+    k = len(gs) // 2
+    out = list(gs[:k])
+    by_dtype: dict = {}
+    for i, (g, (dm, dims)) in enumerate(zip(gs[k:], parts)):
+        if g is not None and dims:
+            by_dtype.setdefault(g.dtype, []).append((i, g, tuple(sorted(dims))))
+    for members in by_dtype.values():
+        dm = parts[members[0][0]][0]
+        summed = sum_partials([g for _, g, _ in members], [d for _, _, d in members], dm,
+                              differentiable=differentiable)
+        for (i, _, _), t in zip(members, summed):
+            out[i] = t if out[i] is None else out[i] + t
+    return out
+
+
+class ReplicatedInputs(torch.autograd.Function):
+    """Replicated full inputs -> each as it is and its part view (module docstring);
+    backward: the whole gradient, the parts summed over the ranks -- differentiably (an
+    outer derivative may differentiate this backward).  ``apply(parts, *xs)``."""
 
     @staticmethod
-    def forward(dm, *xs):
-        return tuple(local_tensor(x).view_as(local_tensor(x)) for x in xs)
+    def forward(parts, *xs):
+        return _views(xs)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        ctx.dm = inputs[0]
-        ctx.specs = [(tuple(x.placements), x.shape, x.stride()) for x in inputs[1:]]
+        ctx.parts = inputs[0]
         ctx.set_materialize_grads(False)   # an input the outputs ignore gets no gradient
+
+    @staticmethod
+    def backward(ctx, *gs):
+        return (None, *_with_parts(gs, ctx.parts, differentiable=True))
+
+    @staticmethod
+    def jvp(ctx, _, *ts):
+        return _views(ts)
+
+    @staticmethod
+    def vmap(info, in_dims, parts, *xs):
+        return ReplicatedInputs.apply(parts, *xs), tuple(in_dims[1:]) * 2
+
+
+class ShardsOf(torch.autograd.Function):
+    """DTensors laid out as the plan wants -> their local shards and part views (module
+    docstring); backward: each local gradient, the parts summed, handed back as a
+    DTensor laid out like its input -- a sharded parameter's gradient stays sharded.
+    ``apply(dm, parts, *dtensors)``."""
+
+    @staticmethod
+    def forward(dm, parts, *xs):
+        return _views([x.to_local() for x in xs])   # (grad is off in a forward: no node)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.dm, ctx.parts = inputs[0], inputs[1]
+        ctx.specs = [(tuple(x.placements), x.shape, x.stride()) for x in inputs[2:]]
+        ctx.set_materialize_grads(False)
 
     @staticmethod
     def backward(ctx, *gs):
         from torch.distributed.tensor import DTensor
 
-
-        out = [None] * len(gs)
-        by_dtype: dict = {}
-        for i, (g, (places, _, _)) in enumerate(zip(gs, ctx.specs)):
-            if g is None:
-                continue
-            g, dims = uniform_part(g, [d for d, p in enumerate(places) if p.is_replicate()],
-                                      ctx.dm)
-            out[i] = g
-            if dims:
-                by_dtype.setdefault(g.dtype, []).append((i, dims))
         twice = torch.is_grad_enabled()   # create_graph: this backward is differentiated
-        for members in by_dtype.values():
-            summed = sum_partials([out[i] for i, _ in members], [d for _, d in members], ctx.dm,
-                                  differentiable=twice)
-            for (i, _), t in zip(members, summed):
-                out[i] = t
+        out = _with_parts(gs, ctx.parts, differentiable=twice)
         for i, (g, (places, shape, stride)) in enumerate(zip(out, ctx.specs)):
             if g is None:
                 continue
-            if twice:   # an output edge: its cotangent is the same on every rank it is on
-                out[i] = FromLocal.apply(g, ctx.dm, tuple(places), tuple(shape))
+            if twice:
+                out[i] = FromLocal.apply(g, ctx.dm, places, tuple(shape))
             else:
                 out[i] = DTensor.from_local(g.contiguous(), ctx.dm, places, run_check=False,
                                             shape=shape, stride=stride)
-        return (None, *out)
+        return (None, None, *out)
 
 
 class ChunkOfFull(torch.autograd.Function):
     """A full input -> this rank's chunk of each split axis (``cuts``: ``(dim, start,
-    size)`` per axis); backward: the chunk's gradient, a partial sum over the mesh dims
-    ``rep`` the input is replicated on, summed there, then gathered over the mesh dims
-    of each split axis (``gathers``: ``(dim, groups)``) -- the full gradient, the same on
-    every rank.  Traceable: no DTensor is made (``nx.jit`` of a mesh call)."""
+    size)`` per axis) and its part view (module docstring); backward: the chunk's
+    gradient, the parts summed, gathered over the mesh dims of each split axis
+    (``gathers``: ``(dim, groups)``) -- the full gradient, the same on every rank.
+    Traceable: no DTensor is made (``nx.jit`` of a mesh call)."""
 
     @staticmethod
-    def forward(x, dm, cuts, rep, gathers):
+    def forward(x, parts, cuts, gathers):
         for dim, start, size in cuts:
             x = x.narrow(dim, start, size)
-        return x.view_as(x)
+        return _views([x])
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        ctx.dm, _, ctx.rep, ctx.gathers = inputs[1:]
+        ctx.parts, _, ctx.gathers = inputs[1:]
+        ctx.set_materialize_grads(False)
 
     @staticmethod
-    def backward(ctx, g):
-        if ctx.rep:
-            g = sum_of_cotangents(g, mesh_groups(ctx.dm, ctx.rep))
+    def backward(ctx, g, part):
+        (dm, dims), = ctx.parts
+        if part is not None and dims:
+            part = SumOverRanks.apply(part, mesh_groups(dm, tuple(sorted(dims))))
+        if part is not None:
+            g = part if g is None else g + part
+        if g is None:
+            return None, None, None, None
         for dim, groups in ctx.gathers:
             g = GatherOverRanks.apply(g, dim, groups)
-        if torch.is_grad_enabled():   # create_graph: the gradient is a full output
-            g = ReplicatedOutput.apply(g, ctx.dm)
-        return g, None, None, None, None
-
-
-class SumGradsOverRanks(torch.autograd.Function):
-    """Replicated full inputs, as they are; backward: their gradients (each rank's
-    partial sum) summed over every rank in one flat buffer per dtype -- differentiably
-    (an outer derivative may differentiate this backward), and not along the mesh dims
-    where a gradient is marked the same on every rank (:func:`._local_comms.uniform_part`)."""
-
-    @staticmethod
-    def forward(dm, *xs):
-        return tuple(x.view_as(x) for x in xs)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.dm = inputs[0]
-        ctx.set_materialize_grads(False)   # an input the outputs ignore gets no gradient
-
-    @staticmethod
-    def backward(ctx, *gs):
-
-        out = list(gs)
-        by_dtype: dict = {}
-        for i, g in enumerate(gs):
-            if g is not None:
-                out[i], dims = uniform_part(g, range(ctx.dm.ndim), ctx.dm)
-                if dims:
-                    by_dtype.setdefault(g.dtype, []).append((i, dims))
-        for members in by_dtype.values():
-            summed = sum_partials([out[i] for i, _ in members], [d for _, d in members],
-                                  ctx.dm, differentiable=True)
-            for (i, _), t in zip(members, summed):
-                out[i] = t
-        if torch.is_grad_enabled():   # create_graph: the gradients are full outputs
-            out = [None if t is None else ReplicatedOutput.apply(t, ctx.dm) for t in out]
-        return (None, *out)
-
-    @staticmethod
-    def jvp(ctx, _, *ts):
-        return tuple(t.view_as(t) for t in ts)
-
-    @staticmethod
-    def vmap(info, in_dims, dm, *xs):
-        return SumGradsOverRanks.apply(dm, *xs), tuple(in_dims[1:])
-
-
-class ReplicatedOutput(torch.autograd.Function):
-    """A full output, the same on every rank, as it is; backward: the cotangent (the same
-    on every rank) split evenly over the ranks, marked as the same on all of them."""
-
-    @staticmethod
-    def forward(x, dm):
-        return x.view_as(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.dm = inputs[1]
-
-    @staticmethod
-    def backward(ctx, g):
-        dm = ctx.dm
-        return mark_uniform(g / dm.size(), dm, frozenset(range(dm.ndim))), None
-
-    @staticmethod
-    def jvp(ctx, t, _):
-        return t.view_as(t)
-
-    @staticmethod
-    def vmap(info, in_dims, x, dm):
-        return ReplicatedOutput.apply(x, dm), in_dims[0]
+        return g, None, None, None
 
 
 class FromLocal(torch.autograd.Function):
     """This rank's shard of an output -> the DTensor laid out per the plan; backward: the
-    cotangent's local part, split evenly over the ranks of each mesh dim the output is
-    replicated on (a partial sum there is kept as it is)."""
+    cotangent's local shard (a partial sum is summed first)."""
 
     @staticmethod
     def forward(local, dm, places, shape):
@@ -211,17 +182,7 @@ class FromLocal(torch.autograd.Function):
 
         if not isinstance(g, DTensor):   # a full cotangent: the same on every rank
             g = DTensor.from_local(g, ctx.dm, [Replicate()] * ctx.dm.ndim, run_check=False)
-        want, split = [], 1
-        for d, (p, q) in enumerate(zip(ctx.places, g.placements)):
-            if p.is_shard():
-                want.append(p)
-            elif q.is_partial():
-                want.append(q)
-            else:
-                want.append(Replicate())
-                split *= ctx.dm.size(d)
+        want = [p if p.is_shard() else Replicate() for p in ctx.places]
         if list(g.placements) != want:
             g = g.redistribute(ctx.dm, want)
-        local = g.to_local()
-        same = frozenset(d for d, p in enumerate(want) if p.is_replicate())
-        return mark_uniform(local / split, ctx.dm, same), None, None, None
+        return g.to_local(), None, None, None

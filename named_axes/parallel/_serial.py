@@ -246,6 +246,12 @@ class SerialEngine(EngineBase):
     def broadcast(self, data: Any, names: tuple, result: tuple) -> Any:
         return self._pieces().broadcast(data, names, result)
 
+    def seed_size(self, name, local: int) -> int:
+        return self._pieces().seed_size(name, local)
+
+    def first_copy(self, data: Any, dim: int, name) -> Any:
+        return self._pieces().first_copy(data, dim, name)
+
     def _default(self, op: str, *args, **kwargs):
         """The collective as if no loop existed (on this chunk), computed by nx.lax.
 

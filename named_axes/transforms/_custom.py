@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from .._engine import engine_for
 from .._env import bound_axes, frames, within
 from .._errors import AxisSpecError, AxisTypeError
 from .._layout import align
@@ -61,11 +62,14 @@ def _like(g: Any, like: torch.Tensor, names: tuple | None, what: str):
 
 def _instances_lacking(axes: dict, names: tuple, skip: tuple = ()) -> int:
     """How many instances of ``axes`` (name -> size) a value named ``names`` lacks,
-    leaving out ``skip`` (a loop: dynamo cannot trace ``math.prod(<generator>)``)."""
+    leaving out ``skip`` (a loop: dynamo cannot trace ``math.prod(<generator>)``) -- on a
+    mesh those of every rank, where the value is the same (its cotangent is the whole on
+    each, :meth:`_instances.Region.seed_scale`)."""
     count = 1
     for n, s in axes.items():
         if n not in names and n not in skip:
-            count *= s
+            engine = engine_for((n,))
+            count *= s if engine is None else engine.seed_size(n, s)
     return count
 
 
@@ -90,9 +94,18 @@ def _summed_back(g: Any, names: tuple, axes: dict, inner_mode: bool) -> Any:
             return g * scale if scale != 1 else g
         return g
     extra = tuple(n for n in g._names if n not in names)
-    if extra:
-        dims = [g._names.index(n) for n in extra]
-        g = NamedTensor._wrap(g._data.sum(dims), tuple(n for n in g._names if n not in extra))
+    # the instances on other ranks too, where a mesh splits an axis (the input is the
+    # same there: its cotangent is the whole on each)
+    split = tuple(n for n in extra if (e := engine_for((n,))) is not None
+                  and e.seed_size(n, 1) != 1)
+    if split:
+        from ..lax import psum
+
+        g = psum(g, split)
+    rest = tuple(n for n in extra if n not in split)
+    if rest:
+        dims = [g._names.index(n) for n in rest]
+        g = NamedTensor._wrap(g._data.sum(dims), tuple(n for n in g._names if n not in rest))
     if inner_mode:
         scale = _instances_lacking(axes, names, extra)
         if scale != 1:

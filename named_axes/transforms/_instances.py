@@ -47,6 +47,7 @@ import os
 
 import torch
 
+from .._engine import engine_for
 from .._env import INNER
 from .._errors import AxisTypeError
 from .._modes import modes_run_values as _modes_run_values
@@ -138,11 +139,14 @@ class Region:
         return self.axes
 
     def seed_scale(self, names: tuple) -> int:
-        """How many instances a loss carrying ``names`` stands for."""
+        """How many instances a loss carrying ``names`` stands for (on a mesh, where a
+        lacking axis is split over ranks, those of every rank: the loss is replicated
+        there, and its cotangent is the whole on each, :mod:`..parallel._local_comms`)."""
         scale = 1
         for n, s in self.axes.items():   # a loop: dynamo cannot trace prod(<generator>)
             if n not in names:
-                scale *= s
+                engine = engine_for((n,))
+                scale *= s if engine is None else engine.seed_size(n, s)
         return scale
 
 
@@ -273,7 +277,8 @@ def without(value, axes) -> object:
         d = names.index(n)
         if _CHECK and _concrete(data):
             _check_copies(data, d, n)
-        data = data.select(d, 0)
+        engine = engine_for((n,))
+        data = data.select(d, 0) if engine is None else engine.first_copy(data, d, n)
         names = names[:d] + names[d + 1:]
     return NamedTensor._wrap(data, names)
 

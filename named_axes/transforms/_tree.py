@@ -17,6 +17,7 @@ from typing import Any, Hashable, Iterable
 
 import torch
 
+from .._engine import handed
 from .._tensor import NamedTensor
 from .._torch_private import tree_flatten, tree_unflatten
 
@@ -79,5 +80,6 @@ def expand_over(leaf: Any, sizes: dict, skip: Iterable[Hashable] = ()) -> Any:
     extra = tuple(n for n in sizes if n not in names and n not in skip)
     if not extra:
         return leaf
+    data = handed(data, names, extra + names)   # (a mesh engine's sums, :mod:`.._engine`)
     data = data.expand(tuple(sizes[n] for n in extra) + tuple(data.shape))
     return NamedTensor._wrap(data, extra + names)

@@ -135,10 +135,10 @@ def test_no_rank_holds_a_global_parameter_batch_or_gradient(tmp_path):
         assert res["grad_local_shapes"] == res["param_local_shapes"]
     comms = ranks[0]["comms"]
     # 1 layer, the body on each rank's shards: forward 2 row-parallel psums + 1 loss mean;
-    # backward one all-reduce, Megatron's "f" before the MLP's layer norm (whose input comes
-    # from the attention's psum): the cotangents above it are then the same on every mp rank,
-    # so neither psum's transpose nor the loss mean's all-reduces; the attention's input (the
-    # embedding's, no psum above it) keeps its shares, summed with the gradients: one flat
-    # all-reduce over dp, one over mp (the first layer norm's and the embeddings' gradients).
-    # Megatron's count for 1 layer: 2 + 1 forward, 2 backward, 1 dp bucket -- the same 6.
-    assert comms == {"all_reduce": 4, "allreduce_": 2}, comms
+    # backward Megatron's "f" before each column-parallel matmul (the layer norms' outputs,
+    # replicated over mp, meet the mp-split weights: their cotangents' parts are summed
+    # there, so every replicated value's cotangent is whole -- no psum's transpose and no
+    # loss mean all-reduces); the weights meet the dp-split batch: their parts are summed at
+    # the edge in one flat all-reduce over dp.  Megatron's count: 2 + 1 forward, 2 backward,
+    # 1 dp bucket -- 6.
+    assert comms == {"all_reduce": 5, "allreduce_": 1}, comms
