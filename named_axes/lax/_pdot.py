@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import torch
 
 from . import _ops
-from .._engine import engine_for
+from .._engine import engine_for, handed
 from .._env import INNER, axis_size, bound_axes
 from .._env import _state as _env_state
 from .._errors import AxisSizeError, AxisSpecError
@@ -69,10 +69,10 @@ def _pdot_run(plan: tuple, x: NamedTensor, y: NamedTensor, names: tuple) -> Any:
     eq, out_names, _, _, missing = plan
     engine = engine_for(names)   # an engine may contract its values (DTensor: by shards)
     xd, yd, data = x._data, y._data, None
+    if _env_state.engine:   # the engine running the product's axes hands the operands
+        every = x._names + tuple(n for n in y._names if n not in x._names)
+        xd, yd = handed(xd, x._names, every), handed(yd, y._names, every)
     if engine is not None:
-        every = x._names + tuple(n for n in y._names if n not in x._names)   # the product's
-        xd = engine.broadcast(xd, x._names, every)
-        yd = engine.broadcast(yd, y._names, every)
         data = engine.contract(eq, xd, yd)
     if data is None:
         data = _ops.pdot(xd, yd, eq)

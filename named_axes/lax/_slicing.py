@@ -111,6 +111,9 @@ def dynamic_slice(operand: Any, start_indices: Sequence, slice_sizes: Sequence[i
     shape = tuple(x.shape)
     starts = _starts(start_indices, len(shape), "dynamic_slice", shape)
     sizes = _sizes(slice_sizes, shape, "dynamic_slice")
+    every = x._names + tuple(n for s in starts for n in getattr(s, "_names", ())
+                             if n not in x._names)   # per-instance starts: each its slice
+    x = NamedTensor._wrap(handed(x._data, x._names, every), x._names)
     for d, (s, size) in enumerate(zip(starts, sizes)):
         if isinstance(s, int):
             if size != shape[d]:

@@ -72,8 +72,7 @@ from ._dtensor_comms import placements as _placements
 from ._local_comms import (ChunkOfWhole, ExtremeOverRanks, FirstCopy, GatherOverRanks,
                            ScatterSumOverRanks, SumOverRanks, Varying, all_reduce, extreme,
                            mesh_groups)
-from ._local_edges import (ChunkOfFull, FromLocal, ReplicatedInputs, ShardsOf, local_shard,
-                           rewrap)
+from ._local_edges import FromLocal, FullInputs, ShardsOf, local_shard, rewrap
 
 __all__ = ["LocalShardEngine", "run_on_local_shards"]
 
@@ -157,12 +156,13 @@ class LocalShardEngine(SerialEngine):
 
     def _to_local(self, leaves: list) -> list:
         """This rank's shard of each input leaf.  A full tensor on this device that needs
-        no gradient, or is replicated (no split axis), is sliced here -- the replicated
-        ones' gradients, the ranks' partial sums, all-reduced together by one
-        :class:`SumGradsOverRanks` -- and the rest go through DTensors (the engine's
-        input conversion: layout checks, redistribution, sharded gradients)."""
+        no gradient is sliced here, one that needs one cut by :class:`FullInputs` (the
+        parts of all their gradients summed in one flat all-reduce), a DTensor laid out
+        as the plan wants is taken as its shard (:class:`ShardsOf`, likewise), and the
+        rest go through DTensors (the engine's input conversion: layout checks,
+        redistribution, sharded gradients)."""
 
-        out, via_dtensor, replicated, laid_out = list(leaves), [], [], []
+        out, via_dtensor, full, laid_out = list(leaves), [], [], []
         grad = torch.is_grad_enabled()
         for i, leaf in enumerate(leaves):
             data = leaf._data if isinstance(leaf, NamedTensor) else leaf
@@ -188,16 +188,13 @@ class LocalShardEngine(SerialEngine):
                 continue
             self.outer._check_names(names, f"argument leaf {i}")
             if data.requires_grad and grad:
-                if any(n in self.loops for n in names):
-                    out[i] = self._with_parts(leaf, self._chunk_of_full(data, names))
-                    SUMMARY.distributed_inputs += 1
-                else:
-                    replicated.append(i)
+                full.append(i)
             else:
                 out[i] = self._slice(leaf, self._chunk)
                 SUMMARY.distributed_inputs += 1
-        SUMMARY.distributed_inputs += len(replicated)
-        for members, edge in ((replicated, ReplicatedInputs.apply),
+        SUMMARY.distributed_inputs += len(full)
+        layouts = tuple(self._layout(getattr(leaves[i], "_names", ())) for i in full)
+        for members, edge in ((full, lambda parts, *xs: FullInputs.apply(parts, layouts, *xs)),
                               (laid_out, functools.partial(ShardsOf.apply, self.dm))):
             if members:
                 parts = [(self.dm, set()) for _ in members]
@@ -211,16 +208,17 @@ class LocalShardEngine(SerialEngine):
                 out[i] = local_shard(d)
         return out
 
-    def _chunk_of_full(self, data: torch.Tensor, names: tuple) -> torch.Tensor:
-        """This rank's chunk of a full input that needs a gradient (:class:`ChunkOfFull`)."""
+    def _layout(self, names: tuple) -> tuple:
+        """A full input named ``names`` on this rank (:class:`FullInputs`): ``(cuts,
+        gathers)`` -- ``(dim, start, size)`` of its chunk and ``(dim, groups)`` of each
+        split axis."""
         cuts, gathers = [], []
         for i, n in enumerate(names):
             if n in self.loops:
                 size = self.chunk_size(n)
                 cuts.append((i, self._chunk[self.names.index(n)] * size, size))
                 gathers.append((i, mesh_groups(self.dm, self.mesh_dims[n])))
-        parts = [(self.dm, set())]
-        return (*ChunkOfFull.apply(data, parts, tuple(cuts), tuple(gathers)), parts[0])
+        return tuple(cuts), tuple(gathers)
 
     def _to_output(self, leaf: Any) -> Any:
         """An output leaf as the engine returns it: a fully replicated one as it is when

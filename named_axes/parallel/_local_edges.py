@@ -21,9 +21,9 @@ import torch
 
 from .._tensor import NamedTensor
 from ._dtensor_comms import sum_partials
-from ._local_comms import GatherOverRanks, SumOverRanks, mesh_groups
+from ._local_comms import GatherOverRanks
 
-__all__ = ["ChunkOfFull", "FromLocal", "ReplicatedInputs", "ShardsOf", "local_shard", "rewrap"]
+__all__ = ["FromLocal", "FullInputs", "ShardsOf", "local_shard", "rewrap"]
 
 
 def local_shard(leaf: Any) -> Any:
@@ -65,31 +65,56 @@ def _with_parts(gs: tuple, parts: list, differentiable: bool) -> list:
     return out
 
 
-class ReplicatedInputs(torch.autograd.Function):
-    """Replicated full inputs -> each as it is and its part view (module docstring);
-    backward: the whole gradient, the parts summed over the ranks -- differentiably (an
-    outer derivative may differentiate this backward).  ``apply(parts, *xs)``."""
+def _chunks(xs, layouts) -> list:
+    """Each of ``xs`` cut to this rank's chunk of its split axes (``layouts[i][0]``:
+    ``(dim, start, size)`` per axis)."""
+    out = []
+    for x, (cuts, _) in zip(xs, layouts):
+        for dim, start, size in cuts:
+            x = x.narrow(dim, start, size)
+        out.append(x)
+    return out
+
+
+class FullInputs(torch.autograd.Function):
+    """Full inputs (the same on every rank) -> this rank's chunk of each (``layouts[i]``:
+    ``(cuts, gathers)``, no cut for a replicated input) and its part view (module
+    docstring); backward: each chunk's whole gradient, the parts summed over the ranks
+    (one flat all-reduce per dtype), gathered over the mesh dims of each split axis
+    (``gathers``: ``(dim, groups)``) -- the full gradient, the same on every rank;
+    differentiably (an outer derivative may differentiate this backward).  Traceable: no
+    DTensor is made (``nx.jit`` of a mesh call).  ``apply(parts, layouts, *xs)``."""
 
     @staticmethod
-    def forward(parts, *xs):
-        return _views(xs)
+    def forward(parts, layouts, *xs):
+        return _views(_chunks(xs, layouts))
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        ctx.parts = inputs[0]
+        ctx.parts, ctx.layouts = inputs[0], inputs[1]
         ctx.set_materialize_grads(False)   # an input the outputs ignore gets no gradient
 
     @staticmethod
     def backward(ctx, *gs):
-        return (None, *_with_parts(gs, ctx.parts, differentiable=True))
+        out = _with_parts(gs, ctx.parts, differentiable=True)
+        for i, (_, gathers) in enumerate(ctx.layouts):
+            for dim, groups in gathers:
+                if out[i] is not None:
+                    out[i] = GatherOverRanks.apply(out[i], dim, groups)
+        return (None, None, *out)
 
     @staticmethod
-    def jvp(ctx, _, *ts):
-        return _views(ts)
+    def jvp(ctx, _, __, *ts):
+        return _views(_chunks(ts, ctx.layouts))
 
     @staticmethod
-    def vmap(info, in_dims, parts, *xs):
-        return ReplicatedInputs.apply(parts, *xs), tuple(in_dims[1:]) * 2
+    def vmap(info, in_dims, parts, layouts, *xs):
+        xs = [x.movedim(d, 0) if d is not None else
+              x.unsqueeze(0).expand((info.batch_size,) + tuple(x.shape))
+              for x, d in zip(xs, in_dims[2:])]
+        moved = tuple((tuple((d + 1, a, b) for d, a, b in cuts),
+                       tuple((d + 1, g) for d, g in gathers)) for cuts, gathers in layouts)
+        return FullInputs.apply(parts, moved, *xs), (0,) * (2 * len(xs))
 
 
 class ShardsOf(torch.autograd.Function):
@@ -123,38 +148,6 @@ class ShardsOf(torch.autograd.Function):
                 out[i] = DTensor.from_local(g.contiguous(), ctx.dm, places, run_check=False,
                                             shape=shape, stride=stride)
         return (None, None, *out)
-
-
-class ChunkOfFull(torch.autograd.Function):
-    """A full input -> this rank's chunk of each split axis (``cuts``: ``(dim, start,
-    size)`` per axis) and its part view (module docstring); backward: the chunk's
-    gradient, the parts summed, gathered over the mesh dims of each split axis
-    (``gathers``: ``(dim, groups)``) -- the full gradient, the same on every rank.
-    Traceable: no DTensor is made (``nx.jit`` of a mesh call)."""
-
-    @staticmethod
-    def forward(x, parts, cuts, gathers):
-        for dim, start, size in cuts:
-            x = x.narrow(dim, start, size)
-        return _views([x])
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.parts, _, ctx.gathers = inputs[1:]
-        ctx.set_materialize_grads(False)
-
-    @staticmethod
-    def backward(ctx, g, part):
-        (dm, dims), = ctx.parts
-        if part is not None and dims:
-            part = SumOverRanks.apply(part, mesh_groups(dm, tuple(sorted(dims))))
-        if part is not None:
-            g = part if g is None else g + part
-        if g is None:
-            return None, None, None, None
-        for dim, groups in ctx.gathers:
-            g = GatherOverRanks.apply(g, dim, groups)
-        return g, None, None, None
 
 
 class FromLocal(torch.autograd.Function):

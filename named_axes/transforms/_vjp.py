@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from .._engine import engine_for
 from .._env import bound_axes
 from .._errors import AxisSpecError, AxisTypeError
 from .._layout import align
@@ -33,12 +34,19 @@ _NT = NamedTensor
 
 def _chunked(axes: dict, reduce_axes: tuple) -> dict:
     """The ``reduce_axes`` this call sees only a chunk of (a ``SerialLoop`` axis): name ->
-    chunk size."""
+    chunk size.  Not an axis split over a mesh: there the gradient of a value lacking it
+    is summed over the ranks already (its cotangent is the whole on each)."""
     if not reduce_axes:
         return {}
     bound = bound_axes()
     return {n: axes[n] for n in reduce_axes
-            if n in axes and n in bound and bound[n] != axes[n]}
+            if n in axes and n in bound and bound[n] != axes[n] and not _on_mesh(n)}
+
+
+def _on_mesh(name) -> bool:
+    """Whether a mesh engine splits ``name`` (its pieces hold whole cotangents)."""
+    engine = engine_for((name,))
+    return engine is not None and engine.seed_size(name, 1) != 1
 
 
 def _sum_over_chunks(g: Any, chunked: dict) -> Any:

@@ -729,10 +729,9 @@ def broadcast_sums(rank, results):
     # backward all-reduces -- 1d: each block's f (the stream's layer norm times g1 or g2,
     # replicated, meets the split weights); x's and g1's gradients come whole.  2d ('b'
     # over x): the two f's over y; the weights and g1, g2 meet the batch split over x:
-    # their parts summed at the edge -- g1 and g2 in one flat buffer, each full weight
-    # (split over 'm') one all-reduce of its chunk's parts.
+    # their parts summed at the edge, all in one flat buffer.
     for name, mesh, res, want in [("1d", mesh_1d(), {"m": "x"}, 2),
-                                  ("2d", mesh_2d(), {"b": "x", "m": "y"}, 7)]:
+                                  ("2d", mesh_2d(), {"b": "x", "m": "y"}, 3)]:
         key = f"broadcast_residual_{name}"
         results[key] = compare(_residual, ax, [...], res, args, mesh)
         results[key]["backward_all_reduces"] = _backward_all_reduces(
@@ -815,6 +814,36 @@ def broadcast_programs(rank, results):
     results["broadcast_programs"] = worst
 
 
+def replicated_meets_split(rank, results):
+    # Where a value replicated over a mesh dim meets values split over it, the parts of its
+    # cotangent are summed there (its cotangent is the whole on every rank).  Places found
+    # by the mesh oracle (seed 3915) outside the dispatcher: a per-instance dynamic_slice
+    # start, nx.grad's reduce_axes over a split axis, pdot over a SerialLoop axis with a
+    # mesh axis the other operand lacks, the copies nx.grad drops, a closed-over value.
+    lax = nx.lax
+    x, y = torch.linspace(-1, 1, 5), torch.linspace(-2, 2, 4 * 5).reshape(4, 5)
+    cases = {
+        "dynamic_slice": (lambda a, b: lax.dynamic_slice(a, [lax.axis_index("c")], [2]) * 2,
+                          {"c": "x"}),
+        "reduce_axes": (lambda a, b: nx.grad(lambda w: (torch.sin(w) * b).sum(),
+                                             reduce_axes=("c",))(a) + b, {"c": "x"}),
+        "two_argnums": (lambda a, b: sum(nx.grad(lambda p, q: (p * p * q).sum(),
+                                                 argnums=(0, 1))(a, b)), {"c": "x"}),
+    }
+    for name, (f, res) in cases.items():
+        results[f"replicated_meets_{name}"] = compare(
+            f, ([...], ["c", ...]), ["c", ...], res, (x, y), mesh_1d())
+    results["replicated_meets_dropped_copies"] = compare(
+        lambda a, b: nx.grad(lambda q: (torch.sin(a) * q).sum())(b),
+        (["b", ...], [None, "c", ...]), ["b", "c", ...], {"c": "x"},
+        (torch.linspace(-1, 1, 2 * 3).reshape(2, 3), torch.linspace(-2, 2, 3 * 4).reshape(3, 4)),
+        mesh_1d())
+    z = torch.linspace(-1, 1, 4 * 3 * 2).reshape(4, 3, 2)
+    results["replicated_meets_pdot_loop"] = compare(
+        lambda a, b: lax.pdot(a, b, "b"), (["b", ...], ["d", None, "b", ...]), ["d", ...],
+        {"d": "x", "b": nx.SerialLoop(2)}, (torch.linspace(0, 1, 2), z), mesh_1d())
+
+
 def double_backward(rank, results):
     # A gradient taken with create_graph and differentiated again: a replicated input's
     # gradient, summed over the ranks in the first backward, is a full output of it --
@@ -862,4 +891,4 @@ if __name__ == "__main__":
               compiled, inner_derivatives, inner_jvp, tuple_index,
               outer_transforms, around_transforms,
               dtensor_outputs, folding, uniform_cotangents, laid_out_dtensors, broadcast_sums,
-              broadcast_programs, double_backward])
+              broadcast_programs, double_backward, replicated_meets_split])

@@ -297,3 +297,14 @@ def test_a_gradient_differentiated_again_equals_vectorized(ranks, case):
     for r, res in enumerate(ranks):
         got = res[f"double_backward_{case}"]
         assert got["err"] < 1e-10 and got["local"] == 1, (r, got)
+
+
+@pytest.mark.parametrize("case", ["dynamic_slice", "reduce_axes", "dropped_copies",
+                                  "two_argnums", "pdot_loop"])
+def test_a_replicated_value_meeting_split_ones_gets_its_whole_gradient(ranks, case):
+    """Outputs and input gradients equal the vectorized run's where a replicated value
+    meets split ones outside the dispatcher (slicing, nx.grad's own steps, a loop's pdot)."""
+    for r, res in enumerate(ranks):
+        got = res[f"replicated_meets_{case}"]
+        assert got["out_err"] < 1e-12 and got["grad_err"] < 1e-12, (r, got)
+        assert got["local"] >= 1, (r, got)
