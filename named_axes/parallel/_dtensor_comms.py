@@ -18,6 +18,7 @@ import torch
 
 from .._errors import AxisResourceError
 from ._local_comms import SumOverRanks
+from ._stall import bounded, over
 
 __all__ = ["device_mesh", "CommSummary", "SUMMARY", "placements", "reduce_to", "sum_partials"]
 
@@ -179,7 +180,8 @@ def sum_partials(local: list, dims: list, dm, differentiable: bool = False) -> l
             if differentiable:
                 flat = torch.cat([flat[:a], SumOverRanks.apply(flat[a:b], [(dm, k)]), flat[b:]])
             else:
-                dist.all_reduce(flat[a:b], group=dm.get_group(k))
+                bounded(over("gradient all-reduce", (dm, k)), [(dm, k)],
+                        lambda: dist.all_reduce(flat[a:b], group=dm.get_group(k)))
                 SUMMARY.gradient_reductions += 1
     out = [None] * len(local)
     for i, a, b in zip(order, offsets, offsets[1:]):

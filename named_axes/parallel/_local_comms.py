@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import torch
 
+from ._stall import bounded, over
+
 __all__ = ["ChunkOfWhole", "ExtremeOverRanks", "FirstCopy", "GatherOverRanks", "ScatterSumOverRanks",
            "SumOverRanks", "Varying", "all_reduce", "extreme", "gather", "mesh_groups",
            "own_block", "ranks"]
@@ -49,7 +51,8 @@ def all_reduce(x: torch.Tensor, groups: list, op: str) -> torch.Tensor:
     out = x.detach().contiguous()
     buf = torch.view_as_real(out) if out.is_complex() else out
     for g in groups:
-        buf = functional_all_reduce(buf, op, g)
+        buf = bounded(over(f"all-reduce ({op})", g), [g],
+                      lambda: functional_all_reduce(buf, op, g))
     return torch.view_as_complex(buf) if out.is_complex() else buf
 
 
@@ -188,7 +191,8 @@ def gather(x: torch.Tensor, dim: int, groups: list) -> torch.Tensor:
     from .._torch_private import functional_all_gather
 
     for g in reversed(groups):
-        x = _on_wire(x, lambda b: functional_all_gather(b, dim, g))
+        x = _on_wire(x, lambda b: bounded(over("all-gather", g), [g],
+                                          lambda: functional_all_gather(b, dim, g)))
     return x
 
 
@@ -238,7 +242,9 @@ class ScatterSumOverRanks(_AlongDim):
         from .._torch_private import functional_reduce_scatter
 
         for grp in groups:
-            x = _on_wire(x.detach(), lambda b: functional_reduce_scatter(b, dim, grp))
+            x = _on_wire(x.detach(), lambda b: bounded(
+                over("reduce-scatter", grp), [grp],
+                lambda: functional_reduce_scatter(b, dim, grp)))
         return x
 
     @staticmethod

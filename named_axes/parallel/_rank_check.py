@@ -14,6 +14,7 @@ import torch
 
 from .._errors import AxisResourceError
 from .._tensor import NamedTensor
+from ._stall import bounded
 
 __all__ = ["check_ranks_agree", "fingerprint", "structure_key"]
 
@@ -75,7 +76,8 @@ def check_ranks_agree(leaves: list, group, what: str = "xmap") -> None:
     mine = torch.tensor([int.from_bytes(digest, "little")], dtype=torch.int64)
     world = dist.get_world_size(group)
     seen = [torch.zeros_like(mine) for _ in range(world)]
-    dist.all_gather(seen, mine, group=group)
+    bounded(f"{what}'s input check (an all-gather)", [group],
+            lambda: dist.all_gather(seen, mine, group=group))
     if all(int(t) == int(mine) for t in seen):
         return
     descs: list = [None] * world
