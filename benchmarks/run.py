@@ -546,6 +546,7 @@ def main(argv=None) -> int:
         # examples/gpt_mesh.py on a 2x2 mesh vs one process and a hand-written DTensor TP
         report += run_script(log, "bench_sharded", "Sharded training")
         report += run_script(log, "bench_moves", "Collectives along a split axis")
+        report += run_script(log, "bench_mesh_overhead", "Per-call overhead of a mesh call")
 
     report += [
         "## Method", "",
