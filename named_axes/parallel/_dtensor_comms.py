@@ -177,7 +177,9 @@ def sum_partials(local: list, dims: list, dm, differentiable: bool = False) -> l
     for k in sorted({k for d in dims for k in d}):
         for lo, hi in _runs([k in dims[i] for i in order]):
             a, b = offsets[lo], offsets[hi]
-            if differentiable:
+            if differentiable and (a, b) == (0, flat.numel()):   # (no copy of the rest)
+                flat = SumOverRanks.apply(flat, [(dm, k)])
+            elif differentiable:
                 flat = torch.cat([flat[:a], SumOverRanks.apply(flat[a:b], [(dm, k)]), flat[b:]])
             else:
                 bounded(over("gradient all-reduce", (dm, k)), [(dm, k)],
