@@ -26,7 +26,7 @@ __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
            "functorch_transform_kinds", "is_functorch_wrapped", "functorch_unwrapped",
            "functorch_disabled", "dispatch_depth", "dispatch_modes",
            "disable_dispatch_modes", "TorchDispatchMode", "tracing_mode_active",
-           "tensor_version", "view_base", "graph_task_id", "saved_tensors_hooks_disabled",
+           "tensor_version", "view_base", "graph_task_id",
            "tree_flatten", "tree_unflatten", "tree_map", "tree_leaves",
            "tree_flatten_with_path", "keystr", "forward_ad_level",
            "native_batch_norm_legit", "softmax_backward_data", "softmax_backward_data_op",
@@ -160,14 +160,8 @@ def view_base(t: torch.Tensor) -> torch.Tensor | None:
 
 
 # The running backward's graph task id (-1: none).  Why: see a backward run while a
-# program is traced.  Public alternative
-# considered: none.
+# program is traced.  Public alternative considered: none.
 graph_task_id = torch._C._current_graph_task_id
-# The error message torch.func set to refuse saved-tensor hooks, or None.  Why: no hooks
-# may be pushed inside torch.func's grad.  Public alternative considered: pushing
-# ``torch.autograd.graph.saved_tensors_hooks`` and catching its RuntimeError (an
-# exception per op).
-saved_tensors_hooks_disabled = torch._C._autograd._saved_tensors_hooks_get_disabled_error_message
 
 
 # -- Pytrees ------------------------------------------------------------------------------
