@@ -133,6 +133,7 @@ class LocalShardEngine(SerialEngine):
         self._parts: dict = {}    # id(an input's local value) -> (it, its part view, parts)
         self._varying: dict = {}  # id(a value handed to split uses) -> (it, mesh dims)
         self._broadcasts: dict = {}
+        self._same: dict = {}     # (names, axes made whole) -> _same_dims
         self._whole: tuple = ()      # the split axes ops now run on whole (:meth:`whole`)
         if loop is not None:
             loop.within = self
@@ -144,8 +145,13 @@ class LocalShardEngine(SerialEngine):
     def _same_dims(self, names: tuple) -> frozenset:
         """The mesh dims a value with ``names`` is the same along: those no name of it
         is split over (an axis made whole for an op, :meth:`whole`, splits none)."""
-        split = {d for n in names if n not in self._whole for d in self.mesh_dims.get(n, ())}
-        return frozenset(range(self.dm.ndim)) - split
+        key = (names, self._whole)
+        same = self._same.get(key)
+        if same is None:
+            split = {d for n in names if n not in self._whole
+                     for d in self.mesh_dims.get(n, ())}
+            same = self._same[key] = frozenset(range(self.dm.ndim)) - split
+        return same
 
     def _with_parts(self, leaf: Any, both: tuple) -> Any:
         """``leaf`` as its local value ``both[0]``, noting its part view ``both[1]`` for
