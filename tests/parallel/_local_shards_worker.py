@@ -599,10 +599,10 @@ def _backward_all_reduces(f, in_axes, out_axes, res, args, mesh, outputs_dtensor
 
 
 def uniform_cotangents(rank, results):
-    # psum's transpose is an all-reduce of the cotangent, skipped where the cotangent is
-    # known to be the same on every rank: a full output's, carried back through nodes that
-    # negate / add / reshape / divide by the pmean's count.  Whatever else reaches the
-    # collective (another use of its value, a per-rank factor) keeps the all-reduce.
+    # psum's transpose hands the cotangent on (the output is replicated: its cotangent is
+    # the whole on every rank), through nodes that negate / add / reshape / divide by the
+    # pmean's count.  Where the psum's value meets the split values again (another use by
+    # each rank's instances, a per-rank factor), the parts are summed there: one all-reduce.
     w, x = torch.linspace(-1, 1, 3), torch.linspace(-2, 2, 8 * 3).reshape(8, 3)
     ax = ([...], ["b", ...])
     cases = {
@@ -625,7 +625,7 @@ def uniform_cotangents(rank, results):
         results[f"uniform_{name}"]["backward_all_reduces"] = _backward_all_reduces(
             f, ax, out_axes, {"b": "x"}, (w, x), mesh_1d())
         results[f"uniform_{name}"]["want_all_reduces"] = want
-    # two mesh dims, one pmean over each (the inner one's cotangent is marked by the outer)
+    # two mesh dims, one pmean over each (no all-reduce for either transpose)
     f = lambda w, x: nx.lax.pmean(nx.lax.pmean(torch.sin(x * w), "b"), "c")  # noqa: E731
     args = (w, torch.linspace(-2, 2, 4 * 2 * 3).reshape(4, 2, 3))
     ax2 = ([...], ["b", "c", ...])
@@ -634,7 +634,7 @@ def uniform_cotangents(rank, results):
     results["uniform_two_mesh_dims"]["backward_all_reduces"] = _backward_all_reduces(
         f, ax2, [...], {"b": "x", "c": "y"}, args, mesh_2d())
     results["uniform_two_mesh_dims"]["want_all_reduces"] = 2   # the weight's: one per mesh dim
-    # outputs='dtensor': a replicated DTensor output's cotangent is marked too
+    # outputs='dtensor': a replicated DTensor output's cotangent is the whole too
     f = lambda w, x: -nx.lax.pmean(torch.sin(x * w), "b")  # noqa: E731
     dmesh = P.Mesh(np.array(P.devices()), ("x",), outputs="dtensor")
     results["uniform_dtensor_output"] = dict(

@@ -241,10 +241,11 @@ def test_dtensor_outputs_backward(ranks):
 
 @pytest.mark.parametrize("case", UNIFORM)
 def test_a_cotangent_the_same_on_every_rank_is_not_all_reduced(ranks, case):
-    """psum transposes to an all-reduce of the cotangent; where the cotangent reaching it is
-    known to be the same on every rank (a full output's, through negation, addition,
-    reshapes, the pmean's division) it is multiplied by the ranks instead -- the loss's
-    cotangent costs no round trip -- and anything rank-dependent keeps the all-reduce."""
+    """A replicated value's cotangent is the whole on every rank (its named shape says it
+    is replicated), so psum's transpose hands it on with no round trip -- through negation,
+    addition, reshapes, the pmean's division -- and a psum result that meets the split
+    values again (each rank's instances use it) has the parts of its cotangent summed
+    there: one all-reduce, besides the weights' bucket."""
     for r, res in enumerate(ranks):
         got = res[f"uniform_{case}"]
         assert got["backward_all_reduces"] == got["want_all_reduces"], (r, got)
