@@ -27,7 +27,7 @@ from ._env import _state, current_frame
 from ._torch_private import is_functorch_wrapped
 
 __all__ = ["COLLECTIVES", "Engine", "EngineBase", "NeedsWholeAxes", "broadcast_operands",
-           "engine_for", "handed", "may_need_grad"]
+           "engine_for", "handed", "may_need_grad", "split_over_ranks"]
 
 # The collectives an engine may compute itself (``Engine.collective``), with the
 # arguments each receives: ``(x: NamedTensor, axis_names: tuple, **options)`` --
@@ -207,6 +207,14 @@ def broadcast_operands(args: tuple, kwargs: dict, named: type) -> tuple | None:
             seq[member] = value
             box[where][key] = type(box[where][key])(seq)
     return (tuple(box["args"]), box["kwargs"]) if changed else None
+
+
+def split_over_ranks(name: Hashable) -> bool:
+    """Whether a mesh engine splits ``name`` over ranks, each holding the whole cotangent
+    of a value lacking it (:meth:`Engine.seed_size` counts every rank's instances) -- not a
+    SerialLoop, whose chunks hold parts that autograd adds up."""
+    engine = engine_for((name,))
+    return engine is not None and engine.seed_size(name, 1) != 1
 
 
 def may_need_grad(t: torch.Tensor) -> bool:

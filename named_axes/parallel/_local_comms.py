@@ -252,13 +252,9 @@ class ScatterSumOverRanks(_AlongDim):
         return GatherParts.apply(g, ctx.dim, ctx.groups), None, None
 
 
-class GatherParts(_AlongDim):
+class GatherParts(GatherOverRanks):
     """:func:`gather` of values that differ per rank (a reduce-scatter's cotangent); the
     transpose is the reduce-scatter."""
-
-    @staticmethod
-    def forward(x, dim, groups):
-        return gather(x.detach(), dim, groups)
 
     @staticmethod
     def backward(ctx, g):

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .._engine import engine_for
+from .._engine import engine_for, split_over_ranks
 from .._env import bound_axes, frames, within
 from .._errors import AxisSpecError, AxisTypeError
 from .._layout import align
@@ -96,8 +96,7 @@ def _summed_back(g: Any, names: tuple, axes: dict, inner_mode: bool) -> Any:
     extra = tuple(n for n in g._names if n not in names)
     # the instances on other ranks too, where a mesh splits an axis (the input is the
     # same there: its cotangent is the whole on each)
-    split = tuple(n for n in extra if (e := engine_for((n,))) is not None
-                  and e.seed_size(n, 1) != 1)
+    split = tuple(n for n in extra if split_over_ranks(n))
     if split:
         from ..lax import psum
 

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .._engine import engine_for
+from .._engine import split_over_ranks
 from .._env import bound_axes
 from .._errors import AxisSpecError, AxisTypeError
 from .._layout import align
@@ -40,13 +40,7 @@ def _chunked(axes: dict, reduce_axes: tuple) -> dict:
         return {}
     bound = bound_axes()
     return {n: axes[n] for n in reduce_axes
-            if n in axes and n in bound and bound[n] != axes[n] and not _on_mesh(n)}
-
-
-def _on_mesh(name) -> bool:
-    """Whether a mesh engine splits ``name`` (its pieces hold whole cotangents)."""
-    engine = engine_for((name,))
-    return engine is not None and engine.seed_size(name, 1) != 1
+            if n in axes and n in bound and bound[n] != axes[n] and not split_over_ranks(n)}
 
 
 def _sum_over_chunks(g: Any, chunked: dict) -> Any:
