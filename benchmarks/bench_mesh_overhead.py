@@ -1,6 +1,7 @@
-"""Per-call overhead of a mesh call (issue 32): the P2 attention block's loss and
-gradients, ``batch`` split over a 1-D mesh of 4 gloo ranks, against the same xmap run
-without resources on one rank's share of the batch, in the same process.
+"""Per-call overhead of a mesh call (issue 32): a training step of the P2 attention block
+(loss, gradients of its ``nn.Parameter``s, an SGD step), ``batch`` split over a 1-D mesh of
+4 gloo ranks, against the same step on the same xmap run without resources on one rank's
+share of the batch, in the same process.
 
     python benchmarks/bench_mesh_overhead.py [--steps 30]     # launches torchrun (4 ranks)
 
@@ -41,23 +42,31 @@ def _rank(steps: int, out: str) -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     x, p = p2_data()
-    params = [t.clone().requires_grad_() for t in (p[k] for k in P2_PARAMS)]
+    def model():   # each step its own parameters: the share's update differs per rank
+        params = [torch.nn.Parameter(p[k].clone()) for k in P2_PARAMS]
+        return params, torch.optim.SGD(params, lr=1e-4)
+
+    (mesh_params, mesh_opt), (share_params, share_opt) = model(), model()
     share = x.shape[0] // world
     mine = x[rank * share:(rank + 1) * share]
     mesh_f = nx.xmap(p2_named_loss(nx), in_axes=P2_IN_AXES, out_axes=[...],
                      axis_resources={"batch": "x"})
     share_f = nx.xmap(p2_named_loss(nx), in_axes=P2_IN_AXES, out_axes=[...])
     mesh = nx.Mesh(np.array(nx.devices()), ("x",))
-    bucket = torch.zeros(sum(t.numel() for t in params))
+    bucket = torch.zeros(sum(t.numel() for t in mesh_params))
     scalar = torch.zeros(())
+
+    def step(loss, opt):
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
 
     def on_mesh():
         with mesh:
-            loss = mesh_f(x, x, *params)
-        return torch.autograd.grad(loss, params)
+            step(mesh_f(x, x, *mesh_params), mesh_opt)
 
     def on_share():
-        return torch.autograd.grad(share_f(mine, mine, *params), params)
+        step(share_f(mine, mine, *share_params), share_opt)
 
     def comms():
         dist.all_reduce(scalar)
@@ -104,8 +113,9 @@ def main(argv=None) -> str:
     m = got["median_s"]
     own = max(m["mesh"] - m["comms"], 0.0)
     lines = [
-        "P2 attention block (batch 8 x seq 128, 8 heads x 32, model 256, ff 1024), loss and "
-        f"gradients, 4 gloo ranks, median of {a.steps} interleaved steps:",
+        "P2 attention block (batch 8 x seq 128, 8 heads x 32, model 256, ff 1024), a training "
+        f"step on nn.Parameters (loss, backward, SGD), 4 gloo ranks, median of {a.steps} "
+        "interleaved steps:",
         "",
         "| call | time (ms) | ratio to the share |",
         "|---|---|---|",
