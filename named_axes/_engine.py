@@ -218,9 +218,10 @@ def split_over_ranks(name: Hashable) -> bool:
 
 
 def may_need_grad(t: torch.Tensor) -> bool:
-    """Whether a derivative may reach ``t``: it requires grad, or a functorch transform
-    wraps it (under ``jvp``/``grad`` the wrapper does not say)."""
-    return t.requires_grad or is_functorch_wrapped(t)
+    """Whether a derivative may reach ``t``: it requires grad with grad mode on (under
+    ``no_grad`` no op records it), or a functorch transform wraps it (under
+    ``jvp``/``grad`` the wrapper does not say)."""
+    return (t.requires_grad and torch.is_grad_enabled()) or is_functorch_wrapped(t)
 
 
 def handed(data: Any, names: tuple, result: tuple) -> Any:
