@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from .._errors import AxisResourceError
+from .._torch_private import tracing_mode_active
 from ._local_comms import SumOverRanks
 from ._stall import bounded, over
 
@@ -166,8 +167,11 @@ def sum_partials(local: list, dims: list, dm, differentiable: bool = False) -> l
     summed there: one flat buffer, one all-reduce per mesh dim (ordered (0,), (0, 1),
     (1,), ...: on a 2-D mesh each mesh dim's members are one contiguous run of it).
     In place (counted as ``gradient_reductions``), or ``differentiable``: through the
-    local-shard path's all-reduce Function, for a backward that may be differentiated."""
+    local-shard path's all-reduce Function, for a backward that may be differentiated
+    -- and in a trace (nx.jit's programs hold functional collectives only)."""
     import torch.distributed as dist
+
+    differentiable = differentiable or tracing_mode_active()
 
     order = sorted(range(len(local)), key=lambda i: (min(dims[i]), len(dims[i]), i))
     flat = torch.cat([local[i].reshape(-1) for i in order])

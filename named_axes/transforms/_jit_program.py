@@ -27,6 +27,7 @@ from .._torch_private import HigherOrderOperator, op_schema, tree_flatten, tree_
 from . import _store
 from ._backend import Backend, _grad_constants, compile_boxed, inline_collectives
 from ._graph import trace_flat
+from ._jit_joint import joint_program
 from ._trace_probe import (TraceProbe, check_grads_untouched, check_no_stale_numbers,
                            refusing_optimizer_steps)
 
@@ -89,13 +90,20 @@ def build(fun: Callable, args: tuple, static: tuple, backend: Backend,
               and _same_output(tr.out_info, tr.is_tensor, ident))
     if stored:   # compiled for later processes at exit
         _store.save_later(gm, example, ident, positions)
+    all_tensors = len(tensor_pos) == len(leaves)
     if differentiable and _communicates(gm):
         # AOT autograd would differentiate the rank's program anew, and torch.distributed's
         # functional collectives have no gradient there (the path's own Functions do):
-        # such a call runs inline; jit(value_and_grad(f)) compiles its backward as traced
-        return Program(None, None, rebuild, False, False)
+        # traced with its backward and cut in two (_jit_joint), or else run inline
+        joint = None
+        if _pure(gm) and not _grad_constants(gm):
+            joint = joint_program(dyn_fun, dyn_args, example, _results(gm),
+                                  lambda f, a: trace_flat(f, a, mode="fake")[0],
+                                  lambda g, ex: _compile_graph(g, ex, backend, True, False))
+        if joint is None:
+            return Program(None, None, rebuild, False, False)
+        return Program(joint, None if all_tensors else tensor_pos, rebuild, True, False)
     compiled = _compile_graph(gm, example, backend, tr.values, differentiable)
-    all_tensors = len(tensor_pos) == len(leaves)
     return Program(compiled, None if all_tensors else tensor_pos, rebuild, _pure(gm),
                    tr.values, stored)
 
@@ -196,6 +204,12 @@ def _same_output(out_info: list, is_tensor: list, ident: Any) -> bool:
     spec, names, consts = ident.out_info
     return (is_tensor == ident.is_tensor and out_info[0] == spec and out_info[1] == names
             and repr(out_info[2]) == repr(consts))
+
+
+def _results(gm: torch.fx.GraphModule) -> list:
+    """The traced (fake) values of the graph's tensor outputs."""
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    return [n.meta["val"] for n in out.args[0]]
 
 
 def _constants(gm: torch.fx.GraphModule) -> list:
