@@ -5,8 +5,10 @@ a hand-written DTensor tensor-parallel version of the same model.
     python benchmarks/bench_sharded.py [--steps 12]     # launches torchrun (4 gloo ranks)
 
 Runs the example -- one process (vectorized), a 2x2 mesh of 4 processes (``batch`` ->
-dp, ``heads``/``mlp`` -> mp) eagerly and with ``--jit`` (each rank's forward and
-backward compiled by ``nx.jit``, Adam outside) -- with its default model, then
+dp, ``heads``/``mlp`` -> mp) eagerly, with ``--jit`` (each rank's forward and
+backward compiled by ``nx.jit``, Adam outside) and with ``--compile`` (``torch.compile``
+of the loss and its ``.backward()``; the mesh call runs as its nx.jit forward and
+backward programs) -- with its default model, then
 ``benchmarks/tp_baseline.py`` (the same model in plain modules, ``parallelize_module``
 with Colwise/RowwiseParallel over mp, one bucketed gradient all-reduce over dp) on the
 same mesh, and prints one table.  Memory is counted from the tensors each rank holds
@@ -63,25 +65,29 @@ def main(argv=None) -> str:
     a = ap.parse_args(argv)
     common = ["--steps", str(a.steps)]
     one = run(common, 1, a.timeout)
-    meshes, jits, hands = [], [], []
+    meshes, jits, comps, hands = [], [], [], []
     for _ in range(a.repeats):   # alternating: a load that drifts meets all alike
         meshes.append(run(common, 4, a.timeout))
         jits.append(run(common + ["--jit"], 4, a.timeout))
+        comps.append(run(common + ["--compile"], 4, a.timeout))
         hands.append(run(common, 4, a.timeout, BASELINE))
     mesh = min(meshes, key=lambda r: r["step_time_s"])
     jit = min(jits, key=lambda r: r["step_time_s"])
+    comp = min(comps, key=lambda r: r["step_time_s"])
     hand = min(hands, key=lambda r: r["step_time_s"])
     diff = max(abs(x - y) for x, y in zip(one["losses"], mesh["losses"]))
     lines = [f"gpt_mesh default model (2 layers, embed 64, mlp 512, batch 8 x 32), {a.steps} "
              f"steps, float32, gloo on this machine's cores; 4-rank step times: the median "
              f"step of the faster of {a.repeats} alternating launches of each version "
              f"({_times(meshes)} s named_axes; {_times(jits)} s named_axes under nx.jit; "
-             f"{_times(hands)} s hand-written)",
+             f"{_times(comps)} s under torch.compile; {_times(hands)} s hand-written)",
              "",
              "| mode | params + Adam / rank | ratio to 1 process | step (s) | ratio to "
              "hand-written | collectives per step (rank 0) |", "|---|---|---|---|---|---|"]
     for name, r in (("1 process (vectorized)", one), ("named_axes, 2x2 mesh, 4 ranks", mesh),
-                    ("named_axes, 2x2 mesh, nx.jit step (--jit)", jit)):
+                    ("named_axes, 2x2 mesh, nx.jit step (--jit)", jit),
+                    ("named_axes, 2x2 mesh, torch.compile of loss + backward (--compile; "
+                     "collectives counted on its eager twin)", comp)):
         b = r["param_bytes"] + r["opt_bytes"]
         lines.append(f"| {name} | {b / 1e6:.3f} MB | {r['memory_ratio']:.3f} | "
                      f"{r['step_time_s']:.3f} | {r['step_time_s'] / hand['step_time_s']:.2f} | "
@@ -93,8 +99,10 @@ def main(argv=None) -> str:
     ours = sum(mesh["comms_per_step"].values())
     ours_jit = sum(jit["comms_per_step"].values())
     jdiff = max(abs(x - y) for x, y in zip(one["losses"], jit["losses"]))
+    cdiff = max(abs(x - y) for x, y in zip(one["losses"], comp["losses"]))
     lines += ["", f"Largest loss difference, 1 process vs mesh, over {a.steps} steps: "
-              f"{diff:.2e}; 1 process vs the nx.jit step: {jdiff:.2e} (the hand-written "
+              f"{diff:.2e}; 1 process vs the nx.jit step: {jdiff:.2e}; vs the torch.compile "
+              f"step: {cdiff:.2e} (the hand-written "
               f"model draws its own weights).", "",
               f"Collectives the layout needs per step (Megatron's placement): {least} -- per layer "
               f"2 row-parallel all-reduces forward and 2 column-parallel input all-reduces "
@@ -113,7 +121,8 @@ def main(argv=None) -> str:
               f"{_status(mesh['step_time_s'] <= hand['step_time_s'])} "
               f"({mesh['step_time_s'] / hand['step_time_s']:.2f}); compiled (nx.jit) step ≤ "
               f"0.8× our eager step: {_status(jit['step_time_s'] <= 0.8 * mesh['step_time_s'])} "
-              f"({jit['step_time_s'] / mesh['step_time_s']:.2f}); {least} collectives per "
+              f"({jit['step_time_s'] / mesh['step_time_s']:.2f}; torch.compile of loss + "
+              f"backward: {comp['step_time_s'] / mesh['step_time_s']:.2f}); {least} collectives per "
               f"step: {_status(ours == least and ours_jit == least)} (eager {ours}, compiled "
               f"{ours_jit}); parameters + Adam per rank ≤ 0.55×: "
               f"{_status(jit['memory_ratio'] <= 0.55)}."]

@@ -8,6 +8,7 @@ Every value carries named axes (``batch``, ``seq``, ``heads``, ``mlp``, ``embed`
     python examples/gpt_mesh.py                        # one process, vectorized
     python examples/gpt_mesh.py --mode serial          # one process, batch in 2 serial chunks
     torchrun --nproc-per-node=4 examples/gpt_mesh.py --jit   # each rank's step compiled
+    torchrun --nproc-per-node=4 examples/gpt_mesh.py --compile   # torch.compile of the step
 
 On the mesh the parameters are made shard by shard (a counter-based generator, so they
 equal the one-process init), each rank loads only its rows of the batch, the gradients
@@ -155,6 +156,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--jit", action="store_true",
                     help="compile the loss and its gradients with nx.jit (on a mesh: each "
                          "rank's program, its collectives in the graph)")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the loss and its backward (on a mesh the loss call "
+                         "runs as its nx.jit program: each rank's forward and backward "
+                         "compiled, their collectives in the graphs)")
     ap.add_argument("--out", default=None, help="write the results as JSON here (rank 0)")
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
@@ -194,6 +199,15 @@ def main(argv=None) -> dict:
     # the same program run op by op (backend='eager'), for the step whose collectives are
     # counted: CommDebugMode does not see inside inductor's compiled code
     counted_of = nx.jit(nx.value_and_grad(loss), backend="eager") if args.jit else None
+    # torch.compile: dynamo compiles the step around the loss call, which (on a mesh) runs
+    # as nx.jit's program -- compiled as a forward and a backward program
+
+    def forward_backward(params, tokens, targets):
+        value = loss(params, tokens, targets)
+        value.backward()
+        return value
+
+    compiled_step = torch.compile(forward_backward) if args.compile else None
     # foreach: one DTensor dispatch per update op for all parameters, not one per parameter
     # (torch's CPU default is the per-parameter loop)
     opt = torch.optim.Adam(list(params.values()), lr=args.lr, foreach=True)
@@ -215,6 +229,9 @@ def main(argv=None) -> dict:
             if counted_of is not None:   # traced first: the count is of one run
                 with mesh:
                     counted_of(params, tokens, targets)
+            elif compiled_step is not None:   # the eager twin's first call checks inputs
+                with mesh:
+                    loss(params, tokens, targets)
 
             cdm = CommDebugMode()
             cdm.__enter__()
@@ -223,6 +240,9 @@ def main(argv=None) -> dict:
                 value, grads = (counted_of if counting else grads_of)(params, tokens, targets)
                 for k, p in params.items():
                     p.grad = grads[k]
+            elif compiled_step is not None and not counting:
+                opt.zero_grad()
+                value = compiled_step(params, tokens, targets)
             else:
                 opt.zero_grad()
                 value = loss(params, tokens, targets)
@@ -242,7 +262,10 @@ def main(argv=None) -> dict:
     grads_local = [list((p.grad.to_local() if type(p.grad).__name__ == "DTensor" else p.grad).shape)
                    for p in params.values()]
     result = {
-        "mode": mode, "jit": grads_of.stats() if grads_of else None, "losses": history, "comms_per_step": comms,
+        "mode": mode, "jit": grads_of.stats() if grads_of else None,
+        # eager runs of the mesh engine (under --compile: only while the loss is traced)
+        "engine_runs": P.comm_summary()["local_shard_runs"],
+        "losses": history, "comms_per_step": comms,
         "step_time_s": sorted(times[2:] or times)[len(times[2:] or times) // 2],
         "param_bytes": pl, "param_bytes_single": pg, "opt_bytes": sl, "opt_bytes_single": sg,
         "memory_ratio": (pl + sl) / (pg + sg),

@@ -25,6 +25,7 @@ from ._parsing import check_name, match_prefix, parse_mapping, path_str
 from ._plancache import PlanCache
 from ._tensor import NamedTensor
 from ._xmap_call import _MAX_PLANS, _escapes, _out_plan, _Plan
+from .transforms._jit import on_mesh_under_dynamo, run_jitted
 from ._xmap_tree import _as_torch, _flatten, _flatten_key, _is_array, _is_leaf, _unflatten
 
 __all__ = ["xmap"]
@@ -78,6 +79,8 @@ class _Xmapped:
 
     def __call__(self, *args, **kwargs):
         if kwargs or not self._plannable or torch.compiler.is_compiling():
+            if not kwargs and on_mesh_under_dynamo(self):   # torch.compile on a mesh:
+                return run_jitted(self, args)               # the call as nx.jit's program
             # under dynamo: no Python-object caches in the traced code
             return self._call_slow(args, kwargs)
         leaves: list = []

@@ -311,7 +311,9 @@ class DTensorEngine(EngineBase):
                 checked.clear()
             checked.add(key)
 
-    @torch.compiler.disable   # under torch.compile: eagerly, outside dynamo's graph
+    # (xmap hands a mesh call under torch.compile to nx.jit; should dynamo reach the
+    # engine otherwise, it runs eagerly, outside dynamo's graph)
+    @torch.compiler.disable
     def run(self, body: Callable, leaves: list, engine: Any = None) -> list:
         """Run ``body`` on this rank's shards (:mod:`._dtensor_spmd`; ``engine``: the
         SerialLoop engine whose chunk this is)."""

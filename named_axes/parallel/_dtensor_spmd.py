@@ -48,7 +48,8 @@ compute raises :class:`AxisResourceError`: an in-place op along a split axis, tw
 split over one mesh dim meeting in a collective.  Under ``nx.jit``'s trace the path is
 traced as it runs: the rank's slices, local ops and functional collectives make its graph
 (full inputs and outputs by the path's own Functions, no DTensor); under
-``torch.compile`` the engine runs outside dynamo's graph.
+``torch.compile`` a mesh call runs as its ``nx.jit`` program
+(``transforms._jit.run_jitted``).
 """
 from __future__ import annotations
 

@@ -23,6 +23,7 @@ from .._errors import AxisSpecError, AxisTypeError, fmt_named_shape
 from .._modes import building_graph
 from .._tensor import NamedTensor
 from ._instances import Redo, Region, fold_copies, static_tape
+from ._jit import on_mesh_under_dynamo, run_jitted
 from ._jit_sharded import is_dtensor
 from ._tree import box_leaf, expand_over, named_axes_of, rebox, unbox
 from ._vjp import _chunked, _sum_over_chunks
@@ -146,6 +147,8 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
 
     @functools.wraps(fun)
     def run(*args):
+        if on_mesh_under_dynamo(fun):   # torch.compile of a mesh call's value and grad:
+            return run_jitted(run, args)   # forward and backward as one nx.jit program
         nums = nums_for.get(len(args))
         if nums is None:
             nums = nums_for[len(args)] = _argnums(argnums, len(args), what)

@@ -13,10 +13,9 @@ Gradients.  Calls whose inputs (or closed-over tensors such as a module's
 
 * a program that computes no gradients itself (a forward, a loss) compiles through
   AOT autograd, like ``torch.compile``: its result is differentiable, and
-  ``.backward()`` runs the compiled backward (gradients reach ``param.grad``) --
-  except on a mesh: a rank's program holding torch.distributed's collectives, which
-  AOT autograd cannot differentiate, runs inline (``jit(value_and_grad(f))`` compiles
-  it with its backward);
+  ``.backward()`` runs the compiled backward (gradients reach ``param.grad``); on a
+  mesh, whose collectives AOT autograd cannot differentiate, the program is traced
+  with its backward and cut into a forward and a backward program (``_jit_joint``);
 * a program that runs a backward while it is traced (``jit(value_and_grad(f))``, a
   whole training step) already *is* its forward and backward: it compiles as it
   is and runs with grad disabled, so its results (loss, gradients, updated
@@ -42,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import weakref
 from typing import Callable, Sequence
 
 import torch
@@ -62,7 +62,7 @@ from ._jit_sharded import has_dtensors, is_dtensor, local_program, on_local_shar
 # the key under which a call's meshes in scope join its bound axes (an axis name never)
 _RESOURCES = object()
 
-__all__ = ["jit", "disable_jit"]
+__all__ = ["jit", "disable_jit", "on_mesh_under_dynamo", "run_jitted"]
 
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
@@ -312,8 +312,8 @@ def _jitted(programs: _ProgramCache) -> Callable:
             elif _env.resources() and _sharded_only(leaves):   # on the rank's shards
                 return on_local_shards(programs.on_shards(), args)
         compiled, tensor_pos, rebuild, pure = entry[:4] if entry else (None,) * 4
-        if compiled is None:   # tensor subclasses, or a differentiable mesh program
-            counts[1] += 1     # (_jit_program.build): inline
+        if compiled is None:   # tensor subclasses, or a differentiable mesh program not
+            counts[1] += 1     # cut in two (_jit_program.build): inline
             return fun(*args)
         if pure and tensor_pos is None and not (static or bound or tied):
             # this call missed the lane (or it was another's): the lane is now this key's
@@ -346,3 +346,42 @@ def _fast_lane(args: tuple) -> tuple:
     read = structure_reader(args)
     guard = None if read is None else tensor_guard(read(args))
     return (read, guard) if guard is not None else (None, None)
+
+
+def on_mesh_under_dynamo(program: Callable) -> bool:
+    """Whether dynamo is tracing a call of ``program`` (an xmap) that places named axes
+    on a torch.distributed mesh now in scope: :func:`run_jitted` runs such a call.
+
+    >>> on_mesh_under_dynamo(len)   # not tracing, not an xmap
+    False
+    """
+    if not _is_compiling() or not getattr(program, "axis_resources", None):
+        return False
+    # (a mesh in scope is known by its key: ("Mesh", platform, ...))
+    return any(key[1] != "xla" for key in _env.resources())
+
+
+_JITTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_OUTSIDE_DYNAMO: list = []   # run_jitted's body under torch.compiler.disable, made on first
+#                             use (so that importing named_axes imports no dynamo)
+
+
+def run_jitted(fun: Callable, args: tuple):
+    """``fun(*args)`` run by ``jit(fun)`` (one per ``fun``, kept while ``fun`` lives),
+    outside dynamo's graph -- see :func:`on_mesh_under_dynamo`.
+
+    Under torch.compile a mesh call runs as its nx.jit program: dynamo cannot carry the
+    local-shard engine's Python state (per-call dicts of the values it handed on), while
+    nx.jit traces the engine as it runs and compiles the rank's program with its
+    collectives in the graph.  Dynamo compiles what comes before and after the call.
+    """
+    if not _OUTSIDE_DYNAMO:
+        _OUTSIDE_DYNAMO.append(torch.compiler.disable(_run_jitted))
+    return _OUTSIDE_DYNAMO[0](fun, args)
+
+
+def _run_jitted(fun: Callable, args: tuple):
+    jitted = _JITTED.get(fun)
+    if jitted is None:
+        jitted = _JITTED[fun] = jit(fun)
+    return jitted(*args)

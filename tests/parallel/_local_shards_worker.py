@@ -266,24 +266,39 @@ def moves_twice(rank, results):
                 err=_max_err(got, want), local=P.comm_summary()["local_shard_runs"])
 
 
+def _loss_and_grads(fn, v, u) -> list:
+    """``fn(v, u)`` and, by ``.backward()``, the gradients of both arguments."""
+    v, u = v.clone().requires_grad_(), u.clone().requires_grad_()
+    out = fn(v, u)
+    out.backward()
+    return [out.detach(), v.grad, u.grad]
+
+
 def compiled(rank, results):
-    # torch.compile of a step over a mesh xmap: the call runs on the local shards (dynamo
-    # runs it outside its graph); nx.jit compiles each rank's local program, its
-    # collectives in the graph
+    # torch.compile of a step over a mesh xmap: dynamo compiles around the call, which
+    # runs as its nx.jit program (each rank's local program compiled, its collectives in
+    # the graph) -- after the traces, no call runs the local-shard engine eagerly
     x, w = torch.linspace(-1, 1, 8 * 3).reshape(8, 3), torch.linspace(0, 1, 3)
 
     def f(v, u):
         return nx.lax.psum(torch.tanh(v * u), "i").sum()
 
-    want = nx.value_and_grad(nx.xmap(f, in_axes=(["i", ...], [...]), out_axes=[...]),
-                             argnums=1)(x, w)
-    step = nx.value_and_grad(nx.xmap(f, in_axes=(["i", ...], [...]), out_axes=[...],
-                                     axis_resources={"i": "x"}), argnums=1)
-    P.comm_summary(reset=True)
-    with mesh_1d():
-        got = torch.compile(step)(x, w)
-    results["compiled_step"] = dict(err=_max_err(got, want),
-                                    local=P.comm_summary()["local_shard_runs"])
+    ref = nx.xmap(f, in_axes=(["i", ...], [...]), out_axes=[...])
+    mapped = nx.xmap(f, in_axes=(["i", ...], [...]), out_axes=[...], axis_resources={"i": "x"})
+    step = torch.compile(nx.value_and_grad(mapped, argnums=1))
+    loss = torch.compile(lambda v, u: mapped(v, u) * 2)
+    for name, run, want in (
+            ("compiled_step", step, lambda v, u: nx.value_and_grad(ref, argnums=1)(v, u)),
+            ("compiled_loss_backward", lambda v, u: _loss_and_grads(loss, v, u),
+             lambda v, u: _loss_and_grads(lambda a, b: ref(a, b) * 2, v, u))):
+        errs = []
+        P.comm_summary(reset=True)
+        with mesh_1d():
+            for k in range(4):   # new values each call
+                errs.append(_max_err(run(x * (k + 1), w - k), want(x * (k + 1), w - k)))
+        results[name] = dict(err=max(errs), local=P.comm_summary()["local_shard_runs"])
+    want = nx.value_and_grad(ref, argnums=1)(x, w)
+    step = nx.value_and_grad(mapped, argnums=1)
     lax = nx.lax
     progs = {
         "psum": f,
@@ -309,20 +324,21 @@ def compiled(rank, results):
                 errs.append(_max_err([a[0], *a[1]], [b[0], *b[1]]))
             results[f"jit_{name}_{backend}"] = dict(err=max(errs),
                                                     programs=jitted.cache_size())
-    # a jitted loss differentiated outside (AOT autograd cannot differentiate the
-    # rank's collectives): it runs inline, its gradients the vectorized run's
-    for name in ("psum", "gather"):
-        def run(res, jit, g=progs[name]):
-            xs = [x.clone().requires_grad_(), w.clone().requires_grad_()]
-            fn = nx.xmap(g, in_axes=(["i", ...], [...]), out_axes=[...], axis_resources=res)
-            fn = nx.jit(fn) if jit else fn
-            with mesh_1d():
-                out = fn(*xs)
-            out.backward()
-            return [out, xs[0].grad, xs[1].grad], fn.stats() if jit else {}
-        (a, stats), (b, _) = run({"i": "x"}, True), run({}, False)
-        results[f"jit_differentiated_outside_{name}"] = dict(err=_max_err(a, b),
-                                                             inline=stats["inline"])
+    # a jitted loss differentiated outside: traced with its backward (the collectives'
+    # transposes are the path's Functions), compiled as a forward and a backward program
+    for name, g in progs.items():
+        # (inductor compiles take seconds on 4 ranks sharing 2 cores: two programs suffice)
+        for backend in ("eager", "inductor") if name in ("psum", "gather") else ("eager",):
+            fn = nx.jit(nx.xmap(g, in_axes=(["i", ...], [...]), out_axes=[...],
+                                axis_resources={"i": "x"}), backend=backend)
+            ref = nx.xmap(g, in_axes=(["i", ...], [...]), out_axes=[...])
+            errs = []
+            for k in range(3):
+                with mesh_1d():
+                    a = _loss_and_grads(fn, x * (k + 1), w - k)
+                errs.append(_max_err(a, _loss_and_grads(ref, x * (k + 1), w - k)))
+            results[f"jit_differentiated_outside_{name}_{backend}"] = dict(
+                err=max(errs), stats=fn.stats())
     # the same jitted function on another mesh: another program
     jitted = nx.jit(step)
     with mesh_1d():
@@ -357,8 +373,8 @@ def compiled(rank, results):
         errs.append(_max_err([v.full_tensor() if hasattr(v, "full_tensor") else v,
                               g["w"].full_tensor(), g["b"].full_tensor()],
                              [rv, rg["w"], rg["b"]]))
-    # the jitted loss alone, differentiated outside: inline (AOT autograd cannot
-    # differentiate the collectives), the gradients reach the sharded parameters
+    # the jitted loss alone, differentiated outside: the gradients reach the sharded
+    # parameters
     sharded_loss_fn = nx.jit(nx.xmap(sharded_loss, in_axes=axes, out_axes=[...],
                                      axis_resources={"i": "x", "j": "y"}))
     for p in params.values():
@@ -371,7 +387,7 @@ def compiled(rank, results):
         err=_max_err([v.full_tensor() if hasattr(v, "full_tensor") else v,
                       params["w"].grad.full_tensor(), params["b"].grad.full_tensor()],
                      [rv, rg["w"], rg["b"]]),
-        inline=sharded_loss_fn.stats()["inline"])
+        stats=sharded_loss_fn.stats())
     results["jit_sharded_state"] = dict(err=max(errs), layouts=layouts,
                                          stats=sharded_step.stats())
     # eval_shape: where the mesh puts an axis changes no shape, so it runs vectorized

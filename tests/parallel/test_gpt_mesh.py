@@ -52,9 +52,8 @@ def test_counter_init_is_the_same_with_or_without_a_mesh():
     assert not torch.equal(a["h0.wq"], a["h0.wk"])
 
 
-@pytest.mark.distributed
-@pytest.mark.timeout(600)
-def test_mesh_2x2_matches_vectorized_with_sharded_state(vectorized, tmp_path):
+def _on_four_ranks(tmp_path, *flags) -> dict:
+    """The example's results on a 2x2 mesh of 4 gloo ranks (torchrun), with ``flags``."""
     import torch.distributed as dist
     from _ranks import free_port
 
@@ -63,14 +62,20 @@ def test_mesh_2x2_matches_vectorized_with_sharded_state(vectorized, tmp_path):
     out = tmp_path / "mesh.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=4",
            "--master-addr=127.0.0.1", f"--master-port={free_port()}", EXAMPLE,
-           *CONFIG, "--out", str(out)]
+           *CONFIG, *flags, "--out", str(out)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=540,
                               env=dict(os.environ, OMP_NUM_THREADS="1"))
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"torchrun did not finish in 540 s:\n{(e.stderr or '')[-3000:]}")
     assert proc.returncode == 0 and out.exists(), proc.stderr[-4000:]
-    mesh = json.loads(out.read_text())
+    return json.loads(out.read_text())
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(600)
+def test_mesh_2x2_matches_vectorized_with_sharded_state(vectorized, tmp_path):
+    mesh = _on_four_ranks(tmp_path)
     assert mesh["mode"] == "mesh"
     assert max(abs(a - b) for a, b in zip(mesh["losses"], vectorized["losses"])) < 1e-10
     # parameters + Adam state per rank with mp=2
@@ -93,25 +98,27 @@ def test_mesh_2x2_compiled_step_matches_vectorized(vectorized, tmp_path):
     program once (forward, backward and their collectives in one graph); Adam runs on the
     sharded gradients it returns; the loss curve is the vectorized one, the state as
     sharded as eagerly, and the step holds Megatron's collectives (1 layer: 6)."""
-    import torch.distributed as dist
-    from _ranks import free_port
-
-    if not dist.is_available() or not dist.is_gloo_available():
-        pytest.skip("torch.distributed with gloo is not available")
-    out = tmp_path / "jit.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=4",
-           "--master-addr=127.0.0.1", f"--master-port={free_port()}", EXAMPLE,
-           *CONFIG, "--jit", "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=540,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert proc.returncode == 0 and out.exists(), proc.stderr[-4000:]
-    got = json.loads(out.read_text())
+    got = _on_four_ranks(tmp_path, "--jit")
     assert max(abs(a - b) for a, b in zip(got["losses"], vectorized["losses"])) < 1e-10
     assert got["jit"]["programs"] == 1 and got["jit"]["inline"] == 0, got["jit"]
     assert got["jit"]["compiled"] == 19, got["jit"]   # step 1 ran the counted twin
     assert got["memory_ratio"] <= 0.55, got["memory_ratio"]
     assert got["grad_local_shapes"] == got["param_local_shapes"]
     assert got["comms_per_step"] == {"all_reduce": 6}, got["comms_per_step"]
+
+
+@pytest.mark.distributed
+@pytest.mark.hunt   # ~1 min of compiling on 2 cores: make test-all (CI) runs it
+@pytest.mark.timeout(600)
+def test_mesh_2x2_torch_compiled_step_matches_vectorized(vectorized, tmp_path):
+    """--compile: torch.compile of the loss and its .backward() on sharded parameters.
+    The mesh call runs as nx.jit's program, traced with its backward and compiled as a
+    forward and a backward program; the loss curve is the vectorized one, and the mesh
+    engine runs eagerly only while traced (twice) and for the counted step."""
+    got = _on_four_ranks(tmp_path, "--compile")
+    assert max(abs(a - b) for a, b in zip(got["losses"], vectorized["losses"])) < 1e-10
+    assert got["engine_runs"] <= 4, got["engine_runs"]   # of 20 steps
+    assert got["grad_local_shapes"] == got["param_local_shapes"]
 
 
 @pytest.mark.distributed
