@@ -11,6 +11,8 @@ written while collectives complete.
 
 >>> timed_out(RuntimeError("Timed out waiting 5000ms for recv operation to complete"))
 True
+>>> timed_out(RuntimeError("shape mismatch"))
+False
 """
 from __future__ import annotations
 
@@ -28,9 +30,12 @@ _GRACE_S = 3.0   # how long a rank that timed out waits for the others' reports
 
 
 def timed_out(e: BaseException) -> bool:
-    """Whether ``e`` is a collective's wait that ran past the process group's timeout."""
+    """Whether ``e`` is a collective's wait that ran past the process group's timeout --
+    or that another waiting rank's timeout cut short (gloo closes that rank's
+    connections: "Connection closed by peer", within a moment of the timeout)."""
     text = str(e)
-    return "Timed out" in text or "timed out" in text or type(e).__name__ == "DistTimeoutError"
+    return ("Timed out" in text or "timed out" in text or "Connection closed by peer" in text
+            or type(e).__name__ == "DistTimeoutError")
 
 
 def bounded(what: str, groups: list, run: Callable):

@@ -216,8 +216,9 @@ def joint_program(dyn_fun: Callable, dyn_args: tuple, example: list, results: li
         return None   # a result is an input as it is
     fwd, bwd, cut = split_joint(gm, n_in, n_out)
     wrt = [i for i, x in enumerate(example) if x.requires_grad]
-    if any("val" not in n.meta for n in bwd.graph.nodes if n.op == "placeholder"):
-        return None   # a value the backward reads was not traced with its shape
+    if any(not isinstance(n.meta.get("val"), _Tensor)
+           for n in bwd.graph.nodes if n.op == "placeholder"):
+        return None   # a value the backward reads is no tensor traced with its shape
     back_example = _examples(bwd)
     if not all(_dense(x) for x in back_example):
         return None   # a value the backward reads has a layout zeros cannot take
