@@ -30,7 +30,7 @@ from ._levels import check_foreign as _check_foreign
 from ._torch_private import functorch_active as _functorch_active
 from ._torch_private import tensor_body
 
-__all__ = ["NamedTensor"]
+__all__ = ["NamedTensor", "data_and_names"]
 
 _Tensor = torch.Tensor
 
@@ -321,6 +321,20 @@ class NamedTensor:
             "<table><tr><th>kind</th><th>axis</th><th>size</th></tr>"
             f"{rows}</table><pre>{preview}</pre></div>"
         )
+
+
+def data_and_names(leaf: Any) -> tuple | None:
+    """``(data, names)`` of a leaf: a NamedTensor's, ``(leaf, ())`` for a tensor, None
+    for anything else.
+
+    >>> data_and_names(torch.ones(1)), data_and_names(3)
+    ((tensor([1.]), ()), None)
+    """
+    if isinstance(leaf, NamedTensor):
+        return leaf._data, leaf._names
+    if isinstance(leaf, torch.Tensor):
+        return leaf, ()
+    return None
 
 
 def _rebuild_named(data: torch.Tensor, names: tuple) -> NamedTensor:

@@ -65,6 +65,14 @@ def _unmerged(data: torch.Tensor, names: tuple, sizes: tuple, rest: tuple, op) -
 
 # -- data movement ----------------------------------------------------------------------
 
+def _begin(op: str, x: Any, axis_name: Any, groups: Any) -> tuple:
+    """A collective's start: ``(x as a NamedTensor, the axis names, the engine's own
+    implementation or None)`` -- ``axis_index_groups`` refused, as everywhere here."""
+    _no_groups(groups, op)
+    names = _axis_names(axis_name, op)
+    return _as_named(x, op), names, _engine_method(op, names)
+
+
 @_shows_axes()
 def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0,
                tiled: bool = False) -> Any:
@@ -78,10 +86,7 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
     tensor([0., 1., 2.])
     """
     op = "all_gather"
-    _no_groups(axis_index_groups, op)
-    names = _axis_names(axis_name, op)
-    x = _as_named(x, op)
-    method = _engine_method(op, names)
+    x, names, method = _begin(op, x, axis_name, axis_index_groups)
     if method is not None:
         return method(x, names, axis=axis, tiled=tiled)
     data, sizes, rest, p = _merged(x, names, op)
@@ -107,10 +112,7 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
     ({'i': 2}, tensor([2., 2.]))
     """
     op = "psum_scatter"
-    _no_groups(axis_index_groups, op)
-    names = _axis_names(axis_name, op)
-    x = _as_named(x, op)
-    method = _engine_method(op, names)
+    x, names, method = _begin(op, x, axis_name, axis_index_groups)
     if method is not None:
         return method(x, names, scatter_dimension=scatter_dimension, tiled=tiled)
     data, sizes, rest, p = _merged(x, names, op)
@@ -141,10 +143,7 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
             [1., 3.]])
     """
     op = "all_to_all"
-    _no_groups(axis_index_groups, op)
-    names = _axis_names(axis_name, op)
-    x = _as_named(x, op)
-    method = _engine_method(op, names)
+    x, names, method = _begin(op, x, axis_name, axis_index_groups)
     if method is not None:
         return method(x, names, split_axis=split_axis, concat_axis=concat_axis, tiled=tiled)
     data, sizes, rest, p = _merged(x, names, op)

@@ -121,32 +121,24 @@ class _PExtreme(_Fn):
         return (t * hit).sum(ctx.dims) / hit.sum(ctx.dims)
 
 
+# kind -> (the plain torch reduction run eagerly, the Function traced, its flag: the
+# mean for _PSum, the max for _PExtreme)
+_REDUCTIONS = {"psum": ("sum", _PSum, False), "pmean": ("mean", _PSum, True),
+               "pmax": ("amax", _PExtreme, True), "pmin": ("amin", _PExtreme, False)}
+
+
+def reduce(x: torch.Tensor, dims: list, kind: str) -> torch.Tensor:
+    """``kind`` ('psum', 'pmean', 'pmax', 'pmin') over the physical dims ``dims`` (the
+    named axes being reduced); pmax's and pmin's gradient shared among ties, as amax's."""
+    plain, fn, flag = _REDUCTIONS[kind]
+    if dims and not _tracing():
+        return getattr(x, plain)(dims)
+    return _fn(fn).apply(x, list(dims), flag)
+
+
 def psum(x: torch.Tensor, dims: list) -> torch.Tensor:
     """Sum over the physical dims ``dims`` (the named axes being reduced)."""
-    if dims and not _tracing():
-        return x.sum(dims)
-    return _fn(_PSum).apply(x, list(dims), False)
-
-
-def pmean(x: torch.Tensor, dims: list) -> torch.Tensor:
-    """Mean over the physical dims ``dims``."""
-    if dims and not _tracing():
-        return x.mean(dims)
-    return _fn(_PSum).apply(x, list(dims), True)
-
-
-def pmax(x: torch.Tensor, dims: list) -> torch.Tensor:
-    """Maximum over the physical dims ``dims`` (gradient shared among ties, as amax)."""
-    if dims and not _tracing():
-        return x.amax(dims)
-    return _fn(_PExtreme).apply(x, list(dims), True)
-
-
-def pmin(x: torch.Tensor, dims: list) -> torch.Tensor:
-    """Minimum over the physical dims ``dims``."""
-    if dims and not _tracing():
-        return x.amin(dims)
-    return _fn(_PExtreme).apply(x, list(dims), False)
+    return reduce(x, dims, "psum")
 
 
 

@@ -121,7 +121,7 @@ def _reduce(x: Any, axis_name: Any, op: str, kind: str) -> Any:
         dims = [x._names.index(n) for n in carried]
         engine = engine_for(carried)
         out = engine.reduce(kind, data, dims) if engine is not None else None
-        data = getattr(_ops, kind)(data, dims) if out is None else out
+        data = _ops.reduce(data, dims, kind) if out is None else out
         data = settled(data, tuple(carried))
     if missing and _ops._tracing():
         data = _replicated_in_graph(data, missing, kind, op)
@@ -142,7 +142,7 @@ def _replicated_in_graph(data: torch.Tensor, missing: list, kind: str, op: str):
     as the named op on the broadcast value (``make_graph`` shows ``psum``, not ``mul``)."""
     sizes = tuple(axis_size(n, op=op) for n in missing)
     wide = data.reshape((1,) * len(sizes) + tuple(data.shape)).expand(sizes + tuple(data.shape))
-    return getattr(_ops, kind)(wide, list(range(len(sizes))))
+    return _ops.reduce(wide, list(range(len(sizes))), kind)
 
 
 def _reduce_one(x: NamedTensor, name: str, kind: str) -> Any:
@@ -158,7 +158,7 @@ def _reduce_one(x: NamedTensor, name: str, kind: str) -> Any:
         return None
     if kind == "pmean" and not (data.is_floating_point() or data.is_complex()):
         data = data.to(torch.get_default_dtype())   # a float mean, as in JAX
-    data = _KINDS[kind](data, [i])
+    data = _ops.reduce(data, [i], kind)
     left = names[:i] + names[i + 1:]
     return _out(data, left, _OPS[kind])
 
@@ -229,4 +229,4 @@ def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
 
 
 _OPS = {"psum": psum, "pmean": pmean, "pmax": pmax, "pmin": pmin}
-_KINDS = {"psum": _ops.psum, "pmean": _ops.pmean, "pmax": _ops.pmax, "pmin": _ops.pmin}
+

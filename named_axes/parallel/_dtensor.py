@@ -32,7 +32,7 @@ import torch
 
 from .._engine import EngineBase
 from .._errors import AxisResourceError
-from .._tensor import NamedTensor
+from .._tensor import NamedTensor, data_and_names
 from .._torch_private import tracing_mode_active
 from ._dtensor_comms import SUMMARY, device_mesh, reduce_to
 from ._dtensor_comms import placements as _placements
@@ -195,12 +195,10 @@ class DTensorEngine(EngineBase):
         full_idx, full_data, full_place = [], [], []
         sharded = []   # (i, names, dtensor, wanted placements)
         for i, leaf in enumerate(leaves):
-            if isinstance(leaf, NamedTensor):
-                data, names = leaf._data, leaf._names
-            elif isinstance(leaf, torch.Tensor):
-                data, names = leaf, ()
-            else:
+            pair = data_and_names(leaf)
+            if pair is None:
                 continue
+            data, names = pair
             want = self._wanted(data, names, f"argument leaf {i}")
             if type(data).__name__ == "DTensor":
                 sharded.append((i, names, data, want))
@@ -280,12 +278,10 @@ class DTensorEngine(EngineBase):
         mode = self._out_mode()
         if mode == "dtensor":
             return leaf
-        if isinstance(leaf, NamedTensor):
-            data, names = leaf._data, leaf._names
-        else:
-            data, names = leaf, ()
-        if type(data).__name__ != "DTensor":
+        pair = data_and_names(leaf)
+        if pair is None or type(pair[0]).__name__ != "DTensor":
             return leaf
+        data, names = pair
         if mode == "full":
             SUMMARY.full_outputs += 1
             data = to_full(data)

@@ -64,7 +64,7 @@ from .._engine import NeedsWholeAxes, may_need_grad
 from .._errors import AxisResourceError
 from .._registry import is_inplace, op_name
 from .._tape import suspended
-from .._tensor import NamedTensor
+from .._tensor import NamedTensor, data_and_names
 from .._torch_private import (functorch_active, functorch_transform_kinds,
                               tracing_mode_active, tree_map)
 from ._serial import SerialEngine, _as_tuple, _attaining, _names_of
@@ -231,12 +231,10 @@ class LocalShardEngine(SerialEngine):
         """An output leaf as the engine returns it: a fully replicated one as it is when
         full outputs are asked for (its cotangent split over the ranks), else the DTensor
         laid out per the plan (:meth:`DTensorEngine.from_dtensor` takes it from there)."""
-        if isinstance(leaf, NamedTensor):
-            data, names = leaf._data, leaf._names
-        elif isinstance(leaf, torch.Tensor):
-            data, names = leaf, ()
-        else:
+        pair = data_and_names(leaf)
+        if pair is None:
             return leaf
+        data, names = pair
         split = tuple(n for n in names if n in self.loops)
         if self.outer._out_mode() == "full" and (not split or _transformed()
                                                   or tracing_mode_active()):

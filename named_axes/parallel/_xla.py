@@ -22,7 +22,7 @@ import torch
 
 from .._engine import EngineBase
 from .._errors import AxisResourceError
-from .._tensor import NamedTensor
+from .._tensor import NamedTensor, data_and_names
 from ._devices import ensure_spmd, xla_device, xla_devices
 
 __all__ = ["ensure_spmd", "xla_device", "xla_devices", "XlaEngine", "xla_mesh"]
@@ -63,12 +63,10 @@ class XlaEngine(EngineBase):
     def to_xla(self, leaf: Any, what: str) -> Any:
         import torch_xla.distributed.spmd as xs
 
-        if isinstance(leaf, NamedTensor):
-            data, names = leaf._data, leaf._names
-        elif isinstance(leaf, torch.Tensor):
-            data, names = leaf, ()
-        else:
+        pair = data_and_names(leaf)
+        if pair is None:
             return leaf
+        data, names = pair
         self.plan.check_value(names, what)
         if self.home is None:
             self.home = data.device

@@ -148,6 +148,15 @@ def _flatten(func, args, kwargs):
                   x._names, func)
 
 
+def _reshaped(x, out: torch.Tensor, func, in_place: bool):
+    """``x``'s data reshaped to ``out``: ``x`` itself now holding it for the in-place form
+    (``squeeze_``: a view of the same storage), else a new value."""
+    if in_place:
+        x._data = out
+        return x
+    return result(out, x._names, func)
+
+
 def _squeeze(func, args, kwargs):
     x = args[0]
     if type(x) is not _NT:
@@ -161,11 +170,8 @@ def _squeeze(func, args, kwargs):
         ds = tuple(dim) if isinstance(dim, (tuple, list)) else (dim,)
         _int_dims(ds, op)
         dims = tuple(k + _norm_pos(d, p, op) for d in ds)
-    out = x._data.squeeze(dims) if dims else x._data
-    if func is torch.Tensor.squeeze_:
-        x._data = out
-        return x
-    return result(out, x._names, func)
+    return _reshaped(x, x._data.squeeze(dims) if dims else x._data, func,
+                     func is torch.Tensor.squeeze_)
 
 
 def _unsqueeze(func, args, kwargs):
@@ -177,11 +183,7 @@ def _unsqueeze(func, args, kwargs):
     _int_dims((d,), op)
     k, p = len(x._names), x.ndim
     d = _norm_pos(d, p + 1, op)
-    out = x._data.unsqueeze(k + d)
-    if func is torch.Tensor.unsqueeze_:
-        x._data = out
-        return x
-    return result(out, x._names, func)
+    return _reshaped(x, x._data.unsqueeze(k + d), func, func is torch.Tensor.unsqueeze_)
 
 
 def _movedim(func, args, kwargs):
