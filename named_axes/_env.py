@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Iterator, Mapping
+from typing import Any, Callable, Hashable, Iterator, Mapping
 
 import torch
 
@@ -37,7 +37,7 @@ class INNER:
     """The key itself (a class: dynamo compares classes by identity, not object())."""
 
 __all__ = ["Frame", "bind", "push", "pop", "bound_axes", "axis_size", "current_frame", "frames",
-           "conflicts", "within", "resources", "enter_resource", "exit_resource"]
+           "conflicts", "within", "resources", "enter_resource", "exit_resource", "set_rank_agreement", "rank_agreement"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +92,22 @@ def resources() -> tuple:
     """The resource contexts in scope (the meshes entered, outermost first): a program
     traced under them holds their communication, so ``nx.jit`` keys programs by them."""
     return _state.resources
+
+
+# How the ranks of the meshes in scope agree on a value: ``fn(int) -> [int per rank]``,
+# registered by the parallel layer (nx.jit's programs on a mesh must be alike on every
+# rank, :func:`rank_agreement`).
+_AGREE: list = []
+
+
+def set_rank_agreement(fn: Callable) -> None:
+    _AGREE[:] = [fn]
+
+
+def rank_agreement() -> Callable | None:
+    """With a mesh in scope, the function gathering one int from every rank (the
+    parallel layer's), else None."""
+    return _AGREE[0] if _AGREE and _state.resources else None
 
 
 def enter_resource(obj: Any) -> None:

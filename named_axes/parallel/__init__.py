@@ -29,7 +29,9 @@ from .._torch_private import tracing_mode_active
 from ._devices import (Device, backend_device, device_count, device_get,
                        device_put_replicated, device_put_sharded, devices, local_device_count,
                        local_devices, process_count, process_index)
+from .. import _env
 from ._dtensor_comms import SUMMARY
+from ._rank_check import gather_ints
 from ._mesh import Mesh, SerialLoop, current_mesh, mesh
 from ._plan import Plan, make_plan, resource_conflicts
 from ._sharded import (NamedSharding, PartitionSpec, counter_normal, counter_uniform, device_put,
@@ -45,6 +47,10 @@ __all__ = [
     "make_array_from_callback", "counter_normal", "counter_uniform", "sharding_of",
     "comm_summary",
 ]
+
+
+# nx.jit's programs on a mesh are alike on every rank (transforms/_jit.py asks)
+_env.set_rank_agreement(gather_ints)
 
 
 def comm_summary(reset: bool = False) -> dict:

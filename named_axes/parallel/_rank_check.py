@@ -16,7 +16,20 @@ from .._errors import AxisResourceError
 from .._tensor import NamedTensor
 from ._stall import bounded
 
-__all__ = ["check_ranks_agree", "fingerprint", "structure_key"]
+__all__ = ["check_ranks_agree", "fingerprint", "structure_key", "gather_ints"]
+
+
+def gather_ints(value: int) -> list:
+    """``value`` of every rank of the process group (rank order; ``[value]`` without
+    torch.distributed), the wait bounded by the group's timeout."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return [value]
+    out = [None] * dist.get_world_size()
+    bounded("the ranks' agreement on an nx.jit program", [None],
+            lambda: dist.all_gather_object(out, value))
+    return out
 
 
 def fingerprint(leaves: list) -> list:

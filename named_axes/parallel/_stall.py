@@ -32,10 +32,11 @@ _GRACE_S = 3.0   # how long a rank that timed out waits for the others' reports
 def timed_out(e: BaseException) -> bool:
     """Whether ``e`` is a collective's wait that ran past the process group's timeout --
     or that another waiting rank's timeout cut short (gloo closes that rank's
-    connections: "Connection closed by peer", within a moment of the timeout)."""
+    connections: "Connection closed by peer", "Application timeout caused pair
+    closure", within a moment of the timeout)."""
     text = str(e)
     return ("Timed out" in text or "timed out" in text or "Connection closed by peer" in text
-            or type(e).__name__ == "DistTimeoutError")
+            or "Application timeout" in text or type(e).__name__ == "DistTimeoutError")
 
 
 def bounded(what: str, groups: list, run: Callable):

@@ -49,7 +49,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
 from .. import _env
-from .._errors import AxisTypeError
+from .._errors import AxisResourceError, AxisTypeError
 from .._modes import building_graph
 from .._torch_private import dispatch_depth, functorch_transform_kind
 from . import _store
@@ -196,6 +196,37 @@ def _checked_options(fun: Callable, static_argnums: int | Sequence[int],
     return static, donate, Backend(backend, mode, tuple(sorted((options or {}).items())))
 
 
+def _alike_on_every_rank(build: Callable, name: str) -> Program:
+    """``build()``'s program, of the same kind on every rank when a mesh is in scope.
+
+    Each rank traces its own shards, and their programs hold collectives: a rank whose
+    trace failed, or that runs its program inline (eagerly: the engine's input check
+    first) while the others run compiled ones, would leave the others waiting in a
+    collective.  So the ranks exchange what they built (one small all-gather per new
+    program, after it is compiled: a rank whose trace failed waits meanwhile, within the
+    process group's timeout): if all failed, each raises its error; if some did, every
+    rank raises an AxisResourceError naming them; if any runs inline, all do."""
+    agree = _env.rank_agreement()
+    if agree is None:
+        return build()
+    try:
+        entry, err = build(), None
+    except Exception as e:  # noqa: BLE001 - re-raised once the other ranks know
+        entry, err = None, e
+    kinds = agree(0 if err is not None else 1 if entry.compiled is None else 2)
+    if err is not None and set(kinds) == {0}:
+        raise err
+    if 0 in kinds:
+        failed = [r for r, k in enumerate(kinds) if k == 0]
+        why = f": {type(err).__name__}: {err}" if err is not None else "; their error says why"
+        raise AxisResourceError(
+            f"jit({name}): tracing this program failed on rank(s) {failed} (each rank "
+            f"traces its own shards), so no rank runs it{why}") from err
+    if 1 in kinds and entry.compiled is not None:
+        return entry._replace(compiled=None)   # inline, as on the ranks that must
+    return entry
+
+
 class _ProgramCache:
     """The compiled programs of one jitted function, by call key, and its call counts."""
 
@@ -233,7 +264,9 @@ class _ProgramCache:
             entry = None if ident is None else load_stored(ident, leaves)
             counts[3] += entry is not None
         if entry is None:
-            entry = compile_program(self.fun, args, self.static, self.backend, ident)
+            entry = _alike_on_every_rank(
+                lambda: compile_program(self.fun, args, self.static, self.backend, ident),
+                self.name)
             counts[4] += entry.stored
             if entry.values and plain_key is not None:
                 cache.setdefault(plain_key, entry)

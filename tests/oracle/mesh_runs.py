@@ -133,12 +133,14 @@ def _cotangent(prog: dict, j: int, shape) -> torch.Tensor:
     return torch.randn(tuple(shape), generator=g, dtype=torch.float64)
 
 
-def run_on(prog: dict, res: dict, mesh, grads: bool = False) -> dict:
+def run_on(prog: dict, res: dict, mesh, grads: bool = False, jit: bool = False) -> dict:
     """``prog`` with ``axis_resources=res`` inside ``mesh``; :func:`torch_interp.run`'s result
     format (the outputs brought back to the CPU).  With ``grads``, also the gradients of
     ``sum(output * fixed cotangent)`` with respect to the floating inputs, taken by
     ``torch.autograd`` outside the xmap (``"grads"``: arrays, None for an input the outputs
-    do not depend on; or ``"grad_exc"``/``"grad_msg"``/``"grad_named_axis_error"``)."""
+    do not depend on; or ``"grad_exc"``/``"grad_msg"``/``"grad_named_axis_error"``).
+    With ``jit``, the xmap runs as ``nx.jit(backend='eager')``'s program (on a mesh,
+    with gradients: traced with its backward and cut in two, transforms/_jit_joint.py)."""
     be = torch_interp.TorchBackend()
     named: list = []
 
@@ -156,6 +158,7 @@ def run_on(prog: dict, res: dict, mesh, grads: bool = False) -> dict:
         f = nx.xmap(fn, in_axes=dsl.decode_spec(prog["in_axes"]),
                     out_axes=dsl.decode_spec(prog["out_axes"]),
                     axis_sizes=prog.get("axis_sizes") or None, axis_resources=_resources(res))
+        f = nx.jit(f, backend="eager") if jit else f
         with mesh:
             out = f(*args)
         flat = torch_interp.flatten_like(prog["out"], out)
@@ -236,34 +239,40 @@ def judge(res: dict, rres: dict, vres: dict) -> list:
 
 
 def run_sample(progs: list, seed: int, per_prog: int, meshes: dict, sync=None,
-               progress=None, grads: bool = False) -> dict:
+               progress=None, grads: bool = False, jit_every: int = 0) -> dict:
     """Run every assignment of every program; ``{"runs": {...}, "fails": [...]}``.
 
     ``meshes`` maps ``'xy'``/``'w'`` to a mesh; ``sync(tag)`` (gloo) returns a message
     when the ranks disagree on what they ran and how it ended; ``progress(text)``
     records the run about to start (for a report if the ranks hang); with ``grads``
-    every run's input gradients are compared too (:func:`judge_grads`).
+    every run's input gradients are compared too (:func:`judge_grads`); with
+    ``jit_every=k``, every k-th program's assignments also run under ``nx.jit``
+    (:func:`run_on`'s ``jit``; counted and judged as ``jit <mesh> <status>``).
     """
     runs: dict = {}
     fails: list = []
-    for prog in progs:
+    for k, prog in enumerate(progs):
         vres = torch_interp.run(prog)
         gref = run_on(prog, {}, contextlib.nullcontext(), grads=True) if grads else None
+        jits = (False, True) if jit_every and k % jit_every == 0 else (False,)
         for res in assignments(prog, seed, per_prog):
-            if progress:
-                progress(f"{prog['id']} {where(res)}")
-            rres = run_on(prog, res, meshes[mesh_of(res)], grads=grads)
-            bad = sync(f"{prog['id']} {where(res)}: {rres['status']} {rres.get('exc', '')}") \
-                if sync else None
-            if bad:
-                fails.append({"id": prog["id"], "kind": "ranks_disagree", "where": where(res),
-                              "msg": bad})
-            key = f"{mesh_of(res)} {rres['status']}" + (
-                f" {rres['exc']}" if rres["status"] != "ok" else "")
-            runs[key] = runs.get(key, 0) + 1
-            for d in judge(res, rres, vres) + (judge_grads(res, rres, gref) if grads else []):
-                fails.append({"id": prog["id"], "kind": d.kind, "where": d.where,
-                              "msg": d.msg})
+            for jit in jits:
+                label = ("jit " if jit else "") + where(res)
+                if progress:
+                    progress(f"{prog['id']} {label}")
+                rres = run_on(prog, res, meshes[mesh_of(res)], grads=grads, jit=jit)
+                bad = sync(f"{prog['id']} {label}: {rres['status']} {rres.get('exc', '')}") \
+                    if sync else None
+                if bad:
+                    fails.append({"id": prog["id"], "kind": "ranks_disagree", "where": label,
+                                  "msg": bad})
+                key = ("jit " if jit else "") + f"{mesh_of(res)} {rres['status']}" + (
+                    f" {rres['exc']}" if rres["status"] != "ok" else "")
+                runs[key] = runs.get(key, 0) + 1
+                for d in judge(res, rres, vres) + (judge_grads(res, rres, gref) if grads
+                                                   else []):
+                    fails.append({"id": prog["id"], "kind": d.kind,
+                                  "where": ("jit " if jit else "") + d.where, "msg": d.msg})
     return {"runs": runs, "fails": fails}
 
 

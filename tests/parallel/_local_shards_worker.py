@@ -339,6 +339,21 @@ def compiled(rank, results):
                 errs.append(_max_err(a, _loss_and_grads(ref, x * (k + 1), w - k)))
             results[f"jit_differentiated_outside_{name}_{backend}"] = dict(
                 err=max(errs), stats=fn.stats())
+    # a trace that fails on one rank only (user code branching on the rank): every rank
+    # raises, naming it -- none is left waiting in the program's collectives
+    def on_rank(v, u):
+        if torch.distributed.get_rank() == 3:
+            raise nx.AxisSpecError("rank 3 refuses")
+        return nx.lax.psum((v * u).sum(), "i")
+
+    lone = nx.jit(nx.xmap(on_rank, in_axes=(["i", ...], [...]), out_axes=[...],
+                          axis_resources={"i": "x"}), backend="eager")
+    try:
+        with mesh_1d():
+            lone(x, w)
+        results["jit_fails_on_one_rank"] = dict(error=None)
+    except nx.NamedAxisError as e:
+        results["jit_fails_on_one_rank"] = dict(error=type(e).__name__, message=str(e))
     # the same jitted function on another mesh: another program
     jitted = nx.jit(step)
     with mesh_1d():

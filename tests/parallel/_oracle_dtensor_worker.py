@@ -141,7 +141,8 @@ def run_paths(progs: list, seed: int, per_prog: int, meshes: dict, sync, progres
     and the fails; how many calls ran on the local-shard path and how many were made."""
     P.comm_summary(reset=True)
     got = mesh_runs.run_sample(progs, seed, per_prog, meshes, sync=sync, progress=progress,
-                               grads=True)
+                               grads=True, jit_every=int(os.environ.get("NX_ORACLE_MESH_JIT",
+                                                                        "4")))
     summary = P.comm_summary()
     return {"runs": got["runs"], "fails": got["fails"],
             "local_shard_runs": summary["local_shard_runs"], "calls": summary["calls"]}

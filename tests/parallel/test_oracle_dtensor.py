@@ -5,6 +5,8 @@ Every rank's result must equal its own vectorized run (values, shapes, named sha
 inside the xmap), or the run must raise a ``NamedAxisError`` (and must raise where the
 vectorized run rejects); all ranks must end each run the same way.
 
+Every ``NX_ORACLE_MESH_JIT``-th program (default 4; 0: none) also runs under ``nx.jit``,
+its input gradients through the forward and backward programs nx.jit cuts from its trace.
 ``NX_ORACLE_MESH_N`` / ``NX_ORACLE_MESH_SEED`` / ``NX_ORACLE_MESH_PER_PROG`` (0 = every
 assignment) widen the hunt (``make fuzz-oracle-mesh``); ``NX_ORACLE_MESH_TIMEOUT``
 bounds the launch (seconds).
@@ -101,3 +103,5 @@ def test_sample_runs_on_the_mesh(ranks):
     assert ok > sum(runs.values()) // 2, runs
     assert runs.get("xy ok", 0) and runs.get("w ok", 0), runs
     assert 0 < res["local_shard_runs"] <= res["calls"], res
+    # and every 4th program under nx.jit too (its gradients by the cut joint program)
+    assert runs.get("jit xy ok", 0) + runs.get("jit w ok", 0), runs

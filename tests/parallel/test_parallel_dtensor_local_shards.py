@@ -168,6 +168,18 @@ def test_nx_jit_of_a_mesh_loss_on_sharded_state_differentiated_outside(ranks):
         assert got["stats"]["compiled"] == 1 and got["stats"]["inline"] == 0, (r, got)
 
 
+def test_nx_jit_of_a_mesh_call_whose_trace_fails_on_one_rank_fails_on_all(ranks):
+    """Each rank traces its own shards; when one rank's trace fails, the ranks learn it
+    before running anything (one all-gather per new program) and every one raises an
+    AxisResourceError naming it -- none waits in a collective the failed rank never
+    joins (the mesh oracle found such a hang: a torch assert on one rank's trace)."""
+    for r, res in enumerate(ranks):
+        got = res["jit_fails_on_one_rank"]
+        assert got["error"] == "AxisResourceError", (r, got)
+        assert "failed on rank(s) [3]" in got["message"], (r, got)
+    assert "rank 3 refuses" in ranks[3]["jit_fails_on_one_rank"]["message"]
+
+
 def test_nx_jit_keys_its_programs_by_the_mesh_in_scope(ranks):
     for r, res in enumerate(ranks):
         got = res["jit_on_two_meshes"]
