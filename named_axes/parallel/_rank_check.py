@@ -20,15 +20,20 @@ __all__ = ["check_ranks_agree", "fingerprint", "structure_key", "gather_ints"]
 
 
 def gather_ints(value: int) -> list:
-    """``value`` of every rank of the process group (rank order; ``[value]`` without
-    torch.distributed), the wait bounded by the group's timeout."""
+    """``value`` of every rank of the mesh in scope (its input-check group: the whole
+    process group unless the mesh spans fewer ranks), ``[value]`` without
+    torch.distributed; the wait bounded by the group's timeout."""
     import torch.distributed as dist
+
+    from ._mesh import current_mesh
 
     if not (dist.is_available() and dist.is_initialized()):
         return [value]
-    out = [None] * dist.get_world_size()
-    bounded("the ranks' agreement on an nx.jit program", [None],
-            lambda: dist.all_gather_object(out, value))
+    m = current_mesh()
+    group = m._cache.get("check_group") if m is not None else None
+    out = [None] * dist.get_world_size(group)
+    bounded("the ranks' agreement on an nx.jit program", [group],
+            lambda: dist.all_gather_object(out, value, group=group))
     return out
 
 
