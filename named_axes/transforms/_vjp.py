@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .._engine import split_over_ranks
+from .._engine import handed, split_over_ranks
 from .._env import bound_axes
 from .._errors import AxisSpecError, AxisTypeError
 from .._layout import align
@@ -83,8 +83,14 @@ def _align_like(value: Any, like: torch.Tensor, names: tuple | None, what: str,
             raise AxisSpecError(f"{what}: the value has named axis {extra[0]!r} that the "
                                 f"primal/output (named axes {names}) lacks")
         data = align(value._data, value._names, value.ndim, tuple(lead) + names, p)
+        own = tuple(value._names)
     else:
         data = torch.as_tensor(value, dtype=like.dtype, device=like.device)
+        own = ()
+    # on a mesh, a cotangent lacking an axis split over ranks meets the output's split
+    # instances here: its own gradient (an outer derivative of the pullback) sums their
+    # parts over the ranks (Engine.broadcast)
+    data = handed(data, own, tuple(lead) + names)
     return data.expand(shape) if data.shape != shape else data
 
 

@@ -869,9 +869,10 @@ def replicated_meets_split(rank, results):
         (["b", ...], [None, "c", ...]), ["b", "c", ...], {"c": "x"},
         (torch.linspace(-1, 1, 2 * 3).reshape(2, 3), torch.linspace(-2, 2, 3 * 4).reshape(3, 4)),
         mesh_1d())
-    # a custom_jvp value meeting a replicated argument inside nx.vjp, the result unused:
-    # the outer gradient of the replicated argument is wrong on the mesh since 0322506
-    # (mesh oracle seed 4101, p4101_00337; right at c67877b) -- not mended yet
+    # nx.vjp's cotangent lacking the split axis, expanded over the output's instances:
+    # its outer gradient sums their parts over the ranks (mesh oracle seed 4101,
+    # p4101_00337: with the custom_jvp the tape keeps the pullback's copies, and the
+    # replicated argument's outer gradient missed the other ranks' parts)
     @nx.custom_jvp
     def sin_rule(v):
         return torch.sin(v)

@@ -326,22 +326,11 @@ def test_a_gradient_differentiated_again_equals_vectorized(ranks, case):
 
 
 @pytest.mark.parametrize("case", ["dynamic_slice", "reduce_axes", "dropped_copies",
-                                  "two_argnums", "pdot_loop"])
+                                  "two_argnums", "pdot_loop", "custom_jvp_in_vjp"])
 def test_a_replicated_value_meeting_split_ones_gets_its_whole_gradient(ranks, case):
-    _check_replicated_meets(ranks, case)
-
-
-@pytest.mark.xfail(strict=True, reason="a stop-40 regression found by the mesh oracle at "
-                   "seed 4101 (p4101_00337): a custom_jvp value meeting a replicated "
-                   "argument inside nx.vjp gives that argument a wrong outer gradient on "
-                   "the mesh (right at c67877b); not mended yet")
-def test_a_custom_jvp_value_meeting_a_replicated_one_inside_vjp(ranks):
-    _check_replicated_meets(ranks, "custom_jvp_in_vjp")
-
-
-def _check_replicated_meets(ranks, case):
     """Outputs and input gradients equal the vectorized run's where a replicated value
-    meets split ones outside the dispatcher (slicing, nx.grad's own steps, a loop's pdot)."""
+    meets split ones outside the dispatcher (slicing, nx.grad's own steps, a loop's pdot,
+    a pullback's cotangent lacking the split axis -- its outer gradient)."""
     for r, res in enumerate(ranks):
         got = res[f"replicated_meets_{case}"]
         assert got["out_err"] < 1e-12 and got["grad_err"] < 1e-12, (r, got)
