@@ -56,6 +56,7 @@ from . import _store
 from ._backend import Backend
 from ._fast_call import structure_reader, tensor_guard
 from ._jit_keys import call_key, detached, numpy_as_tensors, split_static
+from ._jit_joint import outside_dynamo
 from ._jit_program import Program, compile_program, load_stored, stored_ok
 from ._jit_sharded import has_dtensors, is_dtensor, local_program, on_local_shards
 
@@ -395,8 +396,6 @@ def on_mesh_under_dynamo(program: Callable) -> bool:
 
 
 _JITTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_OUTSIDE_DYNAMO: list = []   # run_jitted's body under torch.compiler.disable, made on first
-#                             use (so that importing named_axes imports no dynamo)
 
 
 def run_jitted(fun: Callable, args: tuple):
@@ -408,9 +407,7 @@ def run_jitted(fun: Callable, args: tuple):
     nx.jit traces the engine as it runs and compiles the rank's program with its
     collectives in the graph.  Dynamo compiles what comes before and after the call.
     """
-    if not _OUTSIDE_DYNAMO:
-        _OUTSIDE_DYNAMO.append(torch.compiler.disable(_run_jitted))
-    return _OUTSIDE_DYNAMO[0](fun, args)
+    return outside_dynamo(_run_jitted, fun, args)
 
 
 def _run_jitted(fun: Callable, args: tuple):

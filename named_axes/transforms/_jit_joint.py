@@ -20,24 +20,23 @@ more than first-order (a second derivative through it raises torch's error for
 
 >>> import torch
 >>> g = torch.fx.symbolic_trace(lambda x, ct: (x.sin(), ct * x.cos()))
->>> fwd, bwd, cut = split_joint(g, n_in=1, n_out=1)
+>>> fwd, bwd, saved_inputs = split_joint(g, n_in=1, n_out=1)
 >>> [n.name for n in fwd.graph.nodes]     # the result, and cos(x) for the backward
 ['x', 'sin', 'cos', 'output']
->>> [n.name for n in bwd.graph.nodes]
-['saved_cos', 'saved_ct', 'mul', 'output']
->>> cut
-Cut(saved_inputs=[], n_saved=1)
+>>> [n.name for n in bwd.graph.nodes], saved_inputs   # (x itself is not read there)
+(['saved_cos', 'saved_ct', 'mul', 'output'], [])
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import torch
 from torch.autograd.function import once_differentiable
 
+from ._graph import trace_flat
 from ._tree import unbox
 
-__all__ = ["Cut", "joint_function", "split_joint", "joint_program"]
+__all__ = ["joint_function", "split_joint", "joint_program", "outside_dynamo"]
 
 _Tensor = torch.Tensor
 
@@ -61,13 +60,6 @@ def joint_function(fun: Callable, n_args: int, diff_outs: list) -> Callable:
     return joint
 
 
-class Cut(NamedTuple):
-    """Where :func:`split_joint` cut: the forward's extra outputs are ``n_saved`` values
-    the backward reads, which also reads the inputs at ``saved_inputs``."""
-    saved_inputs: list
-    n_saved: int
-
-
 def _copy(graph: torch.fx.Graph, node: torch.fx.Node, env: dict) -> torch.fx.Node:
     new = graph.node_copy(node, lambda a: env[a])
     env[node] = new
@@ -75,10 +67,12 @@ def _copy(graph: torch.fx.Graph, node: torch.fx.Node, env: dict) -> torch.fx.Nod
 
 
 def split_joint(gm: torch.fx.GraphModule, n_in: int, n_out: int) -> tuple:
-    """``(forward, backward, Cut)`` from a joint graph whose placeholders are ``n_in``
-    inputs then the cotangents and whose outputs are ``n_out`` results then the
+    """``(forward, backward, saved_inputs)`` from a joint graph whose placeholders are
+    ``n_in`` inputs then the cotangents and whose outputs are ``n_out`` results then the
     gradients: the backward is every node that reads a cotangent; the forward all
-    others, returning the results and the values the backward reads of it."""
+    others, returning the results and the values the backward reads of it.  The
+    backward's placeholders: the inputs at ``saved_inputs``, those values, the
+    cotangents."""
     g = gm.graph
     placeholders = [n for n in g.nodes if n.op == "placeholder"]
     inputs, cts = placeholders[:n_in], placeholders[n_in:]
@@ -115,23 +109,31 @@ def split_joint(gm: torch.fx.GraphModule, n_in: int, n_out: int) -> tuple:
     bwd.output([benv[n] for n in grads])
     fwd.eliminate_dead_code()
     bwd.eliminate_dead_code()
-    return (torch.fx.GraphModule(gm, fwd), torch.fx.GraphModule(gm, bwd),
-            Cut(saved_inputs, len(saved)))
+    return torch.fx.GraphModule(gm, fwd), torch.fx.GraphModule(gm, bwd), saved_inputs
 
 
-# Compiled code is not dynamo's to trace: a .backward() that dynamo leaves to run
-# eagerly (a graph break in a torch.compile'd step) would otherwise trace the compiled
-# backward's Python wrapper, in-place collectives and all.  (Made when the first
-# program is, so that importing named_axes imports no dynamo.)
-_OUTSIDE_DYNAMO: list = []
+_OUTSIDE_DYNAMO: list = []   # _call under torch.compiler.disable, made on first use
+#                             (so that importing named_axes imports no dynamo)
 
 
-def _run(program: Callable, inputs: list):
-    return _OUTSIDE_DYNAMO[0](program, inputs)
+def outside_dynamo(fn: Callable, *args):
+    """``fn(*args)``, which dynamo does not trace (a graph break where it meets it).
+
+    For compiled code, which is not dynamo's to trace (a ``.backward()`` that dynamo
+    leaves to run eagerly would trace a compiled backward's Python wrapper, in-place
+    collectives and all), and for a mesh call under torch.compile (``_jit.run_jitted``).
+    Made on first use; under dynamo that first use is itself a graph break.
+
+    >>> outside_dynamo(max, 1, 2)
+    2
+    """
+    if not _OUTSIDE_DYNAMO:
+        _OUTSIDE_DYNAMO.append(torch.compiler.disable(_call))
+    return _OUTSIDE_DYNAMO[0](fn, *args)
 
 
-def _call(program: Callable, inputs: list):
-    return program(inputs)
+def _call(fn: Callable, *args):
+    return fn(*args)
 
 
 class _Joint(torch.autograd.Function):
@@ -140,10 +142,10 @@ class _Joint(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, prog, *xs):
-        res = _run(prog.forward, list(xs))
+        res = outside_dynamo(prog.forward, list(xs))
         outs, saved = res[:prog.n_out], res[prog.n_out:]
         ctx.prog = prog
-        ctx.save_for_backward(*[xs[i] for i in prog.cut.saved_inputs], *saved)
+        ctx.save_for_backward(*[xs[i] for i in prog.saved_inputs], *saved)
         ctx.mark_non_differentiable(*[o for o, d in zip(outs, prog.diff_outs) if not d])
         return tuple(outs)
 
@@ -154,7 +156,7 @@ class _Joint(torch.autograd.Function):
         # the compiled backward assumes the traced layouts (nx.jit keys calls on them)
         ins = [t if t.stride() == st else _laid_out(t, st)
                for t, st in zip([*ctx.saved_tensors, *cts], prog.strides)]
-        grads = _run(prog.backward, ins)
+        grads = outside_dynamo(prog.backward, ins)
         out: list = [None] * prog.n_in
         for i, g in zip(prog.wrt, grads):
             out[i] = g
@@ -170,23 +172,22 @@ class JointProgram:
     """The compiled forward and backward of a differentiable program; called on the flat
     tensor inputs, it returns the flat tensor outputs (a boxed ``nx.jit`` program)."""
 
-    def __init__(self, forward, backward, cut: Cut, n_in: int, n_out: int, wrt: list,
-                 diff_outs: list, strides: list):
-        self.forward, self.backward, self.cut = forward, backward, cut
+    def __init__(self, forward, backward, saved_inputs: list, n_in: int, n_out: int,
+                 wrt: list, diff_outs: list, strides: list):
+        self.forward, self.backward, self.saved_inputs = forward, backward, saved_inputs
         self.n_in, self.n_out, self.wrt, self.diff_outs = n_in, n_out, wrt, diff_outs
         self.strides = strides   # of the backward's inputs, as traced
-        if not _OUTSIDE_DYNAMO:
-            _OUTSIDE_DYNAMO.append(torch.compiler.disable(_call))
 
     def __call__(self, xs: list) -> tuple:
         return _Joint.apply(self, *xs)
 
 
-def _examples(gm: torch.fx.GraphModule) -> list:
-    """Zeros laid out like each placeholder's traced value."""
-    vals = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
-    return [torch.zeros(v.shape, dtype=v.dtype, device=v.device).as_strided(v.shape, v.stride())
-            if _dense(v) else torch.zeros(v.shape, dtype=v.dtype, device=v.device) for v in vals]
+def _example(v) -> _Tensor:
+    """Zeros shaped like the traced value ``v``, with its strides where they address
+    exactly its elements (else contiguous: the backward copies such a value into that
+    layout before it runs)."""
+    stride = v.stride() if _dense(v) else torch.empty(v.shape).stride()
+    return torch.zeros(v.shape, dtype=v.dtype, device=v.device).as_strided(v.shape, stride)
 
 
 def _dense(v) -> bool:
@@ -202,27 +203,26 @@ def _dense(v) -> bool:
 
 
 def joint_program(dyn_fun: Callable, dyn_args: tuple, example: list, results: list,
-                  trace: Callable, compile_values: Callable) -> Any:
+                  compile_values: Callable) -> Any:
     """The :class:`JointProgram` of ``dyn_fun`` (its tensor inputs ``example``, its
     traced tensor results' fake values ``results``), or None where it is not cut (the
-    module docstring).  ``trace(fun, args)`` traces into an aten graph of the tensor leaves;
-    ``compile_values(gm, example)`` compiles a graph run with grad disabled."""
+    module docstring).  ``compile_values(gm, example)`` compiles a graph run with grad
+    disabled."""
     cts = [torch.zeros(r.shape, dtype=r.dtype, device=r.device) for r in results]
     diff_outs: list = []
-    gm = trace(joint_function(dyn_fun, len(dyn_args), diff_outs), (*dyn_args, cts))
+    gm = trace_flat(joint_function(dyn_fun, len(dyn_args), diff_outs), (*dyn_args, cts),
+                    mode="fake")[0]
     n_in, n_out = len(example), len(results)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     if any(n.op == "placeholder" for n in out_node.args[0][:n_out]):
         return None   # a result is an input as it is
-    fwd, bwd, cut = split_joint(gm, n_in, n_out)
+    fwd, bwd, saved_inputs = split_joint(gm, n_in, n_out)
     wrt = [i for i, x in enumerate(example) if x.requires_grad]
     if any(not isinstance(n.meta.get("val"), _Tensor)
            for n in bwd.graph.nodes if n.op == "placeholder"):
         return None   # a value the backward reads is no tensor traced with its shape
-    back_example = _examples(bwd)
-    if not all(_dense(x) for x in back_example):
-        return None   # a value the backward reads has a layout zeros cannot take
+    back_example = [_example(n.meta["val"]) for n in bwd.graph.nodes if n.op == "placeholder"]
     forward = compile_values(fwd, [x.detach() for x in example])
     backward = compile_values(bwd, back_example)
-    return JointProgram(forward, backward, cut, n_in, n_out, wrt, list(diff_outs),
+    return JointProgram(forward, backward, saved_inputs, n_in, n_out, wrt, list(diff_outs),
                         [x.stride() for x in back_example])

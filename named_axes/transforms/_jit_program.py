@@ -98,7 +98,6 @@ def build(fun: Callable, args: tuple, static: tuple, backend: Backend,
         joint = None
         if _pure(gm) and not _grad_constants(gm):
             joint = joint_program(dyn_fun, dyn_args, example, _results(gm),
-                                  lambda f, a: trace_flat(f, a, mode="fake")[0],
                                   lambda g, ex: _compile_graph(g, ex, backend, True, False))
         if joint is None:
             return Program(None, None, rebuild, False, False)
