@@ -31,10 +31,18 @@ def gather_ints(value: int) -> list:
         return [value]
     m = current_mesh()
     group = m._cache.get("check_group") if m is not None else None
-    out = [None] * dist.get_world_size(group)
-    bounded("the ranks' agreement on an nx.jit program", [group],
-            lambda: dist.all_gather_object(out, value, group=group))
-    return out
+    return _all_gather_int(value, group, "the ranks' agreement on an nx.jit program")
+
+
+def _all_gather_int(value: int, group, what: str) -> list:
+    """``value`` of every rank of ``group`` (one all-gather of an int64), described as
+    ``what`` if a rank does not arrive."""
+    import torch.distributed as dist
+
+    mine = torch.tensor([value], dtype=torch.int64)
+    seen = [torch.zeros_like(mine) for _ in range(dist.get_world_size(group))]
+    bounded(what, [group], lambda: dist.all_gather(seen, mine, group=group))
+    return [int(t) for t in seen]
 
 
 def fingerprint(leaves: list) -> list:
@@ -91,12 +99,10 @@ def check_ranks_agree(leaves: list, group, what: str = "xmap") -> None:
 
     desc = fingerprint(leaves)
     digest = hashlib.blake2b("\n".join(desc).encode(), digest_size=7).digest()
-    mine = torch.tensor([int.from_bytes(digest, "little")], dtype=torch.int64)
+    mine = int.from_bytes(digest, "little")
     world = dist.get_world_size(group)
-    seen = [torch.zeros_like(mine) for _ in range(world)]
-    bounded(f"{what}'s input check (an all-gather)", [group],
-            lambda: dist.all_gather(seen, mine, group=group))
-    if all(int(t) == int(mine) for t in seen):
+    if all(s == mine for s in _all_gather_int(mine, group,
+                                              f"{what}'s input check (an all-gather)")):
         return
     descs: list = [None] * world
     dist.all_gather_object(descs, desc, group=group)
