@@ -14,8 +14,8 @@ autograd and torch.func derive its gradient and batching, and the custom op's Py
 layers (≈ 5× the math on small tensors) are skipped.  Graphs still show the named op.
 
 >>> import torch
->>> from named_axes.lax._ops import psum
->>> psum(torch.ones(2, 3), [0])
+>>> from named_axes.lax._ops import reduce
+>>> reduce(torch.ones(2, 3), [0], "psum")
 tensor([2., 2., 2.])
 """
 from __future__ import annotations
@@ -134,11 +134,6 @@ def reduce(x: torch.Tensor, dims: list, kind: str) -> torch.Tensor:
     if dims and not _tracing():
         return getattr(x, plain)(dims)
     return _fn(fn).apply(x, list(dims), flag)
-
-
-def psum(x: torch.Tensor, dims: list) -> torch.Tensor:
-    """Sum over the physical dims ``dims`` (the named axes being reduced)."""
-    return reduce(x, dims, "psum")
 
 
 
