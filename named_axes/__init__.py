@@ -80,3 +80,7 @@ from .parallel import (NamedSharding, PartitionSpec, make_array_from_callback,  
 
 __all__ += ["NamedSharding", "PartitionSpec", "make_array_from_process_local_data",
             "make_array_from_callback"]
+from .parallel import Rates, calibrate, explain_resources, plan_resources  # noqa: E402
+from . import _calibrate  # noqa: E402,F401  (nx.calibrate times named programs too)
+
+__all__ += ["plan_resources", "explain_resources", "calibrate", "Rates"]

@@ -111,7 +111,7 @@ class Tape:
         self._set(value, Node(self.added.intersection(own), self.phys(value), ()))
 
     def note(self, kind: str, operands: Iterable, outputs: Iterable,
-             along: frozenset = _EMPTY) -> None:
+             along: frozenset = _EMPTY, collective: tuple | None = None) -> None:
         """Note an op of ``kind`` (see :func:`kind_of`) that made ``outputs`` from
         ``operands`` (tensors and NamedTensors; other values are skipped); ``along``:
         named axes a torch op runs along (``x.cumsum('j')``), which its derivative reads
@@ -229,18 +229,23 @@ def _edges(kind: str, ops: list, out_phys: frozenset, along: frozenset) -> tuple
     return tuple(edges)
 
 
-def note(kind: str, operands: Iterable, outputs: Iterable, along: Iterable = ()) -> None:
-    """Note an op on every open tape."""
+def note(kind: str, operands: Iterable, outputs: Iterable, along: Iterable = (),
+         collective: tuple | None = None) -> None:
+    """Note an op on every open tape; ``collective``: ``(its name, the axis_name it was
+    called with)`` for an ``nx.lax`` collective (a cost trace prices its communication,
+    parallel/_cost_trace.py)."""
     operands, outputs, along = tuple(operands), tuple(outputs), frozenset(along)
     for tape in TAPES:
-        tape.note(kind, operands, outputs, along)
+        tape.note(kind, operands, outputs, along, collective)
 
 
-def note_result(kind: str, args: tuple, kwargs, out, along: bool = False) -> None:
+def note_result(kind: str, args: tuple, kwargs, out, along: bool = False,
+                collective: tuple | None = None) -> None:
     """Note the call ``op(*args, **kwargs) -> out`` of an op of ``kind``; ``along``: its
     string arguments (and a dict index's keys) name axes it runs along."""
     leaves = _leaves(args, kwargs)
-    note(kind, leaves, _leaves((out,), None), _named_in(leaves, args) if along else ())
+    note(kind, leaves, _leaves((out,), None), _named_in(leaves, args) if along else (),
+         collective)
 
 
 def noted_rule(operands: Iterable, outputs: Iterable) -> list:

@@ -74,6 +74,11 @@ class _Xmapped:
     def __repr__(self) -> str:
         return f"<{self._spelling}>"
 
+    def replaced(self, fun: Callable | None = None, axis_resources: Mapping | None = None):
+        """This xmap with another body (the cost model's trace) or other resources."""
+        return _Xmapped(fun or self.fun, self.in_axes, self.out_axes, self.axis_sizes,
+                        axis_resources, self.donate_argnums, self.backend)
+
     def __get__(self, obj, objtype=None):
         return self if obj is None else functools.partial(self, obj)
 
@@ -394,7 +399,7 @@ def _backend_device(backend):
 
 
 def xmap(fun: Callable, in_axes: Any, out_axes: Any, *, axis_sizes: Mapping | None = None,
-         axis_resources: Mapping | None = None, donate_argnums=(), backend: str | None = None):
+         axis_resources: Mapping | str | None = None, donate_argnums=(), backend=None):
     """Assign a positional signature to a program that uses named axes.
 
     Each argument's axes listed in ``in_axes`` become named axes inside ``fun``; each
@@ -409,7 +414,8 @@ def xmap(fun: Callable, in_axes: Any, out_axes: Any, *, axis_sizes: Mapping | No
             (``{pos: name}``, ``['a', 'b', ...]`` or ``'a b ...'``).
         out_axes: the same for the results.
         axis_sizes: sizes of axes that no input carries.
-        axis_resources: named axis -> mesh axis (or tuple of them, or ``SerialLoop(n)``).
+        axis_resources: named axis -> mesh axis (or tuple of them, or ``SerialLoop(n)``);
+            ``'auto'``: chosen per call by a cost model (:func:`named_axes.plan_resources`).
         donate_argnums: arguments whose buffers the computation may reuse.
         backend: ``'cpu'``, ``'cuda'`` or ``'xla'``.
 
@@ -436,9 +442,12 @@ def xmap(fun: Callable, in_axes: Any, out_axes: Any, *, axis_sizes: Mapping | No
             raise AxisTypeError(f"xmap: donate_argnums must be ints, got {i!r}")
     if axis_sizes is not None and not isinstance(axis_sizes, Mapping):
         raise AxisTypeError(f"xmap: axis_sizes must be a dict name -> size, got {axis_sizes!r}")
+    if axis_resources == "auto":   # chosen per call by the cost model (parallel/_auto.py)
+        auto = _AutoXmapped(fun, in_axes, out_axes, axis_sizes, None, donate_argnums, backend)
+        return setattr(auto, "_spelling", auto._spelling[:-1] + ", axis_resources='auto')") or auto
     if axis_resources is not None and not isinstance(axis_resources, Mapping):
-        raise AxisTypeError(f"xmap: axis_resources must be a dict name -> resource, "
-                            f"got {axis_resources!r}")
+        raise AxisTypeError(f"xmap: axis_resources must be a dict name -> resource or "
+                            f"'auto', got {axis_resources!r}")
     for name in dict(axis_resources or {}):
         check_name(name, where="xmap axis_resources")
     _validate_spec_tree(in_axes, "in_axes")
@@ -448,6 +457,18 @@ def xmap(fun: Callable, in_axes: Any, out_axes: Any, *, axis_sizes: Mapping | No
         raise AxisSpecError("xmap out_axes=(): xmapped functions cannot have no return values "
                             "(a rank-0 output is out_axes=[] or {})")
     return _Xmapped(fun, in_axes, out_axes, axis_sizes, axis_resources, donate_argnums, backend)
+
+
+class _AutoXmapped(_Xmapped):
+    """``xmap(..., axis_resources='auto')``: each call runs this xmap with the resources
+    the cost model chooses for the mesh in scope (:func:`named_axes.plan_resources`)."""
+
+    def __call__(self, *args, **kwargs):
+        res = _env.auto_resources(self, args)
+        run = self.__dict__.setdefault("_chosen", {}).get(repr(res))
+        if run is None:
+            run = self._chosen[repr(res)] = self.replaced(axis_resources=res)
+        return run(*args, **kwargs)
 
 
 def _spec_names(spec) -> list:
@@ -476,5 +497,4 @@ def _validate_spec_tree(spec, what):
         for s in spec.values():
             _validate_spec_tree(s, what)
     else:
-        raise AxisTypeError(f"xmap {what}: {spec!r} is neither an axis mapping nor a container "
-                            f"of them")
+        raise AxisTypeError(f"xmap {what}: {spec!r} is neither an axis mapping nor a container of them")

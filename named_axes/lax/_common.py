@@ -39,11 +39,11 @@ def _shows_axes(position: int = 1) -> Callable:
 
         @functools.wraps(fn)
         def call(*args, **kwargs):
+            axes = args[position] if len(args) > position else kwargs.get("axis_name")
             out = fn(*args, **kwargs) if not LABEL_AXES[0] else _labelled(
-                fn, args[position] if len(args) > position else kwargs.get("axis_name"),
-                args, kwargs)
+                fn, axes, args, kwargs)
             if not torch.compiler.is_compiling() and TAPES:   # (no guard on TAPES)
-                note_result(kind, args, kwargs, out)
+                note_result(kind, args, kwargs, out, collective=(fn.__name__, axes))
             return out
         return call
     return decorate

@@ -34,6 +34,9 @@ from ._dtensor_comms import SUMMARY
 from ._rank_check import gather_ints
 from ._mesh import Mesh, SerialLoop, current_mesh, mesh
 from ._plan import Plan, make_plan, resource_conflicts
+from ._auto import Candidate, auto_resources, plan_resources
+from ._explain import ResourceReport, explain_resources
+from ._rates import Rates, calibrate
 from ._sharded import (NamedSharding, PartitionSpec, counter_normal, counter_uniform, device_put,
                        make_array_from_callback, make_array_from_process_local_data,
                        sharding_of)
@@ -45,12 +48,15 @@ __all__ = [
     "make_plan", "resource_conflicts", "run_partitioned", "current_mesh", "backend_device",
     "plan_for", "NamedSharding", "PartitionSpec", "make_array_from_process_local_data",
     "make_array_from_callback", "counter_normal", "counter_uniform", "sharding_of",
-    "comm_summary",
+    "comm_summary", "plan_resources", "explain_resources", "calibrate", "Rates", "Candidate",
+    "ResourceReport",
 ]
 
 
 # nx.jit's programs on a mesh are alike on every rank (transforms/_jit.py asks)
 _env.set_rank_agreement(gather_ints)
+# xmap(axis_resources='auto') asks the cost model (._auto)
+_env.set_auto_resources(auto_resources)
 
 
 def comm_summary(reset: bool = False) -> dict:

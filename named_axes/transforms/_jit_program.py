@@ -131,11 +131,14 @@ def _trace(name: str, dyn_fun: Callable, dyn_args: tuple) -> Traced:
     traced_inputs: list = []
     probe = TraceProbe()
 
+    had: dict = {}   # id(input) -> the .grad it came with (a fake copy of its real one)
+
     def traced(*a):
-        with probe:
-            result[:] = [dyn_fun(*a)]
         traced_inputs[:] = [x._data if type(x) is _NT else x for x in tree_flatten(a)[0]
                             if type(x) is _NT or isinstance(x, _Tensor)]
+        had.update((id(t), t.grad) for t in traced_inputs if t.is_leaf)
+        with probe:
+            result[:] = [dyn_fun(*a)]
         return result[0]
 
     try:
@@ -146,7 +149,7 @@ def _trace(name: str, dyn_fun: Callable, dyn_args: tuple) -> Traced:
         probe.restore()
     is_tensor = [type(x) is _NT or isinstance(x, _Tensor) for x in tree_flatten(result[0])[0]]
     result.clear()
-    check_grads_untouched(name, traced_inputs + _constants(gm))
+    check_grads_untouched(name, traced_inputs + _constants(gm), had)
     traced_inputs.clear()
     check_no_stale_numbers(name, probe)
     return Traced(gm, leaves, tensor_pos, out_info, is_tensor, probe.ran)

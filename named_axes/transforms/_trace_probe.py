@@ -220,10 +220,12 @@ def refusing_optimizer_steps(name: str):
         _tracing.name = before
 
 
-def check_grads_untouched(name: str, holders: Iterable[torch.Tensor]) -> None:
+def check_grads_untouched(name: str, holders: Iterable[torch.Tensor], had: dict) -> None:
     """Raise if a backward in the traced program set the ``.grad`` of ``holders`` (the
-    program's traced inputs and closed-over tensors); reset those to None first."""
-    touched = _reset_traced_grads(holders)
+    program's traced inputs and closed-over tensors; ``had``: id -> the ``.grad`` one
+    came with, which is no sign of a backward); reset those to None first."""
+    touched = _reset_traced_grads(t for t in holders if id(t) not in had
+                                  or t.grad is not had[id(t)])
     if touched:
         raise NamedAxisError(
             f"jit({name}): the program calls .backward(): it set the .grad of "

@@ -1,0 +1,217 @@
+"""``axis_resources='auto'`` against every legal assignment, each measured (issue 33).
+
+    python benchmarks/bench_auto.py [--programs gpt mlp p2] [--meshes 2x2 4x1]
+                                    # launches torchrun: 4 gloo ranks on 127.0.0.1
+
+For each program (the 2-layer GPT of examples/gpt_mesh.py, the xmap tutorial's MLP, the
+P2 attention block of benchmarks/programs.py) and mesh, the 4 ranks calibrate
+(``nx.calibrate``: their slowest figures), rank every legal assignment with the cost
+model (``parallel._auto.rank``, what ``nx.plan_resources`` uses), then run each one's
+training step (loss, ``.backward()``, SGD) and time it: the median of ``--steps`` steps
+after two warm-up steps, each step's time the slowest rank's.  Printed per program and
+mesh: the auto choice, its measured step against the fastest measured, the Spearman
+rank correlation of modelled and measured times, and the table (``--table``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
+
+
+# -- the programs: (named loss as an xmap without resources, arguments) ----------------------
+def gpt_program():
+    import torch
+    import named_axes as nx
+    import gpt_mesh as G
+
+    vocab = len(set(G.CORPUS.read_text()))
+    specs = G.param_specs(vocab, embed=64, heads=4, mlp_size=512, layers=2, context=32)
+    params = G.init_params(specs, 0, None, torch.float32)
+    tokens = torch.randint(0, vocab, (8, 33), generator=torch.Generator().manual_seed(0))
+
+    def loss_fn(p, t, y):
+        return G.named_loss(p, t, y, 2)
+    in_axes = (G.in_axes_of(specs), ["batch", "seq", ...], ["batch", "seq", ...])
+    return loss_fn, in_axes, (params, tokens[:, :-1], tokens[:, 1:])
+
+
+def mlp_program():
+    import torch
+    import programs as P
+    import named_axes as nx
+
+    w1, w2, images, labels = P.p1_data(128, 784, 512, 10)
+    return (P.p1_named_loss(nx), P.P1_IN_AXES,
+            (w1.requires_grad_(), w2.requires_grad_(), images, labels))
+
+
+def p2_program():
+    import programs as P
+    import named_axes as nx
+
+    x, params = P.p2_data(batch=8, seq=64, heads=8, head_dim=32, model=256, ff=1024)
+    ps = [params[k].requires_grad_() for k in P.P2_PARAMS]
+    return P.p2_named_loss(nx), P.P2_IN_AXES, (x, x, *ps)
+
+
+PROGRAMS = {"gpt": gpt_program, "mlp": mlp_program, "p2": p2_program}
+
+
+# -- the worker (one per rank, under torchrun) ----------------------------------------------
+def _params(args) -> list:
+    import torch
+
+    leaves = []
+    for a in args:
+        vals = a.values() if isinstance(a, dict) else [a]
+        leaves += [v for v in vals if isinstance(v, torch.Tensor) and v.requires_grad]
+    return leaves
+
+
+def _measure(loss, args, steps: int) -> float:
+    import torch
+
+    params = _params(args)
+
+    def step():
+        for p in params:
+            p.grad = None
+        value = loss(*args)
+        value.backward()
+        with torch.no_grad():
+            for p in params:
+                p -= 1e-3 * p.grad
+    times = []
+    for k in range(steps + 2):
+        torch.distributed.barrier()
+        t0 = time.perf_counter()
+        step()
+        t = torch.tensor([time.perf_counter() - t0])
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        if k >= 2:
+            times.append(float(t))
+    return statistics.median(times)
+
+
+def worker(opts) -> None:
+    from datetime import timedelta
+
+    import numpy as np
+    import torch
+    import named_axes as nx
+    from named_axes.parallel import _auto
+    from named_axes.parallel._cost_trace import trace_costs
+
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", timeout=timedelta(seconds=300))
+    rates = nx.calibrate()
+    out = {"rates": rates.__dict__, "runs": []}
+    for prog in opts.programs:
+        fun, in_axes, args = PROGRAMS[prog]()
+        plain = nx.xmap(fun, in_axes=in_axes, out_axes=[...])
+        trace = trace_costs(plain, args)
+        for shape in opts.meshes:
+            dims = tuple(int(d) for d in shape.split("x"))
+            mesh = nx.Mesh(np.array(nx.devices()).reshape(dims), ("dp", "mp"))
+            ranked = _auto.rank(trace, mesh.shape, rates, train=True)
+            rows = []
+            for c in ranked:
+                loss = nx.xmap(fun, in_axes=in_axes, out_axes=[...],
+                               axis_resources=c.axis_resources)
+                try:
+                    with mesh:
+                        t = _measure(loss, args, opts.steps)
+                    err = None
+                except Exception as e:   # an assignment the engines refuse: shown, not timed
+                    t, err = None, f"{type(e).__name__}: {str(e)[:160]}"
+                rows.append({"resources": c.spelled(), "model_s": c.time_s,
+                             "measured_s": t, "error": err, "collectives": c.collectives,
+                             "memory": c.memory_bytes})
+            out["runs"].append({"program": prog, "mesh": shape, "rows": rows})
+    if torch.distributed.get_rank() == 0:
+        Path(opts.out).write_text(json.dumps(out))
+    torch.distributed.destroy_process_group()
+
+
+# -- the launcher and the report ------------------------------------------------------------
+def spearman(a: list, b: list) -> float:
+    def ranks(v):
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        for pos, i in enumerate(order):
+            r[i] = pos
+        return r
+    ra, rb = ranks(a), ranks(b)
+    n = len(a)
+    if n < 2:
+        return float("nan")
+    ma, mb = sum(ra) / n, sum(rb) / n
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    return cov / math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
+
+
+def report(result: dict, table: bool) -> str:
+    lines = [f"rates: {result['rates']}"]
+    for run in result["runs"]:
+        rows = [r for r in run["rows"] if r["measured_s"] is not None]
+        failed = [r for r in run["rows"] if r["measured_s"] is None]
+        auto = run["rows"][0]
+        best = min(rows, key=lambda r: r["measured_s"])
+        rho = spearman([r["model_s"] for r in rows], [r["measured_s"] for r in rows])
+        ratio = auto["measured_s"] / best["measured_s"] if auto["measured_s"] else float("nan")
+        lines.append(f"{run['program']} on {run['mesh']}: auto {auto['resources']} measured "
+                     f"{ratio:.3f}x the fastest ({best['resources']}); Spearman {rho:.2f} over "
+                     f"{len(rows)} assignments; {len(failed)} refused")
+        if table:
+            for r in run["rows"]:
+                m = f"{r['measured_s'] * 1e3:8.2f} ms" if r["measured_s"] else r["error"]
+                lines.append(f"    {r['resources']:<44} model {r['model_s'] * 1e3:8.2f} ms  "
+                             f"measured {m}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> str:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--programs", nargs="+", default=["gpt", "mlp", "p2"])
+    ap.add_argument("--meshes", nargs="+", default=["2x2", "4x1"])
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--table", action="store_true")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    opts = ap.parse_args(argv)
+    if opts.worker:
+        worker(opts)
+        return ""
+    with tempfile.TemporaryDirectory() as d:
+        out = Path(d) / "r.json"
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=4",
+               "--master-addr=127.0.0.1", f"--master-port={port}", __file__, "--worker",
+               "--out", str(out), "--steps", str(opts.steps), "--programs", *opts.programs,
+               "--meshes", *opts.meshes]
+        proc = subprocess.run(cmd, capture_output=True, text=True,
+                              env=dict(os.environ, OMP_NUM_THREADS="1"))
+        if proc.returncode or not out.exists():
+            raise SystemExit(f"bench_auto failed (rc={proc.returncode}):\n{proc.stdout[-2000:]}"
+                             f"\n{proc.stderr[-4000:]}")
+        text = report(json.loads(out.read_text()), opts.table)
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()

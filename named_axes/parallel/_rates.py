@@ -1,0 +1,170 @@
+"""The machine's rates the resource model prices a step with, measured once (``nx.calibrate``).
+
+:class:`Rates` holds five numbers: a device's matmul FLOP rate, its memory bandwidth,
+the time of one op call, and the link's bandwidth and latency.  :func:`calibrate` measures
+them here -- a float32 matmul, a copy, a small op, and all-reduces of two sizes over the
+process group when torch.distributed runs with more than one rank -- and keeps them for
+the process (and in a JSON file per machine when ``cache`` names one).  Under
+torch.distributed every rank gets the slowest rank's figures, so every rank models, and
+chooses, alike.
+
+>>> r = Rates(flops_per_s=1e12, bytes_per_s=1e11, op_s=1e-5, link_bytes_per_s=1e10,
+...           link_latency_s=2e-5)
+>>> round(r.allreduce_s(1e6, 4), 9)    # 2 * 3/4 of a megabyte over the link, plus latency
+0.00017
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+__all__ = ["Rates", "calibrate", "DEFAULT_LINK", "PROGRAM_PROBE", "best_time", "world_size"]
+
+# Without torch.distributed there is no link to measure: a modest one (about a 10 GbE
+# network, or gloo between processes of one host) is assumed; give Rates to say otherwise.
+DEFAULT_LINK = {"link_bytes_per_s": 1.0e9, "link_latency_s": 5.0e-5}
+
+
+@dataclass(frozen=True)
+class Rates:
+    """How fast a device computes and a link moves data (see the module docstring)."""
+
+    flops_per_s: float
+    bytes_per_s: float
+    op_s: float
+    link_bytes_per_s: float
+    link_latency_s: float
+    split_op_s: float | None = None   # an op over an axis split over ranks (default op_s)
+
+    @property
+    def engine_op_s(self) -> float:
+        return self.op_s if self.split_op_s is None else self.split_op_s
+
+    def allreduce_s(self, nbytes: float, group: int) -> float:
+        """A ring all-reduce of ``nbytes`` per rank over ``group`` ranks."""
+        return self.link_latency_s + 2 * (group - 1) / group * nbytes / self.link_bytes_per_s
+
+    def collective_s(self, op: str, nbytes: float, group: int) -> float:
+        """One collective over ``group`` ranks; ``nbytes``: the bytes each rank holds
+        before it (for ``all_gather``: its piece; else the whole it reduces or moves)."""
+        if group <= 1:
+            return 0.0
+        if op == "all_reduce":
+            return self.allreduce_s(nbytes, group)
+        share = {"all_gather": group - 1, "reduce_scatter": (group - 1) / group,
+                 "all_to_all": (group - 1) / group, "permute": 1.0}[op]
+        return self.link_latency_s + share * nbytes / self.link_bytes_per_s
+
+
+_MEASURED: dict = {}
+
+
+def calibrate(*, refresh: bool = False, cache: str | None = None, device: str = "cpu") -> Rates:
+    """Measure this machine's :class:`Rates` (once per process; ``refresh`` measures
+    again).  ``cache``: a JSON file keeping them per machine between runs.
+
+    >>> import named_axes as nx
+    >>> nx.calibrate().flops_per_s > 0
+    True
+    """
+    key = _machine_key(device)
+    if key in _MEASURED and not refresh:
+        return _MEASURED[key]
+    if cache and not refresh and os.path.exists(cache):
+        with open(cache) as f:
+            stored = json.load(f).get(key)
+        if stored:
+            _MEASURED[key] = Rates(**stored)
+            return _MEASURED[key]
+    measured = _measure(device)
+    if PROGRAM_PROBE:
+        measured.update(PROGRAM_PROBE[0]())
+    rates = _agreed(measured)
+    _MEASURED[key] = rates
+    if cache:
+        _store(cache, key, rates)
+    return rates
+
+
+def _machine_key(device: str) -> str:
+    world = world_size()
+    return f"{platform.node()}|{device}|torch {torch.__version__}|{world} ranks"
+
+
+def world_size() -> int:
+    dist = torch.distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def best_time(fn, repeats: int = 5) -> float:
+    """The fastest of ``repeats`` timed calls of ``fn`` (after one warm-up call)."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _measure(device: str) -> dict:
+    n = 512
+    a = torch.randn(n, n, device=device)
+    b = torch.randn(n, n, device=device)
+    big = torch.empty(1 << 22, device=device)   # 16 MiB
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    mm = best_time(lambda: (torch.mm(a, b), sync()))
+    copy = best_time(lambda: (big.clone(), sync()))
+    small = torch.ones(8, device=device)
+    op = best_time(lambda: [small.add(1) for _ in range(100)]) / 100
+    rates = {"flops_per_s": 2 * n ** 3 / mm, "bytes_per_s": 2 * big.numel() * 4 / copy,
+             "op_s": op}
+    rates.update(_measure_link() if world_size() > 1 else DEFAULT_LINK)
+    return rates
+
+
+# What a named program adds over plain torch, ``fn() -> dict`` of Rates fields
+# (``op_s``, and over the ranks ``split_op_s`` and ``link_latency_s``): measured with
+# xmap, a layer above this one, which registers it (named_axes/_calibrate.py).
+PROGRAM_PROBE: list = []
+
+
+def _measure_link() -> dict:
+    """Latency and bandwidth of the process group's all-reduce (two sizes, one line)."""
+    dist = torch.distributed
+    world = dist.get_world_size()
+    small, large = torch.zeros(1), torch.zeros(1 << 20)   # 4 bytes, 4 MiB
+    t_small = best_time(lambda: dist.all_reduce(small))
+    t_large = best_time(lambda: dist.all_reduce(large), repeats=3)
+    moved = 2 * (world - 1) / world * large.numel() * 4
+    return {"link_latency_s": t_small,
+            "link_bytes_per_s": moved / max(t_large - t_small, 1e-9)}
+
+
+def _agreed(rates: dict) -> Rates:
+    """Every rank's figures made the slowest rank's (so the ranks choose alike)."""
+    if world_size() > 1:
+        slow = torch.tensor([1 / rates["flops_per_s"], 1 / rates["bytes_per_s"], rates["op_s"],
+                             1 / rates["link_bytes_per_s"], rates["link_latency_s"],
+                             rates.get("split_op_s", rates["op_s"])], dtype=torch.float64)
+        torch.distributed.all_reduce(slow, op=torch.distributed.ReduceOp.MAX)
+        s = slow.tolist()
+        rates = {"flops_per_s": 1 / s[0], "bytes_per_s": 1 / s[1], "op_s": s[2],
+                 "link_bytes_per_s": 1 / s[3], "link_latency_s": s[4], "split_op_s": s[5]}
+    return Rates(**rates)
+
+
+def _store(path: str, key: str, rates: Rates) -> None:
+    data = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            data = json.load(f)
+    data[key] = asdict(rates)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)

@@ -1,0 +1,71 @@
+"""One torchrun rank of tests/parallel/test_auto_mesh.py: ``axis_resources='auto'`` on a
+2x2 mesh of 4 gloo ranks -- every rank chooses alike (calibrated together), and the
+loss and gradients equal the one-process run; a memory budget that forces Megatron's
+layout gives the same step too."""
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "examples")]
+
+import named_axes as nx  # noqa: E402
+from _ranks import run_rank  # noqa: E402
+import gpt_mesh as G  # noqa: E402
+
+LAYERS = 2
+
+
+def program():
+    specs = G.param_specs(56, embed=32, heads=4, mlp_size=64, layers=LAYERS, context=8)
+    params = {k: v.detach().requires_grad_() for k, v in
+              G.init_params(specs, 0, None, torch.float64).items()}
+    tokens = torch.randint(0, 56, (8, 9), generator=torch.Generator().manual_seed(1))
+    in_axes = (G.in_axes_of(specs), ["batch", "seq", ...], ["batch", "seq", ...])
+    return in_axes, params, tokens[:, :-1], tokens[:, 1:]
+
+
+def step(loss, params, x, y):
+    for p in params.values():
+        p.grad = None
+    value = loss(params, x, y)
+    value.backward()
+    return float(value), {k: p.grad.clone() for k, p in params.items()}
+
+
+def scenario_auto_equals_vectorized(rank, results):
+    in_axes, params, x, y = program()
+
+    def body(p, t, u):
+        return G.named_loss(p, t, u, LAYERS)
+    plain = nx.xmap(body, in_axes=in_axes, out_axes=[...])
+    auto = nx.xmap(body, in_axes=in_axes, out_axes=[...], axis_resources="auto")
+    want, want_g = step(plain, params, x, y)
+    mesh = nx.Mesh(np.array(nx.devices()).reshape(2, 2), ("dp", "mp"))
+    with mesh:
+        got, got_g = step(auto, params, x, y)
+        chosen = nx.parallel._auto.auto_resources(auto, (params, x, y))
+    results["chosen"] = repr(chosen)
+    results["loss_err"] = abs(got - want)
+    results["grad_err"] = max(float((got_g[k] - want_g[k]).abs().max()) for k in want_g)
+    # a budget below what data parallelism holds: the choice shards the parameters
+    dp = nx.plan_resources(plain, mesh, params, x, y)
+    forced = nx.plan_resources(plain, mesh, params, x, y,
+                               memory_per_device=0.9 * nx.plan_resources(
+                                   plain, mesh, params, x, y,
+                                   rates=nx.Rates(1e11, 1e10, 1e-5, 1e9, 1e-4)).memory_bytes,
+                               rates=nx.Rates(1e11, 1e10, 1e-5, 1e9, 1e-4))
+    with mesh:
+        got2, got2_g = step(plain.replaced(axis_resources=forced.axis_resources), params, x, y)
+    results["forced"] = repr(forced.axis_resources)
+    results["forced_err"] = max([abs(got2 - want)] + [
+        float((got2_g[k] - want_g[k]).abs().max()) for k in want_g])
+    results["dp_fits"] = dp.fits
+
+
+if __name__ == "__main__":
+    run_rank([scenario_auto_equals_vectorized])

@@ -1,0 +1,34 @@
+"""``axis_resources='auto'`` on 4 gloo ranks (a 2x2 mesh): the ranks calibrate together
+and choose alike, and the chosen step -- and one a memory budget forces -- equals the
+one-process run (tests/parallel/_auto_worker.py)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from _ranks import launch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(400)]
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    return launch(os.path.join(HERE, "_auto_worker.py"), 4, tmp_path_factory.mktemp("auto"),
+                  timeout=300)
+
+
+def test_every_rank_chooses_alike(ranks):
+    assert len({r["chosen"] for r in ranks}) == 1
+    assert len({r["forced"] for r in ranks}) == 1
+
+
+def test_auto_step_equals_the_vectorized_one(ranks):
+    for r in ranks:
+        assert r["loss_err"] < 1e-10 and r["grad_err"] < 1e-10, r
+
+
+def test_a_budget_shards_further_and_the_step_still_matches(ranks):
+    for r in ranks:
+        assert r["forced"] != "{}" and r["forced_err"] < 1e-10, r

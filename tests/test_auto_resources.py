@@ -1,0 +1,176 @@
+"""``axis_resources='auto'``, ``nx.plan_resources``, ``nx.explain_resources`` (issue 33):
+legal candidates only, memory budgets, the GPT choice, and the model's counts.
+
+Rates are given (``nx.Rates``), so the choices do not depend on this machine; the runs on
+4 gloo ranks are in tests/parallel/test_auto_mesh.py.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import named_axes as nx
+from named_axes.parallel import _auto
+from named_axes.parallel._cost_trace import trace_costs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+import gpt_mesh as G  # noqa: E402
+
+CPU = nx.Rates(flops_per_s=1e11, bytes_per_s=1e10, op_s=2e-5, link_bytes_per_s=1e9,
+               link_latency_s=1e-4)
+MESH = nx.Mesh(np.arange(4).reshape(2, 2), ("dp", "mp"))   # four ranks, priced only
+
+
+def gpt(batch=8, context=32, embed=64, heads=4, mlp=512, layers=2, vocab=56):
+    specs = G.param_specs(vocab, embed=embed, heads=heads, mlp_size=mlp, layers=layers,
+                          context=context)
+    params = {k: nx.ShapeDtypeStruct(shape, torch.float32) for k, (shape, _, _) in specs.items()}
+    loss = nx.xmap(lambda p, t, y: G.named_loss(p, t, y, layers),
+                   in_axes=(G.in_axes_of(specs), ["batch", "seq", ...], ["batch", "seq", ...]),
+                   out_axes=[...])
+    tokens = nx.ShapeDtypeStruct((batch, context), torch.int64)
+    return loss, (params, tokens, tokens)
+
+
+BIG = dict(embed=1024, heads=16, mlp=4096, context=128)
+
+
+def _meet(trace, a, b) -> bool:
+    return any(a in v and b in v for v in trace.values)
+
+
+def test_candidates_are_legal():
+    loss, args = gpt()
+    trace = trace_costs(loss, args, differentiate=True)
+    found = list(_auto.candidates(trace, MESH.shape))
+    assert found and ({}, {}) in found
+    for mesh_axes, _ in found:
+        for name, axes in mesh_axes.items():   # sizes divide
+            assert trace.axis_sizes[name] % int(np.prod([MESH.shape[a] for a in axes])) == 0
+        for a in mesh_axes:   # axes that meet never share a mesh axis
+            for b in mesh_axes:
+                if a != b and _meet(trace, a, b):
+                    assert not set(mesh_axes[a]) & set(mesh_axes[b])
+    # vocab (56 here) is split only over one mesh axis of 2, never over both (4 divides 56:
+    # both allowed); an axis of size 3 never goes to a mesh axis of size 2
+    f = nx.xmap(lambda x: nx.lax.psum(x, "i"), in_axes=["i", ...], out_axes=[...])
+    odd = trace_costs(f, (torch.ones(3, 4),))
+    assert list(_auto.candidates(odd, MESH.shape)) == [({}, {})]
+
+
+def test_counts_follow_the_program():
+    """The collectives the model prices for the Megatron layout: per layer two forward
+    all-reduces (after the row-parallel pdots), two in the backward (before the
+    column-parallel ones), the data-parallel gradient bucket, the loss's pmean, and the
+    gathers of the split parameters' gradients (they are full tensors here)."""
+    loss, args = gpt()
+    trace = trace_costs(loss, args, differentiate=True)
+    split = _auto._Split({"batch": ("dp",), "heads": ("mp",), "mlp": ("mp",)}, {}, MESH.shape)
+    kinds = [k for k, _, over in _auto._collectives(trace, split, True) if split.group(over) > 1]
+    assert kinds.count("all_reduce") == 10   # CommDebugMode counts 10 on 4 gloo ranks
+    assert kinds.count("all_gather") == 14   # wq wk wv wo up b_up down, twice
+    compute, comm, count, moved, memory = _auto.price(trace, split, CPU, train=True)
+    assert count == 24 and comm > 0 and compute > 0
+
+
+def test_gpt_choice_is_megatrons_under_a_memory_budget():
+    """A GPT large enough for its parameters and Adam state to matter: cut the budget
+    below what data parallelism holds and the choice is Megatron's layout (heads and
+    mlp on the model axis, batch on the data axis)."""
+    loss, args = gpt(**BIG)
+    dp = nx.plan_resources(loss, MESH, *args, rates=CPU, train=True)
+    assert dp.axis_resources == {"batch": ("dp", "mp")}
+    chosen = nx.plan_resources(loss, MESH, *args, rates=CPU, train=True,
+                               memory_per_device=0.8 * dp.memory_bytes)
+    assert chosen.axis_resources == G.RESOURCES
+    assert chosen.memory_bytes <= 0.8 * dp.memory_bytes
+
+
+def test_a_tighter_budget_shards_further_and_an_impossible_one_raises():
+    loss, args = gpt(**BIG)
+    mega = nx.plan_resources(loss, MESH, *args, rates=CPU, train=True,
+                             memory_per_device=0.8 * nx.plan_resources(
+                                 loss, MESH, *args, rates=CPU, train=True).memory_bytes)
+    tighter = nx.plan_resources(loss, MESH, *args, rates=CPU, train=True,
+                                memory_per_device=mega.memory_bytes - 1)
+    assert tighter.memory_bytes < mega.memory_bytes
+    with pytest.raises(nx.AxisResourceError, match=r"fits memory_per_device=1e\+06 bytes"):
+        nx.plan_resources(loss, MESH, *args, rates=CPU, train=True, memory_per_device=1e6)
+
+
+def test_inference_may_add_a_serial_loop():
+    """Without a backward, a loop over an axis keeps one chunk's activations alive: on
+    one device (a mesh of 1), a budget below the whole batch's adds a SerialLoop."""
+    f = nx.xmap(lambda x, w: torch.tanh(torch.tanh(x @ w) @ w.T), in_axes=(["b", ...], [...]),
+                out_axes=["b", ...])
+    args = (torch.ones(64, 256), torch.ones(256, 256))
+    one = nx.Mesh(np.arange(1), ("x",))
+    free = nx.plan_resources(f, one, *args, rates=CPU)
+    looped = nx.plan_resources(f, one, *args, rates=CPU, memory_per_device=0.8 * free.memory_bytes)
+    assert free.axis_resources == {}
+    assert isinstance(looped.axis_resources["b"], nx.SerialLoop)
+    x, w = torch.randn(64, 256), torch.randn(256, 256) / 16
+    with one:
+        loop = nx.xmap(f.fun, in_axes=f.in_axes, out_axes=f.out_axes,
+                       axis_resources=looped.axis_resources)
+        torch.testing.assert_close(loop(x, w), f(x, w))
+
+
+def test_explain_resources_table_and_html():
+    loss, args = gpt()
+    report = nx.explain_resources(loss, MESH, *args, rates=CPU, train=True, top=4)
+    text = str(report)
+    lines = text.splitlines()
+    assert lines[0].split()[:2] == ["axis_resources", "step"]
+    assert len(lines) == 5 and lines[1].endswith("<- chosen")
+    assert report.chosen == report.candidates[0]
+    assert [c.time_s for c in report.candidates] == sorted(c.time_s for c in report.candidates)
+    html = report._repr_html_()
+    assert html.startswith("<table>") and html.count("<tr") == 5
+
+
+def test_plan_resources_takes_under_a_second_for_gptj_on_eight_devices():
+    """GPT-J's training step (examples/gptj: its named axes ``shard`` and ``batch``, the
+    optimizer inside the xmap) priced on a 2x2x2 mesh."""
+    import time
+
+    from gptj.config import CharCorpus, tiny_config
+    from gptj.train import make_model
+
+    config = tiny_config()
+    torch.manual_seed(0)
+    model = make_model(config, mesh=False)
+    sample = CharCorpus(n_vocab=config["n_vocab"]).batch(0, 1, 8, config["seq"])
+    args = (model.state, sample["obs"].permute(1, 0, 2), sample["target"].permute(1, 0, 2))
+    mesh = nx.Mesh(np.arange(8).reshape(2, 2, 2), ("x", "y", "z"))
+    nx.plan_resources(model.train_xmap, mesh, *args, rates=CPU)   # warm: imports, counters
+    t0 = time.perf_counter()
+    plan = nx.plan_resources(model.train_xmap, mesh, *args, rates=CPU)
+    assert time.perf_counter() - t0 < 1.0
+    assert plan.fits and set(plan.axis_resources) <= {"shard", "batch"}
+
+
+def test_auto_xmap_runs_vectorized_without_a_mesh_and_under_jit():
+    f = nx.xmap(lambda x, w: nx.lax.psum((x @ w).sum(), "b"), in_axes=(["b", ...], [...]),
+                out_axes=[...], axis_resources="auto")
+    x, w = torch.randn(16, 8), torch.randn(8, 4, requires_grad=True)
+    plain = nx.xmap(f.fun, in_axes=f.in_axes, out_axes=f.out_axes)
+    assert "axis_resources='auto'" in repr(f)
+    torch.testing.assert_close(f(x, w), plain(x, w))
+    with nx.Mesh(np.array(nx.local_devices()), ("x",)):
+        torch.testing.assert_close(f(x, w), plain(x, w))
+        torch.testing.assert_close(nx.jit(f)(x, w), plain(x, w))
+
+
+def test_bad_arguments():
+    with pytest.raises(nx.AxisTypeError, match="must be an nx.xmap'd function"):
+        nx.plan_resources(lambda x: x, MESH, torch.ones(2))
+    f = nx.xmap(lambda x: x, in_axes=["i", ...], out_axes=["i", ...])
+    with pytest.raises(nx.AxisTypeError, match="must be an nx.Mesh"):
+        nx.plan_resources(f, {"x": 2}, torch.ones(2))
+    with pytest.raises(nx.AxisTypeError, match="or 'auto'"):
+        nx.xmap(lambda x: x, in_axes=["i", ...], out_axes=["i", ...], axis_resources="fast")
