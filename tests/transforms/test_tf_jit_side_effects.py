@@ -71,6 +71,20 @@ def test_backward_inside_jit_is_refused_and_grads_reset(as_argument):
     assert all(p.grad is None for p in lin.parameters())
 
 
+def test_an_input_that_already_has_a_grad_is_no_backward():
+    """A parameter whose .grad a step outside left (zero_grad(set_to_none=False)) traces
+    as it is: its .grad is not the program's doing."""
+    lin = _model()
+    x = torch.randn(5, 4)
+    lin(x).sum().backward()
+    kept = [p.grad.clone() for p in lin.parameters()]
+    loss = nx.jit(lambda w, b, x: torch.nn.functional.linear(x, w, b).tanh().sum(),
+                  backend="eager")
+    out = loss(lin.weight, lin.bias, x)
+    torch.testing.assert_close(out, lin(x).tanh().sum())
+    assert all(torch.equal(p.grad, k) for p, k in zip(lin.parameters(), kept))
+
+
 def test_recommended_forms_train_like_eager():
     """Compiled loss with .backward() and opt.step() outside; and a functional step."""
     ref, lin = _model(), _model()
