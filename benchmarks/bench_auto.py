@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
 
 
 # -- the programs: (named loss as an xmap without resources, arguments) ----------------------
@@ -110,10 +109,12 @@ def worker(opts) -> None:
 
     import numpy as np
     import torch
+
     import named_axes as nx
     from named_axes.parallel import _auto
     from named_axes.parallel._cost_trace import trace_costs
 
+    sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", timeout=timedelta(seconds=300))
     rates = nx.calibrate()

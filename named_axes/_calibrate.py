@@ -20,40 +20,52 @@ __all__ = ["measure_in_programs"]
 
 
 def _chain(ops: int, sums: int, world: int, split: bool):
-    """An xmap of ``ops`` elementwise ops, then ``|sums|`` stretches of work each ended
-    by a ``psum`` over the split axis (``sums < 0``: the same work, no psum)."""
-    w = torch.full((256, 256), 1 / 256)
+    """An xmap of ``ops`` products with a parameter, then ``|sums|`` stretches of work (a
+    matrix product), each ended by a ``psum`` over the split axis and a product with a
+    parameter of its own, whose gradient the backward sums over the ranks (``sums <
+    0``: the same work, one parameter, no psum)."""
+    w = torch.eye(256) + 1e-3
+    scales = [torch.ones((), requires_grad=True) for _ in range(max(abs(sums), 1))]
 
     def body(v):
+        v = v * scales[0]
         for _ in range(ops):
-            v = v * 1.0
-        for _ in range(abs(sums)):
-            v = v @ w @ w @ w
-            if sums > 0:
-                v = psum(v, "i") * (1.0 / world)
+            v = v * scales[0]
+        for k in range(abs(sums)):
+            v = v @ w
+            v = psum(v, "i") * scales[k] * (1.0 / world) if sums > 0 else v * scales[0]
         return v
     return xmap(body, in_axes=["i", ...], out_axes=["i", ...],
                 axis_resources={"i": "x"} if split else None)
 
 
 def measure_in_programs() -> dict:
-    """The time of one named op, and over the ranks (all of them on one mesh axis) of an
-    op over a split axis and of a ``psum`` between stretches of work (ranks reach it at
+    """Training steps of small named programs (forward and backward): the time of one
+    op, and over the ranks (all of them on one mesh axis) the time an op over a split
+    axis takes, the fixed cost of a call that splits an axis (placing inputs, gathering
+    full gradients), and a ``psum`` between stretches of work (ranks reach it at
     different times: on a busy host that wait is most of a collective's cost)."""
     world = world_size()
-    x = torch.ones(world, 64, 256)
+    small = torch.ones(world, 8)
+    big = torch.ones(world, 512, 256)   # about a millisecond of work between two psums
 
     def timed(ops: int, sums: int, split: bool) -> float:
-        f = _chain(ops, sums, world, split)
+        f, x = _chain(ops, sums, world, split), big if sums else small
+        run = lambda: f(x).sum().backward()  # noqa: E731
         if world == 1:
-            return best_time(lambda: f(x))
-        return best_time(lambda: (torch.distributed.barrier(), f(x)))
-    out = {"op_s": max(timed(40, 0, False) - timed(0, 0, False), 0.0) / 40}
+            return best_time(run)
+        # the median: ranks drift, and a lucky run would hide the waits
+        return best_time(lambda: (torch.distributed.barrier(), run()), 7, typical=True)
+    # an op and its backward (the model counts a backward as two forwards)
+    plain = timed(0, 0, False)
+    out = {"op_s": max(timed(40, 0, False) - plain, 0.0) / 40 / 3}
     if world > 1:
         with Mesh(np.array(devices()), ("x",)):
-            base, work = timed(0, 0, True), timed(0, -10, True)
-            out["split_op_s"] = max(timed(40, 0, True) - base, 0.0) / 40
-            out["link_latency_s"] = max(timed(0, 10, True) - work, 0.0) / 10
+            base, work = timed(0, 0, True), timed(0, -20, True)
+            out["split_op_s"] = max(timed(40, 0, True) - base, 0.0) / 40 / 3
+            out["mesh_call_s"] = max(base - plain, 0.0)
+            # 20 psums, and 19 more sums of the parameters' gradients in the backward
+            out["link_latency_s"] = max(timed(0, 20, True) - work, 0.0) / 39
     return out
 
 

@@ -111,6 +111,19 @@ def test_sharded_bench_runs_both_versions_on_a_2x2_mesh():
     assert "all_reduce" in text
 
 
+@pytest.mark.distributed
+@pytest.mark.timeout(600)
+def test_auto_bench_measures_every_assignment():
+    """bench_auto: on 4 gloo ranks the tutorial MLP's every legal assignment of a 4x1
+    mesh is run and timed beside the model's ranking."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import bench_auto
+
+    text = bench_auto.main(["--programs", "mlp", "--meshes", "4x1", "--steps", "1", "--table"])
+    assert "mlp on 4x1: auto" in text and "Spearman" in text and "0 refused" in text
+    assert text.count("measured") >= 5   # the summary and one row per assignment
+
+
 @pytest.mark.hunt   # four compiles: make test-all runs it
 @pytest.mark.timeout(600)
 def test_compile_guards_bench_prints_its_table():

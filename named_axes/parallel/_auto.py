@@ -15,7 +15,8 @@ share a mesh axis, and where memory requires it an axis may also run as a
   transposes of the gathers and one all-reduce where a value needing a gradient meets
   values split over mesh axes it is replicated on (the parameters' in one bucket per
   set of mesh axes, as the engines sum them); each at a latency plus bytes over the
-  link's bandwidth (:class:`._rates.Rates`);
+  link's bandwidth (:class:`._rates.Rates`), and a fixed cost for a step that splits
+  an axis at all;
 - memory: the inputs' shares, and in training their gradients, ``optimizer_states``
   copies of them (Adam: 2) and every result the backward keeps.
 
@@ -99,13 +100,17 @@ def price(trace: CostTrace, split: _Split, rates: Rates, *, train: bool,
           optimizer_states: int = 2) -> tuple:
     """``(compute s, comm s, collectives, comm bytes, memory bytes)`` of one step."""
     passes = 3 if train else 1   # a backward: twice the forward's work
+    # with an axis split over ranks every op goes through the engine (it is handed the
+    # operands, for the sums their cotangents need)
+    op_s = rates.engine_op_s if any(s > 1 for s in split.shards.values()) else rates.op_s
     compute = 0.0
     for names, (flops, nbytes, calls) in trace.work.items():
         share = split.share(names)
         compute += passes * (flops * share / rates.flops_per_s + nbytes * share / rates.bytes_per_s)
-        op_s = rates.engine_op_s if split.over(names) else rates.op_s
         compute += passes * calls * split.chunks(names) * op_s
     comm, count, moved = _comm(trace, split, rates, train)
+    if any(s > 1 for s in split.shards.values()):
+        comm += rates.mesh_call_s
     return compute, comm, count, moved, _memory(trace, split, train, optimizer_states)
 
 

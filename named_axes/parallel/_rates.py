@@ -1,12 +1,13 @@
 """The machine's rates the resource model prices a step with, measured once (``nx.calibrate``).
 
-:class:`Rates` holds five numbers: a device's matmul FLOP rate, its memory bandwidth,
-the time of one op call, and the link's bandwidth and latency.  :func:`calibrate` measures
-them here -- a float32 matmul, a copy, a small op, and all-reduces of two sizes over the
-process group when torch.distributed runs with more than one rank -- and keeps them for
-the process (and in a JSON file per machine when ``cache`` names one).  Under
-torch.distributed every rank gets the slowest rank's figures, so every rank models, and
-chooses, alike.
+:class:`Rates`: a device's matmul FLOP rate and memory bandwidth, the time of a named
+op (and of one while an axis is split over ranks), the fixed cost of a step that splits
+an axis, and the link's bandwidth and latency.  :func:`calibrate` measures them here -- a
+float32 matmul, a copy, all-reduces of two sizes over the process group -- and through
+the probe the API layer registers (``named_axes/_calibrate.py``: training steps of
+small named programs), and keeps them for the process (and in a JSON file per machine
+when ``cache`` names one).  Under torch.distributed every rank gets the slowest rank's
+figures, so every rank models, and chooses, alike.
 
 >>> r = Rates(flops_per_s=1e12, bytes_per_s=1e11, op_s=1e-5, link_bytes_per_s=1e10,
 ...           link_latency_s=2e-5)
@@ -39,7 +40,8 @@ class Rates:
     op_s: float
     link_bytes_per_s: float
     link_latency_s: float
-    split_op_s: float | None = None   # an op over an axis split over ranks (default op_s)
+    split_op_s: float | None = None   # an op while an axis is split over ranks (op_s)
+    mesh_call_s: float = 0.0   # a step's fixed cost when it splits an axis over ranks
 
     @property
     def engine_op_s(self) -> float:
@@ -101,15 +103,16 @@ def world_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
-def best_time(fn, repeats: int = 5) -> float:
-    """The fastest of ``repeats`` timed calls of ``fn`` (after one warm-up call)."""
+def best_time(fn, repeats: int = 5, *, typical: bool = False) -> float:
+    """The fastest (``typical``: the median) of ``repeats`` timed calls of ``fn``, after
+    one warm-up call."""
     fn()
-    best = float("inf")
+    times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2] if typical else min(times)
 
 
 def _measure(device: str) -> dict:
@@ -151,11 +154,13 @@ def _agreed(rates: dict) -> Rates:
     if world_size() > 1:
         slow = torch.tensor([1 / rates["flops_per_s"], 1 / rates["bytes_per_s"], rates["op_s"],
                              1 / rates["link_bytes_per_s"], rates["link_latency_s"],
-                             rates.get("split_op_s", rates["op_s"])], dtype=torch.float64)
+                             rates.get("split_op_s", rates["op_s"]),
+                             rates.get("mesh_call_s", 0.0)], dtype=torch.float64)
         torch.distributed.all_reduce(slow, op=torch.distributed.ReduceOp.MAX)
         s = slow.tolist()
         rates = {"flops_per_s": 1 / s[0], "bytes_per_s": 1 / s[1], "op_s": s[2],
-                 "link_bytes_per_s": 1 / s[3], "link_latency_s": s[4], "split_op_s": s[5]}
+                 "link_bytes_per_s": 1 / s[3], "link_latency_s": s[4], "split_op_s": s[5],
+                 "mesh_call_s": s[6]}
     return Rates(**rates)
 
 

@@ -13,7 +13,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(400)]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")   # (once per worker, however the tests are ordered)
 def ranks(tmp_path_factory):
     return launch(os.path.join(HERE, "_auto_worker.py"), 4, tmp_path_factory.mktemp("auto"),
                   timeout=300)

@@ -183,3 +183,26 @@ def test_forward_mode_and_jacobians_on_xla(devices, how):
     with P.Mesh(np.array(devices), ("x",)):
         got = nx.xmap(body, axis_resources={"c": "x"}, **spec)(x, y)
     torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_auto_resources_on_the_xla_mesh(devices):
+    """``axis_resources='auto'`` on the XLA mesh: the plan is the engine's to run (every
+    legal assignment is one the SPMD engine runs), and results equal the vectorized run;
+    the choice is ``nx.plan_resources``'s for the same mesh and arguments."""
+    d = T.data(seed=5, dtype=torch.float32)
+    ref = T.loss_and_grads(T.loss, *d)
+    auto = nx.xmap(T.named_loss, in_axes=T.IN_AXES, out_axes=[...], axis_resources="auto")
+    mesh = P.Mesh(np.array(devices).reshape(2, 2), ("x", "y"))
+    with mesh:
+        out = T.loss_and_grads(auto, *d)
+    for a, b in zip(ref, out):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    with mesh:
+        chosen = P._auto.auto_resources(auto, d)
+    assert chosen == nx.plan_resources(auto, mesh, *d).axis_resources
+    # and an assignment the model ranks lower runs alike
+    for c in nx.explain_resources(auto, mesh, *d, top=3).candidates:
+        with mesh:
+            out = T.loss_and_grads(T.xmapped(c.axis_resources), *d)
+        for a, b in zip(ref, out):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
