@@ -90,6 +90,24 @@ def test_gpt_choice_is_megatrons_under_a_memory_budget():
     assert chosen.memory_bytes <= 0.8 * dp.memory_bytes
 
 
+def test_default_gpt_under_a_budget_is_megatron_then_shards_further():
+    """examples/gpt_mesh.py's default sizes (a vocabulary of 56, not the corpus's 55,
+    so that it can split): a budget below data parallelism's memory gives Megatron's
+    layout (the example's RESOURCES); one below Megatron's shards the vocabulary too."""
+    loss, args = gpt()
+    found = _auto.rank(trace_costs(loss, args, differentiate=True), MESH.shape, CPU, train=True)
+    memory = {repr(c.axis_resources): c.memory_bytes for c in found}
+    dp, mega = memory[repr({"batch": ("dp", "mp")})], memory[repr(G.RESOURCES)]
+    assert mega < dp
+    chosen = nx.plan_resources(loss, MESH, *args, rates=CPU, train=True,
+                               memory_per_device=(dp + mega) / 2)
+    assert chosen.axis_resources == G.RESOURCES
+    further = nx.plan_resources(loss, MESH, *args, rates=CPU, train=True,
+                                memory_per_device=mega - 1)
+    assert further.memory_bytes < mega
+    assert {k: v for k, v in further.axis_resources.items() if k != "vocab"} == G.RESOURCES
+
+
 def test_a_tighter_budget_shards_further_and_an_impossible_one_raises():
     loss, args = gpt(**BIG)
     mega = nx.plan_resources(loss, MESH, *args, rates=CPU, train=True,

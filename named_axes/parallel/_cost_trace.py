@@ -116,6 +116,7 @@ class CostTape(Tape):
         super().__init__(())
         self.trace, self.flops, self.counted = trace, flops, 0
         self.inputs: dict = {}   # id -> the body's arguments (kept alive)
+        self.along_seen: dict = {}   # (id(operand), axes) -> operand: ops along axes
 
     def note(self, kind, operands, outputs, along=frozenset(), collective=None) -> None:
         ins, outs = _tensors(operands), _tensors(outputs)
@@ -137,7 +138,10 @@ class CostTape(Tape):
                                     id(v) in self.inputs))
         if collective is not None and ins and outs:
             self._note_collective(collective, ins, outs)
-        elif along and ins and outs:
+        elif along and ins and outs and (id(ins[0]), along) not in self.along_seen:
+            # (an op along axes that calls another on the same operand, nx.mean calling
+            # sum, is one reduction: the inner one is noted first)
+            self.along_seen[id(ins[0]), along] = ins[0]
             op = "psum" if kind == "sum" else "whole"
             t.comms.append(Comm(op, frozenset(along), _names(ins[0]), _nbytes(ins[0]),
                                 _names(outs[0]), _nbytes(outs[0])))
@@ -165,20 +169,18 @@ def trace_costs(fun: Callable, args: tuple, *, differentiate: bool | None = None
     ``differentiate``: floating-point arguments are parameters a backward differentiates
     (default: the tensors among ``args`` that require grad; ``True``: every floating
     argument)."""
-    leaves = tree_leaves(args, is_leaf=lambda x: isinstance(x, (ShapeDtypeStruct, _NT)))
     if differentiate is None:
-        differentiate = any(isinstance(x, torch.Tensor) and x.requires_grad for x in leaves)
         wants = lambda x: isinstance(x, torch.Tensor) and x.requires_grad  # noqa: E731
     else:
         wants = lambda x: bool(differentiate)  # noqa: E731
     trace = CostTrace(axis_sizes={})
-    outputs: list = []
-    tape_box: list = []
+    counter = FlopCounterMode(display=False)
+    tape = CostTape(trace, counter.get_total_flops)
 
     def body(*a, **kw):
         trace.axis_sizes = dict(_env_state.stack[-1].sizes)   # this xmap's frame
         for v in _tensors(tree_leaves(a, is_leaf=lambda x: type(x) is _NT)):
-            tape_box[0].inputs[id(v)] = v
+            tape.inputs[id(v)] = v
             trace.inputs.append((_names(v), _nbytes(v), _needs_grad(v)))
             trace.values.add(_names(v))
         out = fun.fun(*a, **kw)
@@ -186,16 +188,11 @@ def trace_costs(fun: Callable, args: tuple, *, differentiate: bool | None = None
             trace.outputs.append((_names(o), _nbytes(o)))
         return out
 
-    plain = fun.replaced(body)
     with disable_dispatch_modes():   # (an outer trace, nx.jit's, sees none of this)
         with FakeTensorMode(allow_non_fake_inputs=True):
             fakes = _fake_args(args, wants)
-            counter = FlopCounterMode(display=False)
-            with counter:
-                tape = CostTape(trace, counter.get_total_flops)
-                tape_box.append(tape)
-                with tape:
-                    plain(*fakes)
+            with counter, tape:
+                fun.replaced(body)(*fakes)
     return trace
 
 

@@ -1,7 +1,8 @@
 """One torchrun rank of tests/parallel/test_auto_mesh.py: ``axis_resources='auto'`` on a
-2x2 mesh of 4 gloo ranks -- every rank chooses alike (calibrated together), and the
-loss and gradients equal the one-process run; a memory budget that forces Megatron's
-layout gives the same step too."""
+2x2 mesh of 4 gloo ranks for examples/gpt_mesh.py's GPT at its default sizes -- every
+rank chooses alike (calibrated together), and the loss and gradients equal the
+one-process run; so does the step a memory budget below data parallelism's forces
+(Megatron's layout), and a budget below that is refused with the smallest memory."""
 from __future__ import annotations
 
 import os
@@ -21,10 +22,11 @@ LAYERS = 2
 
 
 def program():
-    specs = G.param_specs(56, embed=32, heads=4, mlp_size=64, layers=LAYERS, context=8)
+    vocab = len(set(G.CORPUS.read_text()))
+    specs = G.param_specs(vocab, embed=64, heads=4, mlp_size=512, layers=LAYERS, context=32)
     params = {k: v.detach().requires_grad_() for k, v in
               G.init_params(specs, 0, None, torch.float64).items()}
-    tokens = torch.randint(0, 56, (8, 9), generator=torch.Generator().manual_seed(1))
+    tokens = torch.randint(0, vocab, (8, 33), generator=torch.Generator().manual_seed(1))
     in_axes = (G.in_axes_of(specs), ["batch", "seq", ...], ["batch", "seq", ...])
     return in_axes, params, tokens[:, :-1], tokens[:, 1:]
 
@@ -52,19 +54,26 @@ def scenario_auto_equals_vectorized(rank, results):
     results["chosen"] = repr(chosen)
     results["loss_err"] = abs(got - want)
     results["grad_err"] = max(float((got_g[k] - want_g[k]).abs().max()) for k in want_g)
-    # a budget below what data parallelism holds: the choice shards the parameters
-    dp = nx.plan_resources(plain, mesh, params, x, y)
-    forced = nx.plan_resources(plain, mesh, params, x, y,
-                               memory_per_device=0.9 * nx.plan_resources(
-                                   plain, mesh, params, x, y,
-                                   rates=nx.Rates(1e11, 1e10, 1e-5, 1e9, 1e-4)).memory_bytes,
-                               rates=nx.Rates(1e11, 1e10, 1e-5, 1e9, 1e-4))
+    # budgets below what data parallelism holds, then below Megatron's layout
+    rates = nx.Rates(1e11, 1e10, 2e-5, 1e9, 1e-4)
+    memory = {repr(c.axis_resources): c.memory_bytes
+              for c in nx.explain_resources(plain, mesh, params, x, y, rates=rates,
+                                            top=100).candidates}
+    dp, mega = memory[repr({"batch": ("dp", "mp")})], memory[repr(G.RESOURCES)]
+    chosen = nx.plan_resources(plain, mesh, params, x, y, rates=rates,
+                               memory_per_device=(dp + mega) / 2).axis_resources
     with mesh:
-        got2, got2_g = step(plain.replaced(axis_resources=forced.axis_resources), params, x, y)
-    results["forced"] = repr(forced.axis_resources)
+        got2, got2_g = step(plain.replaced(axis_resources=chosen), params, x, y)
+    results["forced"] = repr(chosen)
     results["forced_err"] = max([abs(got2 - want)] + [
         float((got2_g[k] - want_g[k]).abs().max()) for k in want_g])
-    results["dp_fits"] = dp.fits
+    results["megatron"] = repr(G.RESOURCES)
+    # the vocabulary (55 characters) splits over no mesh axis: nothing holds less
+    try:
+        nx.plan_resources(plain, mesh, params, x, y, rates=rates, memory_per_device=mega - 1)
+        results["too_small"] = None
+    except nx.AxisResourceError as e:
+        results["too_small"] = str(e)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""``axis_resources='auto'`` on 4 gloo ranks (a 2x2 mesh): the ranks calibrate together
-and choose alike, and the chosen step -- and one a memory budget forces -- equals the
-one-process run (tests/parallel/_auto_worker.py)."""
+"""``axis_resources='auto'`` on 4 gloo ranks (a 2x2 mesh, examples/gpt_mesh.py's GPT): the
+ranks calibrate together and choose alike, and the chosen step -- and the one a memory
+budget forces, Megatron's layout -- equal the one-process run
+(tests/parallel/_auto_worker.py)."""
 from __future__ import annotations
 
 import os
@@ -29,6 +30,7 @@ def test_auto_step_equals_the_vectorized_one(ranks):
         assert r["loss_err"] < 1e-10 and r["grad_err"] < 1e-10, r
 
 
-def test_a_budget_shards_further_and_the_step_still_matches(ranks):
+def test_a_budget_forces_megatron_and_the_step_still_matches(ranks):
     for r in ranks:
-        assert r["forced"] != "{}" and r["forced_err"] < 1e-10, r
+        assert r["forced"] == r["megatron"] and r["forced_err"] < 1e-10, r
+        assert "fits memory_per_device" in r["too_small"], r
