@@ -29,7 +29,7 @@ from .._layout import align
 from .._tensor import NamedTensor
 from .._tape import TAPES, noted_rule, suspended, transposed
 from .._levels import ORIGINAL as _functorch
-from .._torch_private import tree_flatten
+from .._torch_private import tree_flatten, tree_map
 from . import _instances
 from ._tree import rebox, unbox
 
@@ -208,6 +208,19 @@ class _Call:
             call[i] = a
         return call
 
+    def primal_phys(self, prim_phys, out: _Out) -> tuple:
+        """A custom_jvp rule's primal output, physical, as a function of the primals (its
+        tangents zero), laid out as the forward's ``out``."""
+        prim = self.rebuild(prim_phys)
+        tan = [None] * len(self.args)
+        for i in self.diff_pos:
+            tan[i] = tree_map(lambda a: a * 0 if isinstance(a, (torch.Tensor, _NT)) else a,
+                              prim[i], is_leaf=lambda a: isinstance(a, _NT))
+        p_out, _ = self.me.rule(tuple(prim), tuple(tan))
+        data = unbox(out.extra)[0]
+        return tuple(_like(t, d, n, f"custom_jvp({self.me.__name__}) rule")
+                     for t, d, n in zip(tree_flatten(p_out)[0], data, out.names))
+
     def tangent_phys(self, prim_phys, tan_phys, out: _Out) -> tuple:
         """A custom_jvp rule's output tangent, physical, as a function of the tangents
         (``out``: the forward's :class:`_Out`)."""
@@ -331,6 +344,11 @@ class custom_jvp:
 # How many nx.jvp calls (forward mode) are running: their custom_jvp rules cannot run
 # under torch.compile (custom_jvp.__call__)
 FORWARD_MODE = [0]
+# The running nx.jvp calls (eager), innermost last, each by its number (FORWARD_CALLS
+# counts them): a custom_jvp applied inside one and differentiated in reverse after it
+# returned is differentiated as the rule's code (_JvpReverse.backward)
+FORWARD_REGIONS: list = []
+FORWARD_CALLS = [0]
 
 
 class _JvpReverse(torch.autograd.Function):
@@ -348,10 +366,17 @@ class _JvpReverse(torch.autograd.Function):
         ctx.call = inputs[0]
         ctx.inputs = inputs[1:]
         ctx.out = output[-1]
+        ctx.region = FORWARD_REGIONS[-1] if FORWARD_REGIONS else None
 
     @staticmethod
     def backward(ctx, *gs):
         prim, o = list(ctx.inputs), ctx.out
+        if ctx.region is not None and ctx.region not in FORWARD_REGIONS:
+            # applied under an nx.jvp that has returned, and now its outputs are
+            # differentiated: JAX differentiates the jvp'd program, whose primal output
+            # here the rule's own code computed (oracle seed 4101, p4101_00201)
+            _, pull = _functorch["vjp"](lambda *p: ctx.call.primal_phys(list(p), o), *prim)
+            return (None,) + tuple(pull(tuple(gs[:-1])))
         zeros = [torch.zeros_like(p) if isinstance(p, torch.Tensor) else p for p in prim]
         _, pull = _functorch["vjp"](lambda *t: ctx.call.tangent_phys(prim, list(t), o), *zeros)
         return (None,) + tuple(pull(tuple(gs[:-1])))

@@ -62,6 +62,33 @@ def test_custom_jvp_forward_and_reverse():
     torch.testing.assert_close(g, 3 * xb.exp())
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_gradient_of_a_jvp_through_custom_jvp_follows_jax(jit):
+    """Reverse mode over nx.jvp's outputs differentiates the jvp'd program, whose
+    custom_jvp values the rule's own code computed (oracle seed 4101, p4101_00201: eager
+    used the rule's transpose for the primal output, a silently different gradient).
+    The expected values are JAX 0.4.30's ``jax.grad`` of the same program."""
+    @nx.custom_jvp
+    def cj(x):
+        return torch.sin(x)
+    cj.defjvp(lambda p, t: (torch.sin(p[0]), 2 * torch.cos(p[0]) * t[0]))
+
+    def body(x):
+        return nx.jvp(lambda v: torch.sin(cj(v)).sum(0), (x,), (torch.cos(x) + 0.5,))
+    f = nx.jit(body, backend="eager") if jit else body
+    jax = {(1, 0): [0.91392344, 0.216037, -0.25563914],
+           (0, 1): [-2.1367073, 1.5429108, 0.34830925]}
+    for (wo, wt), want in jax.items():
+        x = torch.tensor([0.3, -1.2, 2.0], requires_grad=True)
+        out, tangent = f(x)
+        g, = torch.autograd.grad(out * wo + tangent * wt, x)
+        torch.testing.assert_close(g, torch.tensor(want), rtol=1e-5, atol=1e-6)
+    # inside nx.jvp the rule still serves reverse mode (forward over reverse: its transpose)
+    x = torch.tensor([0.3, -1.2, 2.0])
+    _, t = nx.jvp(nx.grad(lambda v: cj(v).sum()), (x,), (torch.ones(3),))
+    torch.testing.assert_close(t, -2 * torch.sin(x))
+
+
 def test_custom_jvp_defjvps():
     @nx.custom_jvp
     def f(x, y):
