@@ -351,6 +351,20 @@ FORWARD_REGIONS: list = []
 FORWARD_CALLS = [0]
 
 
+def forward_begin() -> None:
+    """Forward mode (``nx.jvp``, ``jacfwd``) starts: counted in ``FORWARD_MODE``,
+    numbered on ``FORWARD_REGIONS`` (functions, not a context manager: dynamo traces
+    them inside torch.compile)."""
+    FORWARD_MODE[0] += 1
+    FORWARD_CALLS[0] += 1
+    FORWARD_REGIONS.append(FORWARD_CALLS[0])
+
+
+def forward_end() -> None:
+    FORWARD_MODE[0] -= 1
+    FORWARD_REGIONS.pop()
+
+
 class _JvpReverse(torch.autograd.Function):
     """custom_jvp's Function for reverse mode: the rule transposed (``backward``)."""
     generate_vmap_rule = True

@@ -18,7 +18,7 @@ from .._tensor import NamedTensor
 from .._levels import ORIGINAL as _functorch
 from .._torch_private import tree_flatten, tree_map
 from ._vjp import _align_like, _phys_outputs, _rebuild, _unbox_primals, mapped_over
-from ._custom import FORWARD_CALLS, FORWARD_MODE, FORWARD_REGIONS
+from ._custom import forward_begin, forward_end
 from ._tree import rebox, unbox
 
 __all__ = ["jvp", "linearize"]
@@ -64,9 +64,7 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
     else:
         target = _phys_outputs(inner, out_box)
     primal_phys = tuple(b[0] for b in boxes)
-    FORWARD_MODE[0] += 1   # (custom_jvp refuses forward mode under torch.compile)
-    FORWARD_CALLS[0] += 1   # (a custom_jvp's reverse mode asks whether the call it was
-    FORWARD_REGIONS.append(FORWARD_CALLS[0])   # applied in is still running)
+    forward_begin()   # (custom_jvp asks: refused under torch.compile; its reverse mode)
     try:
         if lead:   # mapped over the batch axes; the primal output is the same in each
             out, t_out = mapped_over(
@@ -76,8 +74,7 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
         else:
             out, t_out = _functorch["jvp"](target, primal_phys, tuple(tan_phys))
     finally:
-        FORWARD_MODE[0] -= 1
-        FORWARD_REGIONS.pop()
+        forward_end()
     spec, names = out_box
     t_names = [lead + (n or ()) for n in names] if lead else names
     result = rebox(out, spec, names), rebox(t_out, spec, t_names)

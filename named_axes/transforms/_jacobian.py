@@ -25,6 +25,7 @@ from .._env import bind, bound_axes
 from .._tensor import NamedTensor
 from .._levels import ORIGINAL as _functorch
 from .._torch_private import tree_flatten, tree_map, tree_unflatten
+from ._custom import forward_begin, forward_end
 from ._forward import jvp
 from ._grad import _argnums
 from ._vjp import vjp
@@ -44,8 +45,13 @@ def _jac(kind: str, fun: Callable, argnums, has_aux: bool) -> Callable:
         nums = _argnums(argnums, len(args), what)
         if not named_axes_of(args) and not bound_axes():   # torch.func's own
             args = tree_map(lambda a: a._data if type(a) is NamedTensor else a, args)
-            jac = _functorch["jacrev"] if kind == "rev" else _functorch["jacfwd"]
-            return jac(fun, argnums=argnums, has_aux=has_aux)(*args)
+            if kind == "rev":
+                return _functorch["jacrev"](fun, argnums=argnums, has_aux=has_aux)(*args)
+            forward_begin()
+            try:
+                return _functorch["jacfwd"](fun, argnums=argnums, has_aux=has_aux)(*args)
+            finally:
+                forward_end()
 
         def of(*primals):   # fun of the differentiated arguments only
             full = list(args)

@@ -83,6 +83,11 @@ def test_gradient_of_a_jvp_through_custom_jvp_follows_jax(jit):
         out, tangent = f(x)
         g, = torch.autograd.grad(out * wo + tangent * wt, x)
         torch.testing.assert_close(g, torch.tensor(want), rtol=1e-5, atol=1e-6)
+    # so for jacfwd (torch.func's own, no named axis here)
+    x = torch.tensor([0.3, -1.2, 2.0], requires_grad=True)
+    g, = torch.autograd.grad(nx.jacfwd(lambda v: torch.sin(cj(v)))(x).sum(), x)
+    torch.testing.assert_close(g, torch.tensor([-1.0970256, 1.3221902, -1.3904636]),
+                               rtol=1e-5, atol=1e-6)
     # inside nx.jvp the rule still serves reverse mode (forward over reverse: its transpose)
     x = torch.tensor([0.3, -1.2, 2.0])
     _, t = nx.jvp(nx.grad(lambda v: cj(v).sum()), (x,), (torch.ones(3),))
