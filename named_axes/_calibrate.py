@@ -39,6 +39,21 @@ def _chain(ops: int, sums: int, world: int, split: bool):
                 axis_resources={"i": "x"} if split else None)
 
 
+def _inputs(k: int, world: int, grad: bool):
+    """A step of an xmap whose ``k`` inputs are split over the ranks and, with ``grad``,
+    need gradients: full tensors, so each gradient is gathered whole at the end."""
+    xs = [torch.ones(world, 64, 64, requires_grad=grad) for _ in range(k)]
+    scale = torch.ones((), requires_grad=True)
+
+    def body(*vs):
+        out = vs[0] * scale
+        for v in vs[1:]:
+            out = out + v * scale
+        return out
+    f = xmap(body, in_axes=[["i", ...]] * k, out_axes=["i", ...], axis_resources={"i": "x"})
+    return lambda: f(*xs).sum().backward()
+
+
 def measure_in_programs() -> dict:
     """Training steps of small named programs (forward and backward): the time of one
     op, and over the ranks (all of them on one mesh axis) the time an op over a split
@@ -66,6 +81,9 @@ def measure_in_programs() -> dict:
             out["mesh_call_s"] = max(base - plain, 0.0)
             # 20 psums, and 19 more sums of the parameters' gradients in the backward
             out["link_latency_s"] = max(timed(0, 20, True) - work, 0.0) / 39
+            extra = [best_time(lambda f=_inputs(k, world, g): (torch.distributed.barrier(), f()),
+                               7, typical=True) for k in (1, 5) for g in (True, False)]
+            out["edge_gather_s"] = max((extra[2] - extra[3]) - (extra[0] - extra[1]), 0.0) / 4
     return out
 
 

@@ -72,7 +72,7 @@ def test_counts_follow_the_program():
     split = _auto._Split({"batch": ("dp",), "heads": ("mp",), "mlp": ("mp",)}, {}, MESH.shape)
     kinds = [k for k, _, over in _auto._collectives(trace, split, True) if split.group(over) > 1]
     assert kinds.count("all_reduce") == 10   # CommDebugMode counts 10 on 4 gloo ranks
-    assert kinds.count("all_gather") == 14   # wq wk wv wo up b_up down, twice
+    assert kinds.count("edge_gather") == 14   # wq wk wv wo up b_up down, twice
     compute, comm, count, moved, memory = _auto.price(trace, split, CPU, train=True)
     assert count == 24 and comm > 0 and compute > 0
 

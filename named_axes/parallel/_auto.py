@@ -104,8 +104,9 @@ def price(trace: CostTrace, split: _Split, rates: Rates, *, train: bool,
     # operands, for the sums their cotangents need)
     op_s = rates.engine_op_s if any(s > 1 for s in split.shards.values()) else rates.op_s
     compute = 0.0
-    for names, (flops, nbytes, calls) in trace.work.items():
-        share = split.share(names)
+    for key, (flops, nbytes, calls) in trace.work.items():
+        names, whole = key if isinstance(key, tuple) else (key, frozenset())
+        share = split.share(names - whole)
         compute += passes * (flops * share / rates.flops_per_s + nbytes * share / rates.bytes_per_s)
         compute += passes * calls * split.chunks(names) * op_s
     comm, count, moved = _comm(trace, split, rates, train)
@@ -132,8 +133,10 @@ def _collectives(trace: CostTrace, split: _Split, train: bool):
             continue
         if c.op in _REDUCES or c.op == "psum":
             yield "all_reduce", c.out_bytes * split.share(c.out_names), over
-        elif c.op == "whole":
+        elif c.op == "whole":   # computed on the gathered whole; its transpose scatters
             yield "all_gather", c.x_bytes * split.share(c.x_names), over
+            if train:
+                yield "reduce_scatter", c.x_bytes * split.share(c.x_names - c.axes), over
         else:
             kind = {"all_gather": "all_gather", "psum_scatter": "reduce_scatter",
                     "all_to_all": "all_to_all"}.get(c.op, "permute")
@@ -149,7 +152,7 @@ def _collectives(trace: CostTrace, split: _Split, train: bool):
         for names, nbytes, grad in trace.inputs:   # a full input's gradient is full
             over = split.over(names)
             if grad and over:
-                yield "all_gather", nbytes * split.share(names), over
+                yield "edge_gather", nbytes * split.share(names), over
 
 
 def _gradient_sums(trace: CostTrace, split: _Split):
@@ -263,7 +266,9 @@ def plan_resources(f: Any, mesh: Mesh, *args: Any, memory_per_device: float | No
         *args: the arguments, or ``nx.ShapeDtypeStruct``s like them (nothing is run).
         memory_per_device: bytes a device may hold (parameters, gradients, optimizer
             state, kept activations); ``None``: no limit.
-        rates: the machine's :class:`Rates`; default :func:`nx.calibrate` 's.
+        rates: the machine's :class:`Rates`; default :func:`nx.calibrate` 's (under
+            torch.distributed, measured by every rank together: call this on every rank,
+            or give ``rates``).
         train: price a backward and an optimizer step too (default: whether some
             argument requires grad); ``True`` makes every floating argument a parameter.
         optimizer_states: parameter-sized tensors the optimizer keeps (Adam: 2).

@@ -76,7 +76,8 @@ class CostTrace:
 
     Attributes:
         axis_sizes: the program's named axes (the ones ``axis_resources`` may assign).
-        work: named axes an op runs over -> ``[FLOPs, bytes moved, number of ops]``.
+        work: named axes an op runs over (with, for an op along axes, those axes:
+            ``(names, along)``) -> ``[FLOPs, bytes moved, number of ops]``.
         saved: named axes of a result -> its bytes (the activations a backward keeps).
         comms: the collectives and the ops along named axes, in program order.
         meets: where an operand needing a gradient meets axes it lacks.
@@ -124,7 +125,10 @@ class CostTape(Tape):
         union = frozenset().union(*map(_names, ins + outs), along)
         total = self.flops()
         flops, self.counted = total - self.counted, total
-        w = t.work.setdefault(union, [0, 0, 0])
+        # an op along named axes (softmax over one) is computed on their whole where a
+        # mesh splits them: its work is keyed by those axes too, not shared over them
+        key = union if kind == "sum" or not along else (union, frozenset(along))
+        w = t.work.setdefault(key, [0, 0, 0])
         w[0] += flops
         w[1] += sum(map(_nbytes, ins + outs))
         w[2] += 1
@@ -136,8 +140,14 @@ class CostTape(Tape):
             if _needs_grad(v) and union - _names(v):
                 t.meets.append(Meet(id(v), _names(v), _nbytes(v), union,
                                     id(v) in self.inputs))
+        contracted = (frozenset().union(*map(_names, ins))
+                      - frozenset().union(*map(_names, outs))) if outs else frozenset()
         if collective is not None and ins and outs:
             self._note_collective(collective, ins, outs)
+        elif kind == "bilinear" and contracted and not along:
+            # an einsum summing named axes away: a psum of its result over them
+            t.comms.append(Comm("psum", contracted, frozenset().union(*map(_names, ins)),
+                                max(map(_nbytes, ins)), _names(outs[0]), _nbytes(outs[0])))
         elif along and ins and outs and (id(ins[0]), along) not in self.along_seen:
             # (an op along axes that calls another on the same operand, nx.mean calling
             # sum, is one reduction: the inner one is noted first)

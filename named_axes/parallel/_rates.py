@@ -42,6 +42,7 @@ class Rates:
     link_latency_s: float
     split_op_s: float | None = None   # an op while an axis is split over ranks (op_s)
     mesh_call_s: float = 0.0   # a step's fixed cost when it splits an axis over ranks
+    edge_gather_s: float | None = None   # gathering a full input's gradient (latency)
 
     @property
     def engine_op_s(self) -> float:
@@ -56,6 +57,9 @@ class Rates:
         before it (for ``all_gather``: its piece; else the whole it reduces or moves)."""
         if group <= 1:
             return 0.0
+        if op == "edge_gather":   # a full input's gradient, gathered after the backward
+            latency = self.link_latency_s if self.edge_gather_s is None else self.edge_gather_s
+            return latency + (group - 1) * nbytes / self.link_bytes_per_s
         if op == "all_reduce":
             return self.allreduce_s(nbytes, group)
         share = {"all_gather": group - 1, "reduce_scatter": (group - 1) / group,
@@ -68,7 +72,9 @@ _MEASURED: dict = {}
 
 def calibrate(*, refresh: bool = False, cache: str | None = None, device: str = "cpu") -> Rates:
     """Measure this machine's :class:`Rates` (once per process; ``refresh`` measures
-    again).  ``cache``: a JSON file keeping them per machine between runs.
+    again).  ``cache``: a JSON file keeping them per machine between runs.  Under
+    torch.distributed the measuring is collective: every rank calls it (as every rank
+    calls an ``axis_resources='auto'`` xmap, whose first call measures).
 
     >>> import named_axes as nx
     >>> nx.calibrate().flops_per_s > 0
@@ -155,12 +161,14 @@ def _agreed(rates: dict) -> Rates:
         slow = torch.tensor([1 / rates["flops_per_s"], 1 / rates["bytes_per_s"], rates["op_s"],
                              1 / rates["link_bytes_per_s"], rates["link_latency_s"],
                              rates.get("split_op_s", rates["op_s"]),
-                             rates.get("mesh_call_s", 0.0)], dtype=torch.float64)
+                             rates.get("mesh_call_s", 0.0),
+                             rates.get("edge_gather_s", rates["link_latency_s"])],
+                            dtype=torch.float64)
         torch.distributed.all_reduce(slow, op=torch.distributed.ReduceOp.MAX)
         s = slow.tolist()
         rates = {"flops_per_s": 1 / s[0], "bytes_per_s": 1 / s[1], "op_s": s[2],
                  "link_bytes_per_s": 1 / s[3], "link_latency_s": s[4], "split_op_s": s[5],
-                 "mesh_call_s": s[6]}
+                 "mesh_call_s": s[6], "edge_gather_s": s[7]}
     return Rates(**rates)
 
 
