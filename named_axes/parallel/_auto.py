@@ -131,7 +131,7 @@ def _collectives(trace: CostTrace, split: _Split, train: bool):
         over = split.over(c.axes & c.x_names)
         if not over:
             continue
-        if c.op in _REDUCES or c.op == "psum":
+        if c.op in _REDUCES:
             yield "all_reduce", c.out_bytes * split.share(c.out_names), over
         elif c.op == "whole":   # computed on the gathered whole; its transpose scatters
             yield "all_gather", c.x_bytes * split.share(c.x_names), over
