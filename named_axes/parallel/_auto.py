@@ -149,9 +149,10 @@ def _collectives(trace: CostTrace, split: _Split, train: bool):
             yield "all_gather", nbytes * split.share(o_names), over
     if train:
         yield from _gradient_sums(trace, split)
-        for names, nbytes, grad in trace.inputs:   # a full input's gradient is full
-            over = split.over(names)
-            if grad and over:
+        sharded = trace.sharded + [False] * (len(trace.inputs) - len(trace.sharded))
+        for (names, nbytes, grad), dtensor in zip(trace.inputs, sharded):
+            over = split.over(names)   # a full input's gradient is gathered whole
+            if grad and over and not dtensor:
                 yield "edge_gather", nbytes * split.share(names), over
 
 

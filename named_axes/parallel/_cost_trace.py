@@ -83,6 +83,8 @@ class CostTrace:
         meets: where an operand needing a gradient meets axes it lacks.
         values: the distinct sets of named axes values carry.
         inputs: ``(names, bytes, differentiated)`` per tensor argument.
+        sharded: per tensor argument, whether it came as a DTensor (laid out by the
+            plan, so its gradient stays sharded; a full tensor's is gathered whole).
         outputs: ``(names, bytes)`` per result of the body.
     """
 
@@ -93,6 +95,7 @@ class CostTrace:
     meets: list = field(default_factory=list)
     values: set = field(default_factory=set)
     inputs: list = field(default_factory=list)
+    sharded: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
 
 
@@ -184,6 +187,9 @@ def trace_costs(fun: Callable, args: tuple, *, differentiate: bool | None = None
     else:
         wants = lambda x: bool(differentiate)  # noqa: E731
     trace = CostTrace(axis_sizes={})
+    trace.sharded = [type(x).__name__ == "DTensor" for x in tree_leaves(
+        args, is_leaf=lambda x: isinstance(x, (ShapeDtypeStruct, _NT)))
+        if isinstance(x, (torch.Tensor, _NT, ShapeDtypeStruct))]
     counter = FlopCounterMode(display=False)
     tape = CostTape(trace, counter.get_total_flops)
 

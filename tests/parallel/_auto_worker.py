@@ -76,5 +76,34 @@ def scenario_auto_equals_vectorized(rank, results):
         results["too_small"] = str(e)
 
 
+def scenario_counts_with_sharded_parameters(rank, results):
+    """Parameters as DTensors laid out by the plan (gpt_mesh's NamedSharding): their
+    gradients stay sharded, so the model counts no gathers -- as many collectives as
+    CommDebugMode counts in the step."""
+    from torch.distributed.tensor.debug import CommDebugMode
+
+    from named_axes.parallel import _auto
+    from named_axes.parallel._cost_trace import trace_costs
+
+    in_axes, _, x, y = program()
+    mesh = nx.Mesh(np.array(nx.devices()).reshape(2, 2), ("dp", "mp"))
+    vocab = len(set(G.CORPUS.read_text()))
+    specs = G.param_specs(vocab, embed=64, heads=4, mlp_size=512, layers=LAYERS, context=32)
+    params = G.init_params(specs, 0, nx.NamedSharding(mesh, G.RESOURCES), torch.float64)
+    loss = nx.xmap(lambda p, t, u: G.named_loss(p, t, u, LAYERS), in_axes=in_axes,
+                   out_axes=[...], axis_resources=G.RESOURCES)
+    split = _auto._Split({"batch": ("dp",), "heads": ("mp",), "mlp": ("mp",)}, {}, mesh.shape)
+    trace = trace_costs(loss, (params, x, y))
+    results["modelled"] = sum(1 for _, _, over in _auto._collectives(trace, split, True)
+                              if split.group(over) > 1)
+    with mesh:
+        loss(params, x, y).backward()   # (the first call checks its inputs)
+        for p in params.values():
+            p.grad = None
+        with CommDebugMode() as counts:
+            loss(params, x, y).backward()
+    results["counted"] = counts.get_total_counts()
+
+
 if __name__ == "__main__":
-    run_rank([scenario_auto_equals_vectorized])
+    run_rank([scenario_auto_equals_vectorized, scenario_counts_with_sharded_parameters])

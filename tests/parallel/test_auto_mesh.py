@@ -34,3 +34,8 @@ def test_a_budget_forces_megatron_and_the_step_still_matches(auto_ranks):
     for r in auto_ranks:
         assert r["forced"] == r["megatron"] and r["forced_err"] < 1e-10, r
         assert "fits memory_per_device" in r["too_small"], r
+
+
+def test_the_model_counts_the_steps_collectives_with_sharded_parameters(auto_ranks):
+    for r in auto_ranks:
+        assert r["modelled"] == r["counted"] == 10, r
