@@ -27,10 +27,8 @@ _COLUMNS = ("axis_resources", "step (model)", "compute", "comm", "collectives",
 
 
 def _seconds(s: float) -> str:
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if s >= scale or unit == "us":
-            return f"{s / scale:.3g} {unit}"
-    return ""
+    unit, scale = next((u, k) for u, k in (("s", 1.0), ("ms", 1e-3), ("us", 0.0)) if s >= k)
+    return f"{s / (scale or 1e-6):.3g} {unit}"
 
 
 def _bytes(n: float) -> str:

@@ -327,7 +327,7 @@ class custom_jvp:
         # itself, silently without the rule (oracle seed 3913, p3913_00557), so an
         # nx.jvp / jacfwd / linearize around the call is refused
         compiling = torch.compiler.is_compiling()
-        if compiling and FORWARD_MODE[0]:
+        if compiling and FORWARD_REGIONS:
             raise AxisTypeError(
                 f"custom_jvp({self.__name__}) under torch.compile inside nx.jvp (or jacfwd, "
                 f"hessian, linearize): dynamo cannot trace the rule's forward mode, and "
@@ -341,27 +341,22 @@ class custom_jvp:
         return rebox(out, o.spec, o.names)
 
 
-# How many nx.jvp calls (forward mode) are running: their custom_jvp rules cannot run
-# under torch.compile (custom_jvp.__call__)
-FORWARD_MODE = [0]
-# The running nx.jvp calls (eager), innermost last, each by its number (FORWARD_CALLS
-# counts them): a custom_jvp applied inside one and differentiated in reverse after it
-# returned is differentiated as the rule's code (_JvpReverse.backward)
+# The running nx.jvp / jacfwd calls (forward mode), innermost last, each by its number
+# (FORWARD_CALLS counts them): under torch.compile a custom_jvp rule cannot run inside
+# one (custom_jvp.__call__); one applied inside one and differentiated in reverse after
+# it returned is differentiated as the rule's code (_JvpReverse.backward)
 FORWARD_REGIONS: list = []
 FORWARD_CALLS = [0]
 
 
 def forward_begin() -> None:
-    """Forward mode (``nx.jvp``, ``jacfwd``) starts: counted in ``FORWARD_MODE``,
-    numbered on ``FORWARD_REGIONS`` (functions, not a context manager: dynamo traces
-    them inside torch.compile)."""
-    FORWARD_MODE[0] += 1
+    """Forward mode starts (functions, not a context manager: dynamo traces them inside
+    torch.compile)."""
     FORWARD_CALLS[0] += 1
     FORWARD_REGIONS.append(FORWARD_CALLS[0])
 
 
 def forward_end() -> None:
-    FORWARD_MODE[0] -= 1
     FORWARD_REGIONS.pop()
 
 
