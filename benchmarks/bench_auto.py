@@ -10,7 +10,10 @@ model (``parallel._auto.rank``, what ``nx.plan_resources`` uses), then run each 
 training step (loss, ``.backward()``, SGD) and time it: the median of ``--steps`` steps
 after two warm-up steps, each step's time the slowest rank's.  Printed per program and
 mesh: the auto choice, its measured step against the fastest measured, the Spearman
-rank correlation of modelled and measured times, and the table (``--table``).
+rank correlation of modelled and measured times, and the table (``--table``).  The
+GPT's parameters are DTensors laid out by each assignment (``nx.NamedSharding``), as
+examples/gpt_mesh.py holds them (``--full``: full tensors); the MLP's and P2's are
+full tensors that require grad.
 """
 from __future__ import annotations
 
@@ -43,7 +46,12 @@ def gpt_program():
     def loss_fn(p, t, y):
         return G.named_loss(p, t, y, 2)
     in_axes = (G.in_axes_of(specs), ["batch", "seq", ...], ["batch", "seq", ...])
-    return loss_fn, in_axes, (params, tokens[:, :-1], tokens[:, 1:])
+    data = (tokens[:, :-1], tokens[:, 1:])
+
+    def sharded(mesh, resources):   # the parameters as gpt_mesh.py holds them: DTensors
+        return (G.init_params(specs, 0, nx.NamedSharding(mesh, resources), torch.float32),
+                *data)
+    return loss_fn, in_axes, (params, *data), sharded
 
 
 def mlp_program():
@@ -53,7 +61,7 @@ def mlp_program():
 
     w1, w2, images, labels = P.p1_data(128, 784, 512, 10)
     return (P.p1_named_loss(nx), P.P1_IN_AXES,
-            (w1.requires_grad_(), w2.requires_grad_(), images, labels))
+            (w1.requires_grad_(), w2.requires_grad_(), images, labels), None)
 
 
 def p2_program():
@@ -62,7 +70,7 @@ def p2_program():
 
     x, params = P.p2_data(batch=8, seq=64, heads=8, head_dim=32, model=256, ff=1024)
     ps = [params[k].requires_grad_() for k in P.P2_PARAMS]
-    return P.p2_named_loss(nx), P.P2_IN_AXES, (x, x, *ps)
+    return P.p2_named_loss(nx), P.P2_IN_AXES, (x, x, *ps), None
 
 
 PROGRAMS = {"gpt": gpt_program, "mlp": mlp_program, "p2": p2_program}
@@ -120,20 +128,23 @@ def worker(opts) -> None:
     rates = nx.calibrate()
     out = {"rates": rates.__dict__, "runs": []}
     for prog in opts.programs:
-        fun, in_axes, args = PROGRAMS[prog]()
+        fun, in_axes, args, sharded = PROGRAMS[prog]()
         plain = nx.xmap(fun, in_axes=in_axes, out_axes=[...])
-        trace = trace_costs(plain, args)
         for shape in opts.meshes:
             dims = tuple(int(d) for d in shape.split("x"))
             mesh = nx.Mesh(np.array(nx.devices()).reshape(dims), ("dp", "mp"))
+            shard = sharded if sharded is not None and not opts.full else None
+            trace = trace_costs(plain, shard(mesh, {}) if shard else args)
             ranked = _auto.rank(trace, mesh.shape, rates, train=True)
             rows = []
             for c in ranked:
                 loss = nx.xmap(fun, in_axes=in_axes, out_axes=[...],
                                axis_resources=c.axis_resources)
                 try:
+                    step_args = (shard(mesh, c.axis_resources) if shard and c.axis_resources
+                                 else args)   # (no resources: no mesh, full tensors)
                     with mesh:
-                        t = _measure(loss, args, opts.steps)
+                        t = _measure(loss, step_args, opts.steps)
                     err = None
                 except Exception as e:   # an assignment the engines refuse: shown, not timed
                     t, err = None, f"{type(e).__name__}: {str(e)[:160]}"
@@ -189,6 +200,9 @@ def main(argv=None) -> str:
     ap.add_argument("--meshes", nargs="+", default=["2x2", "4x1"])
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--table", action="store_true")
+    ap.add_argument("--full", action="store_true",
+                    help="GPT's parameters as full tensors (default: DTensors laid out by "
+                         "each assignment, as examples/gpt_mesh.py holds them)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
@@ -203,7 +217,7 @@ def main(argv=None) -> str:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=4",
                "--master-addr=127.0.0.1", f"--master-port={port}", __file__, "--worker",
                "--out", str(out), "--steps", str(opts.steps), "--programs", *opts.programs,
-               "--meshes", *opts.meshes]
+               "--meshes", *opts.meshes] + (["--full"] if opts.full else [])
         proc = subprocess.run(cmd, capture_output=True, text=True,
                               env=dict(os.environ, OMP_NUM_THREADS="1"))
         if proc.returncode or not out.exists():
