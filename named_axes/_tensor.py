@@ -28,7 +28,6 @@ from ._env import _state as _env_state
 from ._errors import AxisSpecError, AxisTypeError, ShapeError, fmt_named_shape
 from ._levels import check_foreign as _check_foreign
 from ._torch_private import functorch_active as _functorch_active
-from ._torch_private import tensor_body
 
 __all__ = ["NamedTensor", "data_and_names"]
 
@@ -311,7 +310,7 @@ class NamedTensor:
             for i, s in enumerate(self.shape)
         )
         try:
-            preview = html.escape(_preview(self._data.detach(), self._names, edgeitems=2))
+            preview = html.escape(_preview(self._data.detach(), self._names))
         except Exception:
             preview = "(no values: symbolic tensor)"
         return (
@@ -342,11 +341,18 @@ def _rebuild_named(data: torch.Tensor, names: tuple) -> NamedTensor:
     return NamedTensor(data, names)
 
 
-def _preview(data: torch.Tensor, names: tuple, edgeitems: int = 3) -> str:
+def _preview(data: torch.Tensor, names: tuple) -> str:
     if data.is_meta or type(data) is not torch.Tensor:
         raise TypeError("no values")
     order = " × ".join([repr(n) for n in names] + [str(s) for s in data.shape[len(names):]])
-    body = tensor_body(data, edgeitems=edgeitems, threshold=60, linewidth=88)
+    # torch's own repr, under the user's print options, less `tensor(` and what follows
+    # the values (`, dtype=...)`); its lines after the first are indented for `tensor(`
+    text, lead = repr(data), len("tensor(")
+    if data.ndim:
+        body = text[lead:text.rindex("]") + 1]
+    else:
+        body = text[lead:].split(",")[0].rstrip(")")
+    body = "\n".join([line[lead:] if i else line for i, line in enumerate(body.split("\n"))])
     return f"values laid out as [{order}]:\n{body}"
 
 

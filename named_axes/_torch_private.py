@@ -20,7 +20,7 @@ from torch._subclasses.fake_tensor import (DataDependentOutputException,
                                            DynamicOutputShapeException, FakeTensor,
                                            FakeTensorMode)
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
-from torch.utils._pytree import keystr, tree_flatten, tree_flatten_with_path
+from torch.utils._pytree import tree_flatten, tree_flatten_with_path
 
 __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
            "functorch_transform_kinds", "is_functorch_wrapped", "functorch_unwrapped",
@@ -28,18 +28,17 @@ __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
            "disable_dispatch_modes", "TorchDispatchMode", "tracing_mode_active",
            "tensor_version", "view_base", "graph_task_id",
            "tree_flatten", "tree_unflatten", "tree_map", "tree_leaves",
-           "tree_flatten_with_path", "keystr", "forward_ad_level",
+           "tree_flatten_with_path", "forward_ad_level",
            "native_batch_norm_legit", "softmax_backward_data", "softmax_backward_data_op",
-           "tensor_body", "module_tensor_table", "default_collate_parts",
-           "custom_op_impl",
-           "custom_op_overload", "functional_all_reduce",
+           "default_collate_parts",
+           "functional_all_reduce",
            "functional_all_gather", "functional_reduce_scatter",
            "FakeTensor", "FakeTensorMode", "DataDependentOutputException",
-           "DynamicOutputShapeException", "op_schema", "HigherOrderOperator",
-           "record_function_ops", "tensor_guards", "aot_forward_metadata",
+           "DynamicOutputShapeException", "op_schema",
+           "tensor_guards", "aot_forward_metadata",
            "no_autograd_cache", "inductor_compile_fx", "inductor_config",
            "inductor_decompositions", "inductor_mode_options", "aoti_package",
-           "aoti_package_loader", "register_device_module", "dynamo_operator_tables",
+           "aoti_package_loader", "dynamo_operator_tables",
            "dynamo_forget_handlers"]
 
 
@@ -165,7 +164,7 @@ graph_task_id = torch._C._current_graph_task_id
 
 
 # -- Pytrees ------------------------------------------------------------------------------
-# tree_flatten, tree_flatten_with_path, keystr (imported above).  Why: named_axes walks
+# tree_flatten, tree_flatten_with_path (imported above).  Why: named_axes walks
 # arguments as torch does (a type registered with torch's pytree is a container for
 # nx.xmap, nx.jit...); the lax loops name a carry's leaf by its path, as JAX does.
 # Public alternative considered: none (torch 2.9-2.13 have no public pytree module); the
@@ -208,27 +207,6 @@ softmax_backward_data = getattr(torch, "_softmax_backward_data", None)
 softmax_backward_data_op = torch.ops.aten._softmax_backward_data
 
 
-def tensor_body(data: torch.Tensor, **printoptions) -> str:
-    """``data``'s values as ``repr`` prints them, without ``tensor(...)`` around them,
-    under the print options ``printoptions`` (``edgeitems``, ``threshold``, ...).
-
-    Why: a named value's preview lays out its values by axis.  Public alternative
-    considered: ``torch.set_printoptions`` + ``repr`` (global options, no way to read
-    the old ones back to restore them; ``tensor(`` and the dtype to strip)."""
-    from torch._tensor_str import _tensor_str, printoptions as _options
-    with _options(**printoptions):
-        return _tensor_str(data, 0)
-
-
-def module_tensor_table(module: torch.nn.Module, name: str) -> dict:
-    """The dict holding ``module``'s parameter ``name`` (or else its buffers').
-
-    Why: nx.nn.functional_call puts a named value in place of a parameter for one call
-    (``Module.__setattr__`` would ask for a Parameter).  Public alternative considered:
-    ``torch.func.functional_call`` (public) accepts ``torch.Tensor`` values only."""
-    return module._parameters if name in module._parameters else module._buffers
-
-
 def default_collate_parts() -> tuple:
     """``(collate, default_collate_fn_map)`` of torch's DataLoader collation.
 
@@ -239,22 +217,6 @@ def default_collate_parts() -> tuple:
 
 
 # -- DTensor and collectives --------------------------------------------------------------
-def custom_op_impl(op) -> Callable:
-    """The Python function the ``torch.library.custom_op`` ``op`` was made from.
-
-    Why: inductor runs a collective as plain tensor code.  Public alternative
-    considered: calling ``op`` (public) dispatches to the opaque op again."""
-    return op._init_fn
-
-
-def custom_op_overload(op):
-    """The ``OpOverload`` of the ``torch.library.custom_op`` ``op``.
-
-    Why: the decompositions are keyed by it.  Public alternative
-    considered: ``torch.ops.<namespace>.<name>.default`` (needs the op's private name)."""
-    return op._opoverload
-
-
 def functional_all_reduce(x: torch.Tensor, op: str, group) -> torch.Tensor:
     """``x`` all-reduced over ``group`` with functional collectives, waited for.  Why:
     out-of-place collectives, as DTensor issues them (CommDebugMode counts them).  Public
@@ -292,23 +254,6 @@ def op_schema(func):
     ``torch.fx.Node.is_impure()`` (public) answers for graph nodes only, and also for
     ops that write nothing."""
     return getattr(func, "_schema", None)
-
-
-# Why: a traced graph calling a higher-order op (cond, while_loop) is not known pure.
-# Public alternative considered: none.
-HigherOrderOperator = torch._ops.HigherOrderOperator
-
-
-def record_function_ops() -> tuple:
-    """The two ops make_fx records for a ``torch.profiler.record_function`` block:
-    ``(enter, exit)``.
-
-    Why: torch 2.9's make_fx drops them, torch 2.13's records them; nx.jit adds them
-    itself so graphs read alike.  Public alternative considered:
-    ``torch.profiler.record_function`` (public) is what 2.9 drops."""
-    profiler = torch.ops.profiler
-    return (profiler._record_function_enter_new.default,
-            profiler._record_function_exit._RecordFunction)
 
 
 def tensor_guards(leaves: list):
@@ -397,15 +342,6 @@ def aoti_package_loader():
     (~0.7 s), which the store exists to avoid; this is the class it constructs."""
     aoti = getattr(torch._C, "_aoti", None)
     return getattr(aoti, "AOTIModelPackageLoader", None)
-
-
-def register_device_module(name: str, module) -> None:
-    """Make ``module`` torch's ``torch.<name>`` device module.
-
-    Why: checkpointing and ``fork_rng`` on XLA find the RNG through it.  Public
-    alternative considered: ``torch.utils.backend_registration`` (public) is for the
-    ``privateuse1`` backend only."""
-    torch._register_device_module(name, module)
 
 
 # -- Dynamo's operator tables (nx.enable_dynamo_matmul, an explicit opt-in) ---------------

@@ -19,7 +19,6 @@ import torch.nn.functional as F
 
 from . import _functions as _f
 from ._one_hot import one_hot as _one_hot
-from ._torch_private import module_tensor_table
 
 __all__ = ["relu", "relu6", "gelu", "silu", "swish", "sigmoid", "softplus", "log_sigmoid",
            "elu", "leaky_relu", "tanh", "softmax", "log_softmax", "logsumexp",
@@ -175,19 +174,21 @@ def functional_call(module: torch.nn.Module, parameters_and_buffers: dict, args:
     torch.Size([5, 1, 3])
     """
     args = args if isinstance(args, tuple) else (args,)
-    saved = []
+    shadowed = []
     try:
         for name, value in parameters_and_buffers.items():
             owner, _, attr = name.rpartition(".")
             sub = module.get_submodule(owner)
-            table = module_tensor_table(sub, attr)
-            if attr not in table:
+            tensors = dict(sub.named_parameters(recurse=False))
+            tensors.update(sub.named_buffers(recurse=False))
+            if attr not in tensors:
                 raise AttributeError(f"functional_call: {type(module).__name__} has no "
                                      f"parameter or buffer {name!r}")
-            saved.append((table, attr, table[attr]))
-            # a dict write: Module.__setattr__ would ask for a torch.Tensor
-            table[attr] = value
+            # an instance attribute shadows the parameter (Module.__getattr__ is asked
+            # only when there is none); Module.__setattr__ would want a torch.Tensor
+            object.__setattr__(sub, attr, value)
+            shadowed.append((sub, attr))
         return module(*args, **(kwargs or {}))
     finally:
-        for table, attr, old in reversed(saved):
-            table[attr] = old
+        for sub, attr in reversed(shadowed):
+            vars(sub).pop(attr, None)

@@ -28,8 +28,7 @@ from .._layout import align, union_names
 from .._modes import building_graph, shapes_only
 from .._tensor import NamedTensor
 from .._tape import taped
-from .._torch_private import (keystr, tree_flatten, tree_flatten_with_path, tree_map,
-                              tree_unflatten)
+from .._torch_private import tree_flatten, tree_flatten_with_path, tree_map, tree_unflatten
 from ._common import _as_named
 from ._reductions import pmax
 from ._slicing import _done
@@ -108,7 +107,8 @@ def _same(a: tuple, b: tuple) -> bool:
 
 def _types(tree: Any) -> tuple:
     flat, spec = tree_flatten_with_path(tree)
-    return spec, [(keystr(path), _leaf_type(v)) for path, v in flat]
+    # a leaf's path as torch's pytree writes it (``[0]['w']``): its keys' strs joined
+    return spec, [("".join(map(str, path)), _leaf_type(v)) for path, v in flat]
 
 
 def _check(op: str, what: str, ref: tuple, new: Any, fix: str, sides=("input", "output")):

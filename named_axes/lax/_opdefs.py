@@ -21,7 +21,19 @@ from torch.library import custom_op
 from .._einsum2 import einsum2_eager
 
 __all__ = ["_psum", "_pmean", "_pmax", "_pmin", "_all_gather", "_psum_scatter", "_all_to_all",
-           "_ppermute", "_pdot", "_axis_index"]
+           "_ppermute", "_pdot", "_axis_index", "PLAIN_CODE"]
+
+# Each op's name (``psum`` for ``named_axes::psum``) -> the plain torch function it was
+# made from: the compile backend inlines it, so inductor sees ordinary tensor code.
+PLAIN_CODE: dict = {}
+
+
+def _named_op(name: str):
+    """``torch.library.custom_op("named_axes::<name>")``, keeping the plain function."""
+    def make(fn):
+        PLAIN_CODE[name] = fn
+        return custom_op(f"named_axes::{name}", mutates_args=())(fn)
+    return make
 
 
 def _shift(dims, by=1):
@@ -45,22 +57,22 @@ def _batched_vmap(op, n_dim_args):
 
 # -- reductions over named dims -------------------------------------------------------
 
-@custom_op("named_axes::psum", mutates_args=())
+@_named_op("psum")
 def _psum(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
     return x.sum(dims) if dims else x.clone()
 
 
-@custom_op("named_axes::pmean", mutates_args=())
+@_named_op("pmean")
 def _pmean(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
     return x.mean(dims) if dims else x.clone()
 
 
-@custom_op("named_axes::pmax", mutates_args=())
+@_named_op("pmax")
 def _pmax(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
     return x.amax(dims) if dims else x.clone()
 
 
-@custom_op("named_axes::pmin", mutates_args=())
+@_named_op("pmin")
 def _pmin(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
     return x.amin(dims) if dims else x.clone()
 
@@ -78,7 +90,7 @@ def _gather_impl(x, dim, axis, tiled):
     return y.flatten(axis, axis + 1) if tiled else y
 
 
-@custom_op("named_axes::all_gather", mutates_args=())
+@_named_op("all_gather")
 def _all_gather(x: torch.Tensor, dim: int, axis: int, tiled: bool) -> torch.Tensor:
     return _gather_impl(x, dim, axis, tiled).clone()
 
@@ -102,7 +114,7 @@ def _scatter_impl(x, dim, scatter, tiled):
     return y.movedim(s, 0)
 
 
-@custom_op("named_axes::psum_scatter", mutates_args=())
+@_named_op("psum_scatter")
 def _psum_scatter(x: torch.Tensor, dim: int, scatter: int, tiled: bool) -> torch.Tensor:
     return _scatter_impl(x, dim, scatter, tiled).contiguous().clone()
 
@@ -125,7 +137,7 @@ def _a2a_impl(x, dim, split, concat, tiled):
     return y.movedim(split, concat).flatten(concat, concat + 1)
 
 
-@custom_op("named_axes::all_to_all", mutates_args=())
+@_named_op("all_to_all")
 def _all_to_all(x: torch.Tensor, dim: int, split: int, concat: int, tiled: bool) -> torch.Tensor:
     return _a2a_impl(x, dim, split, concat, tiled).clone()
 
@@ -149,7 +161,7 @@ def _permute_impl(x, dim, src, dst):
     return out.index_copy(dim, d, x.index_select(dim, s))
 
 
-@custom_op("named_axes::ppermute", mutates_args=())
+@_named_op("ppermute")
 def _ppermute(x: torch.Tensor, dim: int, src: list[int], dst: list[int]) -> torch.Tensor:
     return _permute_impl(x, dim, src, dst)
 
@@ -168,7 +180,7 @@ _ppermute.register_vmap(_batched_vmap(_ppermute, 1))
 # person would write: one mm / bmm between views where the equation allows, not
 # torch.einsum's bmm-of-everything decomposition (which gave inductor a batch-1 bmm and
 # extra permutes for `x @ w`).
-@custom_op("named_axes::pdot", mutates_args=())
+@_named_op("pdot")
 def _pdot(x: torch.Tensor, y: torch.Tensor, equation: str) -> torch.Tensor:
     return einsum2_eager(equation, x, y)
 
@@ -197,7 +209,7 @@ _pdot.register_vmap(_pdot_vmap)
 
 # -- axis_index -----------------------------------------------------------------------------
 
-@custom_op("named_axes::axis_index", mutates_args=())
+@_named_op("axis_index")
 def _axis_index(n: int, device: torch.device) -> torch.Tensor:
     return torch.arange(n, device=device)
 

@@ -20,9 +20,9 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
-from .._torch_private import (FakeTensorMode, aot_forward_metadata, custom_op_impl,
-                              custom_op_overload, inductor_compile_fx, inductor_config,
-                              inductor_decompositions, inductor_mode_options, no_autograd_cache)
+from .._torch_private import (FakeTensorMode, aot_forward_metadata, inductor_compile_fx,
+                              inductor_config, inductor_decompositions, inductor_mode_options,
+                              no_autograd_cache)
 
 __all__ = ["compile_named", "compile_flat", "compile_boxed", "Backend",
            "collective_decompositions", "BACKEND_NAME"]
@@ -32,18 +32,8 @@ BACKEND_NAME = "named_axes"
 
 def collective_decompositions() -> dict:
     """``{OpOverload: implementation}`` for every registered ``named_axes::`` custom op."""
-    try:
-        from ..lax import _ops  # (registers the ops)
-    except ImportError:  # pragma: no cover - collectives not built
-        return {}
-
-    table = {}
-    for opdef in list(vars(_ops).values()):
-        if isinstance(opdef, torch.library.CustomOpDef):
-            overload = custom_op_overload(opdef)
-            if overload.namespace == "named_axes":
-                table[overload] = custom_op_impl(opdef)
-    return table
+    from ..lax._opdefs import PLAIN_CODE
+    return {getattr(torch.ops.named_axes, name).default: fn for name, fn in PLAIN_CODE.items()}
 
 
 def inline_collectives(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

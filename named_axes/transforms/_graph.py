@@ -26,7 +26,6 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from .. import _env
 from .._errors import AxisSpecError, AxisTypeError
 from ..lax._common import LABEL_AXES
-from .._torch_private import record_function_ops
 from ._tree import rebox, unbox
 
 __all__ = ["make_graph", "named_call", "NamedGraphModule", "trace_flat"]
@@ -169,11 +168,14 @@ def make_graph(fun: Callable, *, axis_env: Sequence | None = None) -> Callable:
 
 
 def named_call(fun: Callable, *, name: str | None = None) -> Callable:
-    """``fun`` with its calls marked ``name`` in graphs and profiler traces.
+    """``fun`` with its calls marked ``name`` in profiler traces and (torch >= 2.10) in
+    traced graphs.
 
     >>> import torch, named_axes as nx
     >>> f = nx.named_call(torch.sin, name='my_block')
-    >>> "'my_block'" in nx.make_graph(f)(torch.ones(2)).code
+    >>> with torch.profiler.profile() as prof:
+    ...     _ = f(torch.ones(2))
+    >>> any(e.name == 'my_block' for e in prof.events())
     True
     """
     if not callable(fun):
@@ -182,33 +184,8 @@ def named_call(fun: Callable, *, name: str | None = None) -> Callable:
 
     @functools.wraps(fun)
     def call(*args, **kwargs):
-        tracer = _active_make_fx_tracer()
-        if tracer is not None:
-            return _traced_named_call(tracer, label, fun, args, kwargs)
+        # make_fx records the block's enter and exit (torch >= 2.10; 2.9 drops them)
         with torch.profiler.record_function(label):
             return fun(*args, **kwargs)
 
     return call
-
-
-def _active_make_fx_tracer():
-    """The active make_fx tracer, if any: there the profiler nodes are added by hand.
-
-    torch 2.13's make_fx records ``record_function``'s enter/exit ops, torch 2.9's
-    silently drops them; adding the same two nodes ourselves makes graphs read alike
-    (and carry the block's name) on both.  Under dynamo, record_function is dynamo's.
-    """
-    if torch.compiler.is_compiling():
-        return None
-    from torch.fx.experimental.proxy_tensor import get_proxy_mode
-
-    mode = get_proxy_mode()
-    return None if mode is None else mode.tracer
-
-
-def _traced_named_call(tracer, label: str, fun: Callable, args, kwargs):
-    enter_op, exit_op = record_function_ops()
-    enter = tracer.create_proxy("call_function", enter_op, (label, None), {})
-    out = fun(*args, **kwargs)
-    tracer.create_proxy("call_function", exit_op, (enter,), {})
-    return out

@@ -18,12 +18,13 @@ program from the program store instead (``transforms/_store.py``).
 """
 from __future__ import annotations
 
+import types
 from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
 from .._tensor import NamedTensor
-from .._torch_private import HigherOrderOperator, op_schema, tree_flatten, tree_unflatten
+from .._torch_private import op_schema, tree_flatten, tree_unflatten
 from . import _store
 from ._backend import Backend, _grad_constants, compile_boxed, inline_collectives
 from ._graph import trace_flat
@@ -233,8 +234,10 @@ def _pure(gm: torch.fx.GraphModule) -> bool:
         if node.op != "call_function":
             continue
         schema = op_schema(node.target)
-        if (schema is not None and schema.is_mutable) or isinstance(
-                node.target, HigherOrderOperator):
+        # without a schema, Python functions (operator.getitem, the collectives' plain
+        # code) are pure; a higher-order op (cond, while_loop) may run mutating code
+        if schema.is_mutable if schema is not None else not isinstance(
+                node.target, (types.BuiltinFunctionType, types.FunctionType)):
             return False
     return True
 

@@ -21,7 +21,7 @@ import torch.utils.checkpoint as _ckpt
 from .._env import frames, within
 from .._errors import AxisTypeError
 from .._torch_private import functorch_active
-from . import _xla_module
+from . import _xla_rng
 from ._tree import rebox, unbox
 
 __all__ = ["checkpoint", "remat"]
@@ -59,8 +59,6 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Any = None,
         # checkpoint sees the physical tensors (it detaches and re-attaches its tensor
         # inputs; a NamedTensor would be an opaque constant to it)
         leaves, spec, names = unbox((args, kwargs))
-        if any(isinstance(t, torch.Tensor) and t.device.type == "xla" for t in leaves):
-            _xla_module.register()   # checkpoint looks up torch.xla for the random state
         out_box: list = []
 
         scope = list(frames())   # recomputation runs in this axis environment
@@ -72,10 +70,20 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Any = None,
             out_box[:] = [o_spec, o_names]
             return tuple(o_leaves)
 
+        run_args = leaves
+        if any(isinstance(t, torch.Tensor) and t.device.type == "xla" for t in leaves):
+            # checkpoint asks torch.<device> of its tensor arguments for the random and
+            # autocast state, and torch-xla has no torch.xla: the XLA tensors reach the
+            # function by closure (checkpoint without reentrance recomputes closures
+            # alike) and the recomputation replays the random state here
+            replay, run_args = _xla_rng.replaying(phys_fun), ()
+            phys_fun = lambda: replay(*leaves)   # noqa: E731
+            extra["preserve_rng_state"] = False
+
         # early stop ends recomputation by raising inside an op; the dispatcher's fallbacks
         # may catch that, so recompute the whole function instead
         with _ckpt.set_checkpoint_early_stop(False):
-            out = _ckpt.checkpoint(phys_fun, *leaves, use_reentrant=False, **extra)
+            out = _ckpt.checkpoint(phys_fun, *run_args, use_reentrant=False, **extra)
         return rebox(list(out), *out_box)
 
     return run

@@ -206,3 +206,20 @@ def test_auto_resources_on_the_xla_mesh(devices):
             out = T.loss_and_grads(T.xmapped(c.axis_resources), *d)
         for a, b in zip(ref, out):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_checkpoint_replays_xla_random_draws(devices):
+    """``nx.checkpoint`` of a function drawing random numbers on XLA tensors: its
+    recomputation draws what the forward drew (torch-xla registers no ``torch.xla`` for
+    checkpoint to keep the state with), and torch is left without a ``torch.xla``."""
+    import torch_xla.core.xla_model as xm
+
+    f = lambda w: torch.nn.functional.dropout(w.sin(), 0.5).pow(2).sum()
+    w = torch.linspace(-1, 1, 64, device=torch_xla.device())
+    grads = []
+    for fun in (f, nx.checkpoint(f)):
+        xm.set_rng_state(1234)
+        grads.append(nx.grad(fun)(w).cpu())
+    torch.testing.assert_close(grads[1], grads[0])
+    assert grads[0].count_nonzero() not in (0, 64)   # the mask dropped some, kept some
+    assert not hasattr(torch, "xla")
