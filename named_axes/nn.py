@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _functions as _f
+from ._errors import AxisTypeError
 from ._one_hot import one_hot as _one_hot
 
 __all__ = ["relu", "relu6", "gelu", "silu", "swish", "sigmoid", "softplus", "log_sigmoid",
@@ -155,15 +156,19 @@ def one_hot(x: Any, num_classes: int, *, dtype: torch.dtype | None = None,
     return _one_hot(x, num_classes, dim=axis, dtype=dtype)
 
 
-def functional_call(module: torch.nn.Module, parameters_and_buffers: dict, args: Any = (),
-                    kwargs: dict | None = None) -> Any:
+def functional_call(module: torch.nn.Module, parameter_and_buffer_dicts: Any,
+                    args: Any = None, kwargs: dict | None = None, *,
+                    tie_weights: bool = True, strict: bool = False) -> Any:
     """``torch.func.functional_call`` that takes named values: ``module`` run with some of
-    its parameters and buffers replaced (by dotted name), then restored.
+    its parameters and buffers replaced (by dotted name), then restored.  Its arguments
+    are torch's: a dict (or a tuple of dicts), ``tie_weights`` (a value given for one of
+    tied parameters replaces them all) and ``strict`` (every parameter and buffer given).
 
     torch's own ``functional_call`` accepts ``torch.Tensor`` values only; inside
     ``nx.grad`` over named inputs the parameters being differentiated carry the inputs'
     named axes (one gradient per instance, JAX's convention), so per-example gradients
-    of a module go through this one.
+    of a module go through this one (or through ``torch.func.functional_call`` after
+    :func:`named_axes.enable_torch_func`).
 
     >>> import torch, named_axes as nx
     >>> m = torch.nn.Linear(3, 1)
@@ -173,22 +178,54 @@ def functional_call(module: torch.nn.Module, parameters_and_buffers: dict, args:
     >>> g(p, torch.ones(5, 3))['weight'].shape
     torch.Size([5, 1, 3])
     """
-    args = args if isinstance(args, tuple) else (args,)
+    args = () if args is None else args if isinstance(args, tuple) else (args,)
+    values = _merged(parameter_and_buffer_dicts)
+    places = _tensor_places(module, tie_weights)
+    unknown = [n for n in values if n not in places]
+    given = {n for v in values if v in places for n in places[v]}
+    missing = sorted(set(places) - given) if strict else []
+    if unknown or missing:
+        raise AxisTypeError(
+            f"functional_call: {type(module).__name__} "
+            + (f"has no parameter or buffer {', '.join(map(repr, unknown))}" if unknown
+               else f"is missing {', '.join(map(repr, missing))} (strict=True)"))
     shadowed = []
     try:
-        for name, value in parameters_and_buffers.items():
-            owner, _, attr = name.rpartition(".")
-            sub = module.get_submodule(owner)
-            tensors = dict(sub.named_parameters(recurse=False))
-            tensors.update(sub.named_buffers(recurse=False))
-            if attr not in tensors:
-                raise AttributeError(f"functional_call: {type(module).__name__} has no "
-                                     f"parameter or buffer {name!r}")
-            # an instance attribute shadows the parameter (Module.__getattr__ is asked
-            # only when there is none); Module.__setattr__ would want a torch.Tensor
-            object.__setattr__(sub, attr, value)
-            shadowed.append((sub, attr))
+        for name, value in values.items():
+            for place in places[name]:
+                # an instance attribute shadows the parameter (Module.__getattr__ is
+                # asked only when there is none); Module.__setattr__ wants a torch.Tensor
+                owner, _, attr = place.rpartition(".")
+                sub = module.get_submodule(owner)
+                object.__setattr__(sub, attr, value)
+                shadowed.append((sub, attr))
         return module(*args, **(kwargs or {}))
     finally:
         for sub, attr in reversed(shadowed):
             vars(sub).pop(attr, None)
+
+
+def _merged(dicts: Any) -> dict:
+    """One dict of the given values; a name in two of them is an error, as in torch."""
+    if isinstance(dicts, dict):
+        return dict(dicts)
+    merged: dict = {}
+    for d in dicts:
+        twice = sorted(set(merged) & set(d))
+        if twice:
+            raise AxisTypeError(f"functional_call: {', '.join(map(repr, twice))} given in "
+                                f"more than one dict")
+        merged.update(d)
+    return merged
+
+
+def _tensor_places(module: torch.nn.Module, tie_weights: bool) -> dict:
+    """Each parameter's and buffer's dotted name -> the dotted names of the places that a
+    value given for it replaces (with ``tie_weights``, every place holding the same
+    tensor)."""
+    named = list(module.named_parameters(remove_duplicate=False))
+    named += list(module.named_buffers(remove_duplicate=False))
+    holders: dict = {}
+    for name, t in named:
+        holders.setdefault(id(t), []).append(name)
+    return {name: holders[id(t)] if tie_weights else [name] for name, t in named}

@@ -40,6 +40,7 @@ from .._levels import TORCH_FUNC as _TORCH
 from .._levels import TORCH_VMAP as _TORCH_VMAP
 from .._tensor import NamedTensor
 from .._torch_private import tree_flatten
+from ..nn import functional_call
 from ._grad import grad, value_and_grad
 from ._vjp import vjp
 from ._forward import jvp
@@ -47,6 +48,9 @@ from ._jacobian import hessian, jacfwd, jacrev
 from ._vmap import vmap
 
 __all__ = ["enable_torch_func", "disable_torch_func"]
+
+# torch's own; after the opt-in, torch.func.functional_call takes named values too
+_TORCH_FUNCTIONAL_CALL = torch.func.functional_call
 
 
 def _named(*values: Any) -> bool:
@@ -121,9 +125,10 @@ def enable_torch_func() -> None:
     closure may bring named values), runs ``nx.grad`` / ``nx.value_and_grad`` /
     ``nx.vjp`` / ``nx.jvp`` / ``nx.vmap`` / ``nx.jacrev`` / ``nx.jacfwd`` /
     ``nx.hessian`` with torch's argument and result conventions (``grad_and_value``
-    returns ``(grad, value)``); any other call goes to torch's own transform.  A
-    transform imported by name before this call (``from torch.func import grad``)
-    stays torch's own.
+    returns ``(grad, value)``); any other call goes to torch's own transform.
+    ``torch.func.functional_call`` given a named parameter or buffer runs
+    :func:`named_axes.nn.functional_call`.  A function imported by name before this
+    call (``from torch.func import grad``) stays torch's own.
     """
     if getattr(torch.func.grad, "_named_axes", False):
         return
@@ -136,6 +141,7 @@ def enable_torch_func() -> None:
         "hessian": _transform("hessian", _hessian),
         "vjp": functools.wraps(_TORCH["vjp"])(_vjp),
         "jvp": functools.wraps(_TORCH["jvp"])(_jvp),
+        "functional_call": functools.wraps(_TORCH_FUNCTIONAL_CALL)(_functional_call),
     }
     for name, fn in wrapped.items():
         fn._named_axes = True
@@ -143,8 +149,18 @@ def enable_torch_func() -> None:
     torch.vmap = wrapped["vmap"]
 
 
+def _functional_call(module, parameter_and_buffer_dicts, args=None, kwargs=None, *,
+                     tie_weights=True, strict=False):
+    dicts = parameter_and_buffer_dicts
+    values = dicts.values() if isinstance(dicts, dict) else [v for d in dicts for v in d.values()]
+    call = functional_call if any(type(v) is NamedTensor for v in values) \
+        else _TORCH_FUNCTIONAL_CALL
+    return call(module, dicts, args, kwargs, tie_weights=tie_weights, strict=strict)
+
+
 def disable_torch_func() -> None:
     """Undo :func:`enable_torch_func`: torch's own transforms back in ``torch.func``."""
     for name, fn in _TORCH.items():
         setattr(torch.func, name, fn)
+    torch.func.functional_call = _TORCH_FUNCTIONAL_CALL
     torch.vmap = _TORCH_VMAP
