@@ -15,8 +15,11 @@ share a mesh axis, and where memory requires it an axis may also run as a
   transposes of the gathers and one all-reduce where a value needing a gradient meets
   values split over mesh axes it is replicated on (the parameters' in one bucket per
   set of mesh axes, as the engines sum them); each at a latency plus bytes over the
-  link's bandwidth (:class:`._rates.Rates`), and a fixed cost for a step that splits
-  an axis at all;
+  link's bandwidth (:class:`._rates.Rates`), one per mesh axis it spans (the engines,
+  like DTensor, run a collective over two mesh axes as one over each in turn), and a
+  fixed cost for a step that splits an axis at all;
+- an einsum summing an axis split in pieces keeps that axis in its product (each
+  piece's part of it) before the ``psum``: the product's bytes are moved once more;
 - memory: the inputs' shares, and in training their gradients, ``optimizer_states``
   copies of them (Adam: 2) and every result the backward keeps.
 
@@ -51,7 +54,7 @@ __all__ = ["Candidate", "plan_resources", "price", "candidates", "auto_resources
 # how a collective's backward moves data (psum / pdot transpose to the rank-local Varying)
 _BACKWARD = {"all_gather": "reduce_scatter", "psum_scatter": "all_gather",
              "all_to_all": "all_to_all", "ppermute": "permute", "pshuffle": "permute"}
-_REDUCES = frozenset({"psum", "pmean", "pmax", "pmin", "pdot"})
+_REDUCES = frozenset({"psum", "pmean", "pmax", "pmin", "pdot", "contract"})
 
 
 @dataclass(frozen=True)
@@ -109,19 +112,39 @@ def price(trace: CostTrace, split: _Split, rates: Rates, *, train: bool,
         share = split.share(names - whole)
         compute += passes * (flops * share / rates.flops_per_s + nbytes * share / rates.bytes_per_s)
         compute += passes * calls * split.chunks(names) * op_s
+    compute += passes * _kept_products(trace, split) / rates.bytes_per_s
     comm, count, moved = _comm(trace, split, rates, train)
     if any(s > 1 for s in split.shards.values()):
         comm += rates.mesh_call_s
     return compute, comm, count, moved, _memory(trace, split, train, optimizer_states)
 
 
+def _kept_products(trace: CostTrace, split: _Split) -> float:
+    """Bytes an einsum moves, per pass, where it sums axes split in pieces: the engines
+    keep those axes in its product (each piece's part of them) and psum it, so the
+    product is written and read once more."""
+    nbytes = 0.0
+    for c in trace.comms:
+        pieces = {n: split.shards.get(n, 1) * split.loops.get(n, 1) for n in c.axes}
+        if c.op != "contract" or all(k == 1 for k in pieces.values()):
+            continue
+        kept = prod(trace.axis_sizes[n] // k for n, k in pieces.items() if k > 1)
+        nbytes += 2 * c.out_bytes * split.share(c.out_names) * kept * split.chunks(c.axes)
+    return nbytes
+
+
 def _comm(trace: CostTrace, split: _Split, rates: Rates, train: bool) -> tuple:
     time, count, moved = 0.0, 0, 0.0
     for kind, nbytes, axes in _collectives(trace, split, train):
-        group = split.group(axes)
-        if group > 1:
-            time += rates.collective_s(kind, nbytes, group)
-            count, moved = count + 1, moved + nbytes
+        # over several mesh axes the engines (and DTensor) run one collective per mesh
+        # axis in turn; a gather's pieces grow, a reduce-scatter's shrink, stage by stage
+        for a in sorted(axes):
+            group = split.group((a,))
+            if group > 1:
+                time += rates.collective_s(kind, nbytes, group)
+                count, moved = count + 1, moved + nbytes
+                nbytes *= group if kind in ("all_gather", "edge_gather") else \
+                    1 / group if kind == "reduce_scatter" else 1
     return time, count, int(moved)
 
 

@@ -125,6 +125,9 @@ class CostTape(Tape):
     def note(self, kind, operands, outputs, along=frozenset(), collective=None) -> None:
         ins, outs = _tensors(operands), _tensors(outputs)
         t = self.trace
+        # the strings an op is called with name axes only where its operands have them
+        # (an einsum's equation, a loss's reduction='mean' name none)
+        along = frozenset(along) & frozenset().union(*map(_names, ins))
         union = frozenset().union(*map(_names, ins + outs), along)
         total = self.flops()
         flops, self.counted = total - self.counted, total
@@ -149,7 +152,7 @@ class CostTape(Tape):
             self._note_collective(collective, ins, outs)
         elif kind == "bilinear" and contracted and not along:
             # an einsum summing named axes away: a psum of its result over them
-            t.comms.append(Comm("psum", contracted, frozenset().union(*map(_names, ins)),
+            t.comms.append(Comm("contract", contracted, frozenset().union(*map(_names, ins)),
                                 max(map(_nbytes, ins)), _names(outs[0]), _nbytes(outs[0])))
         elif along and ins and outs and (id(ins[0]), along) not in self.along_seen:
             # (an op along axes that calls another on the same operand, nx.mean calling
