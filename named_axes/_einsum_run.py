@@ -95,12 +95,18 @@ def _run_split(plan: tuple, operands: tuple, bound: dict) -> Any:
                               {}, e.names, run=_call)
     from .lax import psum
 
-    # the einsum keeping the loop axes in front of its output [kept names..., positional]
-    lhs, out = eq.split("->")
-    lead = "".join(c for n, c in contracted if n in loop)
     every = names + tuple(n for n, _ in contracted)   # the product's axes
     datas = [engine.broadcast(x._data, x._names, every) if type(x) is _NT else
              engine.broadcast(x, (), every) for x in operands]
+    # a mesh's ranks each contract their part of the loop axes and the parts are summed
+    summed = engine.sum_pieces(
+        lambda: einsum2(eq, *datas) if len(datas) == 2 else torch.einsum(eq, *datas),
+        loop, operands)
+    if summed is not None:
+        return _run_plan(plan, operands, sizes, summed)
+    # else the einsum keeps the loop axes in front of its output [kept names..., positional]
+    lhs, out = eq.split("->")
+    lead = "".join(c for n, c in contracted if n in loop)
     data = torch.einsum(f"{lhs}->{lead}{out}", *datas)
     kept = tuple(n for n in names if n not in expand)
     summed = psum(NamedTensor._wrap(data, loop + kept), loop)

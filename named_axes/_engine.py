@@ -94,6 +94,12 @@ class Engine(Protocol):
     def local_size(self, name: Hashable) -> int:
         """How many entries of ``name`` the piece running now holds."""
 
+    def sum_pieces(self, local: Callable, names: tuple, operands: tuple) -> Any:
+        """An einsum's result summed over every piece, ``local()`` being this piece's
+        (physical, its part of the split axes ``names`` contracted); or None, without
+        calling ``local``: the einsum keeps those axes in its product and ``psum`` sums
+        them (a SerialLoop replays it)."""
+
     def check_named_op(self, op: str, names: tuple) -> None:
         """Raise for an op (not a collective) that mixes values along axes split here
         (:class:`NeedsWholeAxes` where ``whole`` computes it)."""
@@ -142,6 +148,9 @@ class EngineBase:
 
     def local_size(self, name: Hashable) -> int:
         return current_frame(name).sizes[name]
+
+    def sum_pieces(self, local: Callable, names: tuple, operands: tuple) -> Any:
+        return None
 
     def check_named_op(self, op: str, names: tuple) -> None:
         return None

@@ -207,6 +207,8 @@ def test_einsum_contractions_and_two_axis_collectives_are_priced_as_the_engines_
     two = _auto._Split({"b": ("dp", "mp")}, {}, MESH.shape)
     assert _auto._comm(trace, one, CPU, False)[1] == 1
     assert _auto._comm(trace, two, CPU, False)[1] == 2
-    # the contraction over a split j keeps j's local part in its product: priced
-    split_j = _auto._Split({"j": ("dp",)}, {}, MESH.shape)
-    assert _auto._kept_products(trace, split_j) > 0 == _auto._kept_products(trace, one)
+    # a SerialLoop over j keeps each chunk's part of j in the product (priced); a mesh
+    # axis over j does not (each rank contracts its part)
+    loop_j = _auto._Split({}, {"j": 2}, MESH.shape)
+    mesh_j = _auto._Split({"j": ("dp",)}, {}, MESH.shape)
+    assert _auto._kept_products(trace, loop_j) > 0 == _auto._kept_products(trace, mesh_j)

@@ -18,8 +18,9 @@ share a mesh axis, and where memory requires it an axis may also run as a
   link's bandwidth (:class:`._rates.Rates`), one per mesh axis it spans (the engines,
   like DTensor, run a collective over two mesh axes as one over each in turn), and a
   fixed cost for a step that splits an axis at all;
-- an einsum summing an axis split in pieces keeps that axis in its product (each
-  piece's part of it) before the ``psum``: the product's bytes are moved once more;
+- an einsum summing an axis a ``SerialLoop`` splits keeps that axis in its product
+  (each chunk's part of it) before the ``psum``: the product's bytes are moved once
+  more (over a mesh each rank contracts its part first);
 - memory: the inputs' shares, and in training their gradients, ``optimizer_states``
   copies of them (Adam: 2) and every result the backward keeps.
 
@@ -120,15 +121,17 @@ def price(trace: CostTrace, split: _Split, rates: Rates, *, train: bool,
 
 
 def _kept_products(trace: CostTrace, split: _Split) -> float:
-    """Bytes an einsum moves, per pass, where it sums axes split in pieces: the engines
-    keep those axes in its product (each piece's part of them) and psum it, so the
-    product is written and read once more."""
+    """Bytes an einsum moves, per pass, where it sums axes a ``SerialLoop`` splits: the
+    loop keeps those axes in its product (each chunk's part of them) and replays a psum,
+    so the product is written and read once more.  (Over a mesh each rank contracts its
+    part and the parts are summed: no such product.)"""
     nbytes = 0.0
     for c in trace.comms:
-        pieces = {n: split.shards.get(n, 1) * split.loops.get(n, 1) for n in c.axes}
-        if c.op != "contract" or all(k == 1 for k in pieces.values()):
+        chunks = {n: split.loops.get(n, 1) for n in c.axes}
+        if c.op != "contract" or all(k == 1 for k in chunks.values()):
             continue
-        kept = prod(trace.axis_sizes[n] // k for n, k in pieces.items() if k > 1)
+        kept = prod(trace.axis_sizes[n] // (k * split.shards.get(n, 1))
+                    for n, k in chunks.items() if k > 1)
         nbytes += 2 * c.out_bytes * split.share(c.out_names) * kept * split.chunks(c.axes)
     return nbytes
 

@@ -301,6 +301,12 @@ class LocalShardEngine(SerialEngine):
             out = self._extreme(op, operands[0], partial, data, groups)
         return NamedTensor._wrap(out, partial._names) if isinstance(partial, NamedTensor) else out
 
+    def sum_pieces(self, local: Callable, names: tuple, operands: tuple) -> Any:
+        """An einsum's result summed over the ranks, each rank contracting its chunk of
+        the split axes ``names`` (``local()``): the product never holds those axes."""
+        carried = [n for n in self.names if n in names and n not in self._whole]
+        return self._combine("psum", names, names, operands, carried, local())
+
     def _extreme(self, op: str, x: NamedTensor, partial: Any, data: torch.Tensor,
                  groups: list) -> torch.Tensor:
         kind = "max" if op == "pmax" else "min"
