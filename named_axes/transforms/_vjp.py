@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .._engine import handed, split_over_ranks
+from .._engine import engine_for, handed, split_over_ranks
 from .._env import bound_axes
 from .._errors import AxisSpecError, AxisTypeError
 from .._layout import align
@@ -34,19 +34,27 @@ _NT = NamedTensor
 
 def _chunked(axes: dict, reduce_axes: tuple) -> dict:
     """The ``reduce_axes`` this call sees only a chunk of (a ``SerialLoop`` axis): name ->
-    chunk size.  Not an axis split over a mesh: there the gradient of a value lacking it
-    is summed over the ranks already (its cotangent is the whole on each)."""
+    the size of a chunk's part of it (``axis_index`` steps through a chunk's part before
+    the next chunk's).  Over a mesh alone there is nothing to add: the gradient of a value
+    lacking the axis is summed over the ranks already (its cotangent is the whole on
+    each); a chunk's part split over a mesh too is counted with every rank's share."""
     if not reduce_axes:
         return {}
     bound = bound_axes()
-    return {n: axes[n] for n in reduce_axes
-            if n in axes and n in bound and bound[n] != axes[n] and not split_over_ranks(n)}
+    out = {}
+    for n in reduce_axes:
+        if n in axes and n in bound:
+            ranks = engine_for((n,)).seed_size(n, 1) if split_over_ranks(n) else 1
+            if axes[n] * ranks != bound[n]:
+                out[n] = axes[n] * ranks
+    return out
 
 
 def _sum_over_chunks(g: Any, chunked: dict) -> Any:
     """A gradient summed over this chunk's instances of the ``chunked`` axes, summed over
-    every chunk: one instance per chunk holds the chunk's sum, ``psum`` (which the loop
-    engine replays chunk by chunk) adds them."""
+    every chunk: one instance per chunk's part holds the chunk's sum (on a mesh, the
+    first rank's: every rank's gradient is the sum over the ranks already), ``psum``
+    (which the loop engine replays chunk by chunk) adds them."""
     if not isinstance(g, (torch.Tensor, _NT)):
         return g
     from ..lax import axis_index, psum

@@ -889,6 +889,14 @@ def replicated_meets_split(rank, results):
     results["replicated_meets_custom_jvp_in_vjp"] = compare(
         vjp_body, (["b", "a", ...], [...]), ["b", "a", ...], {"a": "x"},
         (torch.linspace(-1, 1, 16).reshape(4, 4), torch.tensor(0.7)), mesh_1d())
+    # reduce_axes over an axis both on the mesh and in a loop (('x', SerialLoop(2))): the
+    # chunks' sums were added over the ranks' share only -- half the gradient, silently
+    # (mesh oracle seed 9311, p9311_00468)
+    results["replicated_meets_reduce_axes_mesh_and_loop"] = compare(
+        lambda a, b: nx.grad(lambda w: lax.psum((torch.sin(w) * b).sum(0), "d"),
+                             reduce_axes=("c",))(a),
+        ([...], ["d", None, "c", ...]), ["c", "d", ...], {"c": ("x", nx.SerialLoop(2))},
+        (torch.tensor(0.3), torch.linspace(-2, 2, 3 * 2 * 4).reshape(3, 2, 4)), mesh_2d())
     z = torch.linspace(-1, 1, 4 * 3 * 2).reshape(4, 3, 2)
     results["replicated_meets_pdot_loop"] = compare(
         lambda a, b: lax.pdot(a, b, "b"), (["b", ...], ["d", None, "b", ...]), ["d", ...],

@@ -326,11 +326,13 @@ def test_a_gradient_differentiated_again_equals_vectorized(ranks, case):
 
 
 @pytest.mark.parametrize("case", ["dynamic_slice", "reduce_axes", "dropped_copies",
-                                  "two_argnums", "pdot_loop", "custom_jvp_in_vjp"])
+                                  "two_argnums", "pdot_loop", "custom_jvp_in_vjp",
+                                  "reduce_axes_mesh_and_loop"])
 def test_a_replicated_value_meeting_split_ones_gets_its_whole_gradient(ranks, case):
     """Outputs and input gradients equal the vectorized run's where a replicated value
     meets split ones outside the dispatcher (slicing, nx.grad's own steps, a loop's pdot,
-    a pullback's cotangent lacking the split axis -- its outer gradient)."""
+    a pullback's cotangent lacking the split axis -- its outer gradient; reduce_axes over
+    an axis both on the mesh and in a loop)."""
     for r, res in enumerate(ranks):
         got = res[f"replicated_meets_{case}"]
         assert got["out_err"] < 1e-12 and got["grad_err"] < 1e-12, (r, got)
