@@ -202,6 +202,15 @@ def _dense(v) -> bool:
     return True
 
 
+def _foreign_constants(gm: torch.fx.GraphModule, example: list) -> bool:
+    """Whether the traced graph holds a tensor constant on a device none of the inputs is
+    on (a meta tensor an engine path handed the fake trace as a value: it has no data)."""
+    devices = {x.device for x in example}
+    return any(isinstance(v, _Tensor) and v.device not in devices
+               for v in (getattr(gm, n.target, None) for n in gm.graph.nodes
+                         if n.op == "get_attr"))
+
+
 def joint_program(dyn_fun: Callable, dyn_args: tuple, example: list, results: list,
                   compile_values: Callable) -> Any:
     """The :class:`JointProgram` of ``dyn_fun`` (its tensor inputs ``example``, its
@@ -213,6 +222,8 @@ def joint_program(dyn_fun: Callable, dyn_args: tuple, example: list, results: li
     gm = trace_flat(joint_function(dyn_fun, len(dyn_args), diff_outs), (*dyn_args, cts),
                     mode="fake")[0]
     n_in, n_out = len(example), len(results)
+    if _foreign_constants(gm, example):
+        return None   # run inline: a constant the trace could not place on the inputs' device
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     if any(n.op == "placeholder" for n in out_node.args[0][:n_out]):
         return None   # a result is an input as it is

@@ -10,6 +10,7 @@ each run, ``rank{R}.progress`` (the run about to start: what hung, if the ranks 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -119,6 +120,37 @@ PINS["fold_after_ring_sum"] = (
 PIN_ARGS["fold_after_ring_sum"] = lambda: (torch.tensor(0.37), torch.linspace(-3.1, 2.9, 8),
                                            torch.linspace(0, 1, 16))
 
+# generated programs the sample found wrong, run again under the assignment that failed,
+# with and without nx.jit, input gradients included: (corpus seed, index, resources)
+CORPUS_PINS = [
+    # nx.grad's reduce_axes over an axis on the mesh and in a SerialLoop: half the
+    # gradient, silently (p9311_00468)
+    (9311, 468, {"b": ("x", ["loop", 2])}),
+    # jacfwd in the body under nx.jit with an outer gradient: the cut backward returned a
+    # meta constant for a gradient (p9313_00105): now run inline
+    (9313, 105, {"b": "x"}),
+]
+
+
+def corpus_pins(meshes: dict) -> list:
+    """The differences (as text) of :data:`CORPUS_PINS`' runs from the vectorized run."""
+    import programs
+    import torch_interp
+
+    out = []
+    for seed, k, res in CORPUS_PINS:
+        prog = programs.one(seed, k)
+        vres = torch_interp.run(prog)
+        gref = mesh_runs.run_on(prog, {}, contextlib.nullcontext(), grads=True)
+        for jit in (False, True):
+            rres = mesh_runs.run_on(prog, res, meshes[mesh_runs.mesh_of(res)], grads=True,
+                                    jit=jit)
+            out += [f"{prog['id']} jit={jit}: {d.kind}: {d.msg}"
+                    for d in mesh_runs.judge(res, rres, vres)
+                    + mesh_runs.judge_grads(res, rres, gref)]
+    return out
+
+
 def pins(meshes: dict) -> dict:
     """Each pin's max abs error against the vectorized run (or the error it raised); a pin
     whose resources name ``w`` runs on the 1-d mesh, the others on the 2x2 one."""
@@ -171,8 +203,10 @@ def main(out: str, n: int, seed: int, per_prog: int) -> None:
         devs = np.array(P.devices())
         meshes = {"xy": P.Mesh(devs.reshape(2, 2), ("x", "y")), "w": P.Mesh(devs, ("w",))}
         pinned = pins(meshes)
+        from_corpus = corpus_pins(meshes)
         result = run_paths(progs, seed, per_prog, meshes, sync, progress)
         result["pins"] = pinned
+        result["corpus_pins"] = from_corpus
         result["programs"] = len(progs)
         result["seconds"] = time.time() - t0
     except BaseException:

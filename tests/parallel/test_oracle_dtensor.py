@@ -94,6 +94,15 @@ def test_pinned_bugs_stay_fixed(ranks, pin):
         assert isinstance(got, float) and got < 1e-5, (r, got)
 
 
+def test_pinned_corpus_programs_stay_fixed(ranks):
+    """Generated programs the sample found wrong (``_oracle_dtensor_worker.CORPUS_PINS``),
+    with and without nx.jit, input gradients included, equal the vectorized run."""
+    for r, res in enumerate(ranks):
+        if "exception" in res:
+            pytest.skip("a rank failed (test_ranks_finish reports it)")
+        assert res["corpus_pins"] == [], (r, res["corpus_pins"])
+
+
 def test_sample_runs_on_the_mesh(ranks):
     """The sample exercises the engine: most runs are accepted, over both meshes, every
     one on each rank's shards."""
