@@ -93,8 +93,6 @@ def _run_split(plan: tuple, operands: tuple, bound: dict) -> Any:
     except NeedsWholeAxes as e:   # summed on their whole (two axes split on one mesh dim)
         return e.engine.whole(functools.partial(_einsum_on, plan, bound), tuple(operands),
                               {}, e.names, run=_call)
-    from .lax import psum
-
     every = names + tuple(n for n, _ in contracted)   # the product's axes
     datas = [engine.broadcast(x._data, x._names, every) if type(x) is _NT else
              engine.broadcast(x, (), every) for x in operands]
@@ -105,6 +103,8 @@ def _run_split(plan: tuple, operands: tuple, bound: dict) -> Any:
     if summed is not None:
         return _run_plan(plan, operands, sizes, summed)
     # else the einsum keeps the loop axes in front of its output [kept names..., positional]
+    from .lax import psum
+
     lhs, out = eq.split("->")
     lead = "".join(c for n, c in contracted if n in loop)
     data = torch.einsum(f"{lhs}->{lead}{out}", *datas)

@@ -118,10 +118,13 @@ def _spell(func: Any) -> str:
     name = getattr(func, "__name__", None) or repr(func)
     qual = getattr(func, "__qualname__", "") or ""
     mod = getattr(func, "__module__", None) or ""
-    if qual.startswith("TensorBase.") or qual.startswith("Tensor.") or mod == "torch._tensor":
+    if qual.startswith(("TensorBase.", "Tensor.")):
         return f"Tensor.{name}"
-    if mod.startswith("torch.nn.functional") or mod == "torch._C._nn":
+    if mod.startswith("torch.nn.functional"):
         return f"F.{name}"
-    if mod.startswith("torch") and mod != "torch._C._VariableFunctions":
-        return f"{mod}.{name}"
-    return f"torch.{name}"
+    # (the spellings torch's public namespaces give it, before its defining module)
+    if getattr(torch, name, None) is func:
+        return f"torch.{name}"
+    if getattr(F, name, None) is func:
+        return f"F.{name}"
+    return f"{mod}.{name}" if mod.startswith("torch") else f"torch.{name}"

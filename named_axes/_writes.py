@@ -65,7 +65,7 @@ def check_inplace(func: Callable, args: tuple, kwargs: dict) -> None:
     if not args:
         return
     target = args[0]
-    if type(target) in (list, tuple):          # torch._foreach_*_: pairwise targets
+    if type(target) in (list, tuple):          # the foreach ops: pairwise targets
         for i, t in enumerate(target):
             paired = [a[i] if type(a) in (list, tuple) and len(a) == len(target) else a
                       for a in args[1:]]

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .._engine import engine_for, handed, split_over_ranks
+from .._engine import engine_for, handed
 from .._env import bound_axes
 from .._errors import AxisSpecError, AxisTypeError
 from .._layout import align
@@ -44,7 +44,8 @@ def _chunked(axes: dict, reduce_axes: tuple) -> dict:
     out = {}
     for n in reduce_axes:
         if n in axes and n in bound:
-            ranks = engine_for((n,)).seed_size(n, 1) if split_over_ranks(n) else 1
+            engine = engine_for((n,))   # (over ranks, one instance stands for every rank's)
+            ranks = engine.seed_size(n, 1) if engine is not None else 1
             if axes[n] * ranks != bound[n]:
                 out[n] = axes[n] * ranks
     return out
