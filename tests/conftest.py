@@ -221,10 +221,13 @@ def pytest_terminal_summary(terminalreporter, config):
             terminalreporter.write_line(line)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``make test`` runs two workers), tests that start process
     groups run one at a time, on one worker: two 4-rank launches side by side on a
-    2-core machine ran into their timeouts."""
+    2-core machine ran into their timeouts.  First, before xdist's own hook reads the
+    ``xdist_group`` marks (after it, a module's tests were split over both workers and
+    its ranks launched twice)."""
     for item in items:
         if item.get_closest_marker("distributed") is not None:
             item.add_marker(pytest.mark.xdist_group("distributed"))

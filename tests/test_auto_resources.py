@@ -150,13 +150,14 @@ def test_explain_resources_table_and_html():
     assert html.startswith("<table>") and html.count("<tr") == 5
 
 
-def test_plan_resources_takes_under_a_second_for_gptj_on_eight_devices():
+def test_plan_resources_prices_gptj_on_eight_devices():
     """GPT-J's training step (examples/gptj: its named axes ``shard`` and ``batch``, the
-    optimizer inside the xmap) priced on a 2x2x2 mesh."""
-    import time
-
+    optimizer inside the xmap) priced on a 2x2x2 mesh: one abstract trace, a few dozen
+    legal candidates (how long it takes is benchmarks/bench_plan.py's figure, not a
+    test's)."""
     from gptj.config import CharCorpus, tiny_config
     from gptj.train import make_model
+    from named_axes.parallel import _auto
 
     config = tiny_config()
     torch.manual_seed(0)
@@ -164,11 +165,10 @@ def test_plan_resources_takes_under_a_second_for_gptj_on_eight_devices():
     sample = CharCorpus(n_vocab=config["n_vocab"]).batch(0, 1, 8, config["seq"])
     args = (model.state, sample["obs"].permute(1, 0, 2), sample["target"].permute(1, 0, 2))
     mesh = nx.Mesh(np.arange(8).reshape(2, 2, 2), ("x", "y", "z"))
-    nx.plan_resources(model.train_xmap, mesh, *args, rates=CPU)   # warm: imports, counters
-    t0 = time.perf_counter()
     plan = nx.plan_resources(model.train_xmap, mesh, *args, rates=CPU)
-    assert time.perf_counter() - t0 < 1.0
     assert plan.fits and set(plan.axis_resources) <= {"shard", "batch"}
+    found = _auto._ranked(model.train_xmap, mesh, args, None, CPU, None, 2)
+    assert found[0] == plan and 1 < len(found) <= 64
 
 
 def test_auto_xmap_runs_vectorized_without_a_mesh_and_under_jit():

@@ -124,6 +124,16 @@ def test_auto_bench_measures_every_assignment():
     assert text.count("measured") >= 5   # the summary and one row per assignment
 
 
+@pytest.mark.hunt   # (test_auto_resources prices GPT-J in make test already)
+def test_plan_bench_prints_its_figure():
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "bench_plan.py"), "--repeat", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "plan_resources, GPT-J (tiny_config) on a 2x2x2 mesh:" in proc.stdout
+
+
 @pytest.mark.hunt   # four compiles: make test-all runs it
 @pytest.mark.timeout(600)
 def test_compile_guards_bench_prints_its_table():

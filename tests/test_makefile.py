@@ -4,6 +4,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 MAKEFILE = (Path(__file__).resolve().parent.parent / "Makefile").read_text()
 
 
@@ -25,3 +27,13 @@ def test_installs_are_not_silent():
 def test_demo_and_test_announce_themselves():
     assert "echo" in _rule("demo") and "echo" in _rule("test")
     assert "--durations" in _rule("test")
+
+
+@pytest.mark.distributed
+def test_distributed_tests_run_as_one_xdist_group(request):
+    """Under ``make test``'s ``--dist loadgroup`` every test that starts process groups
+    is in one group, so one worker runs them one at a time (tests/conftest.py).  With a
+    pytest whose node ids xdist cannot suffix (9.2), the group was silently lost: two
+    4-rank launches side by side, and a module's ranks launched once per worker."""
+    if getattr(request.config.option, "loadgroup", False):
+        assert request.node.nodeid.endswith("@distributed"), request.node.nodeid
