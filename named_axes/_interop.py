@@ -26,6 +26,8 @@ NamedTensors in a module's state dict through ``get_extra_state``/``set_extra_st
 """
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping, MutableMapping, MutableSequence, Sequence
 from typing import Any
 
 import torch
@@ -52,18 +54,59 @@ def collate(batch):
     """``torch.utils.data.default_collate`` that also stacks NamedTensors (in tuples,
     dicts, ... as default_collate walks them): usable as ``DataLoader(collate_fn=nx.collate)``.
 
+    Containers holding a NamedTensor are walked here as default_collate walks them (its
+    type map is private); everything else is default_collate's.
+
     >>> import torch, named_axes as nx
     >>> ex = [(nx.named(torch.ones(3, 2), 'seq ...'), 1), (nx.named(torch.zeros(3, 2), 'seq ...'), 0)]
     >>> x, y = nx.collate(ex)
     >>> x.shape, x.named_shape, y
     (torch.Size([2, 2]), {'seq': 3}, tensor([1, 0]))
     """
-    from ._torch_private import default_collate_parts
+    from torch.utils.data import default_collate
 
-    collate_with, fn_map = default_collate_parts()
-    fn_map = dict(fn_map)
-    fn_map[NamedTensor] = collate_named
-    return collate_with(batch, collate_fn_map=fn_map)
+    elem = batch[0]
+    if isinstance(elem, NamedTensor):
+        return collate_named(batch)
+    if not _holds_named(elem):
+        return default_collate(batch)
+    if isinstance(elem, Mapping):
+        parts = {key: collate([d[key] for d in batch]) for key in elem}
+        if isinstance(elem, MutableMapping):
+            clone = copy.copy(elem)
+            clone.update(parts)
+            return clone
+        try:
+            return type(elem)(parts)
+        except TypeError:   # a mapping that cannot be built from a dict
+            return parts
+    if isinstance(elem, tuple) and hasattr(elem, "_fields"):   # namedtuple
+        return type(elem)(*(collate(list(s)) for s in zip(*batch)))
+    if any(len(e) != len(elem) for e in batch):
+        raise RuntimeError("each element in list of batch should be of equal size")
+    columns = [collate(list(s)) for s in zip(*batch)]
+    if isinstance(elem, tuple):
+        return columns   # as default_collate: a tuple's columns come back as a list
+    if isinstance(elem, MutableSequence):
+        clone = copy.copy(elem)
+        for i, column in enumerate(columns):
+            clone[i] = column
+        return clone
+    try:
+        return type(elem)(columns)
+    except TypeError:
+        return columns
+
+
+def _holds_named(x) -> bool:
+    """Whether a NamedTensor is in ``x`` or in the containers default_collate walks."""
+    if isinstance(x, NamedTensor):
+        return True
+    if isinstance(x, Mapping):
+        return any(_holds_named(v) for v in x.values())
+    if isinstance(x, Sequence) and not isinstance(x, (str, bytes)):
+        return any(_holds_named(v) for v in x)
+    return False
 
 
 # numpy ufunc name -> torch function, where torch spells it otherwise

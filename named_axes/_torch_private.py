@@ -28,9 +28,8 @@ __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
            "disable_dispatch_modes", "TorchDispatchMode", "tracing_mode_active",
            "tensor_version", "view_base", "graph_task_id",
            "tree_flatten", "tree_unflatten", "tree_map", "tree_leaves",
-           "tree_flatten_with_path", "forward_ad_level",
+           "tree_flatten_with_path",
            "native_batch_norm_legit", "softmax_backward_data", "softmax_backward_data_op",
-           "default_collate_parts",
            "functional_all_reduce",
            "functional_all_gather", "functional_reduce_scatter",
            "FakeTensor", "FakeTensorMode", "DataDependentOutputException",
@@ -171,14 +170,6 @@ graph_task_id = torch._C._current_graph_task_id
 # functions below are built on it and the TreeSpec's own methods.
 
 
-def forward_ad_level() -> int:
-    """The innermost ``torch.autograd.forward_ad`` level (-1 when none is open).  Why:
-    collectives pick their forward-mode rule only while dual tensors exist.  Public
-    alternative considered: none (``forward_ad`` exposes ``dual_level`` as a context
-    manager, not the current level)."""
-    return torch.autograd.forward_ad._current_level
-
-
 def tree_unflatten(leaves, spec):
     """The tree of ``spec`` holding ``leaves`` (torch's ``tree_unflatten``)."""
     return spec.unflatten(leaves)
@@ -205,15 +196,6 @@ native_batch_norm_legit = torch._native_batch_norm_legit
 # the op packet: ``softmax_backward_data_op.default`` is its overload.)
 softmax_backward_data = getattr(torch, "_softmax_backward_data", None)
 softmax_backward_data_op = torch.ops.aten._softmax_backward_data
-
-
-def default_collate_parts() -> tuple:
-    """``(collate, default_collate_fn_map)`` of torch's DataLoader collation.
-
-    Why: ``nx.collate`` is ``default_collate`` with one more type.  Public alternative
-    considered: ``torch.utils.data.default_collate`` (public) takes no type map."""
-    from torch.utils.data._utils.collate import collate, default_collate_fn_map
-    return collate, default_collate_fn_map
 
 
 # -- DTensor and collectives --------------------------------------------------------------

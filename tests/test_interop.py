@@ -73,6 +73,54 @@ def test_collate_is_exported_and_works_on_nested_structures():
     assert next(iter(loader)).shape == (2, 5)
 
 
+def test_collate_walks_containers_as_default_collate_does():
+    """Every container default_collate walks (dict, list, tuple, namedtuple, nested) comes
+    back as default_collate returns it, with the NamedTensors stacked in their places."""
+    from collections import OrderedDict, namedtuple
+    from torch.utils.data import default_collate
+
+    Pair = namedtuple("Pair", "x y")
+    examples = [{"a": (nx.named(torch.full((2, 5), float(i)), "b ..."), i),
+                 "b": [torch.full((3,), i), nx.named(torch.ones(4, 2) * i, "c ...")],
+                 "c": Pair(nx.named(torch.ones(2) * i, "d"), 2.0 * i),
+                 "d": OrderedDict(k=nx.named(torch.ones(2, 2) * i, "b ..."), s="s")}
+                for i in range(3)]
+    got = nx.collate(examples)
+
+    def positional(v):   # the named axes first, as plain dims
+        if isinstance(v, nx.NamedTensor):
+            return v.align_to(*v.named_shape, ...)
+        if isinstance(v, dict):
+            return type(v)((k, positional(u)) for k, u in v.items())
+        if isinstance(v, tuple) and hasattr(v, "_fields"):
+            return type(v)(*map(positional, v))
+        if isinstance(v, (list, tuple)):
+            return type(v)(map(positional, v))
+        return v
+    plain = default_collate([positional(e) for e in examples])
+
+    def check(g, p):
+        assert type(g) is type(p) or (isinstance(g, nx.NamedTensor) and type(p) is torch.Tensor)
+        if isinstance(g, nx.NamedTensor):
+            torch.testing.assert_close(g.align_to(*g.named_shape, ...).movedim(
+                len(g.named_shape), 0), p)
+        elif isinstance(g, dict):
+            assert list(g) == list(p)
+            for k in g:
+                check(g[k], p[k])
+        elif isinstance(g, (list, tuple)):
+            assert len(g) == len(p)
+            for a, b in zip(g, p):
+                check(a, b)
+        else:
+            assert g == p if not isinstance(g, torch.Tensor) else torch.equal(g, p)
+    check(got, plain)
+    assert got["a"][0].named_shape == {"b": 2} and got["a"][0].shape == (3, 5)
+    assert isinstance(got["c"], Pair) and isinstance(got["d"], OrderedDict)
+    with pytest.raises(RuntimeError, match="equal size"):
+        nx.collate([[nx.named(torch.ones(2), "d")], [nx.named(torch.ones(2), "d"), 1]])
+
+
 def test_collate_refuses_mismatched_named_sizes():
     with pytest.raises(nx.AxisSizeError, match="'b'"):
         nx.collate([nx.named(torch.ones(2, 5), "b ..."), nx.named(torch.ones(3, 5), "b ...")])

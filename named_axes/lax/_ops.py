@@ -21,10 +21,11 @@ tensor([2., 2., 2.])
 from __future__ import annotations
 
 import torch
+from torch.autograd.forward_ad import unpack_dual
 
 from .._einsum2 import einsum2_eager
 from .._modes import building_graph
-from .._torch_private import forward_ad_level, functorch_transform_kinds, is_functorch_wrapped
+from .._torch_private import functorch_transform_kinds, is_functorch_wrapped
 # the custom ops are names of this module too: the compile backend and the DTensor
 # engine find them in vars(_ops)
 from ._opdefs import (_a2a_impl, _all_gather, _all_to_all, _axis_index, _gather_impl, _pdot,
@@ -89,7 +90,7 @@ class _PSum(_Fn):
 
     @staticmethod
     def _jvp_rule(ctx, t, _dims, _mean):   # linear: the tangent is reduced alike
-        return _fn(_PSum).apply(t, ctx.dims, ctx.mean)
+        return _fn(_PSum, t).apply(t, ctx.dims, ctx.mean)
 
 
 class _PExtreme(_Fn):
@@ -133,7 +134,7 @@ def reduce(x: torch.Tensor, dims: list, kind: str) -> torch.Tensor:
     plain, fn, flag = _REDUCTIONS[kind]
     if dims and not _tracing():
         return getattr(x, plain)(dims)
-    return _fn(fn).apply(x, list(dims), flag)
+    return _fn(fn, x).apply(x, list(dims), flag)
 
 
 
@@ -159,14 +160,14 @@ class _AllGather(_Fn):
 
     @staticmethod
     def _jvp_rule(ctx, t, *_):   # linear
-        return _fn(_AllGather).apply(t, ctx.dim, ctx.axis, ctx.tiled)
+        return _fn(_AllGather, t).apply(t, ctx.dim, ctx.axis, ctx.tiled)
 
 
 def all_gather(x: torch.Tensor, dim: int, axis: int, tiled: bool) -> torch.Tensor:
     """Move physical dim ``dim`` to ``axis`` of the result (``tiled``: merged into it)."""
     if not _tracing():  # a copy, as the op's: the result never aliases x
         return _gather_impl(x, dim, axis, tiled).clone()
-    return _fn(_AllGather).apply(x, dim, axis, tiled)
+    return _fn(_AllGather, x).apply(x, dim, axis, tiled)
 
 
 
@@ -194,14 +195,14 @@ class _PSumScatter(_Fn):
 
     @staticmethod
     def _jvp_rule(ctx, t, *_):   # linear
-        return _fn(_PSumScatter).apply(t, ctx.dim, ctx.scatter, ctx.tiled)
+        return _fn(_PSumScatter, t).apply(t, ctx.dim, ctx.scatter, ctx.tiled)
 
 
 def psum_scatter(x: torch.Tensor, dim: int, scatter: int, tiled: bool) -> torch.Tensor:
     """Sum physical dim ``dim``; split physical dim ``scatter`` into a new leading dim."""
     if not _tracing():
         return _scatter_impl(x, dim, scatter, tiled).contiguous()
-    return _fn(_PSumScatter).apply(x, dim, scatter, tiled)
+    return _fn(_PSumScatter, x).apply(x, dim, scatter, tiled)
 
 
 
@@ -221,11 +222,11 @@ class _AllToAll(_Fn):
     @staticmethod
     def backward(ctx, g):
         # the transpose of an all_to_all is the all_to_all with split and concat swapped
-        return _fn(_AllToAll).apply(g, ctx.dim, ctx.concat, ctx.split, ctx.tiled), None, None, None, None
+        return _fn(_AllToAll, g).apply(g, ctx.dim, ctx.concat, ctx.split, ctx.tiled), None, None, None, None
 
     @staticmethod
     def _jvp_rule(ctx, t, *_):   # linear
-        return _fn(_AllToAll).apply(t, ctx.dim, ctx.split, ctx.concat, ctx.tiled)
+        return _fn(_AllToAll, t).apply(t, ctx.dim, ctx.split, ctx.concat, ctx.tiled)
 
 
 def all_to_all(x: torch.Tensor, dim: int, split: int, concat: int, tiled: bool) -> torch.Tensor:
@@ -233,7 +234,7 @@ def all_to_all(x: torch.Tensor, dim: int, split: int, concat: int, tiled: bool) 
     index becomes positional dim ``concat`` (``tiled``: concatenated into it)."""
     if not _tracing():
         return _a2a_impl(x, dim, split, concat, tiled).clone()
-    return _fn(_AllToAll).apply(x, dim, split, concat, tiled)
+    return _fn(_AllToAll, x).apply(x, dim, split, concat, tiled)
 
 
 
@@ -252,18 +253,18 @@ class _PPermute(_Fn):
 
     @staticmethod
     def backward(ctx, g):
-        return _fn(_PPermute).apply(g, ctx.dim, ctx.dst, ctx.src), None, None, None
+        return _fn(_PPermute, g).apply(g, ctx.dim, ctx.dst, ctx.src), None, None, None
 
     @staticmethod
     def _jvp_rule(ctx, t, *_):   # linear
-        return _fn(_PPermute).apply(t, ctx.dim, ctx.src, ctx.dst)
+        return _fn(_PPermute, t).apply(t, ctx.dim, ctx.src, ctx.dst)
 
 
 def ppermute(x: torch.Tensor, dim: int, src: list, dst: list) -> torch.Tensor:
     """``out[dst[j]] = x[src[j]]`` along physical dim ``dim``; other slices are zero."""
     if not _tracing():
         return _permute_impl(x, dim, src, dst)
-    return _fn(_PPermute).apply(x, dim, list(src), list(dst))
+    return _fn(_PPermute, x).apply(x, dim, list(src), list(dst))
 
 
 
@@ -305,9 +306,9 @@ class _PDot(_Fn):
         x, y = ctx.saved_tensors
         out = None
         if tx is not None:
-            out = _fn(_PDot).apply(tx, y, ctx.equation)
+            out = _fn(_PDot, tx, y).apply(tx, y, ctx.equation)
         if ty is not None:
-            t = _fn(_PDot).apply(x, ty, ctx.equation)
+            t = _fn(_PDot, x, ty).apply(x, ty, ctx.equation)
             out = t if out is None else out + t
         return out
 
@@ -316,7 +317,7 @@ def pdot(x: torch.Tensor, y: torch.Tensor, equation: str) -> torch.Tensor:
     """``torch.einsum(equation, x, y)`` as the named op ``named_axes::pdot``."""
     if not _tracing():  # one mm / bmm where it can (see named_axes._einsum2)
         return einsum2_eager(equation, x, y)
-    return _fn(_PDot).apply(x, y, equation)
+    return _fn(_PDot, x, y).apply(x, y, equation)
 
 
 class _ScaleGrad(_Fn):
@@ -344,7 +345,7 @@ def scale_grad(x: torch.Tensor, scale: float) -> torch.Tensor:
     """``x``, with its gradient multiplied by ``scale`` (a no-op without autograd)."""
     if not x.requires_grad and not is_functorch_wrapped(x):
         return x
-    return _fn(_ScaleGrad).apply(x, scale)
+    return _fn(_ScaleGrad, x).apply(x, scale)
 
 
 
@@ -368,15 +369,17 @@ _WITH_JVP = {cls: type(cls.__name__ + "Jvp", (cls,), {"jvp": staticmethod(cls._j
                          _PDot, _ScaleGrad)}
 
 
-def _fn(cls):
+def _fn(cls, *operands):
     """``cls``, or its subclass with a ``jvp`` while forward-mode AD is running."""
-    return _WITH_JVP[cls] if forward_mode() else cls
+    return _WITH_JVP[cls] if forward_mode(*operands) else cls
 
 
-def forward_mode() -> bool:
-    """Whether forward-mode AD is running: dual tensors, or a functorch jvp level."""
+def forward_mode(*values) -> bool:
+    """Whether forward-mode AD runs on ``values``: one of them is a dual tensor
+    (``torch.autograd.forward_ad``), or a functorch jvp level is open."""
     if torch.compiler.is_compiling():
         return False
-    if forward_ad_level() >= 0:   # dual tensors
+    if any(isinstance(v, torch.Tensor) and unpack_dual(v).tangent is not None
+           for v in values):
         return True
     return "Jvp" in functorch_transform_kinds()

@@ -78,12 +78,13 @@ from ._local_edges import FromLocal, FullInputs, ShardsOf, local_shard, rewrap
 __all__ = ["LocalShardEngine", "run_on_local_shards"]
 
 
-def _transformed() -> bool:
-    """Whether a ``vmap`` or forward-mode AD runs around the call (a DTensor cannot hold
-    its batched or dual values: full outputs are gathered by the path's own Functions)."""
+def _transformed(out) -> bool:
+    """Whether a ``vmap`` runs around the call or the output ``out`` is a dual tensor of
+    forward-mode AD (a DTensor cannot hold batched or dual values: full outputs are
+    gathered by the path's own Functions)."""
     from ..lax._ops import forward_mode
 
-    return forward_mode() or any(k != "Grad" for k in functorch_transform_kinds())
+    return forward_mode(out) or any(k != "Grad" for k in functorch_transform_kinds())
 
 
 def run_on_local_shards(outer: Any, body: Callable, leaves: list, summary: Any,
@@ -236,7 +237,7 @@ class LocalShardEngine(SerialEngine):
             return leaf
         data, names = pair
         split = tuple(n for n in names if n in self.loops)
-        if self.outer._out_mode() == "full" and (not split or _transformed()
+        if self.outer._out_mode() == "full" and (not split or _transformed(data)
                                                   or tracing_mode_active()):
             SUMMARY.full_outputs += 1
             if split:
