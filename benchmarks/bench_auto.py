@@ -2,6 +2,8 @@
 
     python benchmarks/bench_auto.py [--programs gpt mlp p2] [--meshes 2x2 4x1]
                                     # launches torchrun: 4 gloo ranks on 127.0.0.1
+    PJRT_DEVICE=CPU CPU_NUM_DEVICES=4 .venv-xla/bin/python benchmarks/bench_auto.py \
+        --engine xla [--programs mlp p2]   # one process, torch-xla's 4 CPU devices
 
 For each program (the 2-layer GPT of examples/gpt_mesh.py, the xmap tutorial's MLP, the
 P2 attention block of benchmarks/programs.py) and mesh, the 4 ranks calibrate
@@ -14,6 +16,14 @@ rank correlation of modelled and measured times, and the table (``--table``).  T
 GPT's parameters are DTensors laid out by each assignment (``nx.NamedSharding``), as
 examples/gpt_mesh.py holds them (``--full``: full tensors); the MLP's and P2's are
 full tensors that require grad.
+
+``--engine xla``: the same in one process on torch-xla's SPMD engine (a mesh of its CPU
+devices); every tensor lives on the XLA device (the parameters as leaves that require
+grad, full tensors, resharded by the engine as each assignment says), a step is the
+forward graph, then the backward and SGD graph (``torch_xla.sync``), waited for.  Steps
+are warmed up until one compiles nothing (the parameters' shardings settle over the
+first updates: up to four steps compile), then ``--steps`` are timed.  The rates are ``nx.calibrate()``'s, what an
+``axis_resources='auto'`` xmap uses on that mesh too.
 """
 from __future__ import annotations
 
@@ -112,27 +122,20 @@ def _measure(loss, args, steps: int) -> float:
     return statistics.median(times)
 
 
-def worker(opts) -> None:
-    from datetime import timedelta
-
-    import numpy as np
-    import torch
-
+def _run_all(opts, rates, make_mesh, place, measure) -> dict:
+    """Every program and mesh of ``opts``: the model's ranking and each assignment's
+    measured step.  ``place(args)``: the arguments on the engine's device (or as they
+    are); ``measure(loss, args, steps)``: a step's time."""
     import named_axes as nx
     from named_axes.parallel import _auto
     from named_axes.parallel._cost_trace import trace_costs
 
-    sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
-    torch.set_num_threads(1)
-    torch.distributed.init_process_group("gloo", timeout=timedelta(seconds=300))
-    rates = nx.calibrate()
     out = {"rates": rates.__dict__, "runs": []}
     for prog in opts.programs:
         fun, in_axes, args, sharded = PROGRAMS[prog]()
         plain = nx.xmap(fun, in_axes=in_axes, out_axes=[...])
         for shape in opts.meshes:
-            dims = tuple(int(d) for d in shape.split("x"))
-            mesh = nx.Mesh(np.array(nx.devices()).reshape(dims), ("dp", "mp"))
+            mesh = make_mesh(tuple(int(d) for d in shape.split("x")))
             shard = sharded if sharded is not None and not opts.full else None
             trace = trace_costs(plain, shard(mesh, {}) if shard else args)
             ranked = _auto.rank(trace, mesh.shape, rates, train=True)
@@ -142,9 +145,9 @@ def worker(opts) -> None:
                                axis_resources=c.axis_resources)
                 try:
                     step_args = (shard(mesh, c.axis_resources) if shard and c.axis_resources
-                                 else args)   # (no resources: no mesh, full tensors)
+                                 else place(args))   # (no resources: no mesh, full tensors)
                     with mesh:
-                        t = _measure(loss, step_args, opts.steps)
+                        t = measure(loss, step_args, opts.steps)
                     err = None
                 except Exception as e:   # an assignment the engines refuse: shown, not timed
                     t, err = None, f"{type(e).__name__}: {str(e)[:160]}"
@@ -152,9 +155,84 @@ def worker(opts) -> None:
                              "measured_s": t, "error": err, "collectives": c.collectives,
                              "memory": c.memory_bytes})
             out["runs"].append({"program": prog, "mesh": shape, "rows": rows})
+    return out
+
+
+def worker(opts) -> None:
+    from datetime import timedelta
+
+    import numpy as np
+    import torch
+
+    import named_axes as nx
+
+    sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", timeout=timedelta(seconds=300))
+    out = _run_all(opts, nx.calibrate(),
+                   lambda dims: nx.Mesh(np.array(nx.devices()).reshape(dims), ("dp", "mp")),
+                   lambda args: args, _measure)
     if torch.distributed.get_rank() == 0:
         Path(opts.out).write_text(json.dumps(out))
     torch.distributed.destroy_process_group()
+
+
+def xla_main(opts) -> dict:
+    """``--engine xla``: every program and mesh in this process, on torch-xla's mesh."""
+    import numpy as np
+    import torch
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
+
+    import named_axes as nx
+    from named_axes.parallel._devices import ensure_spmd
+
+    sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
+    ensure_spmd()
+    devices = nx.devices("xla")
+    if len(devices) < 4:
+        raise SystemExit(f"--engine xla needs 4 XLA devices (PJRT_DEVICE=CPU "
+                         f"CPU_NUM_DEVICES=4), got {len(devices)}")
+    device = torch_xla.device()
+
+    def place(args):
+        def one(v):
+            if not isinstance(v, torch.Tensor):
+                return v
+            moved = v.detach().to(device)
+            return moved.requires_grad_() if v.requires_grad else moved
+        return tuple({k: one(v) for k, v in a.items()} if isinstance(a, dict) else one(a)
+                     for a in args)
+
+    def compiles() -> int:
+        data = met.metric_data("CompileTime")
+        return data[0] if data else 0
+
+    def measure(loss, args, steps: int) -> float:
+        params = _params(args)
+
+        def step() -> float:
+            t0 = time.perf_counter()
+            for p in params:
+                p.grad = None
+            loss(*args).backward()
+            with torch.no_grad():
+                for p in params:
+                    p -= 1e-3 * p.grad
+            torch_xla.sync()
+            xm.wait_device_ops()
+            return time.perf_counter() - t0
+        for _ in range(10):   # warm up until a step compiles nothing (the parameters'
+            before = compiles()   # shardings settle over the first updates)
+            step()
+            if compiles() == before:
+                break
+        return statistics.median(step() for _ in range(steps))
+
+    return _run_all(opts, nx.calibrate(),
+                    lambda dims: nx.Mesh(np.array(devices[:4]).reshape(dims), ("dp", "mp")),
+                    place, measure)
 
 
 # -- the launcher and the report ------------------------------------------------------------
@@ -203,12 +281,19 @@ def main(argv=None) -> str:
     ap.add_argument("--full", action="store_true",
                     help="GPT's parameters as full tensors (default: DTensors laid out by "
                          "each assignment, as examples/gpt_mesh.py holds them)")
+    ap.add_argument("--engine", choices=["gloo", "xla"], default="gloo",
+                    help="gloo: 4 ranks under torchrun (DTensor engine); xla: this process "
+                         "on torch-xla's SPMD engine (its 4 CPU devices)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
     if opts.worker:
         worker(opts)
         return ""
+    if opts.engine == "xla":
+        text = report(xla_main(opts), opts.table)
+        print(text)
+        return text
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "r.json"
         with socket.socket() as s:

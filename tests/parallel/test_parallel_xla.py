@@ -223,3 +223,21 @@ def test_checkpoint_replays_xla_random_draws(devices):
     torch.testing.assert_close(grads[1], grads[0])
     assert grads[0].count_nonzero() not in (0, 64)   # the mask dropped some, kept some
     assert not hasattr(torch, "xla")
+
+
+@pytest.mark.timeout(300)
+def test_auto_bench_measures_every_assignment_on_xla(devices):
+    """benchmarks/bench_auto.py --engine xla: the tutorial MLP's every legal assignment of
+    a 4x1 mesh of XLA devices run and timed beside the model's ranking (one process)."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run(
+        [sys.executable, os.path.join(root, "benchmarks", "bench_auto.py"), "--engine", "xla",
+         "--programs", "mlp", "--meshes", "4x1", "--steps", "1", "--table"],
+        cwd=root, capture_output=True, text=True, timeout=280,
+        env=dict(os.environ, PJRT_DEVICE="CPU", CPU_NUM_DEVICES="4"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "mlp on 4x1: auto" in proc.stdout and "0 refused" in proc.stdout, proc.stdout
+    assert proc.stdout.count("measured") >= 5   # the summary and one row per assignment
