@@ -35,7 +35,7 @@ __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
            "FakeTensor", "FakeTensorMode", "DataDependentOutputException",
            "DynamicOutputShapeException", "op_schema",
            "tensor_guards", "aot_forward_metadata",
-           "no_autograd_cache", "inductor_compile_fx", "inductor_config",
+           "no_autograd_cache", "inductor_compile_fx",
            "inductor_decompositions", "inductor_mode_options", "aoti_package",
            "aoti_package_loader", "dynamo_operator_tables",
            "dynamo_forget_handlers"]
@@ -274,15 +274,6 @@ def inductor_compile_fx() -> tuple:
     alternative considered: ``torch.compile`` (public) traces with dynamo again."""
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
     return compile_fx, compile_fx_inner
-
-
-def inductor_config():
-    """Inductor's config module (which options this torch has).
-
-    Why: turn off size asserts nx.jit's cache key already checks.  Public alternative
-    considered: ``torch.compile(options=...)`` (public) is dynamo's path."""
-    from torch._inductor import config
-    return config
 
 
 def inductor_decompositions() -> dict:

@@ -21,7 +21,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import torch
 
 from .._torch_private import (FakeTensorMode, aot_forward_metadata, inductor_compile_fx,
-                              inductor_config, inductor_decompositions, inductor_mode_options,
+                              inductor_decompositions, inductor_mode_options,
                               no_autograd_cache)
 
 __all__ = ["compile_named", "compile_flat", "compile_boxed", "Backend",
@@ -116,7 +116,6 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
     one autograd node), called through its wrapper.  ``grad_off``: the caller runs the
     result with grad disabled (then constants requiring grad do not matter).
     """
-    config = inductor_config()
     compile_fx, compile_fx_inner = inductor_compile_fx()
 
     example = list(example_inputs)
@@ -127,10 +126,8 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
         captured.append((out, len(inputs), _plain_inference(g, len(example))))
         return out
 
-    patches = dict(_mode_options(mode))
-    patches.update(options or {})
-    if hasattr(config, "size_asserts"):
-        patches["size_asserts"] = False
+    # (size_asserts: an inductor option in every torch this library supports, >= 2.9)
+    patches = {**_mode_options(mode), **(options or {}), "size_asserts": False}
     # AOT autograd's own cache would skip ``inner`` on a hit (and with it the direct
     # call below); inductor's FX-graph cache under it still saves the code generation.
     with no_autograd_cache():
