@@ -20,10 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def main(argv=None) -> str:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=5)
-    opts = ap.parse_args(argv)
+def gptj_on_eight_devices():
+    """``(GPT-J's training xmap, its arguments, a 2x2x2 mesh)`` (``tiny_config``)."""
     sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
     import numpy as np
     import torch
@@ -31,23 +29,32 @@ def main(argv=None) -> str:
     import named_axes as nx
     from gptj.config import CharCorpus, tiny_config
     from gptj.train import make_model
-    from named_axes.parallel import _auto
 
     config = tiny_config()
     torch.manual_seed(0)
     model = make_model(config, mesh=False)
     sample = CharCorpus(n_vocab=config["n_vocab"]).batch(0, 1, 8, config["seq"])
     args = (model.state, sample["obs"].permute(1, 0, 2), sample["target"].permute(1, 0, 2))
-    mesh = nx.Mesh(np.arange(8).reshape(2, 2, 2), ("x", "y", "z"))
+    return model.train_xmap, args, nx.Mesh(np.arange(8).reshape(2, 2, 2), ("x", "y", "z"))
+
+
+def main(argv=None) -> str:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    opts = ap.parse_args(argv)
+    train_xmap, args, mesh = gptj_on_eight_devices()
+    import named_axes as nx
+    from named_axes.parallel import _auto
+
     rates = nx.Rates(flops_per_s=1e11, bytes_per_s=1e10, op_s=2e-5, link_bytes_per_s=1e9,
                      link_latency_s=1e-4)
-    plan = nx.plan_resources(model.train_xmap, mesh, *args, rates=rates)   # warm-up
+    plan = nx.plan_resources(train_xmap, mesh, *args, rates=rates)   # warm-up
     whole, traced, ranked = [], [], []
     for _ in range(opts.repeat):
         t0 = time.perf_counter()
-        nx.plan_resources(model.train_xmap, mesh, *args, rates=rates)
+        nx.plan_resources(train_xmap, mesh, *args, rates=rates)
         t1 = time.perf_counter()
-        trace = _auto.trace_costs(model.train_xmap, args, differentiate=None)
+        trace = _auto.trace_costs(train_xmap, args, differentiate=None)
         t2 = time.perf_counter()
         train = any(g for _, _, g in trace.inputs)   # (plan_resources' default)
         found = _auto.rank(trace, mesh.shape, rates, train=train)

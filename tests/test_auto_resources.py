@@ -155,19 +155,13 @@ def test_plan_resources_prices_gptj_on_eight_devices():
     optimizer inside the xmap) priced on a 2x2x2 mesh: one abstract trace, a few dozen
     legal candidates (how long it takes is benchmarks/bench_plan.py's figure, not a
     test's)."""
-    from gptj.config import CharCorpus, tiny_config
-    from gptj.train import make_model
-    from named_axes.parallel import _auto
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import bench_plan
 
-    config = tiny_config()
-    torch.manual_seed(0)
-    model = make_model(config, mesh=False)
-    sample = CharCorpus(n_vocab=config["n_vocab"]).batch(0, 1, 8, config["seq"])
-    args = (model.state, sample["obs"].permute(1, 0, 2), sample["target"].permute(1, 0, 2))
-    mesh = nx.Mesh(np.arange(8).reshape(2, 2, 2), ("x", "y", "z"))
-    plan = nx.plan_resources(model.train_xmap, mesh, *args, rates=CPU)
+    train_xmap, args, mesh = bench_plan.gptj_on_eight_devices()
+    plan = nx.plan_resources(train_xmap, mesh, *args, rates=CPU)
     assert plan.fits and set(plan.axis_resources) <= {"shard", "batch"}
-    found = _auto._ranked(model.train_xmap, mesh, args, None, CPU, None, 2)
+    found = _auto._ranked(train_xmap, mesh, args, None, CPU, None, 2)
     assert found[0] == plan and 1 < len(found) <= 64
 
 
