@@ -183,9 +183,11 @@ def test_checkpoint_recomputes_in_the_forwards_axis_environment():
     "torch bug (2.13): with torch's fake-tensor dispatch cache on, a second make_fx trace "
     "of a jacfwd over a view with a storage offset hits forward AD's internal assert "
     "'tangent have the same layout as primal' (it passes with "
-    "torch._dynamo.config.fake_tensor_cache_enabled=False). On a mesh the ranks whose "
-    "shards start past offset 0 fail to trace; nx.jit says so on every rank (mesh oracle "
-    "seed 9314, p9314_00418)"))
+    "torch._dynamo.config.fake_tensor_cache_enabled=False, but an nx.jit trace without "
+    "the cache returns forward mode's zero Hessians as meta tensors: "
+    "test_a_jacobian_that_is_zero_everywhere_is_an_ordinary_tensor). On a mesh the ranks "
+    "whose shards start past offset 0 fail to trace; nx.jit says so on every rank (mesh "
+    "oracle seed 9314, p9314_00418)"))
 def test_jacfwd_over_an_offset_view_traces_again_under_jit():
     import os
     import sys
