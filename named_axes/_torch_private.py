@@ -35,7 +35,7 @@ __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
            "FakeTensor", "FakeTensorMode", "DataDependentOutputException",
            "DynamicOutputShapeException", "op_schema",
            "tensor_guards", "aot_forward_metadata",
-           "no_autograd_cache", "inductor_compile_fx",
+           "no_autograd_cache", "uncached_fake_mode", "inductor_compile_fx",
            "inductor_decompositions", "inductor_mode_options", "aoti_package",
            "aoti_package_loader", "dynamo_operator_tables",
            "dynamo_forget_handlers"]
@@ -256,6 +256,26 @@ def aot_forward_metadata():
     wrapper would do nothing.  Public alternative considered: none."""
     context = torch._guards.TracingContext.try_get()
     return None if context is None else context.fw_metadata
+
+
+def uncached_fake_mode() -> FakeTensorMode:
+    """A FakeTensorMode as ``make_fx(tracing_mode="fake")`` builds its own (static
+    shapes, a shape environment, non-fake inputs allowed), without the fake-tensor
+    dispatch cache.
+
+    Why: with the cache, a second trace of a ``jacfwd`` over a view past storage
+    offset 0 (a rank's shard) hits forward AD's internal assert "tangent have the same
+    layout as primal" (torch 2.13); nx.jit traces such a program again without it.
+    Public alternative considered: none (``torch._dynamo.config.fake_tensor_cache_enabled``
+    is process-wide; make_fx takes a fake mode only through its inputs)."""
+    from torch._functorch.config import patch
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    with patch(fake_tensor_allow_unsafe_data_ptr_access=False):
+        mode = FakeTensorMode(allow_fallback_kernels=True, allow_non_fake_inputs=True,
+                              shape_env=ShapeEnv(), static_shapes=True)
+    mode.cache_enabled = False
+    return mode
 
 
 def no_autograd_cache():

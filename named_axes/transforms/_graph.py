@@ -68,12 +68,14 @@ def _with_axis_names(gm: torch.fx.GraphModule) -> str:
 
 
 def trace_flat(fun: Callable, args: tuple, *, axis_env: Sequence = (), mode: str = "real",
-               label_axes: bool = False):
+               label_axes: bool = False, fake_mode: Any = None):
     """Trace ``fun(*args)`` into an aten graph over the flat physical leaves.
 
     Returns ``(graph_module, leaves, (spec, names), out_info)`` where ``out_info`` is
     ``[out_spec, out_names, out_consts]``: how to rebuild the result from the graph's
     flat tensor outputs (non-tensor output leaves are constants kept in ``out_consts``).
+    ``fake_mode``: with ``mode="fake"``, the FakeTensorMode to trace in (make_fx's own
+    otherwise).
     """
     leaves, spec, names = unbox(tuple(args))
     tensor_pos = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
@@ -97,8 +99,11 @@ def trace_flat(fun: Callable, args: tuple, *, axis_env: Sequence = (), mode: str
             stack.enter_context(fx_traceback.preserve_node_meta())
             stack.enter_context(_labelling())
         # closed-over real tensors (parameters) are constants of the graph, also when faking
+        inputs = [leaves[i] for i in tensor_pos]
+        if fake_mode is not None:   # (make_fx traces in the fake mode of its inputs)
+            inputs = [fake_mode.from_tensor(t) for t in inputs]
         gm = make_fx(flat_fun, tracing_mode=mode, _allow_non_fake_inputs=mode != "real")(
-            *[leaves[i] for i in tensor_pos])
+            *inputs)
     # Dead ops out (random and mutating ones stay): torch's ZeroTensor fallback (a
     # derivative of a derivative meets one) finds its result's shape by running the op on
     # meta tensors, and the trace records those -- a graph run as it is then executes

@@ -24,7 +24,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import torch
 
 from .._tensor import NamedTensor
-from .._torch_private import op_schema, tree_flatten, tree_unflatten
+from .._torch_private import op_schema, tree_flatten, tree_unflatten, uncached_fake_mode
 from . import _store
 from ._backend import Backend, _grad_constants, compile_boxed, inline_collectives
 from ._graph import trace_flat
@@ -127,7 +127,21 @@ def _bind_static(fun: Callable, args: tuple, static: tuple) -> tuple:
 def _trace(name: str, dyn_fun: Callable, dyn_args: tuple) -> Traced:
     """``dyn_fun`` traced on fake tensors (tracing must not run the program: it may
     mutate its inputs), with what a compiled program could not carry refused: an
-    optimizer step, a backward writing ``.grad``, a number read from updated state."""
+    optimizer step, a backward writing ``.grad``, a number read from updated state.
+
+    A trace that fails on forward AD's internal layout assert is traced once more
+    without torch's fake-tensor dispatch cache (:func:`uncached_fake_mode`: a torch 2.13
+    bug; without the cache always, forward mode's zero Hessians came back as meta
+    tensors)."""
+    try:
+        return _trace_once(name, dyn_fun, dyn_args, None)
+    except (RuntimeError, ValueError) as e:   # (a NamedAxisError may carry torch's message)
+        if "has_fw_view" not in str(e):
+            raise
+    return _trace_once(name, dyn_fun, dyn_args, uncached_fake_mode())
+
+
+def _trace_once(name: str, dyn_fun: Callable, dyn_args: tuple, fake_mode) -> Traced:
     result: list = []
     traced_inputs: list = []
     probe = TraceProbe()
@@ -145,7 +159,8 @@ def _trace(name: str, dyn_fun: Callable, dyn_args: tuple) -> Traced:
     try:
         with refusing_optimizer_steps(name):
             gm, leaves, (_, _, tensor_pos), out_info = trace_flat(traced, dyn_args,
-                                                                   mode="fake")
+                                                                   mode="fake",
+                                                                   fake_mode=fake_mode)
     finally:
         probe.restore()
     is_tensor = [type(x) is _NT or isinstance(x, _Tensor) for x in tree_flatten(result[0])[0]]

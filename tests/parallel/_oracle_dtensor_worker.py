@@ -129,6 +129,11 @@ CORPUS_PINS = [
     # jacfwd in the body under nx.jit with an outer gradient: the cut backward returned a
     # meta constant for a gradient (p9313_00105): now run inline
     (9313, 105, {"b": "x"}),
+    # a second nx.jit trace of a jacfwd / jvp over a shard past offset 0: torch's
+    # fake-tensor cache failed forward AD's layout assert on ranks 2 and 3 (p9314_00418)
+    # or let it out raw (p9316_00433); nx.jit traces again without the cache
+    (9314, 418, {"c": "x"}),
+    (9316, 433, {"b": "w"}),
 ]
 
 

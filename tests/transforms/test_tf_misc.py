@@ -179,16 +179,12 @@ def test_checkpoint_recomputes_in_the_forwards_axis_environment():
     torch.testing.assert_close(w.grad, ((w.detach() * i).cos() * i).sum(0))
 
 
-@pytest.mark.xfail(strict=True, raises=nx.ShapeError, reason=(
-    "torch bug (2.13): with torch's fake-tensor dispatch cache on, a second make_fx trace "
-    "of a jacfwd over a view with a storage offset hits forward AD's internal assert "
-    "'tangent have the same layout as primal' (it passes with "
-    "torch._dynamo.config.fake_tensor_cache_enabled=False, but an nx.jit trace without "
-    "the cache returns forward mode's zero Hessians as meta tensors: "
-    "test_a_jacobian_that_is_zero_everywhere_is_an_ordinary_tensor). On a mesh the ranks "
-    "whose shards start past offset 0 fail to trace; nx.jit says so on every rank (mesh "
-    "oracle seed 9314, p9314_00418)"))
 def test_jacfwd_over_an_offset_view_traces_again_under_jit():
+    """A second nx.jit trace of a jacfwd over a view past storage offset 0 (as a rank's
+    shard is).  With torch's fake-tensor dispatch cache on, torch 2.13 fails forward
+    AD's internal assert 'tangent have the same layout as primal' there (on a mesh only
+    the ranks whose shards start past 0: mesh oracle seeds 9314 and 9316); nx.jit then
+    traces once more without the cache."""
     import os
     import sys
 
