@@ -102,7 +102,7 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
     except (RuntimeError, IndexError, ValueError) as e:
         # A positional problem: torch's message on the user's shapes, and a fix.
         raise ShapeError(positional_failure(op_name(func), func, args, kwargs, e)) from e
-    if not compiling and TAPES:   # inside nx.grad / nx.vjp: what its derivative reads (_tape)
+    if TAPES:   # inside nx.grad / nx.vjp: what its derivative reads (_tape)
         note_call(func, args, kwargs, out)
     return out
 

@@ -193,6 +193,11 @@ def _derived(v, made: dict, own_level: bool = False) -> bool:
     """Whether ``v``, which no noted op made, may still depend on the inputs: a
     NamedTensor built in the region, or a plain tensor made by ops autograd records
     (at the call's own torch.func level, when it has one: ``Tape.own_level``)."""
+    if torch.compiler.is_compiling():
+        # dynamo traces neither torch.func's wrappers nor (torch 2.13) the
+        # requires_grad of the tensors torch.func.grad differentiates: assume the
+        # value may depend on them (more axes kept, never other values)
+        return type(v) is not _NT or id(v) in made
     if type(v) is _NT:
         data = v._data
         return id(v) in made and (is_functorch_wrapped(data) if own_level
@@ -307,6 +312,12 @@ _KINDS: dict = {}
 
 def note_call(func, args: tuple, kwargs: dict, out) -> None:
     """Note the call ``func(*args, **kwargs) -> out`` on every open tape."""
+    if torch.compiler.is_compiling():
+        # dynamo traces no str method on a function's name (nor hashes every function):
+        # the kinds of the names torch and nx.lax spell, nonlinear (reads all) otherwise
+        kind = _KIND_BY_NAME.get(getattr(func, "__name__", None), "nonlinear")
+        note_result(kind, args, kwargs, out, along=True)
+        return
     kind = _KINDS.get(func)
     if kind is None:
         kind = _KINDS[func] = kind_of(getattr(func, "__name__", ""))
@@ -342,7 +353,7 @@ def taped(kind: str | None = None, output_arg: int | None = None, along: bool = 
         @functools.wraps(fn)
         def call(*args, **kwargs):
             out = fn(*args, **kwargs)
-            if not torch.compiler.is_compiling() and TAPES:   # (no guard on TAPES)
+            if TAPES:   # inside nx.grad / nx.vjp (eager or traced by dynamo)
                 note_result(k, args, kwargs, out if output_arg is None else args[output_arg],
                             along)
             return out
@@ -406,3 +417,8 @@ def kind_of(name: str) -> str:
     if base in _CONSTANT:
         return "constant"
     return "nonlinear"
+
+
+_KIND_BY_NAME = {n: k for n in {*_LINEAR, *_BILINEAR, *_CONSTANT, *(
+    n for owner in (torch, torch.Tensor, torch.nn.functional, torch.special, torch.linalg)
+    for n in dir(owner))} if (k := kind_of(n)) != "nonlinear"}

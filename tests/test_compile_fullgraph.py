@@ -290,6 +290,23 @@ def test_custom_rules_compile_and_keep_their_rules():
         torch.testing.assert_close(a.grad, 2 * torch.cos(x))   # the rule's, not sin's
 
 
+def test_gradients_keep_eagers_named_shapes():
+    # the tape decides a gradient's named axes under dynamo too: `w + c` passes none of
+    # c's axes to w's gradient, so out_axes=[...] places it (before: the copies along 'j'
+    # were kept under torch.compile, and the out_axes check refused; oracle seed 7,
+    # p7_00282, an nx.vjp)
+    w, c = torch.ones(3), _x(4, 3)
+    grad = xmapped(lambda w, c: nx.grad(lambda w: lax.psum((w + c).sum(), 'j'))(w),
+                   [[...], ['j', ...]], [...])
+    torch.testing.assert_close(compiled_matches(grad, w, c), torch.full((3,), 4.))
+
+    def pullback(w, c):
+        _, pull = nx.vjp(lambda w: lax.psum(torch.abs(c) - (w + c) * 2.0, 'c'), w)
+        return pull(torch.ones(3))[0]
+    compiled_matches(xmapped(pullback, [['a', ...], ['c', 'a', ...]], ['a', ...]),
+                     _x(2, 3), _x(4, 2, 3))
+
+
 @_RULES_TRACE
 def test_custom_rules_inside_nx_grad_keep_their_rules():
     # dynamo (torch 2.13) traces a rule applied to a tensor that torch.func.grad

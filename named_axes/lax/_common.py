@@ -42,7 +42,7 @@ def _shows_axes(position: int = 1) -> Callable:
             axes = args[position] if len(args) > position else kwargs.get("axis_name")
             out = fn(*args, **kwargs) if not LABEL_AXES[0] else _labelled(
                 fn, axes, args, kwargs)
-            if not torch.compiler.is_compiling() and TAPES:   # (no guard on TAPES)
+            if TAPES:   # inside nx.grad / nx.vjp (eager or traced by dynamo)
                 note_result(kind, args, kwargs, out, collective=(fn.__name__, axes))
             return out
         return call

@@ -148,13 +148,26 @@ class custom_vjp:
         call.axes = (region.axes_for_rule(f"custom_vjp({self.__name__})")
                      if region is not None else bound_axes())
         call.scope = list(frames())   # bwd runs in this environment, wherever autograd is
-        *out, o = _VjpFunction.apply(call, *_traced_inputs(call.leaves))
+        *out, o = _apply(_VjpFunction, call)
         out = rebox(out, o.spec, o.names)
         if not torch.compiler.is_compiling() and TAPES:   # inside nx.grad: what bwd does
             # to named axes decides named shapes
             call.noted = noted_rule(tree_flatten([call.args[i] for i in call.diff_pos])[0],
                                     tree_flatten(out)[0])
         return out
+
+
+def _apply(function, call) -> tuple:
+    """``function.apply`` (a rule's ``autograd.Function``) on the call's inputs.
+
+    Under dynamo no tape sees inside: dynamo traces the Function's forward and backward
+    as subgraphs, where the tapes' Python state must not change.  The tape does not know
+    the call's results then, and keeps every copy (``_tape._derived``)."""
+    inputs = _traced_inputs(call.leaves)
+    if torch.compiler.is_compiling() and TAPES:
+        with suspended():
+            return function.apply(call, *inputs)
+    return function.apply(call, *inputs)
 
 
 def _traced_inputs(leaves: list) -> list:
@@ -337,7 +350,7 @@ class custom_jvp:
         if compiling and region is not None:   # its transpose has a limit there (nx.vjp)
             region.transposed.append(f"custom_jvp({self.__name__})")
         fn = _JvpReverse if compiling else _JvpFunction
-        *out, o = fn.apply(call, *_traced_inputs(call.leaves))
+        *out, o = _apply(fn, call)
         return rebox(out, o.spec, o.names)
 
 

@@ -225,8 +225,7 @@ class GradTape(Tape):
 
 
 class _NoTape:
-    """Stands for a :class:`GradTape` where none is kept (no added axis, or dynamo
-    traces: the copies stay)."""
+    """Stands for a :class:`GradTape` where none is needed (no added axis)."""
     keep = None
 
     def __enter__(self):
@@ -248,8 +247,8 @@ _EMPTY = frozenset()
 def static_tape(added: tuple, own_level: bool = False):
     """A :class:`GradTape` for a call whose inputs are broadcast along ``added``
     (``own_level``: see ``Tape.own_level``)."""
-    if not added or torch.compiler.is_compiling():
-        return _NoTape()   # (made here: dynamo enters only context managers made in the trace)
+    if not added:
+        return _NoTape()
     tape = GradTape(added)
     tape.own_level = own_level
     return tape
