@@ -207,12 +207,54 @@ def test_select_and_stop_gradient():
 # -- cond ---------------------------------------------------------------------------------
 
 def test_cond_concrete_predicates_call_one_branch():
+    # a Python predicate calls one branch; a tensor's value calls one on the values and
+    # the other on fake ones (its named axes count, as JAX traces both branches)
     calls = []
-    t = lambda x: calls.append('t') or x + 1
-    f = lambda x: calls.append('f') or x - 1
+    t = lambda x: calls.append(('t', type(x).__name__)) or x + 1
+    f = lambda x: calls.append(('f', type(x).__name__)) or x - 1
     assert L.cond(True, t, f, 1) == 2 and L.cond(0, t, f, 1) == 0
     close(L.cond(torch.tensor(True), t, f, torch.ones(2)), torch.full((2,), 2.))
-    assert calls == ['t', 'f', 't']
+    assert calls == [('t', 'int'), ('f', 'int'), ('t', 'Tensor'), ('f', 'FakeTensor')]
+
+
+def test_control_flow_decided_by_values_keeps_named_shapes_static():
+    # a tensor predicate or bound decides which branch or how many steps run, never the
+    # result's named axes: JAX's are both branches' and the loop carry's fixed point
+    # (before, a branch not taken or a loop that ran no step dropped 'a', so the same
+    # program was accepted or refused with the data)
+    def branch(x, y, p):
+        return L.cond(p, lambda x: x + y, lambda x: x * 2, x)
+
+    def loop(x, y, n):
+        return L.fori_loop(0, n, lambda i, c: (c + y) * 2, x)
+
+    def while_(x, y, n):
+        return L.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1, c[1] + y), (0, x))[1]
+
+    args = torch.ones(3), torch.ones(2, 3)
+    for body, values in ((branch, (True, False)), (loop, (0, 1, 3)), (while_, (0, 2))):
+        for v in values:
+            f = nx.xmap(body, in_axes=[[...], ['a', ...], [...]], out_axes=['a', ...])
+            out = f(*args, torch.tensor(v))
+            assert out.shape == (2, 3), (body.__name__, v)
+            g = nx.xmap(body, in_axes=[[...], ['a', ...], [...]], out_axes=[...])
+            with pytest.raises(nx.AxisSpecError, match="'a'"):
+                g(*args, torch.tensor(v))
+    f = nx.xmap(loop, in_axes=[[...], ['a', ...], [...]], out_axes=['a', ...])
+    close(f(*args, torch.tensor(0)), torch.ones(2, 3))        # init, broadcast along 'a'
+    close(f(*args, torch.tensor(2)), torch.full((2, 3), 10.))
+
+
+def test_a_branch_not_taken_runs_on_fakes_and_writes_nothing():
+    buf = torch.zeros(3)
+    counted = lambda x: (buf.add_(1), x * 2)[1]   # noqa: E731  (a write it closes over)
+    close(L.cond(torch.tensor(True), lambda x: x + 1, counted, torch.ones(3)),
+          torch.full((3,), 2.))
+    close(buf, torch.zeros(3))                                # not run: nothing written
+    with pytest.raises(nx.AxisTypeError, match="identical types"):   # JAX checks it too
+        L.cond(torch.tensor(True), lambda x: x + 1, lambda x: x[:2], torch.ones(3))
+    with pytest.raises(nx.AxisTypeError, match="needs a tensor's value"):
+        L.cond(torch.tensor(True), lambda x: x, lambda x: x * int(x.sum()), torch.ones(3))
 
 
 def test_cond_per_instance_predicate_matches_loop_and_grad():

@@ -32,11 +32,14 @@ from .._torch_private import tree_flatten, tree_flatten_with_path, tree_map, tre
 from ._common import _as_named
 from ._reductions import pmax
 from ._slicing import _done
+from ._static_axes import (UNKNOWN, abstract, call_key, fixed_point, named_axes_of, settles,
+                           union_axes, with_axes)
 
 __all__ = ["select", "stop_gradient", "cond", "fori_loop", "while_loop", "scan"]
 
 _NT = NamedTensor
 _CARRY_FIX = "return a carry with init_val's positional shapes and dtypes"
+_BRANCH_FIX = "make both branches return the same positional shapes and dtypes"
 
 
 @taped("linear")
@@ -113,7 +116,12 @@ def _types(tree: Any) -> tuple:
 
 def _check(op: str, what: str, ref: tuple, new: Any, fix: str, sides=("input", "output")):
     """``new`` has the tree structure, positional shapes and dtypes of ``ref``."""
-    spec, leaves = _types(new)
+    _check_types(op, what, ref, _types(new), fix, sides)
+
+
+def _check_types(op: str, what: str, ref: tuple, types_: tuple, fix: str, sides: tuple):
+    """Two of :func:`_types`'s descriptions agree."""
+    spec, leaves = types_
     if spec != ref[0]:
         raise AxisTypeError(f"{op}: {what} must have identical types, but the structure "
                             f"differs: {ref[0]} vs {spec}; {fix}")
@@ -173,10 +181,23 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
     """
     p = _predicate(pred, "cond", ints=True)
     if isinstance(p, bool):
-        return (true_fun if p else false_fun)(*operands)
+        taken, other = (true_fun, false_fun) if p else (false_fun, true_fun)
+        out = taken(*operands)
+        if not isinstance(pred, (torch.Tensor, _NT)):
+            return out   # a Python value: the program decides
+        # a tensor's value decides, never the named axes: JAX's cond gives both branches'
+        key = call_key((true_fun, false_fun, p), operands)
+        axes = _BRANCHES.get(key) if key is not None else None
+        if axes is None:
+            axes = _branch_axes(out, other, operands, p)
+            if key is not None:
+                if len(_BRANCHES) >= 512:
+                    _BRANCHES.clear()
+                _BRANCHES[key] = axes
+        return out if axes is UNKNOWN else with_axes(out, axes)   # (UNKNOWN: as taken)
     t, f = true_fun(*operands), false_fun(*operands)
-    _check("cond", "true_fun and false_fun output", _types(t), f, "make both branches return "
-           "the same positional shapes and dtypes", ("true branch", "false branch"))
+    _check("cond", "true_fun and false_fun output", _types(t), f, _BRANCH_FIX,
+           ("true branch", "false branch"))
     return _select_tree(p, t, f)
 
 
@@ -202,10 +223,6 @@ def _any(p: Any, op: str) -> bool:
 
 
 
-def _named_axes_of(*trees: Any) -> list:
-    return [frozenset(v._names) if type(v) is _NT else None for v in tree_flatten(trees)[0]]
-
-
 def _loop_shapes(cond_fun: Callable, body_fun: Callable, val: Any, p: Any, ref: tuple) -> Any:
     """``while_loop`` under ``nx.eval_shape``: the carry after any number of steps, no
     values.  Its positional shapes and dtypes are ``init_val``'s; the named axes it gains
@@ -218,7 +235,7 @@ def _loop_shapes(cond_fun: Callable, body_fun: Callable, val: Any, p: Any, ref: 
         nxt = _select_tree(p, new, val)
         q = _predicate(cond_fun(nxt), "while_loop", ints=False)
         q = p if isinstance(q, bool) else q
-        if _named_axes_of(nxt, q) == _named_axes_of(val, p):
+        if list(map(set, named_axes_of(nxt, q))) == list(map(set, named_axes_of(val, p))):
             return nxt
         val, p = nxt, q
 
@@ -237,15 +254,69 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
     tensor([0, 4, 6])
     """
     val, ref = init_val, _types(init_val)
+    first = named_axes_of(init_val)
+    by_values, settled = False, None   # (a tensor condition; the carry's final named axes)
     while True:
-        p = _predicate(cond_fun(val), "while_loop", ints=False)
+        c = cond_fun(val)
+        p = _predicate(c, "while_loop", ints=False)
         if not isinstance(p, bool) and shapes_only():
             return _loop_shapes(cond_fun, body_fun, val, p, ref)
+        by_values = by_values or isinstance(c, (torch.Tensor, _NT))
         if p is False or not isinstance(p, bool) and not _any(p, "while_loop"):
-            return val
+            break
         new = body_fun(val)
         _check("while_loop", "body_fun output and input", ref, new, _CARRY_FIX)
-        val = new if p is True else _select_tree(p, new, val)
+        new = new if p is True else _select_tree(p, new, val)
+        if by_values and settled is None:
+            settled = settles(first, named_axes_of(val), named_axes_of(new))
+        val = new
+    if not by_values:
+        return val   # Python conditions: the program decides the steps
+    # values decided how many steps ran, never the named axes: JAX's are the carry's
+    # fixed point (those of init_val and every one a step adds), whatever the count
+    if settled is None:
+        settled = fixed_point(_while_step(cond_fun, body_fun, ref),
+                               val, union_axes(first, named_axes_of(val)))
+    return with_axes(val, settled)
+
+
+def _while_step(cond_fun: Callable, body_fun: Callable, ref: tuple) -> Callable:
+    """One step of a while_loop (its body's types checked against ``ref``), selected
+    where a named condition holds."""
+    def step(val):
+        p = _predicate(cond_fun(val), "while_loop", ints=False)
+        new = body_fun(val)
+        _check("while_loop", "body_fun output and input", ref, new, _CARRY_FIX)
+        return new if isinstance(p, bool) else _select_tree(p, new, val)
+    return step
+
+
+def _fori_step(body_fun: Callable, i: int, ref: tuple) -> Callable:
+    def step(val):
+        new = body_fun(i, val)
+        _check("fori_loop", "body_fun output and input", ref, new, _CARRY_FIX)
+        return new
+    return step
+
+
+# (both branches, which ran, the layouts of what they get) -> the result's named axes,
+# as JAX keeps a traced branch (fake runs cost about 0.1 ms an op)
+_BRANCHES: dict = {}
+
+
+def _branch_axes(out: Any, other: Callable, operands: tuple, p: bool) -> Any:
+    """The named axes (per leaf) of a cond's result ``out`` and of the branch ``other``
+    it did not take, from a run on fake values, its types checked against ``out``'s;
+    ``UNKNOWN`` where ``out`` has them all, or as :func:`_abstract`."""
+    ghost = abstract("cond", other, *operands)
+    if ghost is UNKNOWN:
+        return UNKNOWN
+    t, f = (out, ghost) if p else (ghost, out)
+    _check("cond", "true_fun and false_fun output", _types(t), f, _BRANCH_FIX,
+           ("true branch", "false branch"))
+    have = named_axes_of(out)
+    axes = union_axes(have, named_axes_of(ghost))
+    return UNKNOWN if axes == have else axes   # (nothing to add: as taken)
 
 
 def _bound(b: Any, op: str) -> Any:
@@ -275,10 +346,21 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any) -> Any:
     lo, hi = _bound(lower, "fori_loop"), _bound(upper, "fori_loop")
     if isinstance(lo, int) and isinstance(hi, int):
         val, ref = init_val, _types(init_val)
+        first, settled = named_axes_of(init_val), None
+        static = all(isinstance(b, numbers.Integral) for b in (lower, upper))
         for i in range(lo, hi):
-            val = body_fun(i, val)
-            _check("fori_loop", "body_fun output and input", ref, val, _CARRY_FIX)
-        return val
+            new = body_fun(i, val)
+            _check("fori_loop", "body_fun output and input", ref, new, _CARRY_FIX)
+            if not static and settled is None:
+                settled = settles(first, named_axes_of(val), named_axes_of(new))
+            val = new
+        if static:
+            return val   # Python bounds: the program decides the steps
+        # tensors' values gave the bounds, never the named axes (see while_loop)
+        if settled is None:
+            settled = fixed_point(_fori_step(body_fun, lo, ref), val,
+                                   union_axes(first, named_axes_of(val)))
+        return with_axes(val, settled)
     i = torch.as_tensor(lo) if isinstance(lo, int) else lo
     return while_loop(lambda c: c[0] < hi, lambda c: (c[0] + 1, body_fun(*c)), (i, init_val))[1]
 

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import torch
-from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode, ShapeEnv
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
+from .._abstract import fake_tree, shapes_only_mode
 from .._errors import AxisTypeError, fmt_named_shape
 from .._tensor import NamedTensor
 from .._torch_private import (DataDependentOutputException, DynamicOutputShapeException,
@@ -116,11 +117,7 @@ def eval_shape(fun: Callable, *args: Any, **kwargs: Any) -> Any:
     if not callable(fun):
         raise AxisTypeError(f"eval_shape: fun must be callable, got {type(fun).__name__}")
     name = getattr(fun, "__name__", type(fun).__name__)
-    # static_shapes: the arguments' sizes stay ints; a value read as a number is an
-    # unbacked symbol
-    mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv(),
-                          static_shapes=True)
-    mode.shapes_only = True
+    mode = shapes_only_mode()
     with mode:
         fargs, fkw = _fakes(mode, args), _fakes(mode, kwargs)
         try:
@@ -136,19 +133,15 @@ def eval_shape(fun: Callable, *args: Any, **kwargs: Any) -> Any:
 def _fakes(mode: FakeTensorMode, tree: Any) -> Any:
     """``tree`` with its tensors, NamedTensors, ShapeDtypeStructs and duck-typed arrays
     as fake tensors of ``mode`` (which must be active: new tensors are made in it)."""
-    def fake(x):
+    def struct(x):
         if isinstance(x, ShapeDtypeStruct):
             return materialize(x)
         if _duck_array(x):
             return materialize(ShapeDtypeStruct(tuple(x.shape), _torch_dtype(x.dtype),
                                                 getattr(x, "named_shape", None) or {}))
-        if isinstance(x, NamedTensor):
-            return NamedTensor._wrap(mode.from_tensor(x._data), x._names)
-        if isinstance(x, torch.Tensor):
-            return mode.from_tensor(x)
         return x
     leaf = lambda x: isinstance(x, ShapeDtypeStruct) or _duck_array(x)  # noqa: E731
-    return tree_map(fake, tree, is_leaf=leaf)
+    return tree_map(struct, fake_tree(mode, tree), is_leaf=leaf)
 
 
 def _value_needed(name: str, e: Exception) -> AxisTypeError:

@@ -130,6 +130,7 @@ def run_corpus(n: int, seed: int, python: str) -> Outcome:
 
 def _differentiates(prog: dict) -> bool:
     """Whether the program takes a derivative (where named shapes were once decided by
-    comparing values: issue 30 item 5)."""
+    comparing values: issue 30 item 5) or has control flow a tensor's value may decide
+    (a cond whose branch not taken, a loop that ran no step, once dropped named axes)."""
     blob = json.dumps(prog["body"])
-    return '"op": "grad"' in blob or '"op": "xform"' in blob
+    return any(f'"op": "{op}"' in blob for op in ("grad", "xform", "cond", "while", "fori"))

@@ -121,11 +121,12 @@ KNOWN_CLASSES["int_carry_widened_to_int64"] = (
 
 
 def _untaken_code_unchecked(prog, diff) -> bool:
-    """Eager control flow checks the code it runs: ``cond`` with a Python or concrete
-    predicate calls one branch, a loop with no trip never calls its body, so a branch or
-    body returning the wrong positional shape or dtype goes unnoticed there; JAX traces
-    every branch and body and refuses.  (Where both branches or the body run --
-    a per-instance predicate, a trip -- named_axes refuses as JAX does.)"""
+    """Eager control flow checks the code it runs: ``cond`` with a Python predicate
+    calls one branch, a loop with Python bounds and no trip never calls its body, so a
+    branch or body returning the wrong positional shape or dtype goes unnoticed there;
+    JAX traces every branch and body and refuses.  (Where both branches or the body run
+    -- a per-instance predicate, a trip -- or a tensor's value decided, and what it
+    skipped runs on fake values, named_axes refuses as JAX does.)"""
     return (diff.kind == "accepts_jax_rejects" and prog.get("expect") == "reject"
             and ("identical types" in diff.msg or "must have equal types" in diff.msg)
             and uses(prog, lambda op: op.get("op") in _CONTROL))

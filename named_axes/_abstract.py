@@ -1,0 +1,90 @@
+"""Run a function on fake copies of its arguments: its result's shapes, dtypes and named
+shapes, no FLOPs, no writes to real tensors.
+
+``nx.eval_shape`` runs whole programs this way; ``nx.lax`` control flow runs the branch
+a concrete predicate did not take, and a loop's body past its last step, to give a
+result the named axes JAX's abstract evaluation gives it (the union over both branches,
+the loop's fixed point), whatever the values decided.  The fake mode is marked
+``shapes_only`` (:func:`named_axes._modes.shapes_only`): control flow inside reads no
+values.  Real tensors the function closes over join as fakes; torch.func's wrapped
+tensors too.  An op that would write into a real tensor (fake mode runs an op whose
+operands are all real for real) raises :class:`WritesRealTensor` before it writes.
+
+>>> import torch
+>>> from named_axes._tensor import NamedTensor
+>>> out = run_abstractly(lambda x: x.sum(0) * 2, NamedTensor._wrap(torch.ones(2, 5, 3), ('b',)))
+>>> out.named_shape, tuple(out.shape), type(out._data).__name__
+({'b': 2}, (3,), 'FakeTensor')
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+from ._tensor import NamedTensor
+from ._torch_private import FakeTensor, FakeTensorMode, TorchDispatchMode, op_schema, tree_map
+
+__all__ = ["shapes_only_mode", "fake_tree", "run_abstractly", "WritesRealTensor"]
+
+
+class WritesRealTensor(Exception):
+    """An op run on fake values would write into a real tensor (one the function closes
+    over): it was stopped before it wrote."""
+
+
+class _NoRealWrites(TorchDispatchMode):
+    """Stops an op that writes into a tensor that is not fake (above the fake mode)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        schema = op_schema(func)
+        if schema is not None and schema.is_mutable:
+            for i, a in enumerate(schema.arguments):
+                if a.alias_info is None or not a.alias_info.is_write:
+                    continue
+                v = kwargs.get(a.name) if a.name in kwargs or i >= len(args) else args[i]
+                for t in (v if isinstance(v, (list, tuple)) else (v,)):
+                    if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor):
+                        raise WritesRealTensor(f"{func} writes into a real tensor")
+        return func(*args, **kwargs)
+
+
+def shapes_only_mode() -> FakeTensorMode:
+    """A fake-tensor mode marked ``shapes_only``.  Static shapes: the arguments' sizes
+    stay ints; a value read as a number is an unbacked symbol."""
+    mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv(),
+                          static_shapes=True)
+    mode.shapes_only = True
+    return mode
+
+
+def fake_tree(mode: FakeTensorMode, tree: Any) -> Any:
+    """``tree`` with its tensors and NamedTensors as fakes of ``mode`` (other leaves as
+    they are)."""
+    def fake(x):
+        if type(x) is NamedTensor:
+            return NamedTensor._wrap(mode.from_tensor(x._data), x._names)
+        if isinstance(x, torch.Tensor):
+            return mode.from_tensor(x)
+        return x
+    return tree_map(fake, tree)
+
+
+def run_abstractly(fn: Callable, *args: Any) -> Any:
+    """``fn(*args)`` on fakes shaped as ``args`` (see the module docstring): new ones,
+    with no autograd history (torch cannot copy a differentiated tensor's into a fake
+    one inside a torch.func transform)."""
+    mode = shapes_only_mode()
+    with mode, _NoRealWrites():
+        return fn(*tree_map(_fresh, args))
+
+
+def _fresh(x: Any) -> Any:
+    """A new fake tensor shaped as ``x`` (under the fake mode)."""
+    if type(x) is NamedTensor:
+        return NamedTensor._wrap(_fresh(x._data), x._names)
+    if isinstance(x, torch.Tensor):
+        return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return x
