@@ -45,7 +45,7 @@ from ._tensor import NamedTensor
 from ._torch_private import is_functorch_wrapped, tree_flatten
 
 __all__ = ["TAPES", "Tape", "Node", "note", "note_call", "kind_of", "taped", "noted_rule",
-           "transposed", "suspended", "note_result"]
+           "transposed", "suspended", "note_result", "aliased"]
 
 _NT = NamedTensor
 _Tensor = torch.Tensor
@@ -293,6 +293,16 @@ def transposed(noted: list, cts: Iterable, run):
             if n is not None:
                 n.edges = edges
     return results
+
+
+def aliased(values: Iterable, others: Iterable) -> None:
+    """Each of ``others`` is the value of ``values``'s at its position as another
+    object (an ``autograd.Function``'s output): open tapes know it as they know that."""
+    for tape in TAPES:
+        for v, o in zip(values, others):
+            node = tape.node(v)
+            if node is not None and tape.node(o) is None:
+                tape._set(o, node)
 
 
 class suspended:

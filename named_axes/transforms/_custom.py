@@ -27,7 +27,7 @@ from .._env import bound_axes, frames, within
 from .._errors import AxisSpecError, AxisTypeError
 from .._layout import align
 from .._tensor import NamedTensor
-from .._tape import TAPES, noted_rule, suspended, transposed
+from .._tape import TAPES, aliased, noted_rule, suspended, transposed
 from .._levels import ORIGINAL as _functorch
 from .._torch_private import tree_flatten, tree_map
 from . import _instances
@@ -351,7 +351,10 @@ class custom_jvp:
             region.transposed.append(f"custom_jvp({self.__name__})")
         fn = _JvpReverse if compiling else _JvpFunction
         *out, o = _apply(fn, call)
-        return rebox(out, o.spec, o.names)
+        out = rebox(out, o.spec, o.names)
+        if not compiling and TAPES:   # the Function's outputs are fun's, as tapes saw them
+            aliased(tree_flatten(call.fun_out)[0], tree_flatten(out)[0])
+        return out
 
 
 # The running nx.jvp / jacfwd calls (forward mode), innermost last, each by its number
@@ -379,7 +382,11 @@ class _JvpReverse(torch.autograd.Function):
 
     @staticmethod
     def forward(call, *phys):
-        out = call.me.fun(*call.rebuild(phys))
+        args = call.rebuild(phys)
+        if TAPES:   # fun's ops are noted: its inputs are the call's, as other objects (a
+            # torch.func transform hands forward its inputs unwrapped)
+            aliased(tree_flatten(call.args)[0], tree_flatten(args)[0])
+        out = call.fun_out = call.me.fun(*args)
         return call.keep(out, out)
 
     @staticmethod
