@@ -353,7 +353,7 @@ class custom_jvp:
         *out, o = _apply(fn, call)
         out = rebox(out, o.spec, o.names)
         if not compiling and TAPES:   # the Function's outputs are fun's, as tapes saw them
-            aliased(tree_flatten(call.fun_out)[0], tree_flatten(out)[0])
+            aliased(tree_flatten(getattr(call, "fun_out", None))[0], tree_flatten(out)[0])
         return out
 
 
@@ -383,9 +383,12 @@ class _JvpReverse(torch.autograd.Function):
     @staticmethod
     def forward(call, *phys):
         args = call.rebuild(phys)
-        if TAPES:   # fun's ops are noted: its inputs are the call's, as other objects (a
-            # torch.func transform hands forward its inputs unwrapped)
-            aliased(tree_flatten(call.args)[0], tree_flatten(args)[0])
+        if not TAPES:   # (dynamo: no tape open, nothing written on call)
+            out = call.me.fun(*args)
+            return call.keep(out, out)
+        # fun's ops are noted: its inputs are the call's, as other objects (a torch.func
+        # transform hands forward its inputs unwrapped)
+        aliased(tree_flatten(call.args)[0], tree_flatten(args)[0])
         out = call.fun_out = call.me.fun(*args)
         return call.keep(out, out)
 
