@@ -244,10 +244,15 @@ class _NoTape:
 _EMPTY = frozenset()
 
 
+# torch < 2.10's dynamo breaks the graph inside the tape (under torch.func's grad): there
+# the copies along the added axes are kept under torch.compile (the same values)
+_DYNAMO_TRACES_TAPE = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 10)
+
+
 def static_tape(added: tuple, own_level: bool = False):
     """A :class:`GradTape` for a call whose inputs are broadcast along ``added``
     (``own_level``: see ``Tape.own_level``)."""
-    if not added:
+    if not added or not _DYNAMO_TRACES_TAPE and torch.compiler.is_compiling():
         return _NoTape()
     tape = GradTape(added)
     tape.own_level = own_level
