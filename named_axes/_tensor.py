@@ -281,7 +281,8 @@ class NamedTensor:
         return reversed(self.unbind(0))
 
     def __contains__(self, item) -> bool:
-        return bool((self == item).any())
+        hits = (self == item).any()
+        return bool(hits._scalar("`item in x`") if type(hits) is NamedTensor else hits)
 
     # -- display -------------------------------------------------------------------
     def __repr__(self) -> str:

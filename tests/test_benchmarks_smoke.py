@@ -16,6 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN = os.path.join(ROOT, "benchmarks", "run.py")
 
 
+@pytest.mark.hunt   # a subprocess running 3 programs x 9 variants: make test-all runs it
 @pytest.mark.timeout(600)
 def test_quick_benchmark_runs(tmp_path):
     out = tmp_path / "RESULTS.md"
@@ -96,6 +97,7 @@ def test_startup_bench_measures_imports_and_reports_targets():
 
 
 @pytest.mark.distributed
+@pytest.mark.hunt   # three 4-rank launches (test_gpt_mesh checks the same steps in make test)
 @pytest.mark.timeout(600)
 def test_sharded_bench_runs_both_versions_on_a_2x2_mesh():
     """bench_sharded: gpt_mesh in one process and on 4 gloo ranks, and the hand-written

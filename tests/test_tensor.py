@@ -100,3 +100,23 @@ def test_scalar_conversions_need_no_named_axes():
     with pytest.raises(TypeError, match="ambiguous"):
         x.item()
     assert float(x.sum("b")) == pytest.approx(float(nx.positional(x).sum()))
+
+
+def test_python_protocols_act_per_instance():
+    """Iteration walks the first positional dim, each item keeping the named axes;
+    ``in`` needs one answer, so it refuses while named axes remain; ``.real``/``.imag``
+    keep the names."""
+    t = torch.arange(6.).view(2, 3)
+    x = nx.named(t, "N")                       # per instance: a vector of 3
+    items = list(x)
+    assert len(items) == 3 and all(i.named_shape == {"N": 2} and i.shape == () for i in items)
+    torch.testing.assert_close(torch.stack([nx.positional(i, ["N"]) for i in items], 1), t)
+    back = list(reversed(x))
+    torch.testing.assert_close(nx.positional(back[0], ["N"]), t[:, 2])
+    with pytest.raises(TypeError, match=r"`item in x` of a NamedTensor with named axes "
+                                        r"\{'N': 2\} is ambiguous"):
+        3.0 in x
+    assert 3.0 in x.sum("N") and 4.0 not in x.sum("N")   # [3, 5, 7]: no named axis left
+    z = nx.named(torch.complex(t, -t), "N")
+    assert z.real.named_shape == z.imag.named_shape == {"N": 2}
+    torch.testing.assert_close(nx.positional(z.imag, ["N", ...]), -t)

@@ -15,7 +15,6 @@ import torch
 from .._errors import AxisTypeError
 from .._registry import op_name, register
 from .._tensor import NamedTensor
-from ._common import _norm_pos
 
 _NT = NamedTensor
 
@@ -49,14 +48,6 @@ def _relayout_in_place(func, args, kwargs):
         f"instead (x.new_empty(shape), x.as_strided(...), torch.empty(...))")
 
 
-def _stride(func, args, kwargs):
-    x = args[0]
-    k = len(x._names)
-    if len(args) > 1:
-        return x._data.stride(k + _norm_pos(args[1], x.ndim, "Tensor.stride"))
-    return x._data.stride()[k:]
-
-
 def _numel(func, args, kwargs):
     return args[0].shape.numel()
 
@@ -77,7 +68,6 @@ def install() -> None:
               T.is_contiguous, T.element_size, T.get_device, T.data_ptr, T.storage_offset,
               T.is_signed, T.untyped_storage, T.storage, T.storage_type, T.is_pinned, T.is_shared, T.is_set_to,
               torch.is_nonzero, T.retain_grad, torch.is_tensor, T.__format__], _query)
-    _declare([T.stride], _stride)
     _declare([T.resize_, T.resize_as_, torch.resize_as_, T.as_strided_, T.set_],
              _relayout_in_place)
     _declare([T.numel, torch.numel, T.nelement], _numel)

@@ -69,12 +69,21 @@ def test_collective_over_outer_xmap_axis_inside_vmap():
     torch.testing.assert_close(f(x), ref)
 
 
-def test_chunk_size_with_named_input():
+@pytest.mark.parametrize("chunk_size", [1, 2, 3])
+def test_chunk_size_with_named_input(chunk_size):
+    """Chunks smaller than the mapped axis (1, 2) run it in serial pieces; the results,
+    out_dims and unmapped outputs included, equal one unchunked call's."""
     x = nx.named(torch.randn(2, 7, 3), {0: "q"})
-    got = nx.vmap(lambda r: r.cumsum(0), in_dims=1, chunk_size=3)(x)
+    got = nx.vmap(lambda r: r.cumsum(0), in_dims=1, chunk_size=chunk_size)(x)
     ref = torch.stack([x._data[:, :, j].cumsum(1) for j in range(3)], 1)
     assert got.named_shape == {"q": 2}
     torch.testing.assert_close(nx.positional(got, {0: "q"}), ref)
+    both = nx.vmap(lambda r, c: (r.cumsum(0), r.sum(), c * 2), in_dims=(1, None),
+                   out_dims=(1, 0, None), chunk_size=chunk_size)(x, torch.ones(2))
+    torch.testing.assert_close(nx.positional(both[0], {0: "q"}), ref.transpose(1, 2))
+    assert both[1].named_shape == {"q": 2} and both[1].shape == (3,)
+    torch.testing.assert_close(nx.positional(both[1], {0: "q"}), x._data.sum(1))
+    torch.testing.assert_close(both[2], torch.full((2,), 2.0))
 
 
 def test_errors():
