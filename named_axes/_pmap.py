@@ -19,6 +19,8 @@ from typing import Any, Callable, Hashable, Sequence
 import torch
 
 from ._errors import AxisSpecError
+from ._tensor import NamedTensor
+from ._torch_private import tree_flatten
 from ._xmap import xmap
 from .parallel._devices import devices as all_devices
 from .parallel._mesh import Mesh
@@ -55,15 +57,22 @@ def _spec(ax: Any, name: Hashable, what: str) -> Any:
     raise AxisSpecError(f"pmap: {what}={ax!r}: expected an int, None, or a tuple/list/dict of them")
 
 
-def _mapped_size(args: tuple, in_axes: Any) -> int | None:
-    per_arg = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
-    for a, ax in zip(args, per_arg):
-        if isinstance(ax, int) and isinstance(a, torch.Tensor):
-            return a.shape[ax]
-        if isinstance(ax, (tuple, list)) and isinstance(a, (tuple, list)):
-            s = _mapped_size(tuple(a), ax)
-            if s is not None:
-                return s
+def _mapped_size(args: Any, in_axes: Any) -> int | None:
+    """The size of the first mapped dim (``in_axes`` a pytree prefix of ``args``: an int,
+    None, or tuples/lists/dicts of them), or None when no argument is mapped."""
+    if isinstance(in_axes, int) and not isinstance(in_axes, bool):
+        leaves = [a for a in tree_flatten(args)[0] if isinstance(a, (torch.Tensor, NamedTensor))]
+        return leaves[0].shape[in_axes] if leaves else None
+    if isinstance(in_axes, (tuple, list)) and isinstance(args, (tuple, list)):
+        pairs = zip(args, in_axes)
+    elif isinstance(in_axes, dict) and isinstance(args, dict):
+        pairs = ((args[k], ax) for k, ax in in_axes.items() if k in args)
+    else:
+        return None
+    for a, ax in pairs:
+        s = _mapped_size(a, ax)
+        if s is not None:
+            return s
     return None
 
 
@@ -93,7 +102,8 @@ def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
     xout = _spec(out_axes, name, "out_axes")
 
     def mapped(*args):
-        size = _mapped_size(args, in_axes)
+        size = _mapped_size(args, in_axes if isinstance(in_axes, (tuple, list))
+                            else (in_axes,) * len(args))
         if size is None and axis_size is None:
             raise AxisSpecError(f"pmap({getattr(fun, '__name__', 'fun')}, in_axes={in_axes!r}): "
                                 f"no argument is mapped; give axis_size=")

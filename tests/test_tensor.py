@@ -26,6 +26,20 @@ def test_repr_shows_both_shapes_and_values():
     assert "requires_grad=True" in repr(g)
     h = x._repr_html_()
     assert "<table" in h and "&#x27;batch&#x27;" in h and "positional" in h and "</div>" in h
+    i = nx.named(torch.arange(6).reshape(2, 3), "N C")
+    assert repr(i).startswith("NamedTensor(shape=(), named_shape={'N': 2, 'C': 3}, "
+                              "dtype=torch.int64)\nvalues laid out as ['N' × 'C']:")
+
+
+def test_repr_of_values_without_data_shows_the_shapes_only():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x = nx.named(torch.zeros(2, 3), "N")
+        assert repr(x) == "NamedTensor(shape=(3,), named_shape={'N': 2})"
+        assert "(no values: symbolic tensor)" in x._repr_html_()
+    m = nx.named(torch.zeros(2, 3, device="meta"), "N")
+    assert repr(m) == "NamedTensor(shape=(3,), named_shape={'N': 2}, device=meta)"
 
 
 @pytest.mark.parametrize("seed", range(8))
