@@ -96,3 +96,31 @@ def test_errors():
     with pytest.raises(nx.AxisSpecError, match=r"axis 'b' is already bound"):
         nx.xmap(nx.vmap(lambda r: r, axis_name="b"), in_axes=["b", ...],
                 out_axes=["b", ...])(torch.ones(2, 3))
+
+
+def test_pytree_dims_on_the_named_path():
+    """With an axis_name, in_dims/out_dims are pytree prefixes read by named_axes (not
+    torch.func.vmap): dicts, tuples, None; each mismatch is our error naming it."""
+    x, y = torch.randn(4, 3), torch.randn(3, 4)
+    f = lambda d: d["a"] * d["b"].sum()   # noqa: E731
+    got = nx.vmap(f, in_dims=({"a": 0, "b": 1},), axis_name="i")({"a": x, "b": y})
+    torch.testing.assert_close(got, torch.vmap(f, in_dims=({"a": 0, "b": 1},))({"a": x, "b": y}))
+    both = nx.vmap(lambda a: (a, nx.lax.psum(a, "i")), out_dims=(1, None), axis_name="i")(x)
+    torch.testing.assert_close(both[0], x.T)
+    torch.testing.assert_close(both[1], x.sum(0))
+    V = lambda fn, **k: nx.vmap(fn, axis_name="i", **k)   # noqa: E731
+    for call, error, msg in [
+            (lambda: V(f, in_dims=({"a": 0},))({"a": x, "b": y}), nx.AxisSpecError,
+             r"no entry for keys \[\"'b'\"\]"),
+            (lambda: V(lambda a, b: a, in_dims=(0,))(x, x), nx.AxisSpecError,
+             "1 entries for 2 values"),
+            (lambda: V(lambda a: a, in_dims=({"a": 0},))(x), nx.AxisSpecError,
+             r"\{'a': 0\} does not match the structure of the values \(Tensor\)"),
+            (lambda: V(lambda a, s: a * s, in_dims=(0, 0))(x, 2.0), nx.AxisTypeError,
+             "input 1: in_dims=0 for a float, which has no dims; use None for it"),
+            (lambda: V(lambda a: a * 2, out_dims=None)(x), nx.AxisSpecError,
+             "output 0: out_dims=None for an output that varies along the mapped axis"),
+            (lambda: V(lambda a: (a, a), out_dims=(1,))(x), nx.AxisSpecError,
+             "out_dims: 1 entries for 2 values")]:
+        with pytest.raises(error, match=msg):
+            call()
