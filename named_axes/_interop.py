@@ -128,6 +128,26 @@ def _as_tensor(v: Any) -> Any:
     return v
 
 
+def _other_ufunc(ufunc, method: str, inputs: tuple, kwargs: dict) -> Any:
+    """A ufunc form with no torch function (``np.add.reduce``, ``where=``, ``np.spacing``):
+    numpy's own, on the values, when no input has named axes (as for a plain tensor);
+    else our error (numpy's would print the values)."""
+    named = [v for v in (*inputs, *kwargs.get("out", ())) if isinstance(v, NamedTensor)]
+    have = [v for v in named if v._names]
+    if have:
+        from ._errors import fmt_named_shape
+
+        form = ufunc.__name__ + ("" if method == "__call__" else f".{method}")
+        extra = f" with {', '.join(sorted(kwargs))}=" if kwargs else ""
+        raise AxisTypeError(
+            f"numpy {form}{extra} on a NamedTensor with named axes "
+            f"{fmt_named_shape(have[0].named_shape)}: only elementwise ufunc calls that "
+            f"torch spells too (np.add(x, y), np.exp(x)) act per instance; use the torch "
+            f"function on the NamedTensor, or place the axes first (nx.positional)")
+    plain = [v._data if isinstance(v, NamedTensor) else v for v in inputs]
+    return getattr(ufunc, method)(*plain, **kwargs)
+
+
 def array_ufunc(ufunc, method: str, inputs: tuple, kwargs: dict) -> Any:
     """numpy's ``__array_ufunc__`` protocol for NamedTensors: numpy arrays become tensors
     and the ufunc runs as the torch function of the same name; the result is a NamedTensor.
@@ -143,11 +163,9 @@ def array_ufunc(ufunc, method: str, inputs: tuple, kwargs: dict) -> Any:
 
     name = ufunc.__name__
     out = kwargs.pop("out", None)
-    if method != "__call__" or kwargs:
-        return NotImplemented
     fn = getattr(torch, _UFUNC_ALIASES.get(name, name), None)
-    if fn is None:
-        return NotImplemented
+    if method != "__call__" or kwargs or fn is None:
+        return _other_ufunc(ufunc, method, inputs, kwargs if out is None else {**kwargs, "out": out})
     args = [_as_tensor(v) for v in inputs]
     result = fn(*args)
     if out is None:

@@ -249,6 +249,25 @@ def test_numpy_ufuncs_and_inplace_forms():
     assert isinstance(acc, nx.NamedTensor) and acc.named_shape == {"b": 2}
 
 
+@pytest.mark.parametrize("call, form", [
+    (lambda x: np.add.reduce(x), "add.reduce"),
+    (lambda x: np.add(x, 1, where=True), "add with where="),
+    (lambda x: np.spacing(x), "spacing"),
+    (lambda x: np.divmod(x, 2), "divmod")])
+def test_numpy_ufunc_forms_torch_lacks(call, form):
+    """A ufunc method, keyword or name torch has no function for: our error naming it
+    while named axes remain (numpy's own error printed the values); numpy's result on a
+    NamedTensor with none left, as on a plain tensor."""
+    x = nx.named(torch.arange(6.).reshape(2, 3), "b ...")
+    with pytest.raises(nx.AxisTypeError, match=rf"numpy {form} on a NamedTensor with named "
+                                                rf"axes \{{'b': 2\}}") as err:
+        call(x)
+    assert "3." not in str(err.value)
+    plain = nx.NamedTensor._wrap(torch.tensor([3., 5., 7.]), ())   # no named axes
+    assert np.add.reduce(plain).item() == 15.0
+    assert np.spacing(plain).shape == (3,)
+
+
 def test_inplace_operator_with_a_numpy_operand():
     x = nx.named(torch.arange(6.).reshape(2, 3), "b ...")
     y = x.clone()
