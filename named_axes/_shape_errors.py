@@ -106,7 +106,13 @@ def _meta(value: Any) -> Any:
 
 def _on_positional_shapes(func: Callable, args: tuple, kwargs: dict) -> str | None:
     """torch's own message for one instance (meta tensors of the positional shapes), or
-    None when that runs (or the op has no meta kernel)."""
+    None when that runs (or the op has no meta kernel, or is given axis names: no
+    positional call has them)."""
+    names = {n for a in (*args, *kwargs.values()) for _, t in _tensors(a)
+             for n in getattr(t, "named_shape", ())}
+    given = [*args[1:], *kwargs.values()]
+    if names and any(_mentions(v, names) for v in given):
+        return None
     try:
         func(*[_meta(a) for a in args], **{k: _meta(v) for k, v in kwargs.items()})
     except NotImplementedError:
@@ -116,6 +122,12 @@ def _on_positional_shapes(func: Callable, args: tuple, kwargs: dict) -> str | No
             return None
         return _first_line(e)
     return None
+
+
+def _mentions(value: Any, names: set) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(_mentions(v, names) for v in value)
+    return isinstance(value, str) and value in names
 
 
 def _first_line(error: BaseException) -> str:

@@ -286,3 +286,18 @@ class _nothing:
 
     def __exit__(self, *a):
         return False
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "amax", "prod", "all", "argmax", "nansum"])
+def test_full_reduction_with_a_named_axis_of_size_zero(op):
+    """Zero instances: the result has the named axis of size 0, as the per-instance loop
+    (and JAX's xmap) give -- the flattening once asked torch to infer a size from 0
+    elements and failed."""
+    z = nx.named(torch.zeros(0, 3), "N")
+    out = getattr(z, op)()
+    assert out.named_shape == {"N": 0} and out.shape == ()
+    keep = getattr(z, op)(0, keepdim=True) if op != "argmax" else z.argmax(0, keepdim=True)
+    assert keep.named_shape == {"N": 0} and keep.shape == (1,)
+    got = nx.xmap(lambda x: getattr(x, op)(), in_axes=["N", ...], out_axes=["N", ...])(
+        torch.zeros(0, 3))
+    assert got.shape == (0,)

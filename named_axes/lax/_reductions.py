@@ -20,7 +20,7 @@ from . import _ops
 from .._engine import engine_for
 from .._env import _state as _env_state
 from .._env import axis_size
-from .._errors import AxisSpecError, AxisTypeError
+from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from .._tensor import NamedTensor
 from .._torch_private import tree_map
 from ._common import _check_bound_size, _engine_method, _is_positional, _no_groups, _out, _shows_axes
@@ -116,6 +116,9 @@ def _reduce(x: Any, axis_name: Any, op: str, kind: str) -> Any:
                             f"{type(x).__name__}")
     for n in carried:
         _check_bound_size(x, n, op)
+        if kind in ("pmax", "pmin") and x.named_shape[n] == 0:
+            raise AxisSizeError(f"{op} over axis {n!r} of size 0: no instance to take the "
+                                f"{kind[1:]}imum of (named shape {x.named_shape})")
     data = x._data
     if carried:
         dims = [x._names.index(n) for n in carried]
@@ -154,7 +157,7 @@ def _reduce_one(x: NamedTensor, name: str, kind: str) -> Any:
     i = names.index(name)
     data = x._data
     bound = _env_state.bound.get(name)
-    if bound is not None and bound != data.shape[i]:
+    if bound is not None and bound != data.shape[i] or data.shape[i] == 0:
         return None
     if kind == "pmean" and not (data.is_floating_point() or data.is_complex()):
         data = data.to(torch.get_default_dtype())   # a float mean, as in JAX

@@ -6,6 +6,8 @@ dims and drop them from the named shape, with torch's return conventions.
 """
 from __future__ import annotations
 
+import math
+
 from typing import Callable, NamedTuple
 
 import torch
@@ -221,7 +223,8 @@ def _reduce_positional(call: _Call, x: _NT, keepdim: bool, values_only: bool):
     p = x._data.dim() - k
     if p == 0:
         return NotImplemented
-    flat = x._data.reshape(tuple(x._data.shape[:k]) + (-1,))
+    # (the flattened size spelled out: -1 is ambiguous when a named axis has size 0)
+    flat = x._data.reshape(tuple(x._data.shape[:k]) + (math.prod(x._data.shape[k:]),))
     out = _run(call, flat, k, False)
     if values_only:
         out = out[0]

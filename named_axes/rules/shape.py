@@ -14,6 +14,8 @@ autograd entry points in :mod:`named_axes.rules.autograd`.)
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .._dispatch import ShapeError, UseFallback, result, wrap
@@ -64,8 +66,24 @@ def _view(func, args, kwargs):
     rest = args[1:]
     if len(rest) == 1 and isinstance(rest[0], torch.dtype) or "dtype" in kwargs:
         return wrap(func(x._data, *rest, **kwargs), x._names)
-    shape = _shape_args(rest, kwargs)
+    shape = _instance_shape(x, _shape_args(rest, kwargs), func)
     return result(func(x._data, _named_sizes(x) + shape), x._names, func)
+
+
+def _instance_shape(x, shape: tuple, func) -> tuple:
+    """``shape`` checked against one instance's size, its -1 worked out, when a named axis
+    has size 0: with no instances, torch sees 0 elements and would take any shape (or
+    find -1 ambiguous)."""
+    if math.prod(_named_sizes(x)) != 0:
+        return shape
+    n, known = math.prod(x.shape), math.prod(d for d in shape if d != -1)
+    if -1 in shape and known and n % known == 0:
+        shape = tuple(n // known if d == -1 else d for d in shape)
+    if -1 in shape or math.prod(shape) != n:
+        raise ShapeError(f"{op_name(func)}: shape {list(shape)} is invalid for an instance of "
+                         f"{n} elements (positional shape {tuple(x.shape)}; named shape "
+                         f"{x.named_shape})")
+    return shape
 
 
 def _view_as(func, args, kwargs):
