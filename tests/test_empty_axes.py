@@ -55,3 +55,22 @@ def test_collectives_over_an_empty_axis():
 def test_a_named_reduction_error_shows_torchs_message_not_a_positional_rerun(z):
     with pytest.raises(nx.ShapeError, match=r"Expected reduction dim 0 to have non-zero size"):
         z.amax("N")
+
+
+@pytest.mark.parametrize("sizes, starts", [([0, 3], [3, "b"]), ([1, 0], ["b", 2]),
+                                           ([0, 0], ["b", "b"])])
+def test_empty_dynamic_slice_with_a_per_instance_start(sizes, starts):
+    """An empty slice (or one of an operand emptied by an earlier dim) reads nothing: the
+    result has its shape and the start's named axes, and a zero derivative (torch-xla's
+    gather lowering refused the empty gather this once built: mesh oracle seed 9324,
+    p9324_00207)."""
+    x = torch.arange(12.).view(3, 4).requires_grad_()
+
+    def f(x):
+        st = [nx.lax.axis_index("b") if s == "b" else s for s in starts]
+        return nx.lax.dynamic_slice(x, st, sizes)
+
+    out = nx.xmap(f, in_axes=[...], out_axes=["b", ...], axis_sizes={"b": 2})(x)
+    assert out.shape == (2, *sizes) and out.requires_grad
+    out.sum().backward()
+    assert x.grad is not None and not x.grad.any()

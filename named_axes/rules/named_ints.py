@@ -276,6 +276,12 @@ def take_slice(x: NamedTensor, d: int, s: NamedTensor, size: int) -> NamedTensor
     p, n = x.ndim, x.shape[d]
     xd = align(x._data, x._names, p, U, p)
     start = clamped_starts(s, U, n, size, xd.device)
+    if size == 0 or 0 in x.shape:   # nothing to read (torch-xla's gather lowering
+        # refuses an empty slice or operand): the result's shape, no values
+        k = len(U)
+        empty = xd.narrow(k + d, 0, size)
+        sizes = torch.broadcast_shapes(tuple(start.shape), tuple(xd.shape[:k]))
+        return NamedTensor._wrap(empty.expand(tuple(sizes) + tuple(empty.shape[k:])), U)
     idx = torch.arange(size, device=xd.device) + start.unsqueeze(-1)
     return NamedTensor._wrap(torch.take_along_dim(xd, along(idx, d, p), len(U) + d), U)
 
