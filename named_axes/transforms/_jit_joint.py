@@ -13,8 +13,9 @@ of it) and the backward (from those and the cotangents, the inputs' gradients). 
 compiled as a program of values, and :class:`_Joint` runs the first in its forward and
 the second in its backward -- what AOT autograd does, with the Functions' own backward.
 
-Closed-over tensors that require grad, programs that mutate a tensor, or that return an
-input as it is, are not cut: they run inline, as before.  The backward is compiled once
+Closed-over tensors that require grad, programs that mutate a tensor, that return an
+input as it is, or whose traced backward meets a meta tensor of torch's ZeroTensor
+fallback (forward mode inside), are not cut: they run inline, as before.  The backward is compiled once
 more than first-order (a second derivative through it raises torch's error for
 ``once_differentiable``, as ``torch.compile``'s compiled backward does).
 
@@ -219,8 +220,15 @@ def joint_program(dyn_fun: Callable, dyn_args: tuple, example: list, results: li
     disabled."""
     cts = [torch.zeros(r.shape, dtype=r.dtype, device=r.device) for r in results]
     diff_outs: list = []
-    gm = trace_flat(joint_function(dyn_fun, len(dyn_args), diff_outs), (*dyn_args, cts),
-                    mode="fake")[0]
+    try:
+        gm = trace_flat(joint_function(dyn_fun, len(dyn_args), diff_outs), (*dyn_args, cts),
+                        mode="fake")[0]
+    except RuntimeError as e:
+        if "meta" not in str(e):
+            raise
+        # torch's ZeroTensor fallback (forward mode: linearize, jvp) runs ops on meta
+        # tensors, and the backward traced here met one beside a fake input: run inline
+        return None
     n_in, n_out = len(example), len(results)
     if _foreign_constants(gm, example):
         return None   # run inline: a constant the trace could not place on the inputs' device
