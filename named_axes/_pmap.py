@@ -61,8 +61,13 @@ def _mapped_size(args: Any, in_axes: Any) -> int | None:
     """The size of the first mapped dim (``in_axes`` a pytree prefix of ``args``: an int,
     None, or tuples/lists/dicts of them), or None when no argument is mapped."""
     if isinstance(in_axes, int) and not isinstance(in_axes, bool):
-        leaves = [a for a in tree_flatten(args)[0] if isinstance(a, (torch.Tensor, NamedTensor))]
-        return leaves[0].shape[in_axes] if leaves else None
+        for a in tree_flatten(args)[0]:
+            if isinstance(a, (torch.Tensor, NamedTensor)):
+                if not -a.ndim <= in_axes < a.ndim:
+                    raise AxisSpecError(f"pmap: in_axes={in_axes} for an argument with "
+                                        f"{a.ndim} positional dims (shape {tuple(a.shape)})")
+                return a.shape[in_axes]
+        return None
     if isinstance(in_axes, (tuple, list)) and isinstance(args, (tuple, list)):
         pairs = zip(args, in_axes)
     elif isinstance(in_axes, dict) and isinstance(args, dict):
@@ -102,8 +107,7 @@ def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
     xout = _spec(out_axes, name, "out_axes")
 
     def mapped(*args):
-        size = _mapped_size(args, in_axes if isinstance(in_axes, (tuple, list))
-                            else (in_axes,) * len(args))
+        size = _mapped_size(args, in_axes)
         if size is None and axis_size is None:
             raise AxisSpecError(f"pmap({getattr(fun, '__name__', 'fun')}, in_axes={in_axes!r}): "
                                 f"no argument is mapped; give axis_size=")

@@ -54,6 +54,9 @@ def test_errors_name_what_is_wrong(x):
     with pytest.raises(nx.AxisSpecError, match=r"pmap: in_axes='x': expected an int, None, "
                                                 r"or a tuple/list/dict of them"):
         nx.pmap(lambda a: a, in_axes="x")
+    with pytest.raises(nx.AxisSpecError, match=r"pmap: in_axes=3 for an argument with 2 "
+                                                r"positional dims \(shape \(4, 3\)\)"):
+        nx.pmap(lambda a: a, in_axes=3)(x)
     with pytest.raises(nx.AxisSpecError, match="the output has named axis"):
         nx.pmap(lambda a: a, out_axes=None)(x)   # it varies along the mapped axis
     with pytest.raises(nx.AxisSpecError, match=re.escape(

@@ -99,6 +99,10 @@ def _reduce(x: Any, axis_name: Any, op: str, kind: str) -> Any:
         raise AxisTypeError(f"{op}: expected a tensor, NamedTensor or number, got "
                             f"{type(x).__name__}")
     if type(x) is _NT:
+        if kind in ("pmax", "pmin"):   # (before any engine: none has an empty extreme)
+            for n in (n for n in names if x.named_shape.get(n) == 0):
+                raise AxisSizeError(f"{op} over axis {n!r} of size 0: no instance to take "
+                                    f"the {kind[1:]}imum of (named shape {x.named_shape})")
         method = _engine_method(kind, names)
         if method is not None:
             return method(x, names)
@@ -116,9 +120,6 @@ def _reduce(x: Any, axis_name: Any, op: str, kind: str) -> Any:
                             f"{type(x).__name__}")
     for n in carried:
         _check_bound_size(x, n, op)
-        if kind in ("pmax", "pmin") and x.named_shape[n] == 0:
-            raise AxisSizeError(f"{op} over axis {n!r} of size 0: no instance to take the "
-                                f"{kind[1:]}imum of (named shape {x.named_shape})")
     data = x._data
     if carried:
         dims = [x._names.index(n) for n in carried]

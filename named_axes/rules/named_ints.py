@@ -276,7 +276,7 @@ def take_slice(x: NamedTensor, d: int, s: NamedTensor, size: int) -> NamedTensor
     p, n = x.ndim, x.shape[d]
     xd = align(x._data, x._names, p, U, p)
     start = clamped_starts(s, U, n, size, xd.device)
-    if size == 0 or 0 in x.shape:   # nothing to read (torch-xla's gather lowering
+    if size == 0 or xd.numel() == 0:   # nothing to read (torch-xla's gather lowering
         # refuses an empty slice or operand): the result's shape, no values
         k = len(U)
         empty = xd.narrow(k + d, 0, size)
