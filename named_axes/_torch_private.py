@@ -13,6 +13,7 @@ True
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -20,21 +21,20 @@ from torch._subclasses.fake_tensor import (DataDependentOutputException,
                                            DynamicOutputShapeException, FakeTensor,
                                            FakeTensorMode)
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
-from torch.utils._pytree import tree_flatten, tree_flatten_with_path
+from torch.utils._pytree import tree_flatten
 
 __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
            "functorch_transform_kinds", "is_functorch_wrapped", "functorch_unwrapped",
            "functorch_disabled", "dispatch_depth", "dispatch_modes",
            "disable_dispatch_modes", "TorchDispatchMode", "tracing_mode_active",
-           "tensor_version", "view_base", "graph_task_id",
+           "tensor_version",
            "tree_flatten", "tree_unflatten", "tree_map", "tree_leaves",
-           "tree_flatten_with_path",
            "native_batch_norm_legit", "softmax_backward_data", "softmax_backward_data_op",
            "functional_all_reduce",
            "functional_all_gather", "functional_reduce_scatter",
            "FakeTensor", "FakeTensorMode", "DataDependentOutputException",
            "DynamicOutputShapeException", "op_schema",
-           "tensor_guards", "aot_forward_metadata",
+           "tensor_guards",
            "no_autograd_cache", "uncached_fake_mode", "inductor_compile_fx",
            "inductor_decompositions", "inductor_mode_options", "aoti_package",
            "aoti_package_loader", "dynamo_operator_tables",
@@ -42,15 +42,27 @@ __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
 
 
 # -- torch.func's levels and wrappers -----------------------------------------------------
-# The innermost active torch.func transform's level, or None (a C function: called on
-# every named value built, see _levels).  Why: named values must not silently change
-# meaning under a torch.func transform that named_axes did not open; the level tells
-# ours from a user's.  Public alternative considered: none (torch.func exposes no level).
-functorch_level = torch._C._functorch.maybe_current_level
 # Whether any torch.func transform is active: the cheap test done on every named value
-# built (dynamo traces it inside its torch.func operators, unlike the level).
-# Public alternative considered: none.
+# built (dynamo traces it inside its torch.func operators, unlike the interpreter stack).
+# Why: named values must not silently change meaning under a torch.func transform that
+# named_axes did not open.  Public alternative considered: none.
 functorch_active = torch._C._are_functorch_transforms_active
+
+
+def _interpreters() -> list:
+    """torch.func's active transforms (its interpreter stack), outermost first."""
+    return torch._C._functorch.get_interpreter_stack() or []
+
+
+def functorch_level() -> int | None:
+    """The innermost active torch.func transform's level, or None.
+
+    Why: the level tells the transforms named_axes opened from a user's.  Public
+    alternative considered: none (torch.func exposes no level)."""
+    if not functorch_active():
+        return None
+    stack = _interpreters()
+    return stack[-1].level() if stack else None
 
 
 def functorch_transform_kinds() -> tuple:
@@ -61,7 +73,7 @@ def functorch_transform_kinds() -> tuple:
     DTensor local-shard path runs under ``grad`` only.  Public alternative considered:
     none (``torch._functorch.pyfunctorch.retrieve_all_functorch_interpreters`` wraps
     the same stack, privately too)."""
-    return tuple(i.key().name for i in torch._C._functorch.get_interpreter_stack() or ())
+    return tuple(i.key().name for i in _interpreters())
 
 
 def functorch_transform_kind() -> str | None:
@@ -149,25 +161,12 @@ def tensor_version(t: torch.Tensor) -> int:
     return t._version
 
 
-def view_base(t: torch.Tensor) -> torch.Tensor | None:
-    """The tensor ``t`` is a view of, or None.
-
-    Why: an op writing through a view writes its base.  Public alternative considered:
-    ``untyped_storage()`` (public) tells shared memory, not the base tensor."""
-    return t._base
-
-
-# The running backward's graph task id (-1: none).  Why: see a backward run while a
-# program is traced.  Public alternative considered: none.
-graph_task_id = torch._C._current_graph_task_id
-
-
 # -- Pytrees ------------------------------------------------------------------------------
-# tree_flatten, tree_flatten_with_path (imported above).  Why: named_axes walks
-# arguments as torch does (a type registered with torch's pytree is a container for
-# nx.xmap, nx.jit...); the lax loops name a carry's leaf by its path, as JAX does.
-# Public alternative considered: none (torch 2.9-2.13 have no public pytree module); the
-# functions below are built on it and the TreeSpec's own methods.
+# tree_flatten (imported above).  Why: named_axes walks arguments as torch does (a type
+# registered with torch's pytree is a container for nx.xmap, nx.jit...).  Public
+# alternative considered: none (torch 2.9-2.13 have no public pytree module); the
+# functions below, and the lax loops' leaf paths, are built on it and the TreeSpec's
+# own methods.
 
 
 def tree_unflatten(leaves, spec):
@@ -199,28 +198,46 @@ softmax_backward_data_op = torch.ops.aten._softmax_backward_data
 
 
 # -- DTensor and collectives --------------------------------------------------------------
+def _waited(out: torch.Tensor) -> torch.Tensor:
+    """A functional collective's result, waited for: eager calls return torch's
+    ``AsyncCollectiveTensor`` (its public ``wait()``), traced ones a tensor already
+    waited in the graph."""
+    wait = getattr(out, "wait", None)
+    return out if wait is None else wait()
+
+
 def functional_all_reduce(x: torch.Tensor, op: str, group) -> torch.Tensor:
     """``x`` all-reduced over ``group`` with functional collectives, waited for.  Why:
-    out-of-place collectives, as DTensor issues them (CommDebugMode counts them).  Public
-    alternative considered: ``torch.distributed``'s (public) write in place."""
-    from torch.distributed._functional_collectives import all_reduce, wait_tensor
-    return wait_tensor(all_reduce(x, op, group))
+    out-of-place collectives, as DTensor issues them (CommDebugMode counts them; make_fx
+    traces them into graphs inductor compiles).  Public alternative considered:
+    ``torch.distributed``'s (public) write in place, and make_fx cannot trace them."""
+    from torch.distributed._functional_collectives import all_reduce
+    return _waited(all_reduce(x, op, group))
+
+
+def _old_name(collective: Callable, *args) -> torch.Tensor:
+    """``collective(*args)`` waited for, without the FutureWarning torch 2.13 gives its
+    ``*_tensor`` name (deprecated for a ``*_single`` name torch 2.9 lacks; the warning
+    is about the name only, and torch gives none under dynamo, which traces no
+    ``catch_warnings``)."""
+    if torch.compiler.is_compiling():
+        return _waited(collective(*args))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*_functional_collectives.*deprecated",
+                                category=FutureWarning)
+        return _waited(collective(*args))
 
 
 def functional_all_gather(x: torch.Tensor, dim: int, group) -> torch.Tensor:
     """``x`` of every rank of ``group`` concatenated along ``dim`` (as above)."""
-    from torch.distributed._functional_collectives import all_gather_tensor, wait_tensor
-    return wait_tensor(all_gather_tensor(x, dim, group))
+    from torch.distributed._functional_collectives import all_gather_tensor
+    return _old_name(all_gather_tensor, x, dim, group)
 
 
 def functional_reduce_scatter(x: torch.Tensor, dim: int, group) -> torch.Tensor:
     """``x`` summed over ``group``, each rank keeping its block along ``dim`` (as above)."""
-    from torch.distributed._functional_collectives import wait_tensor
-    try:
-        from torch.distributed._functional_collectives import reduce_scatter_single as op
-    except ImportError:   # torch 2.9: the old name only
-        from torch.distributed._functional_collectives import reduce_scatter_tensor as op
-    return wait_tensor(op(x, "sum", dim, group))
+    from torch.distributed._functional_collectives import reduce_scatter_tensor
+    return _old_name(reduce_scatter_tensor, x, "sum", dim, group)
 
 
 # -- Tracing and compiling ----------------------------------------------------------------
@@ -247,15 +264,6 @@ def tensor_guards(leaves: list):
     from torch._C._dynamo.guards import TensorGuards
     return TensorGuards(*leaves, dynamic_dims_sizes=[list(a.shape) for a in leaves],
                         dynamic_dims_strides=[list(a.stride()) for a in leaves])
-
-
-def aot_forward_metadata():
-    """AOT autograd's metadata about the forward graph being compiled, or None.
-
-    Why: nx.jit calls inductor's compiled graph directly when AOT autograd's runtime
-    wrapper would do nothing.  Public alternative considered: none."""
-    context = torch._guards.TracingContext.try_get()
-    return None if context is None else context.fw_metadata
 
 
 def uncached_fake_mode() -> FakeTensorMode:

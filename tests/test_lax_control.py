@@ -294,6 +294,31 @@ def test_fori_loop_python_and_carry_types():
         L.fori_loop(0, 2, lambda i, c: [c], (torch.zeros(2),))
 
 
+def test_carry_errors_name_the_leaf_as_torch_pytree_writes_its_path():
+    """The component is named by its path: a dict's key, a namedtuple's field, an index."""
+    from collections import OrderedDict, namedtuple
+    Pair = namedtuple("Pair", "w b")
+    init = [{"w": torch.zeros(2), "s": (torch.zeros(1), torch.zeros(3))},
+            Pair(torch.zeros(2), OrderedDict(z=torch.zeros(4)))]
+
+    def grow(path):
+        def body(i, c):
+            c = [dict(c[0], s=tuple(c[0]["s"])), Pair(c[1].w, OrderedDict(c[1].b))]
+            if path == "s1":
+                c[0]["s"] = (c[0]["s"][0], torch.zeros(5))
+            elif path == "b":
+                c[1] = Pair(torch.zeros(6), c[1].b)
+            else:
+                c[1].b["z"] = torch.zeros(7)
+            return c
+        return body
+
+    for path, want in (("s1", r"\[0\]\['s'\]\[1\]"), ("b", r"\[1\]\.w"),
+                       ("z", r"\[1\]\.b\['z'\]")):
+        with pytest.raises(nx.AxisTypeError, match=rf"component {want} is"):
+            L.fori_loop(0, 2, grow(path), init)
+
+
 def test_carry_gaining_a_named_axis_is_batched_as_in_jax():
     # JAX 0.4.30 batches the carry (xmap gives [0., 3.] here; the JAX test below checks)
     xs = torch.tensor([0., 1.])

@@ -275,9 +275,6 @@ def test_no_private_torch_name_under_except_exception():
                          f"{_listing(guarded)}")
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30 item 3 not met: 38 distinct private torch "
-                   "names in _torch_private.py, the limit is 30 (each entry says why it is "
-                   "needed); strict: remove this mark once the count is met")
 def test_at_most_limit_private_names():
     _, _, inside = _offenders()
     assert len(inside) <= LIMIT, (f"{len(inside)} distinct private torch names in {COMPAT} "

@@ -17,6 +17,7 @@ tensor(6)
 """
 from __future__ import annotations
 
+import collections
 import numbers
 from typing import Any, Callable
 
@@ -28,7 +29,7 @@ from .._layout import align, union_names
 from .._modes import building_graph, shapes_only
 from .._tensor import NamedTensor
 from .._tape import taped
-from .._torch_private import tree_flatten, tree_flatten_with_path, tree_map, tree_unflatten
+from .._torch_private import tree_flatten, tree_map, tree_unflatten
 from ._common import _as_named
 from ._reductions import pmax
 from ._slicing import _done
@@ -109,9 +110,25 @@ def _same(a: tuple, b: tuple) -> bool:
 
 
 def _types(tree: Any) -> tuple:
-    flat, spec = tree_flatten_with_path(tree)
-    # a leaf's path as torch's pytree writes it (``[0]['w']``): its keys' strs joined
-    return spec, [("".join(map(str, path)), _leaf_type(v)) for path, v in flat]
+    flat, spec = tree_flatten(tree)
+    return spec, [_leaf_type(v) for v in flat]
+
+
+def _leaf_paths(spec) -> list[str]:
+    """Each leaf's path as torch's pytree writes it (``[0]['w']``, ``[1].field``),
+    read off the tree's spec: a mapping's keys, a namedtuple's fields, else indices."""
+    if spec.is_leaf():
+        return [""]
+    kids = spec.children() if hasattr(spec, "children") else spec.children_specs
+    context = spec.context[1] if spec.type is collections.defaultdict else spec.context
+    if spec.type in (dict, collections.OrderedDict, collections.defaultdict):
+        keys = [f"[{k!r}]" for k in context]
+    elif isinstance(context, type) and issubclass(context, tuple) and \
+            hasattr(context, "_fields"):
+        keys = [f".{f}" for f in context._fields]
+    else:
+        keys = [f"[{i}]" for i in range(len(kids))]
+    return [k + rest for k, kid in zip(keys, kids) for rest in _leaf_paths(kid)]
 
 
 def _check(op: str, what: str, ref: tuple, new: Any, fix: str, sides=("input", "output")):
@@ -125,8 +142,9 @@ def _check_types(op: str, what: str, ref: tuple, types_: tuple, fix: str, sides:
     if spec != ref[0]:
         raise AxisTypeError(f"{op}: {what} must have identical types, but the structure "
                             f"differs: {ref[0]} vs {spec}; {fix}")
-    for (path, a), (_, b) in zip(ref[1], leaves):
+    for k, (a, b) in enumerate(zip(ref[1], leaves)):
         if not _same(a, b):
+            path = _leaf_paths(spec)[k]
             raise AxisTypeError(f"{op}: {what} must have identical types, but the "
                                 f"component {path or '(root)'} is {_fmt(a)} in the {sides[0]} and "
                                 f"{_fmt(b)} in the {sides[1]} (positional shape and dtype); {fix}")

@@ -16,13 +16,13 @@ inductor).
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
-from .._torch_private import (FakeTensorMode, aot_forward_metadata, inductor_compile_fx,
-                              inductor_decompositions, inductor_mode_options,
-                              no_autograd_cache)
+from .._torch_private import (FakeTensorMode, inductor_compile_fx, inductor_decompositions,
+                              inductor_mode_options, no_autograd_cache, op_schema)
 
 __all__ = ["compile_named", "compile_flat", "compile_boxed", "Backend",
            "collective_decompositions", "BACKEND_NAME"]
@@ -99,9 +99,9 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
     Returns a *boxed* function: it takes a list of the input tensors (and empties it)
     and returns the tuple of outputs.  ``nx.jit``'s graphs are already the whole
     forward+backward step, so AOT autograd has nothing to add at run time: when its
-    runtime wrapper would be a no-op (no input mutated, no output aliasing an input,
-    no input deduplicated), we call inductor's compiled graph directly and save that
-    wrapper's per-call cost.  Otherwise (or on a torch whose internals differ) the
+    runtime wrapper would be a no-op (:func:`_plain_program`: no op writes, no output
+    aliases an input; no input deduplicated), we call inductor's compiled graph
+    directly and save that wrapper's per-call cost.  Otherwise (or on a torch whose internals differ) the
     full ``compile_fx`` result is used.
 
     ``mode`` and ``options`` are ``torch.compile``'s (``mode="max-autotune"`` turns on
@@ -119,11 +119,12 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
     compile_fx, compile_fx_inner = inductor_compile_fx()
 
     example = list(example_inputs)
+    plain = _plain_program(gm, example)   # (read before inductor's passes edit the graph)
     captured: list = []
 
     def inner(g, inputs, *args, **kwargs):
         out = compile_fx_inner(g, inputs, *args, **kwargs)
-        captured.append((out, len(inputs), _plain_inference(g, len(example))))
+        captured.append((out, len(inputs)))
         return out
 
     # (size_asserts: an inductor option in every torch this library supports, >= 2.9)
@@ -135,7 +136,7 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
                           config_patches=patches, decompositions=_decompositions())
     differentiable = torch.is_grad_enabled() and (
         any(t.requires_grad for t in example) or (not grad_off and _grad_constants(gm)))
-    direct = None if differentiable else _direct_callable(captured, example)
+    direct = None if differentiable or not plain else _direct_callable(captured, example)
     if direct is not None:
         return direct
     return lambda args: full(*args)
@@ -163,21 +164,41 @@ def _fake_inputs(example: list) -> list:
             for t in example]
 
 
-def _plain_inference(g: torch.fx.GraphModule, n_inputs: int) -> bool:
-    """Whether AOT autograd's runtime wrapper around ``g`` does nothing at run time."""
-    try:
-        meta = aot_forward_metadata()
-        if meta is None or len(meta.input_info) != n_inputs:
-            return False
-        subclass = getattr(meta, "subclass_inp_meta", None) or ()
-        return (not any(i.mutates_data or i.mutates_metadata for i in meta.input_info)
-                and all(o.output_type.name == "non_alias" for o in meta.output_info)
-                and meta.num_intermediate_bases == 0
-                and not getattr(meta, "tokens", None)
-                and not getattr(meta, "is_rng_op_functionalized", False)
-                and not any(type(m).__name__ == "SubclassCreationMeta" for m in subclass))
-    except (AttributeError, TypeError):  # pragma: no cover - other torches: keep the wrapper
+_PLAIN_NAMESPACES = ("aten", "prims", "named_axes", "_c10d_functional")
+
+
+def _plain_program(gm: torch.fx.GraphModule, example: list) -> bool:
+    """Whether AOT autograd's runtime wrapper around the compiled ``gm``, run without
+    grad, has nothing to do, read off the graph conservatively: plain tensor inputs,
+    aten, collective and named_axes ops only, none that writes (to anything), and outputs that share
+    no memory with an input, a constant or each other (views of an intermediate value
+    are fine: without grad no alias is regenerated)."""
+    if not all(type(t) is torch.Tensor for t in example):
         return False
+    root: dict = {}   # node -> the node whose memory its value is (a view's base)
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "get_attr"):
+            root[node] = None   # outside memory
+        elif node.target is operator.getitem:   # one result of a multi-result op
+            parent = root.get(node.args[0], node.args[0])
+            root[node] = node if parent is node.args[0] else parent
+        elif node.op == "call_function":
+            schema = op_schema(node.target)
+            if schema is None or schema.is_mutable or \
+                    getattr(node.target, "namespace", None) not in _PLAIN_NAMESPACES:
+                return False   # (other namespaces: ops with effects get AOT's tokens)
+            base = node.args[0] if node.args else None
+            view = any(r.alias_info is not None for r in schema.returns)
+            root[node] = root.get(base, base) if view and isinstance(
+                base, torch.fx.Node) else node
+        elif node.op == "output":
+            outs: list = []
+            torch.fx.node.map_arg(node.args[0], outs.append)
+            roots = [root.get(o, o) for o in outs]
+            return None not in roots and len(set(roots)) == len(roots)
+        else:   # call_module, call_method
+            return False
+    return False
 
 
 def _grad_constants(gm: torch.fx.GraphModule) -> bool:
@@ -196,9 +217,9 @@ def _grad_constants(gm: torch.fx.GraphModule) -> bool:
 def _direct_callable(captured: list, example: list) -> Callable | None:
     if len(captured) != 1:
         return None
-    out, n_inputs, plain = captured[0]
+    out, n_inputs = captured[0]
     call = getattr(out, "current_callable", None)
-    if not plain or n_inputs != len(example) or call is None:
+    if n_inputs != len(example) or call is None:
         return None
     # run once through the OutputCode (its first call finishes compile-time bookkeeping)
     out(list(example))

@@ -59,7 +59,7 @@ import torch
 from .._torch_private import (TorchDispatchMode, aoti_package, aoti_package_loader,
                               tree_flatten)
 from .._version import __version__
-from ._trace_probe import preserving_writes, written_tensors
+from ._trace_probe import preserving_writes, storage_key, written_tensors
 from ._tree import unbox
 
 __all__ = ["set_program_store", "program_store", "flush", "ENV"]
@@ -119,9 +119,11 @@ class _Recorder(TorchDispatchMode):
         self.outside: list = []   # leaf tensors from outside the call: (tensor, its .grad)
         self.closed_over: list = []   # tensors neither inputs nor made by the call
         self._refs: dict = {}
+        self._outside_memory: set = set()   # storage_key of the inputs and closed-over
         for k, t in enumerate(inputs):
             self._name(t, f"i{k}")
             self._keep_grad(t)
+            self._outside_memory.add(storage_key(t))
         self.why: str | None = None
 
     def _keep_grad(self, t: torch.Tensor) -> None:
@@ -145,6 +147,7 @@ class _Recorder(TorchDispatchMode):
         name = f"c{k}({spec})"
         self._name(t, name)
         self._keep_grad(t)
+        self._outside_memory.add(storage_key(t))
         self.closed_over.append(t)
         return name
 
@@ -187,8 +190,9 @@ class _Recorder(TorchDispatchMode):
             raise _Unstorable(f"it reads a tensor's value ({func})")
         if torch.Tag.dynamic_output_shape in tags:
             raise _Unstorable(f"its result's shape depends on values ({func})")
-        for t in written_tensors(func, args, kwargs):
-            if self._origin(t).startswith(("i", "c")):
+        for t in written_tensors(func, args, kwargs):   # (through views too)
+            if self._origin(t).startswith(("i", "c")) or \
+                    storage_key(t) in self._outside_memory:
                 raise _Unstorable(f"it updates a tensor in place ({func})")
         described = ",".join(self._describe(a) for a in args)
         if kwargs:

@@ -33,15 +33,18 @@ import threading
 from typing import Iterable
 
 import torch
+from torch.utils.module_tracker import ModuleTracker
 
 from .._errors import NamedAxisError
-from .._torch_private import (FakeTensor, TorchDispatchMode, disable_dispatch_modes,
-                              graph_task_id, op_schema, view_base)
+from .._torch_private import (FakeTensor, TorchDispatchMode, disable_dispatch_modes, op_schema,
+                              tree_leaves)
 
 __all__ = ["TraceProbe", "refusing_optimizer_steps", "check_grads_untouched",
-           "check_no_stale_numbers", "preserving_writes"]
+           "check_no_stale_numbers", "preserving_writes", "storage_key", "written_tensors"]
 
-_graph_task_id = graph_task_id
+# torch's public answer to "is an autograd backward running now?" (``is_bw``; the
+# tracker need not be entered for it)
+_BACKWARD = ModuleTracker()
 
 _ADVICE = ("Compute gradients with nx.grad / nx.value_and_grad and update the parameters "
            "functionally or in place under torch.no_grad() (docs/guide.md §4), or keep "
@@ -68,7 +71,7 @@ class TraceProbe(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not self.ran and _graph_task_id() != -1:
+        if not self.ran and _BACKWARD.is_bw:
             self.ran = True
         schema = op_schema(func)
         if schema is not None and schema.is_mutable:
@@ -124,32 +127,42 @@ class preserving_writes(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self._made: set = set()
+        self._made: set = set()   # the storages of the tensors the call made
         self._kept: dict = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         for t in written_tensors(func, args, kwargs):
-            if id(t) not in self._made and id(t) not in self._kept:
+            if storage_key(t) not in self._made and id(t) not in self._kept:
                 with _no_modes():
                     self._kept[id(t)] = (t, t.detach().clone())
+        given = {storage_key(a) for a in tree_leaves((args, kwargs))
+                 if isinstance(a, torch.Tensor)}
         out = func(*args, **kwargs)
         for o in (out if isinstance(out, (tuple, list)) else (out,)):
-            if isinstance(o, torch.Tensor) and id(o) not in self._kept:
-                self._made.add(id(o))
+            if isinstance(o, torch.Tensor) and storage_key(o) not in given:
+                self._made.add(storage_key(o))   # new memory (not a view of an argument)
         return out
 
     def __exit__(self, *exc):
         out = super().__exit__(*exc)
-        with torch.no_grad():
-            for t, value in self._kept.values():
+        with torch.no_grad():   # latest first: a region kept twice gets its first value
+            for t, value in reversed(list(self._kept.values())):
                 t.copy_(value)
         self._kept.clear()
         return out
 
 
+def storage_key(t: torch.Tensor):
+    """What tells ``t``'s memory apart from other live tensors' (a view shares its
+    base's): its storage's address, or ``t`` itself where it has none (empty)."""
+    ptr = t.untyped_storage().data_ptr() if t.layout == torch.strided else 0
+    return ptr if ptr else ("tensor", id(t))
+
+
 def written_tensors(func, args: tuple, kwargs: dict) -> list:
-    """The tensors an op call writes to in place (through a view: the view's base)."""
+    """The tensors an op call writes to in place (views as they are: see
+    :func:`storage_key` for the memory they write)."""
     schema = op_schema(func)
     if schema is None or not schema.is_mutable:
         return []
@@ -159,7 +172,7 @@ def written_tensors(func, args: tuple, kwargs: dict) -> list:
             continue
         t = args[i] if i < len(args) else kwargs.get(arg.name)
         if isinstance(t, torch.Tensor):
-            out.append(t if view_base(t) is None else view_base(t))
+            out.append(t)
     return out
 
 

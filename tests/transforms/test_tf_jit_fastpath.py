@@ -153,3 +153,28 @@ def test_first_call_mutates_inputs_once():
     torch.testing.assert_close(x, torch.ones(3))
     torch.testing.assert_close(j(x), torch.full((3,), 4.0))
     torch.testing.assert_close(x, torch.full((3,), 2.0))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_direct_call_only_where_it_changes_nothing(backend):
+    """Programs on both sides of the direct call's rule (an input written, outputs
+    sharing memory, views of an intermediate, the results of one multi-result op)
+    give eager's values, on the compiling call and on cached ones."""
+    programs = [
+        lambda x: x.add_(1).mul(2),                              # writes its input
+        lambda x: (lambda y: (y, y.view(-1)))(x * 2),            # outputs share memory
+        lambda x: (x * 2).expand(2, 3, 4),                       # a view of an intermediate
+        lambda x: tuple(torch.max(x.sin(), dim=1)),              # one op's two results
+        lambda x: x.t(),                                         # a view of the input
+    ]
+    for k, fn in enumerate(programs):
+        f = nx.jit(fn, backend=backend)
+        for _ in range(3):
+            x = torch.randn(3, 4)
+            x_eager = x.clone()
+            want = fn(x_eager)
+            got = f(x)
+            torch.testing.assert_close(got, want, msg=f"program {k}")
+            torch.testing.assert_close(x, x_eager, msg=f"program {k}: the input")
+        if k == 4:   # still a view of the input, as in eager
+            assert got.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()

@@ -268,6 +268,13 @@ def test_programs_the_store_refuses_and_side_effects_undone():
     y = x.clone()
     assert _record(lambda y: y.mul_(2), y) is None
     assert y.equal(x)
+    assert _record(lambda y: y[1:].mul_(2).sum(), y) is None            # through a view
+    assert _record(lambda y: y.t()[0].add_(1).sum(), y) is None         # of a view
+    assert y.equal(x)
+    assert _record(lambda x: (counter[()].add_(1), x * 2)[1], x) is None
+    assert float(counter) == 0.0                                        # ... undone
+    made = _record(lambda y: (lambda z: (z[1:].mul_(2), z)[1])(y * 1), y)
+    assert made is not None and y.equal(x)       # writes only what it made: storable
     rng = torch.get_rng_state()
     _record(lambda x: x + torch.rand(3), x)
     assert torch.get_rng_state().equal(rng)                             # random state kept
