@@ -5,7 +5,9 @@ named axis the target lacks, since every instance of that axis would write into 
 one target -- ``torch.ones(2, 3).mul_(named)`` used to apply every instance in turn.
 ``out=`` receives the result the op gives without it: the same named shape (names in
 any order), torch's resizing of a positional shape that differs and torch's casting
-rule; a plain ``out`` can only receive a result without named axes.
+rule; a plain ``out`` can only receive a result without named axes.  A write whose
+target shares memory with another operand does what the per-instance loop does: where
+torch refuses each instance's write (the two overlap), it is refused.
 
 >>> import torch, named_axes as nx
 >>> a = nx.named(torch.ones(2, 3), 'N ...')
@@ -28,8 +30,9 @@ from ._errors import AxisSizeError, fmt_named_shape
 from ._layout import align
 from ._registry import op_name
 from ._tensor import NamedTensor
+from ._torch_private import dispatch_depth, is_functorch_wrapped, tree_flatten, tree_unflatten
 
-__all__ = ["check_inplace", "write_out"]
+__all__ = ["check_inplace", "check_overlap", "write_out"]
 
 _NT = NamedTensor
 
@@ -77,6 +80,73 @@ def check_inplace(func: Callable, args: tuple, kwargs: dict) -> None:
     missing = [n for n in axes if n not in have]
     if missing:
         _refuse(func, target, axes, missing)
+    if axes or have:
+        check_overlap(func, args, kwargs)
+
+
+def _plain_data(v):
+    """The strided eager tensor behind ``v`` (None: anything else)."""
+    d = v._data if type(v) is _NT else v
+    ok = type(d) is torch.Tensor and d.layout == torch.strided and not d.is_meta and \
+        not is_functorch_wrapped(d)
+    return d if ok else None
+
+
+def _tensors(values, out: list) -> list:
+    """The tensors among ``values`` (and in lists of them; a NamedTensor's data), into
+    ``out``."""
+    for v in values:
+        if type(v) in (list, tuple):
+            _tensors(v, out)
+        elif isinstance(v, (torch.Tensor, _NT)):
+            out.append(v._data if type(v) is _NT else v)
+    return out
+
+
+def check_overlap(func: Callable, args: tuple, kwargs: dict) -> None:
+    """An in-place op whose target shares memory with another operand: the first
+    instance runs on a copy of that memory, so that torch refuses a write the
+    per-instance loop would refuse (``n[..., 1:].copy_(n[..., :2])``: within one
+    instance the two overlap) instead of the whole tensor being written at once."""
+    others = _tensors((*args[1:], *kwargs.values()), [])
+    if not others or dispatch_depth() or torch.compiler.is_compiling():
+        return
+    target = _plain_data(args[0])
+    if target is None:
+        return
+    ptr = target.untyped_storage().data_ptr()
+    if not ptr or all(d is target or _plain_data(d) is None or
+                      d.untyped_storage().data_ptr() != ptr for d in others):
+        return
+    memory = target.untyped_storage()
+    flat, spec = tree_flatten((args, kwargs))
+    sharing = [_plain_data(v) for v in flat]
+    sharing = [d is not None and d is not target and
+               d.untyped_storage().data_ptr() == memory.data_ptr() for d in sharing]
+    if any(d and _plain_data(v).dtype != target.dtype for v, d in zip(flat, sharing)):
+        return   # (a view of the memory as another dtype: not emulated)
+    copy = torch.empty(0, dtype=target.dtype, device=target.device)
+    copy.set_(memory.clone(), 0, (memory.nbytes() // target.element_size(),), (1,))
+    first = []
+    for v, shared in zip(flat, sharing):
+        d = _plain_data(v)
+        if d is not None and type(v) is _NT:
+            d = d[(0,) * len(v._names)]
+        if d is not None and (shared or _plain_data(v) is target):
+            d = copy.as_strided(d.shape, d.stride(), d.storage_offset())
+        first.append(d if d is not None else v)
+    a, kw = tree_unflatten(first, spec)
+    try:
+        devices = [target.device.index or 0] if target.is_cuda else []
+        with torch.no_grad(), torch.random.fork_rng(devices=devices):
+            func(*a, **kw)
+    except RuntimeError as e:
+        if "single memory location" not in str(e):
+            return
+        raise AxisSizeError(
+            f"{op_name(func)}: the target and another operand share memory that overlaps "
+            f"within one instance of the named axes, and torch refuses such a write on each "
+            f"instance ({str(e).splitlines()[0]}); clone() the operand first") from None
 
 
 def write_out(func: Callable, args: tuple, kwargs: dict, compute: Callable) -> Any:

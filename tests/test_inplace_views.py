@@ -107,3 +107,38 @@ def test_inplace_under_xmap_on_a_replicated_value_is_an_error():
     g = nx.xmap(f, in_axes=({}, {0: "i"}), out_axes={})
     with pytest.raises(ValueError, match="'i'"):
         g(torch.zeros(3), torch.ones(2, 3))
+
+
+def _per_instance(op, base: torch.Tensor, names: int):
+    """What the per-instance loop does: ``op`` on each instance's views (leading
+    ``names`` dims named) of a copy of ``base``; the copy, or the error torch raised."""
+    data = base.clone()
+    try:
+        for i in range(data.shape[0]):
+            op(data[i])
+    except RuntimeError as e:
+        return e
+    return data
+
+
+@pytest.mark.parametrize("op", [
+    lambda v: v[..., 1:].copy_(v[..., :2]),        # overlapping within an instance
+    lambda v: v[..., :2].add_(v[..., 1:]),
+    lambda v: v[..., :1].copy_(v[..., 2:]),        # disjoint parts of one instance
+    lambda v: v.mul_(v),                           # the same memory exactly
+    lambda v: v[..., ::2].copy_(v[..., 1:2]),
+], ids=["copy-overlap", "add-overlap", "copy-disjoint", "mul-self", "strided"])
+def test_inplace_between_views_of_one_value_matches_the_per_instance_loop(op):
+    """Target and operand in the same memory: the result is the per-instance loop's, or
+    our error where torch refuses each instance's write (was: torch's write of the whole
+    tensor at once, which the loop never gives)."""
+    base = torch.arange(12.).reshape(4, 3)
+    want = _per_instance(op, base, 1)
+    n = nx.named(base.clone(), {0: "i"})
+    if isinstance(want, RuntimeError):
+        with pytest.raises(nx.AxisSizeError, match="overlaps within one instance"):
+            op(n)
+        assert torch.equal(n._data, base)          # nothing was written
+    else:
+        op(n)
+        assert torch.equal(n._data, want)
