@@ -44,7 +44,7 @@ __all__ = ["dispatch", "vmap_fallback", "wrap", "result", "check_conflicts", "Sh
 
 _Tensor = torch.Tensor
 _NT = NamedTensor
-_is_compiling = torch.compiler.is_compiling
+_is_compiling = torch.compiler.is_dynamo_compiling
 _entry = ENTRIES.get
 _wrap_nt = NamedTensor._wrap
 
@@ -160,7 +160,7 @@ def _writes_target(func: Callable) -> bool:
 def _keeps_target(func: Callable) -> bool:
     """Does ``func`` write into (or hook onto) its first argument?  (Under dynamo: assume
     so — a lookup keyed by the function can fail its guards, see _registry.rule_while_compiling.)"""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_dynamo_compiling():
         return True
     return _writes_target(func) or func in (
         _Tensor.__setitem__, _Tensor.backward, _Tensor.register_hook)
@@ -358,7 +358,7 @@ def check_instance(func: Callable, args: tuple, kwargs: dict, flat=None, spec=No
     one instance's call of ``func`` fails on meta tensors of its shapes (``real``: or on
     a copy of the first instance's values).  Cached per signature (op, positional shapes,
     dtypes, other arguments): a valid layout costs a dict lookup."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_dynamo_compiling():
         return
     if flat is None:
         flat, spec = tree_flatten((args, kwargs))

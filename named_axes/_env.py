@@ -172,7 +172,7 @@ def push(frame: Frame) -> None:
     st.saved.append((bound, pairs, st.engine))
     st.stack.append(frame)
     st.levels.append(functorch_level() if functorch_active()
-                     and not torch.compiler.is_compiling() else None)
+                     and not torch.compiler.is_dynamo_compiling() else None)
     st.bound = {**bound, **frame.sizes} if bound else frame.sizes
     if frame.conflicts:
         st.conflicts = pairs | frame.conflicts

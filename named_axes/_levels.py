@@ -59,7 +59,7 @@ def owned(transform: Callable, direct: bool = False) -> Callable:
             OWN_LEVELS.append(functorch_level())
             return func(*args, **kwargs)
 
-        if torch.compiler.is_compiling():   # dynamo traces the transform itself
+        if torch.compiler.is_dynamo_compiling():   # dynamo traces the transform itself
             return transform(func, *t_args, **t_kwargs)
         if direct:   # vjp(func, *primals) / jvp(func, primals, tangents): called now
             mark = len(OWN_LEVELS)
@@ -71,7 +71,7 @@ def owned(transform: Callable, direct: bool = False) -> Callable:
 
         @functools.wraps(transformed)
         def run(*args, **kwargs):
-            if torch.compiler.is_compiling():
+            if torch.compiler.is_dynamo_compiling():
                 return transformed(*args, **kwargs)
             mark = len(OWN_LEVELS)
             try:
@@ -85,7 +85,7 @@ def owned(transform: Callable, direct: bool = False) -> Callable:
 def check_foreign() -> None:
     """Refuse to build a named value under a differentiating ``torch.func`` transform
     the library did not open (called by ``NamedTensor._wrap`` while one is active)."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_dynamo_compiling():
         return
     level = functorch_level()
     if level is None or level in OWN_LEVELS:

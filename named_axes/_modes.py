@@ -18,10 +18,22 @@ import torch
 
 from ._torch_private import dispatch_depth, dispatch_modes
 
-__all__ = ["modes_run_values", "building_graph", "shapes_only"]
+__all__ = ["modes_run_values", "building_graph", "shapes_only", "lowering_for_compile",
+           "LOWERING"]
+
+# > 0 while an xmap runs as one call of torch.compile's graph (_xmap_graph): the graph
+# AOT autograd traces there goes to the user's backend, so it holds the positional code
+# a person would write, as dynamo's trace does (collectives as sums, not named ops)
+LOWERING = [0]
+
+
+def lowering_for_compile() -> bool:
+    """Whether the code runs for torch.compile's backend: traced by dynamo, or inside an
+    xmap that dynamo's graph holds as one call."""
+    return _is_compiling() or LOWERING[0] > 0
 
 _dispatch_depth = dispatch_depth
-_is_compiling = torch.compiler.is_compiling
+_is_compiling = torch.compiler.is_dynamo_compiling
 
 
 def modes_run_values() -> bool:

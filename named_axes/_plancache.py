@@ -40,7 +40,7 @@ def _compiling_before_torch() -> bool:
     torch = sys.modules.get("torch")
     if torch is None or not hasattr(torch, "compiler"):
         return False
-    compiling = torch.compiler.is_compiling
+    compiling = torch.compiler.is_dynamo_compiling
     return compiling()
 
 

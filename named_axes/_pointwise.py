@@ -139,7 +139,7 @@ def pointwise(func: Callable, args: tuple, kwargs: dict, inplace: bool = False) 
                 out = func(d0, p)
                 return a0 if inplace else finish(out, names, func)
             if not inplace and names and type(b) is _NT and b._names \
-                    and not torch.compiler.is_compiling():
+                    and not torch.compiler.is_dynamo_compiling():
                 out = by_name(func, a0, b)
                 if out is not None:
                     return out

@@ -52,7 +52,7 @@ def spellings(name: str) -> list:
 
 def is_inplace(func: Callable) -> bool:
     """Whether ``func`` writes into its first argument (``add_``, ``__iadd__``)."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_dynamo_compiling():
         # dynamo can't trace str methods on a function's name: a precomputed lookup
         return getattr(func, "__name__", None) in _INPLACE_NAMES
     return is_inplace_name(getattr(func, "__name__", "") or "")
@@ -105,7 +105,7 @@ def rule_while_compiling(func: Callable):
 
 def op_name(func: Any) -> str:
     """How a user spells ``func``: ``torch.add``, ``Tensor.sum``, ``F.softmax``."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_dynamo_compiling():
         # dynamo may not hash `func` (see rule_while_compiling): look up by name.
         for f, _, spelled in _BY_NAME.get(getattr(func, "__name__", None), ()):
             if func is f:

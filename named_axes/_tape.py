@@ -193,7 +193,7 @@ def _derived(v, made: dict, own_level: bool = False) -> bool:
     """Whether ``v``, which no noted op made, may still depend on the inputs: a
     NamedTensor built in the region, or a plain tensor made by ops autograd records
     (at the call's own torch.func level, when it has one: ``Tape.own_level``)."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_dynamo_compiling():
         # dynamo traces neither torch.func's wrappers nor (torch 2.13) the
         # requires_grad of the tensors torch.func.grad differentiates: assume the
         # value may depend on them (more axes kept, never other values)
@@ -322,7 +322,7 @@ _KINDS: dict = {}
 
 def note_call(func, args: tuple, kwargs: dict, out) -> None:
     """Note the call ``func(*args, **kwargs) -> out`` on every open tape."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_dynamo_compiling():
         # dynamo traces no str method on a function's name (nor hashes every function):
         # the kinds of the names torch and nx.lax spell, nonlinear (reads all) otherwise
         kind = _KIND_BY_NAME.get(getattr(func, "__name__", None), "nonlinear")

@@ -144,7 +144,7 @@ def disable_dispatch_modes():
 def tracing_mode_active() -> bool:
     """Whether make_fx's proxy mode or a FakeTensorMode is active.  Why: under a trace the
     mesh engine skips its input check (no values) and gathers full outputs itself (no
-    DTensor in the graph).  Public alternative considered: ``torch.compiler.is_compiling()``
+    DTensor in the graph).  Public alternative considered: ``torch.compiler.is_dynamo_compiling()``
     (public; checked too) misses make_fx."""
     if not torch._C._len_torch_dispatch_stack():
         return False
@@ -220,7 +220,7 @@ def _old_name(collective: Callable, *args) -> torch.Tensor:
     ``*_tensor`` name (deprecated for a ``*_single`` name torch 2.9 lacks; the warning
     is about the name only, and torch gives none under dynamo, which traces no
     ``catch_warnings``)."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_dynamo_compiling():
         return _waited(collective(*args))
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*_functional_collectives.*deprecated",

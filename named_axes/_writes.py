@@ -108,8 +108,10 @@ def check_overlap(func: Callable, args: tuple, kwargs: dict) -> None:
     instance runs on a copy of that memory, so that torch refuses a write the
     per-instance loop would refuse (``n[..., 1:].copy_(n[..., :2])``: within one
     instance the two overlap) instead of the whole tensor being written at once."""
+    if torch.compiler.is_dynamo_compiling():
+        return
     others = _tensors((*args[1:], *kwargs.values()), [])
-    if not others or dispatch_depth() or torch.compiler.is_compiling():
+    if not others or dispatch_depth():
         return
     target = _plain_data(args[0])
     if target is None:

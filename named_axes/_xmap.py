@@ -21,10 +21,11 @@ from . import _env
 from ._errors import (AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape,
                       fmt_names)
 from ._layout import apply_insert, insert_named, to_named
-from ._parsing import check_name, match_prefix, parse_mapping, path_str
+from ._parsing import check_name, is_mapping, match_prefix, parse_mapping, path_str
 from ._plancache import PlanCache
 from ._tensor import NamedTensor
-from ._xmap_call import _MAX_PLANS, _escapes, _out_plan, _Plan
+from ._xmap_call import _MAX_PLANS, _escapes, _out_plan, _Plan, _shared_resource
+from ._xmap_graph import GraphCall
 from .transforms._jit import on_mesh_under_dynamo, run_jitted
 from ._xmap_tree import _as_torch, _flatten, _flatten_key, _is_array, _is_leaf, _unflatten
 
@@ -65,11 +66,14 @@ class _Xmapped:
                           + (f", axis_resources={axis_resources!r}" if axis_resources else "")
                           + ")")
         # a list of mappings is a container of them, matched like a tuple of arguments
-        self._in_spec = (tuple(in_axes) if isinstance(in_axes, list) and not _is_mapping_safe(in_axes)
+        self._in_spec = (tuple(in_axes) if isinstance(in_axes, list) and not is_mapping(in_axes)
                          else in_axes)
         # call plans by argument structure; partitioned / device-moving calls go slow
         self._plans = PlanCache(f"xmap {self._spelling[:40]}", maxsize=_MAX_PLANS)
         self._plannable = not self.axis_resources and backend is None
+        # under torch.compile: one node of dynamo's graph where the body allows it
+        self._graph = None if not self._plannable or torch.compiler.is_dynamo_compiling() else \
+            GraphCall(lambda a: self._call_slow(a, {}), fun)   # (an xmap made in dynamo's trace: none)
 
     def __repr__(self) -> str:
         return f"<{self._spelling}>"
@@ -83,9 +87,11 @@ class _Xmapped:
         return self if obj is None else functools.partial(self, obj)
 
     def __call__(self, *args, **kwargs):
-        if kwargs or not self._plannable or torch.compiler.is_compiling():
+        if kwargs or not self._plannable or torch.compiler.is_dynamo_compiling():
             if not kwargs and on_mesh_under_dynamo(self):   # torch.compile on a mesh:
                 return run_jitted(self, args)               # the call as nx.jit's program
+            if self._graph is not None and self._graph.applies(args, kwargs):
+                return self._graph.call(*args)   # (only under dynamo: see _xmap_graph)
             # under dynamo: no Python-object caches in the traced code
             return self._call_slow(args, kwargs)
         leaves: list = []
@@ -139,6 +145,8 @@ class _Xmapped:
             raise AxisTypeError(f"{self._spelling}: keyword arguments are not supported; pass "
                                 f"them positionally (in_axes describes positional arguments)")
         what = f"{self._spelling}(<inputs>)"
+        if self._graph is not None and not torch.compiler.is_dynamo_compiling():
+            self._graph.register()   # (dynamo loaded since the xmap was made)
         for i in self.donate_argnums:
             if not -len(args) <= i < len(args):
                 raise AxisSpecError(f"{what}: donate_argnums={self.donate_argnums!r} names "
@@ -223,7 +231,7 @@ class _Xmapped:
                 f"{len(args)} arguments; give one axis mapping per argument, or a single "
                 f"mapping for all ([] asserts rank 0, [...] names nothing)")
         # a single mapping at the top applies to the array arguments only
-        top_mapping = _is_mapping_safe(self._in_spec)
+        top_mapping = is_mapping(self._in_spec)
         pairs = match_prefix(self._in_spec, args, _is_leaf, what=what)
         sizes: dict = {}
         where: dict = {}
@@ -360,13 +368,6 @@ class _Xmapped:
                 f"it, or give it a size in axis_sizes and place it in out_axes")
 
 
-def _shared_resource(ra, rb):
-    ra = ra if isinstance(ra, tuple) else (ra,)
-    rb = rb if isinstance(rb, tuple) else (rb,)
-    common = [r for r in ra if r in rb]
-    return common[0] if common else ra[0]
-
-
 def _where(site: tuple) -> str:
     """Spell where an axis size came from (built only for an error message)."""
     path, pos = site
@@ -375,12 +376,6 @@ def _where(site: tuple) -> str:
 
 def _article(word: str) -> str:
     return ("an " if word[:1].lower() in "aeiou" else "a ") + word
-
-
-def _is_mapping_safe(spec) -> bool:
-    from ._parsing import is_mapping
-
-    return is_mapping(spec)
 
 
 def _backend_device(backend):
@@ -473,8 +468,6 @@ class _AutoXmapped(_Xmapped):
 
 def _spec_names(spec) -> list:
     """Every axis name the mappings of an in_axes tree give."""
-    from ._parsing import is_mapping
-
     if is_mapping(spec):
         return list(parse_mapping(spec).names)
     if isinstance(spec, (list, tuple)):
@@ -486,8 +479,6 @@ def _spec_names(spec) -> list:
 
 def _validate_spec_tree(spec, what):
     """Parse every mapping in a spec tree now, so bad specs fail at xmap(), not at call."""
-    from ._parsing import is_mapping
-
     if is_mapping(spec):
         parse_mapping(spec)
     elif isinstance(spec, (list, tuple)):

@@ -24,7 +24,7 @@ from ._plancache import PlanCache
 from ._tensor import NamedTensor
 from ._xmap_tree import _is_leaf
 
-__all__ = ["_Plan", "_OutOps", "_out_plan", "_escapes"]
+__all__ = ["_Plan", "_OutOps", "_out_plan", "_escapes", "_shared_resource"]
 
 
 _MAX_PLANS = 256   # call plans kept per xmapped function
@@ -126,3 +126,11 @@ def _escapes(keep: tuple, carried: frozenset) -> bool:
         if n not in carried and n not in bound:
             return True
     return False
+
+
+def _shared_resource(ra, rb):
+    """The mesh resource two axes' resources share (for an error message)."""
+    ra = ra if isinstance(ra, tuple) else (ra,)
+    rb = rb if isinstance(rb, tuple) else (rb,)
+    common = [r for r in ra if r in rb]
+    return common[0] if common else ra[0]

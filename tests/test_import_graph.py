@@ -75,7 +75,7 @@ LAYERS = (
     {"_einsum", "_einsum2", "_einsum_run", "_one_hot", "_functions", "_einops", "nn", "lax"},
     {"transforms"},
     {"parallel"},
-    {"", "_xmap", "_xmap_call", "_xmap_tree", "_pmap", "_calibrate"},
+    {"", "_xmap", "_xmap_call", "_xmap_tree", "_xmap_graph", "_pmap", "_calibrate"},
 )
 
 

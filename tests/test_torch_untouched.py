@@ -117,17 +117,28 @@ def test_named_matmul_under_dynamo_refuses_without_the_opt_in():
 
 def test_named_at_named_under_dynamo_is_never_a_swapped_product():
     # both operands NamedTensors (in_axes {} makes w one): dynamo swaps them too; without
-    # the opt-in the product refuses (fullgraph) or runs eagerly (a graph break)
+    # the opt-in the product refuses (fullgraph) or runs eagerly (a graph break).  A body
+    # that reads no tensor from outside is one node of dynamo's graph (_xmap_graph):
+    # dynamo never traces its `@`, and the product is right.  Closing over a tensor
+    # makes dynamo trace the body.
     import torch._dynamo
 
-    f = nx.xmap(lambda x, w: nx.lax.pmean(((x @ w).tanh()).pow(2).sum(), 'b'),
-                in_axes=(["b", ...], {}), out_axes=[...])
+    one = torch.ones(())
+    body = lambda x, w: nx.lax.pmean(((x @ w).tanh()).pow(2).sum(), 'b')   # noqa: E731
+    kw = dict(in_axes=(["b", ...], {}), out_axes=[...])
+    traced = nx.xmap(lambda x, w: body(x, w) * one, **kw)
+    opaque = nx.xmap(body, **kw)
     x, w = torch.randn(5, 4), torch.randn(4, 3)
     torch._dynamo.reset()
     # (dynamo's own refusal of `named @ named`, or ours of the swapped call it leads to;
     # torch 2.9's dynamo words it as a graph break inside a context manager)
     with pytest.raises(Exception):
-        torch.compile(f, fullgraph=True, backend="eager")(x, w)
-    torch._dynamo.reset()
-    torch.testing.assert_close(torch.compile(f, backend="eager")(x, w), f(x, w))
+        torch.compile(traced, fullgraph=True, backend="eager")(x, w)
+    for f in (traced, opaque):
+        torch._dynamo.reset()
+        torch.testing.assert_close(torch.compile(f, backend="eager")(x, w), f(x, w))
+    for backend in ("eager", "inductor"):
+        torch._dynamo.reset()
+        torch.testing.assert_close(torch.compile(opaque, fullgraph=True, backend=backend)(x, w),
+                                   opaque(x, w))
     torch._dynamo.reset()

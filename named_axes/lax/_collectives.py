@@ -267,6 +267,6 @@ def _default_device() -> torch.device:
     """The device factory functions use (``torch.get_default_device()``).  Under dynamo,
     which can't trace that function (it returns a non-tensor), the device of a new
     tensor, a constant while tracing (dynamo guards on the default device)."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_dynamo_compiling():
         return torch.empty(0).device
     return torch.get_default_device()

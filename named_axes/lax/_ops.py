@@ -24,7 +24,7 @@ import torch
 from torch.autograd.forward_ad import unpack_dual
 
 from .._einsum2 import einsum2_eager
-from .._modes import building_graph
+from .._modes import building_graph, lowering_for_compile
 from .._torch_private import functorch_transform_kinds, is_functorch_wrapped
 # the custom ops are names of this module too: the compile backend and the DTensor
 # engine find them in vars(_ops)
@@ -47,13 +47,13 @@ def _tracing() -> bool:
     ops on real values (``runs_values``: nx.jit's warm-up and identifying runs) build no
     graph.
 
-    Under dynamo (``torch.compile`` of a function calling an xmap; tested first: dynamo
-    folds it) the plain op is used as well: dynamo then traces the positional program a
+    Under ``torch.compile`` (dynamo's trace, or an xmap that its graph holds as one
+    call: :func:`named_axes._modes.lowering_for_compile`) the plain op is used as well: dynamo then traces the positional program a
     person would write (sums, products) and inductor fuses and lowers it like the
     positional twin's -- an opaque custom op with an autograd.Function around it ran
     1.4-1.7x the twin's time (P1, P3).  A mesh engine is asked before this point.
     """
-    if torch.compiler.is_compiling():
+    if lowering_for_compile():
         return False
     return building_graph()
 
@@ -377,7 +377,7 @@ def _fn(cls, *operands):
 def forward_mode(*values) -> bool:
     """Whether forward-mode AD runs on ``values``: one of them is a dual tensor
     (``torch.autograd.forward_ad``), or a functorch jvp level is open."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_dynamo_compiling():
         return False
     if any(isinstance(v, torch.Tensor) and unpack_dual(v).tangent is not None
            for v in values):

@@ -45,7 +45,7 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
     {'b': 2, 'h': 4}
     """
     if type(x) is _NT and type(y) is _NT and type(axis_name) is str \
-            and not _env_state.engine and not torch.compiler.is_compiling():
+            and not _env_state.engine and not torch.compiler.is_dynamo_compiling():
         out = _pdot_cached(x, y, axis_name, pos_contract, pos_batch)
         if out is not None:
             return out

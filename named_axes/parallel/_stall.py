@@ -45,7 +45,7 @@ def bounded(what: str, groups: list, run: Callable):
     :class:`AxisResourceError` naming the ranks that did not arrive."""
     import torch
 
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_dynamo_compiling():
         return run()
     _COUNT[0] += 1
     try:

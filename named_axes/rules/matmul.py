@@ -38,7 +38,7 @@ def _matmul(func, args, kwargs):
     name = getattr(func, "__name__", "matmul")
     if name == "__rmatmul__":
         a, b = b, a
-    elif (torch.compiler.is_compiling()
+    elif (torch.compiler.is_dynamo_compiling()
           and (func is torch.Tensor.matmul or func is torch.Tensor.__matmul__)):
         _refuse_swapped_matmul()   # (both operands may be NamedTensors: `n @ m` too)
     if name == "vdot":

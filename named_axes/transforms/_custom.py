@@ -150,7 +150,7 @@ class custom_vjp:
         call.scope = list(frames())   # bwd runs in this environment, wherever autograd is
         *out, o = _apply(_VjpFunction, call)
         out = rebox(out, o.spec, o.names)
-        if not torch.compiler.is_compiling() and TAPES:   # inside nx.grad: what bwd does
+        if not torch.compiler.is_dynamo_compiling() and TAPES:   # inside nx.grad: what bwd does
             # to named axes decides named shapes
             call.noted = noted_rule(tree_flatten([call.args[i] for i in call.diff_pos])[0],
                                     tree_flatten(out)[0])
@@ -164,7 +164,7 @@ def _apply(function, call) -> tuple:
     as subgraphs, where the tapes' Python state must not change.  The tape does not know
     the call's results then, and keeps every copy (``_tape._derived``)."""
     inputs = _traced_inputs(call.leaves)
-    if torch.compiler.is_compiling() and TAPES:
+    if torch.compiler.is_dynamo_compiling() and TAPES:
         with suspended():
             return function.apply(call, *inputs)
     return function.apply(call, *inputs)
@@ -179,7 +179,7 @@ def _traced_inputs(leaves: list) -> list:
     rule without a word (pytorch/pytorch#193279); a view of it requires grad as it
     should, and costs nothing in the compiled graph.
     """
-    if not torch.compiler.is_compiling():
+    if not torch.compiler.is_dynamo_compiling():
         return leaves
     return [t.view_as(t) if isinstance(t, torch.Tensor) else t for t in leaves]
 
@@ -258,7 +258,7 @@ class _VjpFunction(torch.autograd.Function):
         # of a Function whose inputs do not require grad with grad on): fwd may call the
         # function itself, which then gives its value
         with torch.no_grad():
-            if not torch.compiler.is_compiling() and TAPES:   # noted as a whole, not op by op
+            if not torch.compiler.is_dynamo_compiling() and TAPES:   # noted as a whole, not op by op
                 with suspended():
                     out, res = call.me.fwd(*call.rebuild(phys))
             else:
@@ -339,7 +339,7 @@ class custom_jvp:
         # rule serves reverse mode only; forward mode there would differentiate ``fun``
         # itself, silently without the rule (oracle seed 3913, p3913_00557), so an
         # nx.jvp / jacfwd / linearize around the call is refused
-        compiling = torch.compiler.is_compiling()
+        compiling = torch.compiler.is_dynamo_compiling()
         if compiling and FORWARD_REGIONS:
             raise AxisTypeError(
                 f"custom_jvp({self.__name__}) under torch.compile inside nx.jvp (or jacfwd, "

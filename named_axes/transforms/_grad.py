@@ -256,7 +256,7 @@ def _autograd_ok(prepared: list) -> bool:
     if building_graph():
         # (a DTensor under nx.jit's trace -- a sharded parameter -- must stay one for the
         # mesh engine, and torch.func's wrapper hides it: plain autograd, traced)
-        if torch.compiler.is_compiling() or not any(
+        if torch.compiler.is_dynamo_compiling() or not any(
                 is_dtensor(x) for leaves, _, _ in prepared for x in leaves):
             return False
     if torch.is_inference_mode_enabled():

@@ -132,7 +132,7 @@ class Region:
         ``axes`` are final; dynamo traces it where the forward calls the rule, so it
         reads them as they are then, and :meth:`settle` checks that none came later.
         """
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_dynamo_compiling():
             axes = dict(self.axes)
             self.early.append((rule, axes))
             return axes
@@ -252,7 +252,7 @@ _DYNAMO_TRACES_TAPE = tuple(int(v) for v in torch.__version__.split(".")[:2]) >=
 def static_tape(added: tuple, own_level: bool = False):
     """A :class:`GradTape` for a call whose inputs are broadcast along ``added``
     (``own_level``: see ``Tape.own_level``)."""
-    if not added or not _DYNAMO_TRACES_TAPE and torch.compiler.is_compiling():
+    if not added or not _DYNAMO_TRACES_TAPE and torch.compiler.is_dynamo_compiling():
         return _NoTape()
     tape = GradTape(added)
     tape.own_level = own_level
@@ -289,7 +289,7 @@ def without(value, axes) -> object:
 
 def _concrete(t) -> bool:
     """Whether ``t`` holds real values we may read (not traced, fake or batched)."""
-    return (not torch.compiler.is_compiling() and isinstance(t, torch.Tensor)
+    return (not torch.compiler.is_dynamo_compiling() and isinstance(t, torch.Tensor)
             and not _is_wrapped(t) and _modes_run_values())
 
 

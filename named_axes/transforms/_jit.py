@@ -67,7 +67,7 @@ __all__ = ["jit", "disable_jit", "on_mesh_under_dynamo", "run_jitted"]
 
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
-_is_compiling = torch.compiler.is_compiling
+_is_compiling = torch.compiler.is_dynamo_compiling
 _dispatch_depth = dispatch_depth
 _peek_functorch = functorch_transform_kind   # (None: no torch.func transform)
 _grad_enabled = torch.is_grad_enabled

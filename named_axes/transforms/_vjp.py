@@ -221,7 +221,7 @@ def _pullback(what: str, vjp_phys: Callable, out_leaves: list, names: list, boxe
                                 f"has {len(out_leaves)}")
         batch = _batch_axes(cts, names, forward_axes)
         lead = tuple(batch)
-        if region.transposed and len(lead) != 1 and torch.compiler.is_compiling():
+        if region.transposed and len(lead) != 1 and torch.compiler.is_dynamo_compiling():
             _refuse_transposed_rule(what, region.transposed[0])
         phys = []
         for i, (c, o, n) in enumerate(zip(cts, out_leaves, names)):
