@@ -120,6 +120,7 @@ class CostTape(Tape):
         super().__init__(())
         self.trace, self.flops, self.counted = trace, flops, 0
         self.inputs: dict = {}   # id -> the body's arguments (kept alive)
+        self.met: list = []   # the values of the meets, kept alive: their ids are keys
         self.along_seen: dict = {}   # (id(operand), axes) -> operand: ops along axes
 
     def note(self, kind, operands, outputs, along=frozenset(), collective=None) -> None:
@@ -144,6 +145,7 @@ class CostTape(Tape):
         for v in ins:
             t.values.add(_names(v))
             if _needs_grad(v) and union - _names(v):
+                self.met.append(v)   # (a freed value's id could name the next one)
                 t.meets.append(Meet(id(v), _names(v), _nbytes(v), union,
                                     id(v) in self.inputs))
         contracted = (frozenset().union(*map(_names, ins))
