@@ -13,6 +13,7 @@ True
 """
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Any, Callable
 
@@ -37,7 +38,8 @@ __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
            "tensor_guards",
            "no_autograd_cache", "uncached_fake_mode", "inductor_compile_fx",
            "inductor_decompositions", "inductor_mode_options", "aoti_package",
-           "aoti_package_loader", "dynamo_operator_tables",
+           "aoti_package_loader", "dynamo_loaded", "is_functional_collective",
+           "dynamo_operator_tables",
            "dynamo_forget_handlers"]
 
 
@@ -240,6 +242,15 @@ def functional_reduce_scatter(x: torch.Tensor, dim: int, group) -> torch.Tensor:
     return _old_name(reduce_scatter_tensor, x, "sum", dim, group)
 
 
+def is_functional_collective(op) -> bool:
+    """Whether ``op`` (an fx node's target) is one of torch.distributed's functional
+    collectives (a mesh program's communication in a traced graph).
+
+    Why: nx.jit compiles mesh programs apart.  Public alternative considered: none (the
+    ops live in the private ``_c10d_functional`` namespace)."""
+    return getattr(op, "namespace", None) == "_c10d_functional"
+
+
 # -- Tracing and compiling ----------------------------------------------------------------
 # FakeTensor, FakeTensorMode and its two exceptions (imported above).  Why: nx.eval_shape
 # runs programs on fake tensors, and nx.jit gives inductor fake inputs with a shape
@@ -343,6 +354,15 @@ def aoti_package_loader():
     (~0.7 s), which the store exists to avoid; this is the class it constructs."""
     aoti = getattr(torch._C, "_aoti", None)
     return getattr(aoti, "AOTIModelPackageLoader", None)
+
+
+def dynamo_loaded() -> bool:
+    """Whether dynamo has been imported in this process (``import named_axes`` never
+    imports it: ~0.6 s).
+
+    Why: an xmap is registered with ``torch.compiler.allow_in_graph`` (which imports
+    dynamo) only once dynamo is there.  Public alternative considered: none."""
+    return "torch._dynamo" in sys.modules
 
 
 # -- Dynamo's operator tables (nx.enable_dynamo_matmul, an explicit opt-in) ---------------

@@ -116,15 +116,16 @@ def check_overlap(func: Callable, args: tuple, kwargs: dict) -> None:
     target = _plain_data(args[0])
     if target is None:
         return
-    ptr = target.untyped_storage().data_ptr()
-    if not ptr or all(d is target or _plain_data(d) is None or
-                      d.untyped_storage().data_ptr() != ptr for d in others):
-        return
     memory = target.untyped_storage()
+    ptr = memory.data_ptr()
+
+    def shares(d) -> bool:
+        return d is not None and d is not target and d.untyped_storage().data_ptr() == ptr
+
+    if not ptr or not any(shares(_plain_data(d)) for d in others):
+        return
     flat, spec = tree_flatten((args, kwargs))
-    sharing = [_plain_data(v) for v in flat]
-    sharing = [d is not None and d is not target and
-               d.untyped_storage().data_ptr() == memory.data_ptr() for d in sharing]
+    sharing = [shares(_plain_data(v)) for v in flat]
     if any(d and _plain_data(v).dtype != target.dtype for v, d in zip(flat, sharing)):
         return   # (a view of the memory as another dtype: not emulated)
     copy = torch.empty(0, dtype=target.dtype, device=target.device)

@@ -28,7 +28,6 @@ from __future__ import annotations
 import builtins
 import dis
 import functools
-import sys
 import types
 from typing import Any, Callable
 
@@ -36,7 +35,7 @@ import torch
 
 from ._env import bound_axes
 from ._modes import LOWERING
-from ._torch_private import functorch_active
+from ._torch_private import dynamo_loaded, functorch_active
 
 __all__ = ["GraphCall", "outside_reads"]
 
@@ -175,7 +174,7 @@ class GraphCall:
         """Make :attr:`call` the function dynamo writes into its graph, once dynamo is
         loaded (it is not imported for this: a process that never compiles does not
         pay for it); until then dynamo traces the call as before."""
-        if self.ok and self.call is None and "torch._dynamo" in sys.modules:
+        if self.ok and self.call is None and dynamo_loaded():
             self.call = torch.compiler.allow_in_graph(_opaque(self.run))
 
     def applies(self, args: tuple, kwargs: dict) -> bool:

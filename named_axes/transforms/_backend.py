@@ -164,13 +164,13 @@ def _fake_inputs(example: list) -> list:
             for t in example]
 
 
-_PLAIN_NAMESPACES = ("aten", "prims", "named_axes", "_c10d_functional")
+_PLAIN_NAMESPACES = ("aten", "prims", "named_axes")   # (a mesh program: the wrapper)
 
 
 def _plain_program(gm: torch.fx.GraphModule, example: list) -> bool:
     """Whether AOT autograd's runtime wrapper around the compiled ``gm``, run without
     grad, has nothing to do, read off the graph conservatively: plain tensor inputs,
-    aten, collective and named_axes ops only, none that writes (to anything), and outputs that share
+    aten and named_axes ops only, none that writes (to anything), and outputs that share
     no memory with an input, a constant or each other (views of an intermediate value
     are fine: without grad no alias is regenerated)."""
     if not all(type(t) is torch.Tensor for t in example):

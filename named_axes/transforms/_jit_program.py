@@ -24,7 +24,8 @@ from typing import Any, Callable, NamedTuple, Sequence
 import torch
 
 from .._tensor import NamedTensor
-from .._torch_private import op_schema, tree_flatten, tree_unflatten, uncached_fake_mode
+from .._torch_private import (is_functional_collective, op_schema, tree_flatten, tree_unflatten,
+                              uncached_fake_mode)
 from . import _store
 from ._backend import Backend, _grad_constants, compile_boxed, inline_collectives
 from ._graph import trace_flat
@@ -238,8 +239,8 @@ def _constants(gm: torch.fx.GraphModule) -> list:
 
 def _communicates(gm: torch.fx.GraphModule) -> bool:
     """Whether the graph holds a torch.distributed collective (a mesh call's program)."""
-    return any(n.op == "call_function" and getattr(n.target, "namespace", None)
-               == "_c10d_functional" for n in gm.graph.nodes)
+    return any(n.op == "call_function" and is_functional_collective(n.target)
+               for n in gm.graph.nodes)
 
 
 def _pure(gm: torch.fx.GraphModule) -> bool:
