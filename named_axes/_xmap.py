@@ -31,6 +31,8 @@ from ._xmap_tree import _as_torch, _flatten, _flatten_key, _is_array, _is_leaf, 
 
 __all__ = ["xmap"]
 
+_dynamo_tracing = torch.compiler.is_dynamo_compiling
+
 
 def _resource_conflicts(axis_resources: Mapping) -> frozenset:
     """Pairs of axis names that share a mesh resource (they may never meet in one value)."""
@@ -87,12 +89,14 @@ class _Xmapped:
         return self if obj is None else functools.partial(self, obj)
 
     def __call__(self, *args, **kwargs):
-        if kwargs or not self._plannable or torch.compiler.is_dynamo_compiling():
+        if _dynamo_tracing():   # (every read here is a guard on each compiled call)
+            graph = self._graph
+            if graph is not None and graph.applies(args, kwargs):
+                return graph.call(*args)   # one node of dynamo's graph: see _xmap_graph
             if not kwargs and on_mesh_under_dynamo(self):   # torch.compile on a mesh:
                 return run_jitted(self, args)               # the call as nx.jit's program
-            if self._graph is not None and self._graph.applies(args, kwargs):
-                return self._graph.call(*args)   # (only under dynamo: see _xmap_graph)
-            # under dynamo: no Python-object caches in the traced code
+            return self._call_slow(args, kwargs)   # (no Python-object caches in a trace)
+        if kwargs or not self._plannable:
             return self._call_slow(args, kwargs)
         leaves: list = []
         key: list = []

@@ -181,7 +181,7 @@ class GraphCall:
         if self.call is None or kwargs or bound_axes() or functorch_active():
             return False
         for a in args:   # (a tensor subclass, DTensor: dynamo traces it as before)
-            if type(a) is not _Tensor and type(a) is not _Parameter:
+            if id(type(a)) not in _PLAIN_TYPES:
                 return False
         for cell, value in self.cells:
             if cell.cell_contents is not value:
@@ -193,7 +193,8 @@ class GraphCall:
 
 
 _MISSING = object()
-_Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
+# (by id: an identity test of two names for one class costs dynamo a Python guard)
+_PLAIN_TYPES = frozenset({id(torch.Tensor), id(torch.nn.Parameter)})
 
 
 def _opaque(run: Callable) -> Callable:
