@@ -26,6 +26,7 @@ _rules.install()
 _tensor_methods.attach()
 from ._layout import named, positional
 from ._xmap import xmap
+from ._plancache import clear_caches
 from ._functions import (all, amax, amin, any, argmax, argmin, log_softmax, logsumexp, max,
                          mean, min, norm, prod, softmax, std, sum, var)
 from ._interop import collate  # DataLoader collation, torch.load safe globals, numpy interop
@@ -42,6 +43,7 @@ __all__ = [
     "NamedAxisError", "AxisSizeError", "AxisSpecError", "AxisResourceError", "AxisTypeError",
     "UnboundAxisError", "ShapeError", "collate",
     "enable_torch_func", "disable_torch_func", "enable_dynamo_matmul", "disable_dynamo_matmul",
+    "clear_caches",
 ]
 
 # -- named ops & collectives (einsum, one_hot, nx.lax, nx.nn) ---------------------------

@@ -14,7 +14,8 @@ equation.  Every such cache is a :class:`PlanCache`, with one policy:
   a hit that fails it is rebuilt (so the rebuild raises the user's error);
 - when ``maxsize`` plans are held the cache starts over (layouts that never repeat
   cannot grow it without bound);
-- :func:`clear_all` empties every cache (tests; after a rule is registered).
+- :func:`clear_caches` (``nx.clear_caches``) empties every cache (a cold call; after a
+  rule is registered).
 
 >>> from named_axes._plancache import PlanCache
 >>> squares = PlanCache("squares", lambda n: n * n, maxsize=2)
@@ -27,10 +28,10 @@ import sys
 import weakref
 from typing import Any, Callable
 
-__all__ = ["PlanCache", "clear_all"]
+__all__ = ["PlanCache", "clear_caches"]
 
 _MISSING = object()
-CACHES: weakref.WeakSet = weakref.WeakSet()   # every live PlanCache, for clear_all
+CACHES: weakref.WeakSet = weakref.WeakSet()   # every live PlanCache, for clear_caches
 
 
 def _compiling_before_torch() -> bool:
@@ -118,7 +119,18 @@ class PlanCache:
         return f"PlanCache({self.name!r}, {len(self.plans)}/{self.maxsize} plans)"
 
 
-def clear_all() -> None:
-    """Forget every remembered plan."""
+def clear_caches() -> None:
+    """Forget every call plan named_axes remembers (``nx.clear_caches``, as
+    ``jax.clear_caches``): results never depend on them; the next call of each layout
+    plans again, as a first call does.  ``nx.jit`` programs are held by their jitted
+    function and go with it.
+
+    >>> import torch, named_axes as nx
+    >>> f = nx.xmap(lambda x: x * 2, in_axes=['i', ...], out_axes=['i', ...])
+    >>> before = f(torch.ones(2))
+    >>> nx.clear_caches()
+    >>> torch.equal(f(torch.ones(2)), before)
+    True
+    """
     for cache in CACHES:
         cache.clear()

@@ -20,7 +20,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from ._plancache import clear_all
+from ._plancache import clear_caches
 
 __all__ = ["OpRule", "RECORDS", "ENTRIES", "register", "spellings", "op_name", "is_inplace", "is_inplace_name",
            "rule_while_compiling"]
@@ -84,7 +84,7 @@ def register(funcs, impl: Callable, *, kind: str = "op", arity: int | None = Non
         name = getattr(f, "__name__", None)
         same = tuple(e for e in _BY_NAME.get(name, ()) if e[0] is not f)
         _BY_NAME[name] = same + ((f, impl, spelled),)
-    clear_all()
+    clear_caches()
 
 
 def rule_while_compiling(func: Callable):

@@ -56,8 +56,7 @@ def test_eval_shape_matches_the_eager_run(name):
     if name == "index_by_named" and tuple(map(int, torch.__version__.split(".")[:2])) < (2, 13):
         pytest.skip("torch < 2.13 words a data-dependent read differently (the check that "
                     "lets it through knows torch 2.13's exception classes)")
-    from named_axes._plancache import clear_all
-    clear_all()     # cold: no plan or per-instance check remembered from an eager run
+    nx.clear_caches()     # cold: no plan or per-instance check remembered from an eager run
     f = nx.xmap(_CASES[name], **_I)
     x = torch.arange(24.).reshape(3, 8)
     assert nx.eval_shape(f, x) == _shapes(f(x))

@@ -39,13 +39,8 @@ from opinfo_sweep_lib import FULL, OPS, SILENT, format_report, sweep  # noqa: E4
 
 # Silent mismatches the full sweep found, op -> root cause; these ops run as
 # xfail(strict=False) until the library is fixed.  Shrink it as fixes land; only silent
-# mismatches belong here (raw errors do not fail the test).
-_DROPOUT = ("dropout_p > 0: the loop draws each instance's dropout mask in turn, the named "
-            "call one batched draw (same distribution, other numbers)")
-KNOWN_MISMATCH: dict[str, str] = {
-    "nn.functional.multi_head_attention_forward": _DROPOUT,
-    "nn.functional.scaled_dot_product_attention": _DROPOUT,
-}
+# mismatches belong here (raw errors do not fail the test).  Empty: none known.
+KNOWN_MISMATCH: dict[str, str] = {}
 
 RESULTS: dict = {}
 
@@ -81,7 +76,7 @@ def test_op_matches_loop(name):
 def test_tables_name_real_ops():
     """Every op named in the tables exists in op_db (a renamed OpInfo would go stale)."""
     named = (set(KNOWN_MISMATCH) | set(lib.SKIP_OPS) | set(lib.SHAPE_ONLY_OPS)
-             | set(lib.PLAIN_RESULT_OPS) | {op for op, _ in lib.UNBOUND_CALLS})
+             | set(lib.PLAIN_RESULT_OPS) | set(lib.DROPOUT_OPS) | {op for op, _ in lib.UNBOUND_CALLS})
     assert named <= set(OPS), sorted(named - set(OPS))
 
 

@@ -169,7 +169,7 @@ def test_einsum2_matmul_lowering_matches_torch_einsum():
 # -- the one cache policy (named_axes/_plancache.py) --------------------------------
 
 def test_plan_cache_policy():
-    from named_axes._plancache import PlanCache, clear_all
+    from named_axes._plancache import PlanCache, clear_caches
     built = []
 
     def build(n):
@@ -186,7 +186,7 @@ def test_plan_cache_policy():
     cache(7)                                     # validate fails: rebuilt, starts over
     assert built[-2:] == [7, 7]
     assert len(cache) == 1 and cache.lookup((7,)) == 49 and cache.lookup((2,)) is None
-    clear_all()
+    clear_caches()
     assert len(cache) == 0
 
 
