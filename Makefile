@@ -13,7 +13,7 @@ ORACLE_N ?= 2000
 FUZZ_N   ?= 20000
 PYTEST_FLAGS ?= -q
 
-.PHONY: demo test test-all test-slow test-dist test-xla test-oracle fuzz-oracle fuzz-oracle-mesh fuzz-store bench fuzz clean
+.PHONY: demo test test-all test-slow test-dist test-xla test-oracle fuzz-oracle fuzz-oracle-mesh fuzz-store bench bench-autotune fuzz clean
 
 # pip shows what it collects and a progress bar for each download (no -q): the first
 # `make demo` downloads torch (~200 MB) and takes a few minutes.
@@ -106,6 +106,14 @@ fuzz-oracle-mesh: $(STAMP) $(XSTAMP)
 bench: $(STAMP)
 	$(BIN)/pip install -q --disable-pip-version-check -r benchmarks/requirements.txt
 	$(BIN)/python benchmarks/run.py --out benchmarks/RESULTS.md $(BENCH_FLAGS)
+
+# nx.jit and torch.compile of the positional twins, both in inductor's max-autotune mode
+bench-autotune: $(STAMP)
+	$(BIN)/pip install -q --disable-pip-version-check -r benchmarks/requirements.txt
+	$(BIN)/python benchmarks/run.py --mode max-autotune --out benchmarks/RESULTS_max_autotune.md \
+		--programs p1_small,p1_tutorial,p2_attention,p3_chain \
+		--variants eager,compile,nx.jit,jax.jit --no-p4 --no-overhead --no-parallel --no-startup \
+		$(BENCH_FLAGS)
 
 fuzz: $(STAMP)
 	NX_HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest $(PYTEST_FLAGS) -m "not distributed" tests/test_properties.py

@@ -118,9 +118,14 @@ def _grad_step(loss_fn: Callable, params: tuple, *rest) -> Callable:
     return step
 
 
+# torch.compile's ``mode`` for every compiled variant (torch.compile, torch.compile of the
+# named program, nx.jit): ``run.py --mode max-autotune`` sets it; None is the default mode.
+MODE: str | None = None
+
+
 def _compiled(fn: Callable) -> Callable:
     torch._dynamo.reset()
-    return torch.compile(fn)
+    return torch.compile(fn, mode=MODE)
 
 
 # =================================================================================
@@ -246,7 +251,8 @@ def make_p1(batch, n_in, n_hidden, n_classes, *, rtol=1e-4, atol=1e-5) -> list[V
         nx = nx_module()
         need(nx, "xmap", "value_and_grad", "jit")
         return nx.jit(nx.value_and_grad(
-            nx.xmap(p1_named_loss(nx), in_axes=P1_IN_AXES, out_axes=[...]), argnums=(0, 1)))
+            nx.xmap(p1_named_loss(nx), in_axes=P1_IN_AXES, out_axes=[...]), argnums=(0, 1)),
+            mode=MODE)
 
     def nx_jit():
         f = _nx_jit_vg()
@@ -255,7 +261,7 @@ def make_p1(batch, n_in, n_hidden, n_classes, *, rtol=1e-4, atol=1e-5) -> list[V
     def nx_jit_fb():
         nx = nx_module()
         need(nx, "xmap", "jit")
-        f = nx.jit(nx.xmap(p1_named_loss(nx), in_axes=P1_IN_AXES, out_axes=[...]))
+        f = nx.jit(nx.xmap(p1_named_loss(nx), in_axes=P1_IN_AXES, out_axes=[...]), mode=MODE)
         return _grad_step(f, params, images, labels)
 
     def nx_jit_det():
@@ -476,7 +482,8 @@ def make_p2(*, rtol=2e-4, atol=2e-5, **sizes) -> list[Variant]:
     def _nx_jit_vg():
         nx = nx_module()
         need(nx, "value_and_grad", "jit")
-        return nx.jit(nx.value_and_grad(_nx_f(nx), argnums=tuple(range(2, 2 + len(P2_PARAMS)))))
+        return nx.jit(nx.value_and_grad(_nx_f(nx), argnums=tuple(range(2, 2 + len(P2_PARAMS)))),
+                      mode=MODE)
 
     def nx_jit():
         f = _nx_jit_vg()
@@ -485,7 +492,7 @@ def make_p2(*, rtol=2e-4, atol=2e-5, **sizes) -> list[Variant]:
     def nx_jit_fb():
         nx = nx_module()
         need(nx, "jit")
-        f = nx.jit(_nx_f(nx))
+        f = nx.jit(_nx_f(nx), mode=MODE)
         return _grad_step(lambda *ps: f(x, x, *ps), params)
 
     def nx_jit_det():
@@ -567,7 +574,7 @@ def _train_variants(loss, nx_vg_of, jax_loss_of, plist, data, rtol, atol) -> lis
 
     def compile_():
         torch._dynamo.reset()
-        return torch.compile(_torch_step())
+        return torch.compile(_torch_step(), mode=MODE)
 
     def nx_jit():
         nx = nx_module()
@@ -579,7 +586,7 @@ def _train_variants(loss, nx_vg_of, jax_loss_of, plist, data, rtol, atol) -> lis
             t = t + 1
             params, m, v = _adam(params, grads, m, v, t, torch.sqrt)
             return value, params, m, v, t
-        f = nx.jit(step)
+        f = nx.jit(step, mode=MODE)
         state = [tuple(torch.nn.Parameter(t.clone()) for t in plist),
                  tuple(torch.zeros_like(t) for t in plist),
                  tuple(torch.zeros_like(t) for t in plist), torch.tensor(0.0)]
@@ -748,7 +755,8 @@ def make_p3(shape=(8, 16), *, rtol=1e-5, atol=1e-6) -> list[Variant]:
     def nx_jit():
         nx = nx_module()
         need(nx, "xmap", "jit")
-        f = nx.jit(nx.xmap(p3_chain, in_axes=["a", "b", ...], out_axes=["a", "b", ...]))
+        f = nx.jit(nx.xmap(p3_chain, in_axes=["a", "b", ...], out_axes=["a", "b", ...]),
+                   mode=MODE)
         return lambda: f(x, y)
 
     def jax_jit():

@@ -97,6 +97,17 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
     return _out(_ops.all_gather(data, 0, len(rest) + a, bool(tiled)), rest, all_gather)
 
 
+def _check_split(call: str, size: int, dim: int, sizes: list, names: tuple,
+                 tiled: bool) -> None:
+    """Refuse a positional dim that the indices of ``names`` cannot split: its size must
+    be their count (``tiled``: a multiple of it)."""
+    n = math.prod(sizes)
+    if (size != n) if not tiled else (size % n):
+        need = f"a multiple of {n}" if tiled else f"{n}"
+        raise AxisSizeError(f"{call}: positional dim {dim} has size {size}, but must be "
+                            f"{need} (the size of {fmt_names(names)})")
+
+
 @_shows_axes()
 def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
                  axis_index_groups: Any = None, tiled: bool = False) -> Any:
@@ -117,12 +128,8 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
         return method(x, names, scatter_dimension=scatter_dimension, tiled=tiled)
     data, sizes, rest, p = _merged(x, names, op)
     d = _norm(scatter_dimension, p, op, "scatter_dimension")
-    n, s = math.prod(sizes), x.shape[d]
-    if (s != n) if not tiled else (s % n):
-        need = f"a multiple of {n}" if tiled else f"{n}"
-        raise AxisSizeError(f"psum_scatter(x, {axis_name!r}, scatter_dimension={scatter_dimension}"
-                            f"{', tiled=True' if tiled else ''}): positional dim {d} has size "
-                            f"{s}, but must be {need} (the size of {fmt_names(names)})")
+    _check_split(f"psum_scatter(x, {axis_name!r}, scatter_dimension={scatter_dimension}"
+                 f"{', tiled=True' if tiled else ''})", x.shape[d], d, sizes, names, tiled)
     out = _ops.psum_scatter(data, 0, 1 + len(rest) + d, bool(tiled))
     return _unmerged(out, names, sizes, rest, psum_scatter)
 
@@ -149,12 +156,8 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
     data, sizes, rest, p = _merged(x, names, op)
     s = _norm(split_axis, p, op, "split_axis")
     c = _norm(concat_axis, p, op, "concat_axis")
-    n, size = math.prod(sizes), x.shape[s]
-    if (size != n) if not tiled else (size % n):
-        need = f"a multiple of {n}" if tiled else f"{n}"
-        raise AxisSizeError(f"all_to_all(x, {axis_name!r}, split_axis={split_axis}, "
-                            f"concat_axis={concat_axis}): positional dim {s} has size {size}, "
-                            f"but must be {need} (the size of {fmt_names(names)})")
+    _check_split(f"all_to_all(x, {axis_name!r}, split_axis={split_axis}, "
+                 f"concat_axis={concat_axis})", x.shape[s], s, sizes, names, tiled)
     k = 1 + len(rest)
     out = _ops.all_to_all(data, 0, k + s, k + c, bool(tiled))
     return _unmerged(out, names, sizes, rest, all_to_all)

@@ -115,17 +115,23 @@ def _expand(func, args, kwargs):
     return result(data.expand((-1,) * k + sizes), x._names, func)
 
 
+def _data_dims(x, dims, op: str) -> list:
+    """The positional ``dims`` of named ``x`` (ints, checked) as dims of its data."""
+    _int_dims(dims, op)
+    k, p = len(x._names), x.ndim
+    return [k + _norm_pos(d, p, op) for d in dims]
+
+
 def _permute(func, args, kwargs):
     x = args[0]
     if type(x) is not _NT:
         return NotImplemented
-    dims = _shape_args(args[1:], kwargs, key="dims")
-    op = op_name(func)
+    dims, op = _shape_args(args[1:], kwargs, key="dims"), op_name(func)
     _int_dims(dims, op)
-    k, p = len(x._names), x.ndim
-    if len(dims) != p:
-        raise ShapeError(f"{op}: {len(dims)} dims {dims} for a value with {p} positional dims")
-    perm = list(range(k)) + [k + _norm_pos(d, p, op) for d in dims]
+    if len(dims) != x.ndim:
+        raise ShapeError(f"{op}: {len(dims)} dims {dims} for a value with {x.ndim} "
+                         f"positional dims")
+    perm = list(range(len(x._names))) + _data_dims(x, dims, op)
     return result(x._data.permute(perm), x._names, func)
 
 
@@ -223,11 +229,8 @@ def _flip(func, args, kwargs):
     x = args[0]
     if type(x) is not _NT:
         return NotImplemented
-    dims = _shape_args(args[1:], kwargs, key="dims")
-    op = op_name(func)
-    _int_dims(dims, op)
-    k, p = len(x._names), x.ndim
-    return result(torch.flip(x._data, [k + _norm_pos(d, p, op) for d in dims]), x._names, func)
+    dims = _data_dims(x, _shape_args(args[1:], kwargs, key="dims"), op_name(func))
+    return result(torch.flip(x._data, dims), x._names, func)
 
 
 def _repeat(func, args, kwargs):
