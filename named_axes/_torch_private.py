@@ -37,7 +37,7 @@ __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
            "DynamicOutputShapeException", "op_schema",
            "tensor_guards",
            "no_autograd_cache", "uncached_fake_mode", "inductor_compile_fx",
-           "inductor_decompositions", "inductor_mode_options", "aoti_package",
+           "inductor_mode_options", "aoti_package",
            "aoti_package_loader", "dynamo_loaded", "is_functional_collective",
            "dynamo_operator_tables",
            "dynamo_forget_handlers"]
@@ -313,15 +313,6 @@ def inductor_compile_fx() -> tuple:
     alternative considered: ``torch.compile`` (public) traces with dynamo again."""
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
     return compile_fx, compile_fx_inner
-
-
-def inductor_decompositions() -> dict:
-    """Inductor's own decomposition table.
-
-    Why: the ``"named_axes"`` backend adds the collectives' code to it.  Public
-    alternative considered: ``torch._decomp`` (private too) has other tables."""
-    from torch._inductor.decomposition import select_decomp_table
-    return select_decomp_table()
 
 
 def inductor_mode_options(mode: str) -> dict:

@@ -2,9 +2,9 @@
 
 Each ``nx.lax`` collective is a ``torch.library`` custom op (``named_axes::psum`` …):
 opaque to inductor, which would call it as an external kernel.  On one device its
-meaning is plain tensor code (its own implementation), so this backend hands inductor
-those implementations as decompositions; the collective then fuses with its
-neighbours.  ``nx.jit`` compiles with it when ``backend='inductor'``.  torch finds the
+meaning is plain tensor code (its own implementation), so this backend writes those
+implementations into the graph (:func:`inline_collectives`) before inductor sees it;
+the collective then fuses with its neighbours.  ``nx.jit`` compiles with it when ``backend='inductor'``.  torch finds the
 name through the package's ``torch_dynamo_backends`` entry point (setup.cfg), so
 nothing is registered at run time (importing this module imports neither dynamo nor
 inductor).
@@ -21,8 +21,8 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
-from .._torch_private import (FakeTensorMode, inductor_compile_fx, inductor_decompositions,
-                              inductor_mode_options, no_autograd_cache, op_schema)
+from .._torch_private import (FakeTensorMode, inductor_compile_fx, inductor_mode_options,
+                              no_autograd_cache, op_schema)
 
 __all__ = ["compile_named", "compile_flat", "compile_boxed", "Backend",
            "collective_decompositions", "BACKEND_NAME"]
@@ -37,58 +37,33 @@ def collective_decompositions() -> dict:
 
 
 def inline_collectives(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """``gm`` with each ``named_axes::`` collective node calling its plain-torch
-    implementation instead (in place; recompiled).
+    """``gm`` with each ``named_axes::`` collective node, in it and in its subgraphs,
+    calling its plain-torch implementation instead (in place; recompiled).
 
-    A traced graph holds the collectives as custom ops whose gradient lives in the
-    ``autograd.Function`` wrappers above them, so AOT autograd cannot differentiate
-    them; their implementations (sums, means, gathers) it can, with the ordinary
-    gradients of the positional program.
+    A traced graph holds the collectives as custom ops: opaque to inductor and
+    AOTInductor, and their gradient lives in the ``autograd.Function`` wrappers above
+    them, so AOT autograd cannot differentiate them.  Their implementations (sums,
+    means, gathers) are ordinary positional code that AOT autograd traces into aten ops,
+    differentiates and hands to inductor with its own decompositions.
     """
     table = collective_decompositions()
-    changed = False
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target in table:
-            node.target = table[node.target]
-            changed = True
-    if changed:
-        gm.recompile()
+    for module in gm.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        changed = False
+        for node in module.graph.nodes:
+            if node.op == "call_function" and node.target in table:
+                node.target = table[node.target]
+                changed = True
+        if changed:
+            module.recompile()
     return gm
-
-
-def _decompositions() -> dict:
-    return _DecompositionTable()
-
-
-def _source_digest() -> str:
-    import hashlib
-
-    with open(__file__, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:16]
-
-
-class _DecompositionTable(dict):
-    """Inductor's own table plus the collectives' code: matmuls and everything else are
-    lowered as inductor lowers them (its modes and options choose kernels, not us).
-
-    Inductor hashes the decomposition table into its on-disk cache keys by pickling it;
-    the table holds closures and C++ functions that do not pickle, which would turn the
-    FX-graph cache off. The table pickles as what builds it: this class and a digest of
-    this module's source (a changed rule gives a new key).
-    """
-
-    def __init__(self, digest: str = "") -> None:
-        super().__init__(inductor_decompositions())
-        self.update(collective_decompositions())
-
-    def __reduce__(self):
-        return (_DecompositionTable, (_source_digest(),))
 
 
 def compile_named(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callable:
     """Compile an FX graph (torch IR or aten) with inductor, collectives inlined."""
     compile_fx, _ = inductor_compile_fx()
-    return compile_fx(gm, list(example_inputs), decompositions=_decompositions())
+    return compile_fx(inline_collectives(gm), list(example_inputs))
 
 
 def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
@@ -120,6 +95,7 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
 
     example = list(example_inputs)
     plain = _plain_program(gm, example)   # (read before inductor's passes edit the graph)
+    gm = inline_collectives(gm)
     captured: list = []
 
     def inner(g, inputs, *args, **kwargs):
@@ -133,7 +109,7 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
     # call below); inductor's FX-graph cache under it still saves the code generation.
     with no_autograd_cache():
         full = compile_fx(gm, _fake_inputs(example), inner_compile=inner,
-                          config_patches=patches, decompositions=_decompositions())
+                          config_patches=patches)
     differentiable = torch.is_grad_enabled() and (
         any(t.requires_grad for t in example) or (not grad_off and _grad_constants(gm)))
     direct = None if differentiable or not plain else _direct_callable(captured, example)

@@ -43,6 +43,7 @@ True
 from __future__ import annotations
 
 import atexit
+import copy
 import hashlib
 import json
 import os
@@ -339,19 +340,19 @@ def _lifted(gm: torch.fx.GraphModule) -> tuple:
 
 
 def _aoti_graph(gm: torch.fx.GraphModule, example: list) -> torch.fx.GraphModule:
-    """``gm`` in the ops the compiler is given (nx.jit's decompositions applied); raises
+    """``gm`` in aten ops, its collectives written as their plain code; raises
     :class:`_Unstorable` for what AOTInductor cannot take: an op with Python code, or a
-    constant tensor a decomposition made (``gm`` itself closes over none: nx.jit checks;
+    constant tensor the retrace made (``gm`` itself closes over none: nx.jit checks;
     torch 2.13's AOTInductor meets the real constant among its fake tensors)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from ._backend import _decompositions
+    from ._backend import inline_collectives
 
-    decomposed = make_fx(gm, decomposition_table=_decompositions(),
-                         tracing_mode="fake")(*example)
+    plain = inline_collectives(torch.fx.GraphModule(gm, copy.deepcopy(gm.graph)))
+    decomposed = make_fx(plain, tracing_mode="fake")(*example)
     for node in decomposed.graph.nodes:
         if node.op == "get_attr":
-            raise _Unstorable(f"a decomposition made a constant tensor ({node.target})")
+            raise _Unstorable(f"its aten form holds a constant tensor ({node.target})")
         if node.op == "call_function" and getattr(node.target, "namespace", "aten") not in (
                 "aten", "prims") and node.target.__module__ != "_operator":
             raise _Unstorable(f"it holds {node.target}, which AOTInductor does not take")
