@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 from torch._subclasses.fake_tensor import (DataDependentOutputException,

@@ -32,8 +32,8 @@ from ._opdefs import (_a2a_impl, _all_gather, _all_to_all, _axis_index, _gather_
                       _permute_impl, _pmax, _pmean, _pmin, _ppermute, _psum, _psum_scatter,
                       _scatter_impl)
 
-__all__ = ["psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "all_to_all",
-           "ppermute", "pdot", "axis_index"]
+__all__ = ["reduce", "all_gather", "psum_scatter", "all_to_all", "ppermute", "pdot",
+           "scale_grad", "axis_index", "forward_mode"]
 
 _Fn = torch.autograd.Function
 

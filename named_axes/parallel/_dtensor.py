@@ -80,11 +80,6 @@ def distribute_many(xs: list, dm, placements: list) -> list:
     return out
 
 
-def distribute(x: torch.Tensor, dm, placements) -> torch.Tensor:
-    """Split a full tensor over ``dm`` per ``placements`` (differentiable)."""
-    return distribute_many([x], dm, [placements])[0]
-
-
 def _summable(placements) -> bool:
     """Partial on some mesh axis and Replicate on the others: the local tensor has the
     full shape and an all-reduce makes it full, so several can share one collective."""
@@ -264,10 +259,6 @@ class DTensorEngine(EngineBase):
                 SUMMARY.sharded_inputs += 1
             laid.append(d)
         return laid
-
-    def to_dtensor(self, leaf: Any, what: str = "an input") -> Any:
-        """One input leaf -> a NamedTensor over a DTensor placed per the plan."""
-        return self.to_dtensors([leaf])[0]
 
     def _out_mode(self) -> str:
         if self.outputs == "auto":

@@ -408,7 +408,7 @@ class LocalShardEngine(SerialEngine):
             return x   # (no named axis left: the same on every rank)
         data = x._data
         for n in (n for n in names if n in x._names):
-            i, size = x._names.index(n), self.chunk_size(n)
+            i = x._names.index(n)
             if data.shape[i] != self.sizes[n]:
                 raise AxisResourceError(
                     f"a collective's result along {n!r} has size {data.shape[i]}, not the "

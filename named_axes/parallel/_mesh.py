@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Hashable, Iterator, Sequence
+from typing import Any, Hashable, Sequence
 
 from .._env import enter_resource, exit_resource
 from .._errors import AxisResourceError, AxisTypeError
-from ._devices import Device, as_device
+from ._devices import as_device
 
 __all__ = ["Mesh", "mesh", "SerialLoop", "current_mesh", "mesh_stack"]
 
@@ -182,7 +182,3 @@ class Mesh:
 def mesh(devices: Any, axis_names: Sequence[Hashable], **kwargs: Any) -> Mesh:
     """Alias of :class:`Mesh` (the name the JAX tutorial uses): ``with nx.mesh(devs, ('x',)):``."""
     return Mesh(devices, axis_names, **kwargs)
-
-
-def _iter_devices(m: Mesh) -> Iterator[Device]:
-    yield from m.flat_devices
