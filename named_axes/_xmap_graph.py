@@ -181,7 +181,7 @@ class GraphCall:
         if self.call is None or kwargs or bound_axes() or functorch_active():
             return False
         for a in args:   # (a tensor subclass, DTensor: dynamo traces it as before)
-            if id(type(a)) not in _PLAIN_TYPES:
+            if (type(a).__module__, type(a).__qualname__) not in _PLAIN_TYPES:
                 return False
         for cell, value in self.cells:
             if cell.cell_contents is not value:
@@ -193,8 +193,11 @@ class GraphCall:
 
 
 _MISSING = object()
-# (by id: an identity test of two names for one class costs dynamo a Python guard)
-_PLAIN_TYPES = frozenset({id(torch.Tensor), id(torch.nn.Parameter)})
+# by name: dynamo knows an argument's type from its tensor guard, while an identity test
+# against a second name for that class costs it a Python-evaluated guard (and torch
+# 2.9's dynamo cannot take id() of Parameter)
+_PLAIN_TYPES = frozenset((t.__module__, t.__qualname__)
+                         for t in (torch.Tensor, torch.nn.Parameter))
 
 
 def _opaque(run: Callable) -> Callable:

@@ -232,3 +232,25 @@ def test_collectives_and_control_flow_as_one_call(program, out):
     torch.testing.assert_close(got, want)
     (gg,) = torch.autograd.grad(got.sum(), x, allow_unused=True)
     torch.testing.assert_close(gg, gw)
+
+
+def _one_call(graphs) -> bool:
+    calls = [getattr(n.target, "__name__", "") for g in graphs for n in g.graph.nodes
+             if n.op == "call_function"]
+    return calls.count("xmap_call") == 1
+
+
+def test_only_plain_tensors_and_parameters_take_the_one_call():
+    """The argument test under dynamo (by the types' ids: see GraphCall.applies): a
+    Parameter takes the one-call route; a named value is traced by dynamo as before,
+    with the same result as eager."""
+    f = nx.xmap(lambda x: torch.sin(x) * 2, in_axes=["b", ...], out_axes=["b", ...])
+    p = torch.nn.Parameter(torch.randn(3, 2))
+    graphs, out = _graphs(f, p)
+    assert _one_call(graphs)
+    torch.testing.assert_close(out, f(p))
+    named = nx.named(torch.randn(4, 3, 2), "n ...")
+    graphs, out = _graphs(f, named)
+    assert not _one_call(graphs)
+    assert out.named_shape == {"n": 4}
+    assert torch.allclose(out, f(named))
