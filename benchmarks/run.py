@@ -154,7 +154,7 @@ def _target_verdict(name: str, key: str, res: dict[str, Result]) -> str:
         if not bounds:
             return ""
         bound, what = min(bounds), "min(torch.compile, JAX jit)"
-    elif t.startswith("compile_"):   # at most this factor times torch.compile's ratio
+    elif isinstance(t, str) and t.startswith("compile_"):   # factor x torch.compile
         c, factor = res.get("compile"), float(t.split("_")[1])
         if c is None or c.status != "ok":
             return ""

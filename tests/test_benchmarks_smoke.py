@@ -161,6 +161,8 @@ def test_targets_against_torch_compile_in_the_same_mode():
            "nx.jit": harness.Result("nx.jit", ratio=0.514),
            "nx.compile": harness.Result("nx.compile", ratio=0.52)}
     assert run._target_verdict("p3_chain", "nx.compile", res).startswith("meets")
+    res["nx.xmap"] = harness.Result("nx.xmap", ratio=2.4)   # a plain factor of eager
+    assert run._target_verdict("p3_chain", "nx.xmap", res) == "meets target ≤ 2.5× (2.50)"
     targets = {name: dict(t) for name, t in run.TARGETS.items()}
     try:
         for t in run.TARGETS.values():
