@@ -10,7 +10,6 @@ import torch
 import named_axes as nx
 from named_axes import _env
 from named_axes._einsum2 import einsum2_eager
-from named_axes.lax import _pdot
 
 
 def _r(*shape, seed=0):
@@ -91,7 +90,7 @@ def test_pdot_cached_plan_str_and_tuple_names_agree_and_errors_stay():
     bad = nx.named(_r(6, 3, seed=1), "k h ...")
     with pytest.raises(nx.AxisSizeError):
         nx.lax.pdot(x, bad, "k")
-    _pdot._PDOT_PLANS.clear()
+    nx.clear_caches()
     with pytest.raises(nx.AxisSizeError) as cold:
         nx.lax.pdot(x, bad, "k")
     nx.lax.pdot(x, w, "k")

@@ -13,8 +13,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import named_axes as nx
-from named_axes import _einsum
-from named_axes.lax import _ops, _pdot
+from named_axes.lax import _ops
 
 
 def _r(*shape, seed=0):
@@ -28,8 +27,7 @@ def _nt(*shape):
 
 def _error(fn, cold: bool):
     if cold:
-        _einsum._PLANS.clear()
-        _pdot._PDOT_PLANS.clear()
+        nx.clear_caches()
     with pytest.raises(Exception) as e:
         fn()
     return type(e.value), str(e.value)
