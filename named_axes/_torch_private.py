@@ -27,7 +27,8 @@ from torch.utils._pytree import tree_flatten
 __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
            "functorch_transform_kinds", "is_functorch_wrapped", "functorch_unwrapped",
            "functorch_disabled", "dispatch_depth", "dispatch_modes",
-           "disable_dispatch_modes", "TorchDispatchMode", "tracing_mode_active",
+           "disable_dispatch_modes", "TorchDispatchMode", "EagerDispatchMode",
+           "tracing_mode_active",
            "tensor_version",
            "tree_flatten", "tree_unflatten", "tree_map", "tree_leaves",
            "native_batch_norm_legit", "softmax_backward_data", "softmax_backward_data_op",
@@ -141,6 +142,19 @@ def disable_dispatch_modes():
 # modes (nx.jit's trace probe and program recorder).  Why: they observe every aten op of
 # a traced program.  Public alternative considered: ``torch.overrides.TorchFunctionMode``
 # (public) sees torch functions, not the aten ops make_fx records.
+
+
+class EagerDispatchMode(TorchDispatchMode):
+    """A TorchDispatchMode that runs only on real values, outside any compile.
+
+    Why: TorchDispatchMode's default ``_should_skip_dynamo`` wraps the mode's calls so
+    that dynamo skips them, which imports dynamo (~1 s) on first use; a mode that never
+    runs under dynamo says so here.  Public alternative considered: none (torch offers
+    no public switch for it)."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False
 
 
 def tracing_mode_active() -> bool:

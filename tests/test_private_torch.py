@@ -3,9 +3,10 @@
 An AST scan of ``named_axes/**/*.py`` finds every private torch name: an attribute chain
 rooted at ``torch`` (or a name imported from it) with a component that starts with ``_``
 (``torch._C._functorch.maybe_current_level``, ``torch.ops.aten._to_copy``), an import of
-one (``from torch.utils._pytree import tree_map``, ``import torch._dynamo``), and the
+one (``from torch.utils._pytree import tree_map``, ``import torch._dynamo``), the
 private attributes of torch objects (``dtensor._local_tensor``, ``node._sequence_nr``,
-``getattr(fn, "_forward_cls")``).  A name is counted as written up to the component after
+``getattr(fn, "_forward_cls")``), and the private hooks of torch classes a subclass
+overrides (``def _should_skip_dynamo``).  A name is counted as written up to the component after
 its last private one (``torch._C._functorch.TransformType.Grad`` counts as
 ``torch._C._functorch.TransformType``); a private attribute of an object the scan cannot
 name counts once per attribute (``._local_tensor``).
@@ -39,6 +40,9 @@ PRIVATE_ATTRS = frozenset({
     "_forward_pre_hooks", "_make_subclass", "_make_wrapper_subclass", "_mode_key",
     "_binops", "_binop_handlers", "_grad_fn", "_cdata",
 })
+# Private hooks of torch classes that a subclass overrides (``def _should_skip_dynamo``
+# in a TorchDispatchMode subclass): a private torch name too, counted like an attribute.
+PRIVATE_HOOKS = frozenset({"_should_skip_dynamo"})
 
 def _private(part: str) -> bool:
     return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
@@ -174,6 +178,11 @@ class _Scan(ast.NodeVisitor):
         while isinstance(sub, ast.Attribute):
             self._inner.add(id(sub))
             sub = sub.value
+
+    def visit_FunctionDef(self, node):
+        if node.name in PRIVATE_HOOKS:
+            self._add(node.lineno, "." + node.name)
+        self.generic_visit(node)
 
     def visit_Name(self, node):
         if isinstance(node.ctx, ast.Load) and node.id in self.compat and self._guard:

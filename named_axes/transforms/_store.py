@@ -57,7 +57,7 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 
-from .._torch_private import (TorchDispatchMode, aoti_package, aoti_package_loader,
+from .._torch_private import (EagerDispatchMode, aoti_package, aoti_package_loader,
                               tree_flatten)
 from .._version import __version__
 from ._trace_probe import preserving_writes, storage_key, written_tensors
@@ -100,7 +100,7 @@ class _Unstorable(Exception):
     """The identifying call did something a record cannot pin down."""
 
 
-class _Recorder(TorchDispatchMode):
+class _Recorder(EagerDispatchMode):
     """Records each operation of an eager call, with where its tensor arguments came from.
 
     Tensors are named by origin: ``i<k>`` the k-th input leaf, ``<n>.<k>`` the k-th
@@ -109,10 +109,6 @@ class _Recorder(TorchDispatchMode):
     """
 
     runs_values = True   # the library's eager paths run under it (see _modes)
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:   # its wrapper would import dynamo (~1 s)
-        return False
 
     def __init__(self, inputs: list) -> None:
         super().__init__()

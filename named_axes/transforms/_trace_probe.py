@@ -36,8 +36,8 @@ import torch
 from torch.utils.module_tracker import ModuleTracker
 
 from .._errors import NamedAxisError
-from .._torch_private import (FakeTensor, TorchDispatchMode, disable_dispatch_modes, op_schema,
-                              tree_leaves)
+from .._torch_private import (EagerDispatchMode, FakeTensor, TorchDispatchMode,
+                              disable_dispatch_modes, op_schema, tree_leaves)
 
 __all__ = ["TraceProbe", "refusing_optimizer_steps", "check_grads_untouched",
            "check_no_stale_numbers", "preserving_writes", "storage_key", "written_tensors"]
@@ -104,7 +104,7 @@ class TraceProbe(TorchDispatchMode):
                 t.copy_(value)
 
 
-class preserving_writes(TorchDispatchMode):
+class preserving_writes(EagerDispatchMode):
     """Run a call whose in-place updates of tensors that existed before it are undone
     afterwards (the tensors made during the call are its own).
 
@@ -120,10 +120,6 @@ class preserving_writes(TorchDispatchMode):
     """
 
     runs_values = True   # ops see real values: _instances may read them
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:   # its wrapper would import dynamo (~1 s)
-        return False
 
     def __init__(self) -> None:
         super().__init__()
