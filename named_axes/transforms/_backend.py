@@ -4,10 +4,10 @@ Each ``nx.lax`` collective is a ``torch.library`` custom op (``named_axes::psum`
 opaque to inductor, which would call it as an external kernel.  On one device its
 meaning is plain tensor code (its own implementation), so this backend writes those
 implementations into the graph (:func:`inline_collectives`) before inductor sees it;
-the collective then fuses with its neighbours.  ``nx.jit`` compiles with it when ``backend='inductor'``.  torch finds the
-name through the package's ``torch_dynamo_backends`` entry point (setup.cfg), so
-nothing is registered at run time (importing this module imports neither dynamo nor
-inductor).
+the collective then fuses with its neighbours.  ``nx.jit`` compiles with it when
+``backend='inductor'``.  torch finds the name through the package's
+``torch_dynamo_backends`` entry point (setup.cfg), so nothing is registered at run time
+(importing this module imports neither dynamo nor inductor).
 
 >>> import torch, named_axes as nx
 >>> f = torch.compile(lambda x: (x * 2).sum(), backend="named_axes", fullgraph=True)
