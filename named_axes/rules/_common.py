@@ -17,6 +17,13 @@ def _spelled(op) -> str:
     return op if isinstance(op, str) else op_name(op)
 
 
+def given(args: tuple, kwargs: dict, **defaults) -> list:
+    """The arguments after ``args[0]``, each by position or by keyword: ``defaults``
+    names them in order, with the value of one given neither way."""
+    return [args[i] if len(args) > i else kwargs.get(k, d)
+            for i, (k, d) in enumerate(defaults.items(), 1)]
+
+
 def _norm_pos(d: int, p: int, op) -> int:
     """Positional dim ``d`` of ``p`` as a non-negative index.  With no positional dims,
     torch reads -1 and 0 as the scalar itself (``scalar.sum(-1)`` is the scalar); no

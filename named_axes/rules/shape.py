@@ -22,7 +22,7 @@ from .._dispatch import ShapeError, UseFallback, result, wrap
 from .._registry import op_name, register
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape
 from .._layout import align, union_names
-from ._common import _norm_pos, instance_invalid
+from ._common import _norm_pos, given, instance_invalid
 from .._tensor import NamedTensor
 
 _NT = NamedTensor
@@ -139,12 +139,8 @@ def _transpose(func, args, kwargs):
     x = args[0]
     if type(x) is not _NT:
         return NotImplemented
-    d0 = args[1] if len(args) > 1 else kwargs.get("dim0")
-    d1 = args[2] if len(args) > 2 else kwargs.get("dim1")
-    op = op_name(func)
-    _int_dims((d0, d1), op)
-    k, p = len(x._names), x.ndim
-    return result(func(x._data, k + _norm_pos(d0, p, op), k + _norm_pos(d1, p, op)), x._names, func)
+    dims = given(args, kwargs, dim0=None, dim1=None)
+    return result(func(x._data, *_data_dims(x, dims, op_name(func))), x._names, func)
 
 
 def _t(func, args, kwargs):
@@ -161,15 +157,11 @@ def _flatten(func, args, kwargs):
     x = args[0]
     if type(x) is not _NT or not _first_only(args, kwargs):
         return NotImplemented
-    start = args[1] if len(args) > 1 else kwargs.get("start_dim", 0)
-    end = args[2] if len(args) > 2 else kwargs.get("end_dim", -1)
-    op = op_name(func)
-    _int_dims((start, end), op)
-    k, p = len(x._names), x.ndim
-    if p == 0:
+    dims = given(args, kwargs, start_dim=0, end_dim=-1)
+    if x.ndim == 0:
+        _int_dims(dims, op_name(func))
         return result(x._data.reshape(_named_sizes(x) + (1,)), x._names, func)
-    return result(x._data.flatten(k + _norm_pos(start, p, op), k + _norm_pos(end, p, op)),
-                  x._names, func)
+    return result(x._data.flatten(*_data_dims(x, dims, op_name(func))), x._names, func)
 
 
 def _reshaped(x, out: torch.Tensor, func, in_place: bool):
@@ -186,14 +178,11 @@ def _squeeze(func, args, kwargs):
     if type(x) is not _NT:
         return NotImplemented
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
-    k, p = len(x._names), x.ndim
-    op = op_name(func)
     if dim is None:
-        dims = tuple(k + i for i, s in enumerate(x.shape) if s == 1)
+        dims = tuple(len(x._names) + i for i, s in enumerate(x.shape) if s == 1)
     else:
         ds = tuple(dim) if isinstance(dim, (tuple, list)) else (dim,)
-        _int_dims(ds, op)
-        dims = tuple(k + _norm_pos(d, p, op) for d in ds)
+        dims = tuple(_data_dims(x, ds, op_name(func)))
     return _reshaped(x, x._data.squeeze(dims) if dims else x._data, func,
                      func is torch.Tensor.squeeze_)
 
@@ -214,15 +203,12 @@ def _movedim(func, args, kwargs):
     x = args[0]
     if type(x) is not _NT:
         return NotImplemented
-    src = args[1] if len(args) > 1 else kwargs.get("source")
-    dst = args[2] if len(args) > 2 else kwargs.get("destination")
     op = op_name(func)
-    k, p = len(x._names), x.ndim
-    conv = (lambda ds: [k + _norm_pos(d, p, op) for d in ds] if isinstance(ds, (list, tuple))
-            else k + _norm_pos(ds, p, op))
-    for ds in (src, dst):
-        _int_dims(ds if isinstance(ds, (list, tuple)) else (ds,), op)
-    return result(torch.movedim(x._data, conv(src), conv(dst)), x._names, func)
+    src, dst = (list(ds) if isinstance(ds, (list, tuple)) else [ds]
+                for ds in given(args, kwargs, source=None, destination=None))
+    _int_dims(src + dst, op)
+    return result(torch.movedim(x._data, _data_dims(x, src, op), _data_dims(x, dst, op)),
+                  x._names, func)
 
 
 def _flip(func, args, kwargs):
@@ -296,14 +282,9 @@ def _diagonal(func, args, kwargs):
     x = args[0]
     if type(x) is not _NT or not _first_only(args, kwargs):
         return NotImplemented
-    offset = args[1] if len(args) > 1 else kwargs.get("offset", 0)
-    d1 = args[2] if len(args) > 2 else kwargs.get("dim1", 0)
-    d2 = args[3] if len(args) > 3 else kwargs.get("dim2", 1)
-    op = op_name(func)
-    k, p = len(x._names), x.ndim
-    _int_dims((d1, d2), op)
-    return result(torch.diagonal(x._data, offset, k + _norm_pos(d1, p, op), k + _norm_pos(d2, p, op)),
-                  x._names, func)
+    offset, d1, d2 = given(args, kwargs, offset=0, dim1=0, dim2=1)
+    d1, d2 = _data_dims(x, (d1, d2), op_name(func))
+    return result(torch.diagonal(x._data, offset, d1, d2), x._names, func)
 
 
 # -- concatenation ------------------------------------------------------------------
