@@ -10,6 +10,8 @@ tensor([3., 5., 7.])
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .._layout import align_to
@@ -63,8 +65,7 @@ def _autograd_grad(func, args, kwargs):
 
 
 
-def _declare(funcs, impl) -> None:
-    register(funcs, impl, kind="shape")
+_declare = functools.partial(register, kind="shape")
 
 
 def install() -> None:

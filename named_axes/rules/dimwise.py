@@ -11,6 +11,8 @@ reduces the named axis.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .._dispatch import result
@@ -155,8 +157,7 @@ def _softmax_over(name: str, func, x: _NT, dims, rest: list, kwargs: dict, where
     return result(out.squeeze(-1), x._names, func)
 
 
-def _declare(funcs, impl) -> None:
-    register(funcs, impl, kind="dimwise")
+_declare = functools.partial(register, kind="dimwise")
 
 
 def install() -> None:

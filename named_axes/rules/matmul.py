@@ -15,6 +15,8 @@ batch / row / column dims of a single ``matmul`` (:func:`_matmul_folded`).
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -216,8 +218,7 @@ def _outer(func, args, kwargs):
         pointwise(torch.Tensor.__rmul__, (b.unsqueeze(-2), a.unsqueeze(-1)), {})
 
 
-def _declare(funcs, impl) -> None:
-    register(funcs, impl, kind="matmul")
+_declare = functools.partial(register, kind="matmul")
 
 
 def install() -> None:

@@ -11,6 +11,8 @@ per named index (so each named index gets exactly the loss torch would give it).
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -248,8 +250,7 @@ def _class_loss(func, args, kwargs):
     return result(total / denom, U, func)
 
 
-def _declare(funcs, impl) -> None:
-    register(funcs, impl, kind="nn")
+_declare = functools.partial(register, kind="nn")
 
 
 def install() -> None:

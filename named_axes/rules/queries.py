@@ -10,6 +10,8 @@ with named axes refuses.  Queries answer for the positional view.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .._errors import AxisTypeError
@@ -58,8 +60,7 @@ def _new_plain(func, args, kwargs):
 
 
 
-def _declare(funcs, impl) -> None:
-    register(funcs, impl, kind="shape")
+_declare = functools.partial(register, kind="shape")
 
 
 def install() -> None:

@@ -14,6 +14,7 @@ autograd entry points in :mod:`named_axes.rules.autograd`.)
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -391,8 +392,7 @@ def _setitem(func, args, kwargs):
     return None
 
 
-def _declare(funcs, impl) -> None:
-    register(funcs, impl, kind="shape")
+_declare = functools.partial(register, kind="shape")
 
 
 def install() -> None:
