@@ -75,9 +75,9 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
     and returns the tuple of outputs.  ``nx.jit``'s graphs are already the whole
     forward+backward step, so AOT autograd has nothing to add at run time: when its
     runtime wrapper would be a no-op (:func:`_plain_program`: no op writes, no output
-    aliases an input; no input deduplicated), we call inductor's compiled graph
-    directly and save that wrapper's per-call cost.  Otherwise (or on a torch whose internals differ) the
-    full ``compile_fx`` result is used.
+    aliases an input; no input deduplicated), inductor's compiled graph is called
+    directly, without that wrapper.  Otherwise (or on a torch whose internals differ)
+    the full ``compile_fx`` result is used.
 
     ``mode`` and ``options`` are ``torch.compile``'s (``mode="max-autotune"`` turns on
     inductor's own GEMM autotuning); kernels are inductor's choice.
@@ -110,8 +110,7 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
     with no_autograd_cache():
         full = compile_fx(gm, _fake_inputs(example), inner_compile=inner,
                           config_patches=patches)
-    differentiable = torch.is_grad_enabled() and (
-        any(t.requires_grad for t in example) or (not grad_off and _grad_constants(gm)))
+    differentiable = _differentiable(gm, example, grad_off)
     direct = None if differentiable or not plain else _direct_callable(captured, example)
     if direct is not None:
         return direct
@@ -177,6 +176,13 @@ def _plain_program(gm: torch.fx.GraphModule, example: list) -> bool:
     return False
 
 
+def _differentiable(gm: torch.fx.GraphModule, example: list, grad_off: bool = False) -> bool:
+    """Whether the compiled ``gm`` must be differentiable: grad is on and an example
+    input, or (unless the caller runs it with grad off) a constant, requires grad."""
+    return torch.is_grad_enabled() and (
+        any(t.requires_grad for t in example) or (not grad_off and _grad_constants(gm)))
+
+
 def _grad_constants(gm: torch.fx.GraphModule) -> bool:
     """Whether the graph holds constants (closed-over tensors) that require grad."""
     for v in list(gm.parameters()) + list(gm.buffers()):
@@ -211,17 +217,20 @@ class Backend(NamedTuple):
 
 
 def compile_boxed(gm: torch.fx.GraphModule, example: list, backend: Backend,
-             grad_off: bool = False) -> Callable:
+                  grad_off: bool = False) -> Callable:
     """A *boxed* compiled function: it takes the list of flat input tensors.
 
     With example inputs that require grad (grad on) the result is differentiable: the
     inductor path goes through AOT autograd (a compiled forward and backward in one
-    autograd node), as ``torch.compile`` does.  ``grad_off``: the caller runs it with
-    grad disabled.
+    autograd node), as ``torch.compile`` does; the collectives are then their plain
+    torch code, whatever the backend (their custom ops carry no autograd formula).
+    ``grad_off``: the caller runs it with grad disabled.
     """
-    if backend.name == "inductor":
+    if backend.name == "inductor":   # (compile_flat inlines the collectives itself)
         return compile_flat(gm, example, grad_off=grad_off, mode=backend.mode,
                             options=dict(backend.options))
+    if _differentiable(gm, example, grad_off):
+        gm = inline_collectives(gm)
     if backend.name == "eager":
         return lambda args: gm(*args)
     compiled = torch.compile(gm, backend=backend.name, fullgraph=True, dynamic=False)

@@ -27,7 +27,7 @@ from .._tensor import NamedTensor
 from .._torch_private import (is_functional_collective, op_schema, tree_flatten, tree_unflatten,
                               uncached_fake_mode)
 from . import _store
-from ._backend import Backend, _grad_constants, compile_boxed, inline_collectives
+from ._backend import Backend, _differentiable, _grad_constants, compile_boxed
 from ._graph import trace_flat
 from ._jit_joint import joint_program
 from ._trace_probe import (TraceProbe, check_grads_untouched, check_no_stale_numbers,
@@ -37,7 +37,6 @@ __all__ = ["Program", "compile_program", "build", "stored_ok", "load_stored"]
 
 _NT = NamedTensor
 _Tensor = torch.Tensor
-_grad_enabled = torch.is_grad_enabled
 
 
 class Program(NamedTuple):
@@ -85,8 +84,7 @@ def build(fun: Callable, args: tuple, static: tuple, backend: Backend,
     gm, leaves, tensor_pos = tr.gm, tr.leaves, tr.tensor_pos
     example = [leaves[i] for i in tensor_pos]
     rebuild = _output_builder(tr.out_info, tr.is_tensor)
-    differentiable = not tr.values and _grad_enabled() and (
-        any(t.requires_grad for t in example) or _grad_constants(gm))
+    differentiable = not tr.values and _differentiable(gm, example)
     positions = None if ident is None else _store.closed_over_positions(_constants(gm), ident)
     stored = (positions is not None and not differentiable and _pure(gm)
               and _same_output(tr.out_info, tr.is_tensor, ident))
@@ -100,11 +98,11 @@ def build(fun: Callable, args: tuple, static: tuple, backend: Backend,
         joint = None
         if _pure(gm) and not _grad_constants(gm):
             joint = joint_program(dyn_fun, dyn_args, example, _results(gm),
-                                  lambda g, ex: _compile_graph(g, ex, backend, True, False))
+                                  lambda g, ex: _compile_graph(g, ex, backend, True))
         if joint is None:
             return Program(None, None, rebuild, False, False)
         return Program(joint, None if all_tensors else tensor_pos, rebuild, True, False)
-    compiled = _compile_graph(gm, example, backend, tr.values, differentiable)
+    compiled = _compile_graph(gm, example, backend, tr.values)
     return Program(compiled, None if all_tensors else tensor_pos, rebuild, _pure(gm),
                    tr.values, stored)
 
@@ -173,16 +171,12 @@ def _trace_once(name: str, dyn_fun: Callable, dyn_args: tuple, fake_mode) -> Tra
 
 
 def _compile_graph(gm: torch.fx.GraphModule, example: list, backend: Backend,
-                   values: bool, differentiable: bool) -> Callable:
+                   values: bool) -> Callable:
     """The boxed compiled function of ``gm`` (see :func:`build` for ``values``)."""
     if values:   # the program computes its gradients itself: its results are values
         with torch.no_grad():
             return _no_grad_call(compile_boxed(gm, [t.detach() for t in example], backend,
                                                grad_off=True))
-    if differentiable:
-        # compiled forward and backward (AOT autograd), collectives as plain torch code
-        # (their custom ops carry no autograd formula)
-        return compile_boxed(inline_collectives(gm), example, backend)
     return compile_boxed(gm, example, backend)
 
 
