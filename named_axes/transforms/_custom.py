@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .._engine import engine_for, split_over_ranks
+from .._engine import split_over_ranks
 from .._env import bound_axes, frames, within
 from .._errors import AxisSpecError, AxisTypeError
 from .._layout import align
@@ -36,13 +36,6 @@ from ._tree import rebox, unbox
 __all__ = ["custom_vjp", "custom_jvp", "closure_convert"]
 
 _NT = NamedTensor
-
-
-def _split(args: tuple, nondiff: tuple):
-    """Physical tensors of the differentiable arguments, and how to rebuild all."""
-    diff_pos = [i for i in range(len(args)) if i not in nondiff]
-    leaves, spec, names = unbox(tuple(args[i] for i in diff_pos))
-    return diff_pos, leaves, spec, names
 
 
 def _like(g: Any, like: torch.Tensor, names: tuple | None, what: str):
@@ -60,19 +53,6 @@ def _like(g: Any, like: torch.Tensor, names: tuple | None, what: str):
     return g.expand(like.shape) if g.shape != like.shape else g
 
 
-def _instances_lacking(axes: dict, names: tuple, skip: tuple = ()) -> int:
-    """How many instances of ``axes`` (name -> size) a value named ``names`` lacks,
-    leaving out ``skip`` (a loop: dynamo cannot trace ``math.prod(<generator>)``) -- on a
-    mesh those of every rank, where the value is the same (its cotangent is the whole on
-    each, :meth:`_instances.Region.seed_scale`)."""
-    count = 1
-    for n, s in axes.items():
-        if n not in names and n not in skip:
-            engine = engine_for((n,))
-            count *= s if engine is None else engine.seed_size(n, s)
-    return count
-
-
 def _per_instance(g: torch.Tensor, names: tuple, axes: dict) -> NamedTensor:
     """A cotangent summed over the instances of ``axes`` that its output lacks, as each
     instance's share: divided by their number, one copy per instance."""
@@ -80,7 +60,7 @@ def _per_instance(g: torch.Tensor, names: tuple, axes: dict) -> NamedTensor:
     if not lack:
         return g
     sizes = tuple(lack.values())
-    share = g / _instances_lacking(axes, names)
+    share = g / _instances.instance_count(axes, names)
     return NamedTensor._wrap(share.expand(sizes + tuple(share.shape)), tuple(lack) + names)
 
 
@@ -90,7 +70,7 @@ def _summed_back(g: Any, names: tuple, axes: dict, inner_mode: bool) -> Any:
     differentiated region, counting once per instance)."""
     if not isinstance(g, _NT):
         if inner_mode and isinstance(g, torch.Tensor):
-            scale = _instances_lacking(axes, names)
+            scale = _instances.instance_count(axes, names)
             return g * scale if scale != 1 else g
         return g
     extra = tuple(n for n in g._names if n not in names)
@@ -106,13 +86,26 @@ def _summed_back(g: Any, names: tuple, axes: dict, inner_mode: bool) -> Any:
         dims = [g._names.index(n) for n in rest]
         g = NamedTensor._wrap(g._data.sum(dims), tuple(n for n in g._names if n not in rest))
     if inner_mode:
-        scale = _instances_lacking(axes, names, extra)
+        scale = _instances.instance_count(axes, names, extra)
         if scale != 1:
             g = NamedTensor._wrap(g._data * scale, g._names)
     return g
 
 
-class custom_vjp:
+class _CustomRule:
+    """What :class:`custom_vjp` and :class:`custom_jvp` share: the function (whose name
+    and docstring they take), and which arguments are not differentiated."""
+
+    def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()) -> None:
+        if not callable(fun):
+            raise AxisTypeError(f"{type(self).__name__}: fun must be callable, got "
+                                f"{type(fun).__name__}")
+        self.fun = fun
+        self.nondiff_argnums = tuple(nondiff_argnums)
+        functools.update_wrapper(self, fun)
+
+
+class custom_vjp(_CustomRule):
     """A function with a user-supplied VJP: ``f.defvjp(fwd, bwd)``.
 
     ``fwd(*args) -> (out, residuals)``; ``bwd(*nondiff_args, residuals, g) -> tuple``
@@ -121,13 +114,7 @@ class custom_vjp:
     mode off (nothing records a derivative, as inside ``fwd``) a call runs ``fun``.
     """
 
-    def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()) -> None:
-        if not callable(fun):
-            raise AxisTypeError(f"custom_vjp: fun must be callable, got {type(fun).__name__}")
-        self.fun = fun
-        self.nondiff_argnums = tuple(nondiff_argnums)
-        self.fwd = self.bwd = None
-        functools.update_wrapper(self, fun)
+    fwd = bwd = None
 
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
         """Set the forward (returning residuals) and backward rules."""
@@ -173,8 +160,8 @@ def _apply(function, call) -> tuple:
 def _traced_inputs(leaves: list) -> list:
     """The physical inputs handed to a rule's ``autograd.Function``.
 
-    Under dynamo, fresh views: dynamo (torch 2.13) keeps ``requires_grad=False`` for the
-    tensors that ``torch.func.grad`` (``nx.grad``'s engine) differentiates, and traces an
+    Under dynamo, fresh views: dynamo keeps ``requires_grad=False`` for the tensors that
+    ``torch.func.grad`` (``nx.grad``'s engine) differentiates, and traces an
     ``autograd.Function`` applied to such a tensor as its plain forward, dropping the
     rule without a word (pytorch/pytorch#193279); a view of it requires grad as it
     should, and costs nothing in the compiled graph.
@@ -187,9 +174,9 @@ def _traced_inputs(leaves: list) -> list:
 class _Out:
     """A rule's forward result besides its tensors, returned as the Function's last
     (non-tensor) output: the output's structure and ``extra`` (custom_vjp's residuals,
-    custom_jvp's output).  Returned rather than stored on the call: a forward with a
-    Python side effect makes dynamo (torch 2.13) fail inside ``torch.func.grad``
-    ("Expected FakeTensor", in its aliasing check of the subgraph's inputs)."""
+    custom_jvp's output).  Returned rather than stored on the call: dynamo fails on a
+    forward with a Python side effect inside ``torch.func.grad`` (in its aliasing check
+    of the subgraph's inputs)."""
 
     __slots__ = ("spec", "names", "extra")
 
@@ -206,7 +193,9 @@ class _Call:
     def __init__(self, me, args: tuple) -> None:
         self.me, self.args = me, args
         self.nd = tuple(i % len(args) for i in me.nondiff_argnums)
-        self.diff_pos, self.leaves, self.spec, self.names = _split(args, self.nd)
+        # the differentiable arguments' physical tensors, and how to rebuild them
+        self.diff_pos = [i for i in range(len(args)) if i not in self.nd]
+        self.leaves, self.spec, self.names = unbox(tuple(args[i] for i in self.diff_pos))
         self.noted: list = []   # the tapes that noted this call (named_axes._tape)
 
     @staticmethod
@@ -221,32 +210,24 @@ class _Call:
             call[i] = a
         return call
 
-    def primal_phys(self, prim_phys, out: _Out) -> tuple:
-        """A custom_jvp rule's primal output, physical, as a function of the primals (its
-        tangents zero), laid out as the forward's ``out``."""
+    def rule_phys(self, prim_phys, tan_phys, out: _Out) -> tuple:
+        """A custom_jvp rule's output tangent, physical, laid out as the forward's
+        ``out``; with ``tan_phys`` None its primal output instead, the tangents zero (a
+        function of the primals)."""
         prim = self.rebuild(prim_phys)
         tan = [None] * len(self.args)
-        for i in self.diff_pos:
-            tan[i] = tree_map(lambda a: a * 0 if isinstance(a, (torch.Tensor, _NT)) else a,
-                              prim[i], is_leaf=lambda a: isinstance(a, _NT))
-        p_out, _ = self.me.rule(tuple(prim), tuple(tan))
+        if tan_phys is None:
+            for i in self.diff_pos:
+                tan[i] = tree_map(lambda a: a * 0 if isinstance(a, (torch.Tensor, _NT)) else a,
+                                  prim[i], is_leaf=lambda a: isinstance(a, _NT))
+        else:
+            for i, a in zip(self.diff_pos, rebox(tan_phys, self.spec, self.names)):
+                tan[i] = a
+        p_out, t_out = self.me.rule(tuple(prim), tuple(tan))
         data = unbox(out.extra)[0]
         return tuple(_like(t, d, n, f"custom_jvp({self.me.__name__}) rule")
-                     for t, d, n in zip(tree_flatten(p_out)[0], data, out.names))
-
-    def tangent_phys(self, prim_phys, tan_phys, out: _Out) -> tuple:
-        """A custom_jvp rule's output tangent, physical, as a function of the tangents
-        (``out``: the forward's :class:`_Out`)."""
-        me = self.me
-        prim = self.rebuild(prim_phys)
-        tan = [None] * len(self.args)
-        for i, a in zip(self.diff_pos, rebox(tan_phys, self.spec, self.names)):
-            tan[i] = a
-        _, t_out = me.rule(tuple(prim), tuple(tan))
-        t_leaves = tree_flatten(t_out)[0]
-        data = unbox(out.extra)[0]
-        return tuple(_like(t, d, n, f"custom_jvp({me.__name__}) rule")
-                     for t, d, n in zip(t_leaves, data, out.names))
+                     for t, d, n in zip(tree_flatten(p_out if tan_phys is None else t_out)[0],
+                                        data, out.names))
 
 
 class _VjpFunction(torch.autograd.Function):
@@ -254,8 +235,8 @@ class _VjpFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(call, *phys):
-        # grad off, as autograd runs every forward (dynamo, torch 2.13, inlines the forward
-        # of a Function whose inputs do not require grad with grad on): fwd may call the
+        # grad off, as autograd runs every forward (dynamo inlines the forward of a
+        # Function whose inputs do not require grad with grad on): fwd may call the
         # function itself, which then gives its value
         with torch.no_grad():
             if not torch.compiler.is_dynamo_compiling() and TAPES:   # noted as a whole, not op by op
@@ -295,7 +276,7 @@ class _VjpFunction(torch.autograd.Function):
             for gi, li, ni in zip(flat, call.leaves, call.names))
 
 
-class custom_jvp:
+class custom_jvp(_CustomRule):
     """A function with a user-supplied JVP: ``f.defjvp(rule)`` or ``f.defjvps(*fns)``.
 
     ``rule(primals, tangents) -> (out, tangent_out)``; ``defjvps`` gives one function
@@ -303,13 +284,7 @@ class custom_jvp:
     Reverse mode transposes the rule (it is linear in the tangents).
     """
 
-    def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()) -> None:
-        if not callable(fun):
-            raise AxisTypeError(f"custom_jvp: fun must be callable, got {type(fun).__name__}")
-        self.fun = fun
-        self.nondiff_argnums = tuple(nondiff_argnums)
-        self.rule = None
-        functools.update_wrapper(self, fun)
+    rule = None
 
     def defjvp(self, rule: Callable) -> Callable:
         """Set the JVP rule ``rule(primals, tangents) -> (out, tangent_out)``."""
@@ -337,8 +312,8 @@ class custom_jvp:
         call = _Call(self, args)
         # dynamo traces no autograd.Function with a jvp method: under torch.compile the
         # rule serves reverse mode only; forward mode there would differentiate ``fun``
-        # itself, silently without the rule (oracle seed 3913, p3913_00557), so an
-        # nx.jvp / jacfwd / linearize around the call is refused
+        # itself, silently without the rule, so an nx.jvp / jacfwd / linearize around
+        # the call is refused
         compiling = torch.compiler.is_dynamo_compiling()
         if compiling and FORWARD_REGIONS:
             raise AxisTypeError(
@@ -406,11 +381,11 @@ class _JvpReverse(torch.autograd.Function):
         if ctx.region is not None and ctx.region not in FORWARD_REGIONS:
             # applied under an nx.jvp that has returned, and now its outputs are
             # differentiated: JAX differentiates the jvp'd program, whose primal output
-            # here the rule's own code computed (oracle seed 4101, p4101_00201)
-            _, pull = _functorch["vjp"](lambda *p: ctx.call.primal_phys(list(p), o), *prim)
+            # here the rule's own code computed
+            _, pull = _functorch["vjp"](lambda *p: ctx.call.rule_phys(list(p), None, o), *prim)
             return (None,) + tuple(pull(tuple(gs[:-1])))
         zeros = [torch.zeros_like(p) if isinstance(p, torch.Tensor) else p for p in prim]
-        _, pull = _functorch["vjp"](lambda *t: ctx.call.tangent_phys(prim, list(t), o), *zeros)
+        _, pull = _functorch["vjp"](lambda *t: ctx.call.rule_phys(prim, list(t), o), *zeros)
         return (None,) + tuple(pull(tuple(gs[:-1])))
 
 
@@ -419,7 +394,7 @@ class _JvpFunction(_JvpReverse):
 
     @staticmethod
     def jvp(ctx, _call_tangent, *tangents):
-        return ctx.call.tangent_phys(list(ctx.inputs), list(tangents), ctx.out) + (None,)
+        return ctx.call.rule_phys(list(ctx.inputs), list(tangents), ctx.out) + (None,)
 
 
 def closure_convert(fun: Callable, *example_args: Any):

@@ -9,7 +9,7 @@ rule is the same (docs/guide.md §4).
 
 Physically a NamedTensor stores one slice per named index of the axes it carries, so a
 value that lacks axis ``a`` has one cotangent where JAX has ``size(a)`` of them.  The
-grad family makes that exact with three steps, all decided here:
+grad family makes that exact with four steps, all decided here:
 
 1. *Which axes matter* — a :class:`Region` records the named axes of every value built
    while the differentiated function runs (``NamedTensor._wrap`` notes them), except
@@ -55,8 +55,8 @@ from .._tensor import RECORDERS, NamedTensor
 from .._tape import Tape
 from .._torch_private import is_functorch_wrapped, tree_flatten, tree_unflatten
 
-__all__ = ["Region", "REGIONS", "Redo", "current", "lacking", "GradTape", "static_tape",
-           "without", "fold_copies", "fold_pullback"]
+__all__ = ["Region", "REGIONS", "Redo", "current", "lacking", "instance_count", "GradTape",
+           "static_tape", "without", "fold_copies", "fold_pullback"]
 
 _is_wrapped = is_functorch_wrapped
 
@@ -139,15 +139,21 @@ class Region:
         return self.axes
 
     def seed_scale(self, names: tuple) -> int:
-        """How many instances a loss carrying ``names`` stands for (on a mesh, where a
-        lacking axis is split over ranks, those of every rank: the loss is replicated
-        there, and its cotangent is the whole on each, :mod:`..parallel._local_comms`)."""
-        scale = 1
-        for n, s in self.axes.items():   # a loop: dynamo cannot trace prod(<generator>)
-            if n not in names:
-                engine = engine_for((n,))
-                scale *= s if engine is None else engine.seed_size(n, s)
-        return scale
+        """How many instances a loss carrying ``names`` stands for."""
+        return instance_count(self.axes, names)
+
+
+def instance_count(axes: dict, names: tuple, skip: tuple = ()) -> int:
+    """How many instances of ``axes`` (name -> size) a value carrying ``names`` stands
+    for, leaving out ``skip``: on a mesh, where a lacking axis is split over ranks, those
+    of every rank (the value is replicated there, and its cotangent is the whole on each,
+    :mod:`..parallel._local_comms`)."""
+    count = 1
+    for n, s in axes.items():   # a loop: dynamo cannot trace prod(<generator>)
+        if n not in names and n not in skip:
+            engine = engine_for((n,))
+            count *= s if engine is None else engine.seed_size(n, s)
+    return count
 
 
 def current() -> Region | None:
@@ -157,7 +163,6 @@ def current() -> Region | None:
 def lacking(axes: dict, names: tuple) -> dict:
     """The axes of ``axes`` (name -> size) that ``names`` lacks."""
     return {n: s for n, s in axes.items() if n not in names}
-
 
 
 class GradTape(Tape):
