@@ -194,9 +194,9 @@ def _derived(v, made: dict, own_level: bool = False) -> bool:
     NamedTensor built in the region, or a plain tensor made by ops autograd records
     (at the call's own torch.func level, when it has one: ``Tape.own_level``)."""
     if torch.compiler.is_dynamo_compiling():
-        # dynamo traces neither torch.func's wrappers nor (torch 2.13) the
-        # requires_grad of the tensors torch.func.grad differentiates: assume the
-        # value may depend on them (more axes kept, never other values)
+        # dynamo traces neither torch.func's wrappers nor the requires_grad of the
+        # tensors torch.func.grad differentiates: assume the value may depend on them
+        # (more axes kept, never other values)
         return type(v) is not _NT or id(v) in made
     if type(v) is _NT:
         data = v._data

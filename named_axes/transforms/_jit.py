@@ -152,7 +152,7 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
         faster (tracing still runs).  With a program store (opt-in:
         ``nx.set_program_store(dir)`` or ``NAMED_AXES_PROGRAM_STORE=dir``) a CPU program
         whose results are values is also compiled, when the process exits, into a
-        library that a later process loads in milliseconds, without tracing: the first
+        library that a later process loads without tracing: the first
         call of each signature then runs the program once eagerly to identify it
         (``transforms/_store.py`` says what it stores and what it refuses);
         ``.stats()`` counts ``store_loaded`` and ``store_saved``.

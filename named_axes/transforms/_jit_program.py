@@ -128,10 +128,10 @@ def _trace(name: str, dyn_fun: Callable, dyn_args: tuple) -> Traced:
     mutate its inputs), with what a compiled program could not carry refused: an
     optimizer step, a backward writing ``.grad``, a number read from updated state.
 
-    A trace that fails on forward AD's internal layout assert is traced once more
-    without torch's fake-tensor dispatch cache (:func:`uncached_fake_mode`: a torch 2.13
-    bug; without the cache always, forward mode's zero Hessians came back as meta
-    tensors)."""
+    A trace that fails on forward AD's internal layout assert (a torch bug with the
+    fake-tensor dispatch cache) is traced once more without that cache
+    (:func:`uncached_fake_mode`; not always without it: forward mode's zero Hessians
+    then come back as meta tensors)."""
     try:
         return _trace_once(name, dyn_fun, dyn_args, None)
     except (RuntimeError, ValueError) as e:   # (a NamedAxisError may carry torch's message)

@@ -1,8 +1,7 @@
 """nx.jit's program store: compiled programs kept on disk, found again by what they do.
 
-A second process that calls the same jitted program would trace it again (``make_fx``
-alone costs about a second in a fresh process: its tracer imports inductor and dynamo)
-before inductor's on-disk cache can help.  With a program store (opt-in, like JAX's
+A second process that calls the same jitted program would trace it again (``make_fx``'s
+tracer imports inductor and dynamo) before inductor's on-disk cache can help.  With a program store (opt-in, like JAX's
 persistent compilation cache: ``NAMED_AXES_PROGRAM_STORE=DIR`` or
 :func:`set_program_store`), ``nx.jit`` identifies a program without tracing it, by one
 eager call under a dispatch mode that records every tensor operation (:class:`_Recorder`):
@@ -11,9 +10,9 @@ argument or earlier result) and each result's shape and dtype, plus the call's i
 signature, its result's structure and the versions of torch, this library and the CPU.
 The digest of that record names an AOTInductor package (``<digest>.pt2``: the traced
 graph exported with ``torch.export`` and compiled by ``aoti_compile_and_package``, torch's
-own packaging) made in an earlier process; loading it costs a few milliseconds and
-imports neither inductor nor dynamo, and its C++ wrapper calls the kernels with less
-overhead than inductor's Python wrapper.
+own packaging) made in an earlier process; loading it imports neither inductor nor
+dynamo, and its C++ wrapper calls the kernels with less overhead than inductor's Python
+wrapper.
 
 Two programs with the same record run the same operations on inputs of the same
 signature, so they compute the same function: the stored package is exactly what
@@ -339,7 +338,7 @@ def _aoti_graph(gm: torch.fx.GraphModule, example: list) -> torch.fx.GraphModule
     """``gm`` in aten ops, its collectives written as their plain code; raises
     :class:`_Unstorable` for what AOTInductor cannot take: an op with Python code, or a
     constant tensor the retrace made (``gm`` itself closes over none: nx.jit checks;
-    torch 2.13's AOTInductor meets the real constant among its fake tensors)."""
+    AOTInductor would meet the real constant among its fake tensors)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from ._backend import inline_collectives
@@ -391,8 +390,8 @@ def _save(gm: torch.fx.GraphModule, specs: list, ident: Identity, positions: lis
     example = [torch.empty_strided(shape, stride, dtype=dtype) for shape, stride, dtype in specs]
     try:
         with compile_lock, warnings.catch_warnings():
-            # torch 2.13's AOTInductor deep-copies its own graph, whose input spec holds
-            # a LeafSpec, and copying one warns of LeafSpec's deprecation (torch-internal)
+            # AOTInductor deep-copies its own graph, whose input spec holds a LeafSpec,
+            # and copying one warns of LeafSpec's deprecation (torch-internal)
             warnings.filterwarnings("ignore", message=r".isinstance\(treespec, LeafSpec\)",
                                     category=FutureWarning)
             compile_and_save(gm, example, ident, positions, directory)

@@ -246,14 +246,14 @@ def _pullback(what: str, vjp_phys: Callable, out_leaves: list, names: list, boxe
 
 def _refuse_transposed_rule(what: str, rule: str) -> None:
     """A custom_jvp's reverse rule transposes its JVP rule with ``torch.func.vjp`` inside
-    the backward.  Dynamo (torch 2.13) traces that backward where the forward calls the
-    rule and keeps the functorch levels it had there; a pullback replays it after the
-    forward's level closed, which only lines up when the pullback is mapped over one
-    axis (as jacrev's is): otherwise torch fails an internal assert."""
+    the backward.  Dynamo traces that backward where the forward calls the rule and keeps
+    the functorch levels it had there; a pullback replays it after the forward's level
+    closed, which only lines up when the pullback is mapped over one axis (as jacrev's
+    is): otherwise torch fails an internal assert."""
     raise AxisTypeError(
         f"{what}: {rule}'s reverse rule (its JVP rule transposed with torch.func.vjp in "
-        f"the backward) cannot run in this pullback under torch.compile: dynamo (torch "
-        f"2.13) replays that backward at the functorch level of the forward. Take the "
+        f"the backward) cannot run in this pullback under torch.compile: dynamo replays "
+        f"that backward at the functorch level of the forward. Take the "
         f"gradient with nx.grad / nx.value_and_grad, or compile the step with nx.jit")
 
 
