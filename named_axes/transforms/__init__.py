@@ -18,7 +18,6 @@ from ._custom import closure_convert, custom_jvp, custom_vjp
 from ._remat import checkpoint, remat
 from ._shapes import ShapeDtypeStruct, eval_shape
 from ._vectorize import vectorize
-from . import _backend  # noqa: F401  (registers the "named_axes" torch.compile backend)
 
 __all__ = ["vmap", "grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfwd", "jacrev",
            "hessian", "linear_transpose", "make_graph", "named_call", "NamedGraphModule",

@@ -42,7 +42,7 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
         raise AxisTypeError(f"{what}: primals and tangents must be tuples")
     if len(primals) != len(tangents):
         raise AxisSpecError(f"{what}: {len(primals)} primals but {len(tangents)} tangents")
-    boxes = _unbox_primals(tuple(primals), what)
+    boxes = _unbox_primals(tuple(primals))
     _batch = _batch or {}
     lead, lead_sizes = tuple(_batch), tuple(_batch.values())
     tan_phys = []
@@ -55,14 +55,15 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
     out_box: list = []
     aux_box: list = []
     inner = _rebuild(fun, boxes)
-    if has_aux:
-        def split(*phys):
-            out, aux = inner(*phys)
+
+    def split(*phys):
+        out = inner(*phys)
+        if has_aux:
+            out, aux = out
             aux_box[:] = [unbox(aux)]
-            return out
-        target = _phys_outputs(split, out_box)
-    else:
-        target = _phys_outputs(inner, out_box)
+        return out
+
+    target = _phys_outputs(split, out_box)
     primal_phys = tuple(b[0] for b in boxes)
     forward_begin()   # (custom_jvp asks: refused under torch.compile; its reverse mode)
     try:
@@ -83,7 +84,6 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
     return result
 
 
-
 def linearize(fun: Callable, *primals: Any):
     """``(fun(*primals), jvp_fn)`` where ``jvp_fn(*tangents)`` is the linearized ``fun``.
 
@@ -98,7 +98,7 @@ def linearize(fun: Callable, *primals: Any):
     tensor([1., 1.])
     """
     what = f"linearize({getattr(fun, '__name__', 'fun')})"
-    boxes = _unbox_primals(tuple(primals), what)
+    boxes = _unbox_primals(tuple(primals))
     out = fun(*primals)
 
     def jvp_fn(*tangents):

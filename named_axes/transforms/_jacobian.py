@@ -93,8 +93,7 @@ def _basis(shape: tuple, like: Any) -> torch.Tensor:
     """The ``prod(shape)`` one-hot entries of ``shape``, stacked on a leading dim."""
     data = like._data if type(like) is _NT else torch.as_tensor(like)
     m = math.prod(shape)
-    eye = torch.eye(m, dtype=data.dtype, device=data.device).reshape((m,) + shape)
-    return eye
+    return torch.eye(m, dtype=data.dtype, device=data.device).reshape((m,) + shape)
 
 
 def _zeros(x: Any) -> torch.Tensor:

@@ -77,10 +77,6 @@ def _transform(name: str, build_named: Callable) -> Callable:
     return transform
 
 
-def _grad(func, argnums=0, has_aux=False):
-    return grad(func, argnums, has_aux)
-
-
 def _grad_and_value(func, argnums=0, has_aux=False):
     vg = value_and_grad(func, argnums, has_aux)
 
@@ -98,10 +94,6 @@ def _jac(transform: Callable) -> Callable:
     def build(func, argnums=0, has_aux=False, **_options):   # chunk_size etc.: speed only
         return transform(func, argnums, has_aux)
     return build
-
-
-def _hessian(func, argnums=0):
-    return hessian(func, argnums)
 
 
 def _vjp(func: Callable, *primals: Any, has_aux: bool = False):
@@ -133,12 +125,12 @@ def enable_torch_func() -> None:
     if getattr(torch.func.grad, "_named_axes", False):
         return
     wrapped = {
-        "grad": _transform("grad", _grad),
+        "grad": _transform("grad", grad),   # (torch's own checks the arguments first)
         "grad_and_value": _transform("grad_and_value", _grad_and_value),
         "vmap": _transform("vmap", _vmap),
         "jacrev": _transform("jacrev", _jac(jacrev)),
         "jacfwd": _transform("jacfwd", _jac(jacfwd)),
-        "hessian": _transform("hessian", _hessian),
+        "hessian": _transform("hessian", hessian),
         "vjp": functools.wraps(_TORCH["vjp"])(_vjp),
         "jvp": functools.wraps(_TORCH["jvp"])(_jvp),
         "functional_call": functools.wraps(_TORCH_FUNCTIONAL_CALL)(_functional_call),

@@ -111,7 +111,9 @@ def mapped_over(fn: Callable, depth: int) -> Callable:
     return fn
 
 
-def _unbox_primals(primals, what, reduce_axes=None, sizes=None):
+def _unbox_primals(primals, reduce_axes=None, sizes=None):
+    """Each primal unboxed (:func:`unbox`), broadcast first along ``sizes`` (default:
+    the primals' named axes) except ``reduce_axes`` when those are given."""
     if reduce_axes is not None:
         sizes = named_axes_of(primals) if sizes is None else sizes
         primals = tuple(tree_map(lambda l: expand_over(l, sizes, reduce_axes), p)
@@ -152,7 +154,7 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False, reduce_axes: Sequen
 
 def _vjp_once(fun, primals, has_aux, reduce_axes, sizes, first_run):
     what = f"vjp({getattr(fun, '__name__', 'fun')})"
-    boxes = _unbox_primals(primals, what, reduce_axes, sizes)
+    boxes = _unbox_primals(primals, reduce_axes, sizes)
     out_box: list = []
     aux_box: list = []
     region = Region(sizes, reduce_axes)
@@ -185,17 +187,12 @@ def _vjp_target(inner: Callable, region: Region, first_run: bool, has_aux: bool,
     def settled(*phys):
         out = inner(*phys)
         region.settle(first_run)
-        if not has_aux:
-            tape.decide(out, grads=False)
+        if has_aux:
+            out, aux = out
+            aux_box[:] = [unbox(aux)]
+        tape.decide(out, grads=False)
         return out
 
-    if has_aux:
-        def split(*phys):
-            out, aux = settled(*phys)
-            tape.decide(out, grads=False)
-            aux_box[:] = [unbox(aux)]
-            return out
-        return _phys_outputs(split, out_box)
     return _phys_outputs(settled, out_box)
 
 
