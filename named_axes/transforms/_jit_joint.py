@@ -15,8 +15,8 @@ the second in its backward -- what AOT autograd does, with the Functions' own ba
 
 Closed-over tensors that require grad, programs that mutate a tensor, that return an
 input as it is, or whose traced backward meets a meta tensor of torch's ZeroTensor
-fallback (forward mode inside), are not cut: they run inline, as before.  The backward is compiled once
-more than first-order (a second derivative through it raises torch's error for
+fallback (forward mode inside), are not cut: they run inline.  The compiled backward is
+first-order only (a second derivative through it raises torch's error for
 ``once_differentiable``, as ``torch.compile``'s compiled backward does).
 
 >>> import torch

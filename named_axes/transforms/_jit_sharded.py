@@ -2,10 +2,10 @@
 gradients, inputs laid out by a ``NamedSharding``) on a mesh.
 
 A compiled program takes plain tensors, so such a call, made inside a mesh's scope, is
-compiled for each rank's local shards: every DTensor leaf goes in as its local tensor, its layout (device mesh,
-placements, global shape and strides) a static argument of the program; inside the
-trace the DTensor is rebuilt around the traced shard, so the mesh engine sees what it
-sees eagerly, and a DTensor the program returns (a sharded parameter's gradient) comes
+compiled for each rank's local shards: every DTensor leaf goes in as its local tensor,
+its layout (device mesh, placements, global shape and strides) a static argument of the
+program; inside the trace the DTensor is rebuilt around the traced shard, so the mesh
+engine sees what it sees eagerly, and a DTensor the program returns (a sharded parameter's gradient) comes
 out as its shard and its layout, rebuilt after the call.  The program holds the rank's
 local computation and its collectives, nothing of DTensor's dispatch.
 

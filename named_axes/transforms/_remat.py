@@ -50,7 +50,7 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Any = None,
         # Outside autograd recording there is nothing to save, hence nothing to recompute;
         # torch.func transforms record with their own machinery (functorch), where
         # torch.utils.checkpoint is not supported, so the function runs directly there.
-        if not torch.is_grad_enabled() or _under_functorch():
+        if not torch.is_grad_enabled() or functorch_active():
             return fun(*args, **kwargs)
         extra = {}
         if policy is not None:
@@ -87,10 +87,6 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Any = None,
         return rebox(list(out), *out_box)
 
     return run
-
-
-def _under_functorch() -> bool:
-    return functorch_active()
 
 
 remat = checkpoint

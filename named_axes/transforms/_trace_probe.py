@@ -33,6 +33,7 @@ import threading
 from typing import Iterable
 
 import torch
+from torch.fx.experimental.proxy_tensor import CONSTANT_NUMEL_LIMIT
 from torch.utils.module_tracker import ModuleTracker
 
 from .._errors import NamedAxisError
@@ -73,9 +74,10 @@ class TraceProbe(TorchDispatchMode):
         kwargs = kwargs or {}
         if not self.ran and _BACKWARD.is_bw:
             self.ran = True
-        schema = op_schema(func)
-        if schema is not None and schema.is_mutable:
-            self._keep_written(schema, args, kwargs)
+        for t in written_tensors(func, args, kwargs):
+            if _is_real(t) and id(t) not in self._kept and t.numel() <= CONSTANT_NUMEL_LIMIT:
+                with disable_dispatch_modes():
+                    self._kept[id(t)] = (t, t.detach().clone())
         if (torch.Tag.data_dependent_output in getattr(func, "tags", ()) and args
                 and _is_real(args[0])):
             self._read.setdefault(id(args[0]), args[0])
@@ -85,17 +87,6 @@ class TraceProbe(TorchDispatchMode):
         """Real tensors the program both updated in place and read as Python numbers:
         the trace baked the number in, so every later call would use it."""
         return [t for i, t in self._read.items() if i in self._kept]
-
-    def _keep_written(self, schema, args: tuple, kwargs: dict) -> None:
-        from torch.fx.experimental.proxy_tensor import CONSTANT_NUMEL_LIMIT
-
-        for i, arg in enumerate(schema.arguments):
-            if arg.alias_info is None or not arg.alias_info.is_write:
-                continue
-            t = args[i] if i < len(args) else kwargs.get(arg.name)
-            if _is_real(t) and t.numel() <= CONSTANT_NUMEL_LIMIT and id(t) not in self._kept:
-                with _no_modes():
-                    self._kept[id(t)] = (t, t.detach().clone())
 
     def restore(self) -> None:
         """Give the real tensors the trace updated in place their values back."""
@@ -130,7 +121,7 @@ class preserving_writes(EagerDispatchMode):
         kwargs = kwargs or {}
         for t in written_tensors(func, args, kwargs):
             if storage_key(t) not in self._made and id(t) not in self._kept:
-                with _no_modes():
+                with disable_dispatch_modes():
                     self._kept[id(t)] = (t, t.detach().clone())
         given = {storage_key(a) for a in tree_leaves((args, kwargs))
                  if isinstance(a, torch.Tensor)}
@@ -188,10 +179,6 @@ def check_no_stale_numbers(name: str, probe: TraceProbe) -> None:
             "compiled call would use it again (BatchNorm with momentum=None reads its "
             "num_batches_tracked so). Keep the arithmetic on tensors, or pass the value as "
             "an argument.")
-
-
-def _no_modes():
-    return disable_dispatch_modes()
 
 
 class _Tracing(threading.local):
