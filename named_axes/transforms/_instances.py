@@ -74,16 +74,14 @@ class Region:
     ``axes``: every relevant axis (name -> size), final once the function has run.
     """
 
-    __slots__ = ("seen", "expanded", "reduce", "axes", "inner_mode", "early", "transposed")
+    __slots__ = ("seen", "reduce", "axes", "early", "transposed")
 
-    def __init__(self, expanded: dict, reduce_axes: tuple, inner_mode: bool = True) -> None:
+    def __init__(self, expanded: dict, reduce_axes: tuple) -> None:
         # the axes already known count as seen: noting them again would be a write, which
         # dynamo refuses inside a custom rule's backward (traced with its forward)
         self.seen: dict = dict(expanded)
-        self.expanded = expanded
         self.reduce = reduce_axes
         self.axes: dict = dict(expanded)
-        self.inner_mode = inner_mode
         self.early: list = []   # (rule, axes) read by custom rules before the region settled
         self.transposed: list = []   # custom_jvp rules dynamo traced here (_vjp.vjp)
 
