@@ -5,9 +5,10 @@ A compiled program takes plain tensors, so such a call, made inside a mesh's sco
 compiled for each rank's local shards: every DTensor leaf goes in as its local tensor,
 its layout (device mesh, placements, global shape and strides) a static argument of the
 program; inside the trace the DTensor is rebuilt around the traced shard, so the mesh
-engine sees what it sees eagerly, and a DTensor the program returns (a sharded parameter's gradient) comes
-out as its shard and its layout, rebuilt after the call.  The program holds the rank's
-local computation and its collectives, nothing of DTensor's dispatch.
+engine sees what it sees eagerly, and a DTensor the program returns (a sharded
+parameter's gradient) comes out as its shard and its layout, rebuilt after the call.
+The program holds the rank's local computation and its collectives, nothing of
+DTensor's dispatch.
 
 >>> import torch
 >>> has_dtensors([torch.ones(2), {'w': torch.zeros(1)}])

@@ -1,10 +1,11 @@
 """nx.jit's program store: compiled programs kept on disk, found again by what they do.
 
 A second process that calls the same jitted program would trace it again (``make_fx``'s
-tracer imports inductor and dynamo) before inductor's on-disk cache can help.  With a program store (opt-in, like JAX's
-persistent compilation cache: ``NAMED_AXES_PROGRAM_STORE=DIR`` or
-:func:`set_program_store`), ``nx.jit`` identifies a program without tracing it, by one
-eager call under a dispatch mode that records every tensor operation (:class:`_Recorder`):
+tracer imports inductor and dynamo) before inductor's on-disk cache can help.  With a
+program store (opt-in, like JAX's persistent compilation cache:
+``NAMED_AXES_PROGRAM_STORE=DIR`` or :func:`set_program_store`), ``nx.jit`` identifies a
+program without tracing it, by one eager call under a dispatch mode that records every
+tensor operation (:class:`_Recorder`):
 the operator, its non-tensor arguments, where each tensor argument came from (which
 argument or earlier result) and each result's shape and dtype, plus the call's input
 signature, its result's structure and the versions of torch, this library and the CPU.
