@@ -135,8 +135,7 @@ class custom_vjp(_CustomRule):
         call.axes = (region.axes_for_rule(f"custom_vjp({self.__name__})")
                      if region is not None else bound_axes())
         call.scope = list(frames())   # bwd runs in this environment, wherever autograd is
-        *out, o = _apply(_VjpFunction, call)
-        out = rebox(out, o.spec, o.names)
+        out = _apply(_VjpFunction, call)
         if not torch.compiler.is_dynamo_compiling() and TAPES:   # inside nx.grad: what bwd does
             # to named axes decides named shapes
             call.noted = noted_rule(tree_flatten([call.args[i] for i in call.diff_pos])[0],
@@ -144,8 +143,9 @@ class custom_vjp(_CustomRule):
         return out
 
 
-def _apply(function, call) -> tuple:
-    """``function.apply`` (a rule's ``autograd.Function``) on the call's inputs.
+def _apply(function, call) -> Any:
+    """The output of ``function.apply`` (a rule's ``autograd.Function``) on the call's
+    inputs.
 
     Under dynamo no tape sees inside: dynamo traces the Function's forward and backward
     as subgraphs, where the tapes' Python state must not change.  The tape does not know
@@ -153,8 +153,10 @@ def _apply(function, call) -> tuple:
     inputs = _traced_inputs(call.leaves)
     if torch.compiler.is_dynamo_compiling() and TAPES:
         with suspended():
-            return function.apply(call, *inputs)
-    return function.apply(call, *inputs)
+            *out, o = function.apply(call, *inputs)
+    else:
+        *out, o = function.apply(call, *inputs)
+    return rebox(out, o.spec, o.names)
 
 
 def _traced_inputs(leaves: list) -> list:
@@ -325,8 +327,7 @@ class custom_jvp(_CustomRule):
         if compiling and region is not None:   # its transpose has a limit there (nx.vjp)
             region.transposed.append(f"custom_jvp({self.__name__})")
         fn = _JvpReverse if compiling else _JvpFunction
-        *out, o = _apply(fn, call)
-        out = rebox(out, o.spec, o.names)
+        out = _apply(fn, call)
         if not compiling and TAPES:   # the Function's outputs are fun's, as tapes saw them
             aliased(tree_flatten(getattr(call, "fun_out", None))[0], tree_flatten(out)[0])
         return out
