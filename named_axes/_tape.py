@@ -377,7 +377,7 @@ def taped(kind: str | None = None, output_arg: int | None = None, along: bool = 
 # operands), "quotient" (x / y: as bilinear for x, nonlinear for y), "constant" (no
 # derivative flows); every other op is "nonlinear" (reads all).
 _LINEAR = frozenset("""
-add sub rsub neg negative positive sum mean nansum cumsum reshape view view_as flatten
+add sub rsub neg negative positive cumsum reshape view view_as flatten
 unflatten squeeze unsqueeze permute transpose swapaxes swapdims t adjoint movedim moveaxis
 expand expand_as broadcast_to repeat tile flip fliplr flipud roll rot90 narrow select
 getitem setitem index_select gather take take_along_dim cat concat concatenate stack
@@ -386,7 +386,7 @@ type_as float double half bfloat16 real imag conj resolve_conj resolve_neg diago
 diag_embed tril triu trace pad where masked_fill index_add scatter_add index_put index_copy
 copy align_to align_as rename refine_names T mT H mH unfold as_strided narrow_copy select_scatter
 slice_scatter diagonal_scatter squeeze_copy unsqueeze_copy view_copy permute_copy
-psum pmean psum_scatter all_to_all ppermute pshuffle dynamic_slice
+psum_scatter all_to_all ppermute pshuffle dynamic_slice
 dynamic_update_slice dynamic_index_in_dim dynamic_update_index_in_dim
 """.split())
 # linear ops that may sum a named axis away: the one way an axis leaves a cotangent
@@ -414,10 +414,8 @@ def kind_of(name: str) -> str:
         return "quotient"
     if base == "rtruediv" or base == "rdiv":   # y.__rtruediv__(x) is x / y
         return "rquotient"
-    if base.startswith("r") and base[1:] in ("add", "sub", "mul", "matmul"):
-        base = base[1:]
-    if base.startswith("i") and base[1:] in ("add", "sub", "mul", "matmul"):
-        base = base[1:]
+    if base[:1] in ("r", "i") and base[1:] in ("add", "sub", "mul", "matmul"):   # reflected,
+        base = base[1:]                                                      # in place
     if base in _SUMS:
         return "sum"
     if base in _LINEAR:
@@ -429,6 +427,6 @@ def kind_of(name: str) -> str:
     return "nonlinear"
 
 
-_KIND_BY_NAME = {n: k for n in {*_LINEAR, *_BILINEAR, *_CONSTANT, *(
+_KIND_BY_NAME = {n: k for n in {*_LINEAR, *_SUMS, *_BILINEAR, *_CONSTANT, *(
     n for owner in (torch, torch.Tensor, torch.nn.functional, torch.special, torch.linalg)
     for n in dir(owner))} if (k := kind_of(n)) != "nonlinear"}
