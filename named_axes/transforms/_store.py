@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import atexit
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -236,15 +237,11 @@ def _sources_digest() -> str:
     return h.hexdigest()
 
 
-_context: list = []
-
-
+@functools.cache
 def _environment() -> str:
-    if not _context:
-        _context.append(repr((_FORMAT, torch.__version__, __version__, _sources_digest(),
-                              torch.backends.cpu.get_cpu_capability(), platform.machine(),
-                              _cpu_flags())))
-    return _context[0]
+    """What besides the call makes its program: the versions, the sources, the CPU."""
+    return repr((_FORMAT, torch.__version__, __version__, _sources_digest(),
+                 torch.backends.cpu.get_cpu_capability(), platform.machine(), _cpu_flags()))
 
 
 def identify(fun: Callable, args: tuple, leaves: list, call_key: Any) -> Identity | None:
