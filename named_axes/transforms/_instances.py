@@ -315,9 +315,7 @@ def fold_pullback(grads: tuple, tape, cts: list) -> tuple:
     cotangents do not carry, given the outputs' cotangents ``cts``."""
     if tape.keep is None:
         return grads
-    return tuple(tree_unflatten([without(v, tape.added - k) for v, k in
-                                 zip(tree_flatten(g)[0], keep)], tree_flatten(g)[1])
-                 for g, keep in zip(grads, tape.pullback_keep(cts)))
+    return tuple(_folded(g, keep, tape.added) for g, keep in zip(grads, tape.pullback_keep(cts)))
 
 
 def fold_copies(trees: list, tape) -> list:
@@ -327,9 +325,11 @@ def fold_copies(trees: list, tape) -> list:
         return trees
     if tape.grads:
         tape.settle_gradients()
-    out = []
-    for tree, keep in zip(trees, tape.keep):
-        leaves, spec = tree_flatten(tree)
-        leaves = [without(v, tape.added - k) for v, k in zip(leaves, keep)]
-        out.append(tree_unflatten(leaves, spec))
+    out = [_folded(tree, keep, tape.added) for tree, keep in zip(trees, tape.keep)]
     return out + trees[len(out):]
+
+
+def _folded(tree, keep: list, added: frozenset):
+    """``tree`` with each leaf without the ``added`` axes its entry of ``keep`` lacks."""
+    leaves, spec = tree_flatten(tree)
+    return tree_unflatten([without(v, added - k) for v, k in zip(leaves, keep)], spec)
