@@ -129,8 +129,8 @@ def _fake_inputs(example: list) -> list:
 
     Inductor's FX-graph cache and AOT autograd's cache are used only when the compile
     sees a shape environment (dynamo's backends always do); a graph traced by ``nx.jit``
-    has none, so without this every process recompiled from scratch. Static shapes: the
-    guards on sizes are the ones ``nx.jit``'s own cache key already checks.
+    has none, so without this every process would recompile from scratch.  Static
+    shapes: the guards on sizes are the ones ``nx.jit``'s own cache key already checks.
     """
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
@@ -176,7 +176,8 @@ def _plain_program(gm: torch.fx.GraphModule, example: list) -> bool:
     return False
 
 
-def _differentiable(gm: torch.fx.GraphModule, example: list, grad_off: bool = False) -> bool:
+def _differentiable(gm: torch.fx.GraphModule, example: list,
+                    grad_off: bool = False) -> bool:
     """Whether the compiled ``gm`` must be differentiable: grad is on and an example
     input, or (unless the caller runs it with grad off) a constant, requires grad."""
     return torch.is_grad_enabled() and (

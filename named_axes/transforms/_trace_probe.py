@@ -1,15 +1,15 @@
 """What ``nx.jit``'s trace of a program saw: a backward, and side effects it cannot keep.
 
 A compiled program replays the traced tensor operations only, not the trace's Python
-side effects.  Two of those ran without an error and trained wrongly:
+side effects.  Two of those would train wrongly without an error:
 
-* ``loss.backward()`` inside the program set each parameter's ``.grad`` once, to a
-  tracing placeholder, and never again;
-* a ``torch.optim`` optimizer's ``step()`` created its state (step counts, moments)
-  once, as tracing placeholders, and baked its step count into the update as a Python
-  number: the compiled update restarted from step 1 on every call.
+* ``loss.backward()`` inside the program would set each parameter's ``.grad`` once, to
+  a tracing placeholder, and never again;
+* a ``torch.optim`` optimizer's ``step()`` would create its state (step counts,
+  moments) once, as tracing placeholders, and bake its step count into the update as a
+  Python number: the compiled update would restart from step 1 on every call.
 
-Both are errors now: :func:`refusing_optimizer_steps` makes an optimizer step inside
+So both raise: :func:`refusing_optimizer_steps` makes an optimizer step inside
 the trace raise before it touches its state, and :func:`check_grads_untouched` finds
 the ``.grad`` a backward set on the program's inputs or closed-over tensors (resets it
 to None, as it was: a real ``.grad`` stays real under fake tensors) and raises.  The
@@ -60,7 +60,7 @@ class TraceProbe(TorchDispatchMode):
 
     ``make_fx`` runs an op on one-element real constants for real ("constant
     propagation"), in-place ops included: a closed-over counter (``BatchNorm``'s
-    ``num_batches_tracked += 1``) was advanced by the trace *and* by the compiled
+    ``num_batches_tracked += 1``) would be advanced by the trace *and* by the compiled
     program, twice on the first call.  :meth:`restore` puts the kept values back.
     """
 
