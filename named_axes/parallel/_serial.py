@@ -31,16 +31,20 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 from functools import reduce
 from typing import Any, Callable, Hashable
 
 import torch
 
+from .. import lax
 from .._engine import EngineBase
 from .._dispatch import READS_VALUES
+from .._env import INNER, axis_size, bind
 from .._errors import AxisResourceError
-from .._tensor import NamedTensor
+from .._tensor import RECORDERS, NamedTensor
 from .._torch_private import functorch_disabled, functorch_level
+from ..transforms._instances import REGIONS
 from ._serial_chunks import (_attaining, _equal, _extreme_of_chunks, _names_of, _peeled,
                              _same_layout)
 
@@ -176,7 +180,7 @@ class SerialEngine(EngineBase):
                 self._known.append(known)
 
     def _run_chunk(self, body: Callable, sliced: list) -> list:
-        self._level = _functorch_level()
+        self._level = functorch_level()
         if self.inner is not None:
             return self.inner.run(body, sliced, engine=self)
         return body(sliced, engine=self)
@@ -263,27 +267,15 @@ class SerialEngine(EngineBase):
     def _unsplit(self, op: str, args: tuple, kwargs: dict, whole: tuple):
         """:meth:`_default`, where the operands carry the loop axes ``whole`` at their
         full size (gathered by the local-shard path)."""
-        from .._env import bind
-
         local = {n: self.chunk_size(n) for n in self.names   # (``within`` binds the ones
                  if n not in whole + self._whole                 # it splits: its collective)
                  and not self._split_within(n) and any(_carries(a, n) for a in args[:2])}
         # this frame is the engine's own: a differentiated function running around it
         # must not take its names for axes bound inside that function
-        from .._tensor import RECORDERS
-        from .._env import INNER
-
         saved = [(rec, set(rec[INNER]) if INNER in rec else None) for rec in RECORDERS]
         try:
             with self._bypassed(), bind(local, kind="serial-chunk"):
-                try:
-                    from .. import lax
-                except ImportError:
-                    lax = None
-                fn = getattr(lax, op, None) if lax is not None else None
-                if fn is not None:
-                    return fn(*args, **kwargs)
-                return _fallback(op, *args, **kwargs)
+                return getattr(lax, op)(*args, **kwargs)
         finally:
             for rec, inner in saved:
                 if inner is None:
@@ -292,19 +284,14 @@ class SerialEngine(EngineBase):
                     rec[INNER] = inner
 
     def _reducing(self, op: str, *args, **kwargs):
-        if op == "pdot":
-            x, y = args[0], args[1]
-            axis_name = args[2] if len(args) > 2 else kwargs["axis_name"]
-            operands = (x, y)
-        else:
-            x, axis_name = args[0], args[1] if len(args) > 1 else kwargs["axis_name"]
-            operands = (x,)
+        operands = args[:2] if op == "pdot" else args[:1]   # nx.lax passes them positionally
+        axis_name = args[len(operands)]
         names = _as_tuple(axis_name)
         carried = [n for n in self.names if n in names and n not in self._whole
                    and any(_carries(v, n) for v in operands)]
         if op == "pmean" and carried:
             total = self._reducing("psum", *args, **kwargs)
-            return self._mean(total, _prod(self.sizes.get(n) or _env_size(n) for n in names))
+            return self._mean(total, math.prod(self.sizes.get(n) or axis_size(n) for n in names))
         if carried:
             self._check_not_differentiated(op, carried)
         local = self._default(op, *args, **kwargs)
@@ -376,11 +363,8 @@ class SerialEngine(EngineBase):
         through that pass's graph, but a derivative taken inside the body (``nx.grad``,
         ``vjp``, ``jvp``, torch.func transforms) would see a constant (a zero gradient),
         and its transpose would need every chunk's cotangents at once."""
-        from ..transforms._instances import REGIONS
-        from .._env import INNER
-
         inside = [r for r in REGIONS if not set(carried) <= set(r.seen.get(INNER, ()))]
-        if inside or _functorch_level() != self.__dict__.get("_level"):
+        if inside or functorch_level() != self.__dict__.get("_level"):
             n = carried[0]
             raise SerialLoopError(
                 f"{op} over axis {n!r} inside a derivative taken within the xmap body: {n!r} "
@@ -390,9 +374,8 @@ class SerialEngine(EngineBase):
                 f"map {n!r} to a mesh axis")
 
     def _unsupported(self, op: str, *args, **kwargs):
-        axis_name = args[1] if len(args) > 1 else kwargs.get("axis_name")
-        names = _as_tuple(axis_name)
-        loops = [n for n in names if n in self.loops]
+        axis_name = args[1]
+        loops = [n for n in _as_tuple(axis_name) if n in self.loops]
         if loops:
             n = loops[0]
             raise SerialLoopError(
@@ -410,7 +393,7 @@ class SerialEngine(EngineBase):
             out, stride = 0, 1
             for n in reversed(names):
                 out = out + self._axis_index(n) * stride
-                stride *= _env_size(n)
+                stride *= axis_size(n)
             return out
         n = names[0]
         start = self._chunk[self.names.index(n)] * self.chunk_size(n)
@@ -454,38 +437,3 @@ class SerialEngine(EngineBase):
 
 _NO_ENGINE = EngineBase()
 
-
-def _functorch_level():
-    return functorch_level()
-
-
-def _prod(xs) -> int:
-    out = 1
-    for x in xs:
-        out *= x
-    return out
-
-
-def _env_size(name: Hashable) -> int:
-    from .._env import axis_size
-
-    return axis_size(name)
-
-
-def _fallback(op: str, *args, **kwargs):
-    """Chunk-local psum/pmax/pmin/pdot/axis_index when nx.lax is not there (bootstrap only)."""
-    if op == "axis_index":
-        n = args[0]
-        return NamedTensor._wrap(torch.arange(_env_size(n)), (n,))
-    if op == "pdot":
-        x, y, names = args[0], args[1], _as_tuple(args[2] if len(args) > 2 else kwargs["axis_name"])
-        yd = y.ndim if isinstance(y, (NamedTensor, torch.Tensor)) else 0
-        xr = x.reshape(tuple(x.shape) + (1,) * yd) if isinstance(x, NamedTensor) else x
-        return _fallback("psum", xr * y, names)
-    x, names = args[0], _as_tuple(args[1] if len(args) > 1 else kwargs["axis_name"])
-    for n in names:
-        if _carries(x, n):
-            x = {"psum": x.sum, "pmax": x.amax, "pmin": x.amin}[op](n)
-        elif op == "psum":
-            x = x * _env_size(n)
-    return x
