@@ -64,7 +64,25 @@ def ranks(dm, dims) -> int:
     return out
 
 
-class SumOverRanks(torch.autograd.Function):
+class _Linear(torch.autograd.Function):
+    """A linear collective over ``groups`` (``apply(x, groups)``, elementwise): its
+    forward-mode rule is itself on the tangent, its vmap rule itself on the batch."""
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.args = inputs[1:]
+        ctx.groups = inputs[-1]
+
+    @classmethod
+    def jvp(cls, ctx, t, *_):
+        return cls.apply(t, *ctx.args)
+
+    @classmethod
+    def vmap(cls, info, in_dims, x, *args):
+        return cls.apply(x, *args), in_dims[0]
+
+
+class SumOverRanks(_Linear):
     """``psum`` across ranks: each rank's part -> their sum, the same on every rank of
     ``groups``; the transpose hands the (whole) cotangent on to every rank's part as
     it is (:class:`Varying`: differentiated again, it sums)."""
@@ -74,23 +92,11 @@ class SumOverRanks(torch.autograd.Function):
         return all_reduce(x, groups, "sum")
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.groups = inputs[1]
-
-    @staticmethod
     def backward(ctx, g):
         return Varying.apply(g, ctx.groups), None
 
-    @staticmethod
-    def jvp(ctx, t, _):
-        return SumOverRanks.apply(t, ctx.groups)
 
-    @staticmethod
-    def vmap(info, in_dims, x, groups):
-        return SumOverRanks.apply(x, groups), in_dims[0]
-
-
-class Varying(torch.autograd.Function):
+class Varying(_Linear):
     """A value replicated over the mesh dims of ``groups``, as it is, on its way into a
     value split over them (JAX's ``pvary``); the transpose sums the ranks' parts of its
     cotangent there -- Megatron's "f" before a column-parallel layer.  With no groups, the
@@ -101,20 +107,8 @@ class Varying(torch.autograd.Function):
         return x.view_as(x)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.groups = inputs[1]
-
-    @staticmethod
     def backward(ctx, g):
         return (SumOverRanks.apply(g, ctx.groups) if ctx.groups else g), None
-
-    @staticmethod
-    def jvp(ctx, t, _):   # the tangent meets the same split values
-        return Varying.apply(t, ctx.groups)
-
-    @staticmethod
-    def vmap(info, in_dims, x, groups):
-        return Varying.apply(x, groups), in_dims[0]
 
 
 class ExtremeOverRanks(torch.autograd.Function):
@@ -166,22 +160,13 @@ def _on_wire(x: torch.Tensor, move) -> torch.Tensor:
     return move(x.contiguous())
 
 
-class _AlongDim(torch.autograd.Function):
-    """A collective along ``dim`` of ``x`` over ``groups`` (``apply(x, dim, groups)``),
-    linear: its forward-mode rule is itself on the tangent, its vmap rule itself on the
-    batch (moved first, ``dim`` one further)."""
-
-    @classmethod
-    def jvp(cls, ctx, t, *_):
-        return cls.apply(t, ctx.dim, ctx.groups)
+class _AlongDim(_Linear):
+    """A linear collective along ``dim`` of ``x`` over ``groups`` (``apply(x, dim,
+    groups)``): vmapped, on the batch moved first (``dim`` one further)."""
 
     @classmethod
     def vmap(cls, info, in_dims, x, dim, groups):
         return cls.apply(_leading(x, in_dims[0], info), dim + 1, groups), 0
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.dim, ctx.groups = inputs[1], inputs[2]
 
 
 def gather(x: torch.Tensor, dim: int, groups: list) -> torch.Tensor:
@@ -214,7 +199,7 @@ class GatherOverRanks(_AlongDim):
 
     @staticmethod
     def backward(ctx, g):
-        return ChunkOfWhole.apply(g, ctx.dim, ctx.groups), None, None
+        return ChunkOfWhole.apply(g, *ctx.args), None, None
 
 
 class ChunkOfWhole(_AlongDim):
@@ -229,7 +214,7 @@ class ChunkOfWhole(_AlongDim):
 
     @staticmethod
     def backward(ctx, g):
-        return GatherOverRanks.apply(g, ctx.dim, ctx.groups), None, None
+        return GatherOverRanks.apply(g, *ctx.args), None, None
 
 
 class ScatterSumOverRanks(_AlongDim):
@@ -249,7 +234,7 @@ class ScatterSumOverRanks(_AlongDim):
 
     @staticmethod
     def backward(ctx, g):
-        return GatherParts.apply(g, ctx.dim, ctx.groups), None, None
+        return GatherParts.apply(g, *ctx.args), None, None
 
 
 class GatherParts(GatherOverRanks):
@@ -258,7 +243,7 @@ class GatherParts(GatherOverRanks):
 
     @staticmethod
     def backward(ctx, g):
-        return ScatterSumOverRanks.apply(g, ctx.dim, ctx.groups), None, None
+        return ScatterSumOverRanks.apply(g, *ctx.args), None, None
 
 
 class FirstCopy(torch.autograd.Function):
