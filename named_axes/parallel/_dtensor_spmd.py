@@ -53,7 +53,6 @@ traced as it runs: the rank's slices, local ops and functional collectives make 
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 from typing import Any, Callable
 
@@ -284,23 +283,23 @@ class LocalShardEngine(SerialEngine):
 
     # -- the collectives -----------------------------------------------------------------
     def _mean(self, total: Any, count: int) -> Any:
-        data = total._data if isinstance(total, NamedTensor) else total
-        out = data / count
-        return NamedTensor._wrap(out, total._names) if isinstance(total, NamedTensor) else out
+        return rewrap(total, getattr(total, "_data", total) / count)
 
     def _combine(self, op: str, axis_name: Any, names: tuple, operands: tuple,
                  carried: list, partial: Any) -> Any:
         """The collective over every rank, from this rank's ``partial`` over the
         ``carried`` split axes: an all-reduce over the mesh dims that split them."""
         self._check_one_axis_per_mesh_dim(op, operands)
-        dims = tuple(sorted({d for n in carried for d in self.mesh_dims[n]}))
-        groups = mesh_groups(self.dm, dims)
-        data = partial._data if isinstance(partial, NamedTensor) else partial
+        groups = self._groups(carried)
+        data = getattr(partial, "_data", partial)
         if op in ("psum", "pdot"):
-            out = SumOverRanks.apply(data, groups)
-        else:
-            out = self._extreme(op, operands[0], partial, data, groups)
-        return NamedTensor._wrap(out, partial._names) if isinstance(partial, NamedTensor) else out
+            return rewrap(partial, SumOverRanks.apply(data, groups))
+        return rewrap(partial, self._extreme(op, operands[0], partial, data, groups))
+
+    def _groups(self, names) -> list:
+        """The groups to reduce over: the mesh dims splitting any of ``names``, in order."""
+        dims = sorted({d for n in names for d in self.mesh_dims.get(n, ())})
+        return mesh_groups(self.dm, tuple(dims))
 
     def sum_pieces(self, local: Callable, names: tuple, operands: tuple) -> Any:
         """An einsum's result summed over the ranks, each rank contracting its chunk of
@@ -324,8 +323,8 @@ class LocalShardEngine(SerialEngine):
     def count_over_ranks(self, count: torch.Tensor, names: tuple) -> torch.Tensor:
         """``count`` (a SerialLoop chunk's entries attaining its ``pmax``/``pmin`` over
         ``names``) summed over the ranks of the mesh dims splitting those axes."""
-        dims = tuple(sorted({d for n in names for d in self.mesh_dims.get(n, ())}))
-        return all_reduce(count, mesh_groups(self.dm, dims), "sum") if dims else count
+        groups = self._groups(names)
+        return all_reduce(count, groups, "sum") if groups else count
 
     def _check_one_axis_per_mesh_dim(self, op: str, operands: tuple) -> None:
         """Two split axes on one mesh dim in what a collective combines (an einsum's
@@ -340,10 +339,6 @@ class LocalShardEngine(SerialEngine):
                         f"{op}: named axes {seen[d]!r} and {n!r} are both split over mesh "
                         f"dim {d} in what it combines, so each rank holds only the diagonal "
                         f"block of the two; map them to different mesh axes")
-
-    @contextlib.contextmanager
-    def tree(self):
-        yield   # no replay: each leaf is all-reduced as it comes
 
     def _check_not_differentiated(self, op: str, carried: list) -> None:
         """Nothing to refuse: a derivative or vmap taken within the body (``grad``,
@@ -454,7 +449,7 @@ class LocalShardEngine(SerialEngine):
     def _reducing(self, op: str, *args, **kwargs):
         if op == "pdot":   # the operands may hold two split axes of one mesh dim
             x, y = args[0], args[1]
-            names = _as_tuple(args[2] if len(args) > 2 else kwargs["axis_name"])
+            names = _as_tuple(args[2])
             held = tuple(set(_names_of(x)) | set(_names_of(y)))
             try:
                 self.check_contraction(held, tuple(n for n in names if n in held))
