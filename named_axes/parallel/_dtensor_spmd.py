@@ -346,14 +346,11 @@ class LocalShardEngine(SerialEngine):
         replay, their results are in its graph, and their Functions have transpose,
         forward-mode and vmap rules."""
 
-    def _unsupported(self, op: str, x: NamedTensor, axis_name: Any, **options):
-        """A collective moving values along split axes (``all_gather``, ``psum_scatter``,
-        ``all_to_all``, ``ppermute``, ``pshuffle``): computed on the axes' whole
-        (:meth:`_gathered`), as if unsplit, and this rank's chunk kept (:meth:`_own_chunk`)."""
-        split = tuple(n for n in _as_tuple(axis_name) if n in self.loops)
-        if not split:
-            return self._default(op, x, axis_name, **options)
-        self._check_not_differentiated(op, list(split))
+    def _moving(self, op: str, x: NamedTensor, axis_name: Any, split: tuple, options: dict):
+        """A collective moving values along the split axes ``split`` (``all_gather``,
+        ``psum_scatter``, ``all_to_all``, ``ppermute``, ``pshuffle``): computed on the
+        axes' whole (:meth:`_gathered`), as if unsplit, and this rank's chunk kept
+        (:meth:`_own_chunk`)."""
         self._check_one_axis_per_mesh_dim(op, (x,))
         if op == "psum_scatter" and split == _as_tuple(axis_name):
             out = self._scatter_sum(x, split, **options)

@@ -373,17 +373,22 @@ class SerialEngine(EngineBase):
                 f"chunk by chunk; take the gradient outside the xmap (nx.grad(xmap(...))), or "
                 f"map {n!r} to a mesh axis")
 
-    def _unsupported(self, op: str, *args, **kwargs):
-        axis_name = args[1]
-        loops = [n for n in _as_tuple(axis_name) if n in self.loops]
-        if loops:
-            n = loops[0]
-            raise SerialLoopError(
-                f"{op}(x, axis_name={axis_name!r}): axis {n!r} (size {self.sizes[n]}) is mapped "
-                f"to SerialLoop({self.loops[n]}), and {op} needs values from several chunks at "
-                f"once, which a serial loop never holds; map {n!r} to a mesh axis or drop it "
-                f"from axis_resources")
-        return self._default(op, *args, **kwargs)
+    def _unsupported(self, op: str, x: Any, axis_name: Any, **options):
+        """A collective moving values along axes (``all_gather``, ``ppermute``, ...): over
+        the split ones, :meth:`_moving`; else chunk-local."""
+        split = tuple(n for n in _as_tuple(axis_name) if n in self.loops)
+        if not split:
+            return self._default(op, x, axis_name, **options)
+        return self._moving(op, x, axis_name, split, options)
+
+    def _moving(self, op: str, x: Any, axis_name: Any, split: tuple, options: dict):
+        """Refused: the collective needs values from several chunks at once."""
+        n = split[0]
+        raise SerialLoopError(
+            f"{op}(x, axis_name={axis_name!r}): axis {n!r} (size {self.sizes[n]}) is mapped "
+            f"to SerialLoop({self.loops[n]}), and {op} needs values from several chunks at "
+            f"once, which a serial loop never holds; map {n!r} to a mesh axis or drop it "
+            f"from axis_resources")
 
     def _axis_index(self, axis_name: Any):
         names = _as_tuple(axis_name)
