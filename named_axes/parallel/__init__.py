@@ -76,7 +76,7 @@ def plan_for(axis_resources: Mapping, axis_sizes: Mapping, *, what: str = "xmap"
                      axis_sizes=axis_sizes, what=what)
 
 
-def _mesh_engine(plan: Plan, m: Mesh | None, backend: str | None, program: Any = None):
+def _mesh_engine(plan: Plan, m: Mesh | None, backend: str | None):
     b = (backend or "").lower()
     if m is None or not plan.mesh_axes:
         return None
@@ -90,7 +90,7 @@ def _mesh_engine(plan: Plan, m: Mesh | None, backend: str | None, program: Any =
         return None   # nx.eval_shape: where the mesh puts an axis changes no shape
     from ._dtensor import DTensorEngine
 
-    return DTensorEngine(plan, m, outputs=m.outputs, program=program)
+    return DTensorEngine(plan, m, outputs=m.outputs)
 
 
 def run_partitioned(body: Callable, named_args: list, *, axis_sizes: Mapping,
@@ -102,9 +102,8 @@ def run_partitioned(body: Callable, named_args: list, *, axis_sizes: Mapping,
     argument leaves (NamedTensors holding full logical values or DTensors, or other
     leaves); returns the flat output leaves as full values when every input was full,
     as DTensors laid out per the plan when some input was a DTensor (``Mesh(outputs=...)``
-    overrides).  ``donate_argnums`` is accepted; no engine here
-    reuses input buffers yet, so inputs are left intact.  ``program`` (the user's
-    function) keys what the DTensor engine remembers about a program.
+    overrides).  ``donate_argnums`` is accepted; no engine here reuses input buffers
+    yet, so inputs are left intact.  ``program`` (xmap's function) is accepted, unused.
 
     Raises:
         AxisResourceError: the docs/guide.md §5 checks (no mesh, unknown mesh axis, sizes not
@@ -112,7 +111,7 @@ def run_partitioned(body: Callable, named_args: list, *, axis_sizes: Mapping,
     """
     m = current_mesh()
     plan = plan_for(axis_resources, axis_sizes)
-    inner = _mesh_engine(plan, m, backend, program)
+    inner = _mesh_engine(plan, m, backend)
     loops = {n: k for n, k in plan.loops.items() if k > 1}   # one chunk: the whole axis
     if loops:
         from ._serial import SerialEngine

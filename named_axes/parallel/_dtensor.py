@@ -151,16 +151,12 @@ _MAX_CHECKED = 256
 class DTensorEngine(EngineBase):
     """Runs a named program on DTensors over the :class:`Mesh`'s ``DeviceMesh``."""
 
-    def __init__(self, plan, mesh, *, outputs: str = "auto", program: Any = None) -> None:
+    def __init__(self, plan, mesh, *, outputs: str = "auto") -> None:
         self.plan = plan
-        self.program = program   # the user's function: a cache key only
         self.mesh = mesh
         self.outputs = outputs
         self.on_mismatch = getattr(mesh, "on_mismatch", "redistribute")
         self.device_mesh = device_mesh(mesh)
-        # Cross-rank input check, once per new input structure (SerialLoop chunks included:
-        # each rank runs the same chunks, so the checks pair up).
-        self.check_inputs = True
         self.sharded_in = False
         self.device = torch.device(self.device_mesh.device_type, torch.cuda.current_device()) \
             if self.device_mesh.device_type == "cuda" else torch.device("cpu")
@@ -305,6 +301,9 @@ class DTensorEngine(EngineBase):
         """Run ``body`` on this rank's shards (:mod:`._dtensor_spmd`; ``engine``: the
         SerialLoop engine whose chunk this is)."""
         SUMMARY.calls += 1
-        if self.check_inputs and not tracing_mode_active():   # (a trace: no values to check)
+        # the cross-rank input check, once per new input structure (SerialLoop chunks
+        # included: each rank runs the same chunks, so the checks pair up); a trace has
+        # no values to check
+        if not tracing_mode_active():
             self._check(leaves)
         return run_on_local_shards(self, body, leaves, SUMMARY, loop=engine)
