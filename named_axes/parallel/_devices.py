@@ -24,6 +24,10 @@ from typing import Any, Sequence
 
 import torch
 
+from .._errors import AxisTypeError
+from .._tensor import NamedTensor
+from .._torch_private import tree_flatten, tree_map, tree_unflatten
+
 __all__ = [
     "Device", "as_device", "devices", "local_devices", "device_count", "local_device_count",
     "process_index", "process_count", "device_put", "device_put_replicated",
@@ -155,8 +159,6 @@ def as_device(d: Any) -> Device:
             return Device(td.index or 0, "cuda", process_index())
         if td.type == "cpu":
             return Device(td.index or 0, "cpu", process_index())
-    from .._errors import AxisTypeError
-
     raise AxisTypeError(f"Mesh: {d!r} is not a device; use entries of nx.devices(), int ranks "
                         f"or torch.device objects")
 
@@ -181,18 +183,10 @@ def _target(device: Any) -> torch.device | None:
     return torch.device(device)
 
 
-def _map(fn, tree):
-    from .._torch_private import tree_map
-
-    return tree_map(fn, tree)
-
-
 def device_put(x: Any, device: Any = None) -> Any:
     """Move every tensor in ``x`` (a pytree) to ``device`` (default: the first local
     device); NamedTensors keep their names.  ``nx.device_put`` also takes an
     ``nx.NamedSharding`` (:func:`._sharded.device_put`)."""
-    from .._tensor import NamedTensor
-
     dev = _target(device) or local_devices()[0].torch_device
 
     def put(v):
@@ -204,7 +198,7 @@ def device_put(x: Any, device: Any = None) -> Any:
             return torch.as_tensor(v, device=dev)
         return v
 
-    return _map(put, x)
+    return tree_map(put, x)
 
 
 def device_put_replicated(x: Any, devices: Sequence[Any]) -> Any:
@@ -222,7 +216,7 @@ def device_put_replicated(x: Any, devices: Sequence[Any]) -> Any:
             return v.to(dev).unsqueeze(0).expand(len(devs), *v.shape).clone()
         return v
 
-    return _map(rep, x)
+    return tree_map(rep, x)
 
 
 def device_put_sharded(shards: Sequence[Any], devices: Sequence[Any]) -> Any:
@@ -232,8 +226,6 @@ def device_put_sharded(shards: Sequence[Any], devices: Sequence[Any]) -> Any:
         raise ValueError(f"device_put_sharded: {len(shards)} shards for {len(devs)} devices; "
                          f"give one shard per device")
     dev = _target(as_device(devs[0]))
-    from .._torch_private import tree_flatten, tree_unflatten
-
     flats = [tree_flatten(s) for s in shards]
     spec = flats[0][1]
     cols = zip(*[f[0] for f in flats])
@@ -247,7 +239,6 @@ def device_get(x: Any) -> Any:
     DTensors are gathered (a collective: call it on every rank), XLA tensors are
     computed and copied.  NamedTensors keep their names.
     """
-    from .._tensor import NamedTensor
 
     def get(v):
         if isinstance(v, NamedTensor):
@@ -258,7 +249,7 @@ def device_get(x: Any) -> Any:
             return v.detach().cpu() if v.device.type != "cpu" else v
         return v
 
-    return _map(get, x)
+    return tree_map(get, x)
 
 
 # -- torch-xla's devices (torch_xla imported when first used) ----------------------
