@@ -24,9 +24,8 @@ share a mesh axis, and where memory requires it an axis may also run as a
 - memory: the inputs' shares, and in training their gradients, ``optimizer_states``
   copies of them (Adam: 2) and every result the backward keeps.
 
-Every legal candidate is priced (hundreds even for GPT-J on 8 devices, priced in well
-under a second); the fastest that fits ``memory_per_device`` wins, ties going to the
-simpler assignment.
+Every legal candidate is priced; the fastest that fits ``memory_per_device`` wins, ties
+going to the simpler assignment.
 
 >>> import numpy as np, torch, named_axes as nx
 >>> f = nx.xmap(lambda x, w: nx.lax.psum((x @ w).sum(), 'b'), in_axes=(['b', ...], [...]),
@@ -48,6 +47,7 @@ from .._errors import AxisResourceError, AxisTypeError
 from .._torch_private import tree_leaves
 from ._cost_trace import CostTrace, trace_costs
 from ._mesh import Mesh, SerialLoop, current_mesh
+from ._plan import _fmt_map
 from ._rates import Rates, calibrate
 
 __all__ = ["Candidate", "plan_resources", "price", "candidates", "auto_resources"]
@@ -74,7 +74,7 @@ class Candidate:
 
     def spelled(self) -> str:
         """The assignment as one would write it (``{}``: every axis on every device)."""
-        return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in self.axis_resources.items()) + "}"
+        return _fmt_map(self.axis_resources)
 
 
 class _Split:

@@ -42,10 +42,6 @@ from ._mesh import SerialLoop
 __all__ = ["Plan", "make_plan", "resource_conflicts", "normalize_resources"]
 
 
-def _fmt_res(res: Any) -> str:
-    return repr(res)
-
-
 def normalize_resources(axis_resources: Mapping) -> tuple[dict, dict]:
     """Split ``axis_resources`` into ``{name: (mesh axes...)}`` and ``{name: chunks}``.
 
@@ -65,7 +61,7 @@ def normalize_resources(axis_resources: Mapping) -> tuple[dict, dict]:
         serial = [r for r in items if isinstance(r, SerialLoop)]
         if len(serial) > 1:
             raise AxisResourceError(
-                f"axis_resources[{name!r}] = {_fmt_res(res)}: one SerialLoop per named axis "
+                f"axis_resources[{name!r}] = {res!r}: one SerialLoop per named axis "
                 f"(SerialLoop({prod(r.chunks for r in serial)}) has as many chunks)")
         if serial:   # JAX's ('x', 'l'): the loop runs chunks, each split over the mesh
             loops[name] = serial[0].chunks
@@ -73,11 +69,11 @@ def normalize_resources(axis_resources: Mapping) -> tuple[dict, dict]:
         for r in items:
             if not isinstance(r, Hashable) or r is None:
                 raise AxisTypeError(
-                    f"axis_resources[{name!r}] = {_fmt_res(res)}: {r!r} is not a mesh axis name "
+                    f"axis_resources[{name!r}] = {res!r}: {r!r} is not a mesh axis name "
                     f"(expected a mesh axis name, a tuple of them, or nx.SerialLoop(n))")
         if len(set(items)) != len(items):
             raise AxisResourceError(
-                f"axis_resources[{name!r}] = {_fmt_res(res)}: a mesh axis is listed twice")
+                f"axis_resources[{name!r}] = {res!r}: a mesh axis is listed twice")
         if not items:
             continue
         mesh_axes[name] = items
@@ -134,9 +130,6 @@ class Plan:
     def uses_mesh(self) -> bool:
         """True when some named axis is split over a mesh axis of size > 1."""
         return any(self.mesh_shape[a] > 1 for axes in self.mesh_axes.values() for a in axes)
-
-    def conflicts(self) -> frozenset:
-        return resource_conflicts(self.resources)
 
     def check_value(self, names: tuple, what: str = "a value") -> None:
         """Raise if two axes sharing a mesh axis both appear in ``names``."""
@@ -205,6 +198,7 @@ class Plan:
 
 
 def _fmt_map(m: Mapping) -> str:
+    """``m`` spelled as a dict literal, whatever its mapping type."""
     return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in m.items()) + "}"
 
 
