@@ -41,8 +41,11 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 import torch
 
 from .._errors import AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError
+from .._parsing import _leaves, match_prefix, path_str
+from .._tensor import NamedTensor
 from . import _devices
 from ._dtensor_comms import device_mesh
+from ._local_edges import rewrap
 from ._mesh import Mesh
 
 __all__ = ["PartitionSpec", "NamedSharding", "make_array_from_process_local_data",
@@ -195,8 +198,6 @@ def _dim_label(names, d) -> str:
 # -- which dims are which: `axes=` (in_axes style) or a NamedTensor's names ----------------
 def _leaf_names(leaf: Any, mapping: Any, what: str) -> tuple | None:
     """Per physical dim of ``leaf``: its logical name or None."""
-    from .._tensor import NamedTensor
-
     if isinstance(leaf, NamedTensor):
         names = tuple(leaf._names) + (None,) * leaf.ndim
         base_ndim = leaf.ndim
@@ -220,8 +221,6 @@ def _is_leaf(x: Any) -> bool:
 def _pairs(tree: Any, axes: Any, what: str) -> list:
     """``[(path, leaf, mapping or None)]`` over the leaves of ``tree`` (tuples, lists and
     dicts are containers), ``axes`` an in_axes-style pytree prefix of it."""
-    from .._parsing import _leaves, match_prefix
-
     if axes is None:
         return [(p, x, None) for p, x in _leaves(tree, _is_leaf, ())]
     return match_prefix(axes, tree, _is_leaf, what=what)
@@ -243,8 +242,6 @@ def _rebuild(tree: Any, axes: Any, new_leaves: list) -> Any:
 
 
 def _path(path) -> str:
-    from .._parsing import path_str
-
     return path_str(tuple(path)) if path else "the value"
 
 
@@ -270,15 +267,7 @@ def _from_local(local: torch.Tensor, sharding: NamedSharding, names, shape, requ
     return dt
 
 
-def _wrap_like(leaf: Any, dt: Any) -> Any:
-    from .._tensor import NamedTensor
-
-    return NamedTensor._wrap(dt, leaf._names) if isinstance(leaf, NamedTensor) else dt
-
-
 def _data(leaf: Any) -> torch.Tensor:
-    from .._tensor import NamedTensor
-
     return leaf._data if isinstance(leaf, NamedTensor) else torch.as_tensor(leaf)
 
 
@@ -320,8 +309,8 @@ def shard_put(x: Any, sharding: NamedSharding, axes: Any = None) -> Any:
         names = _leaf_names(leaf, mapping, what)
         idx = sharding.index(tuple(data.shape), _coords(sharding), names, what)
         local = data.detach()[idx]
-        out.append(_wrap_like(leaf, _from_local(local, sharding, names, tuple(data.shape),
-                                                data.requires_grad)))
+        out.append(rewrap(leaf, _from_local(local, sharding, names, tuple(data.shape),
+                                            data.requires_grad)))
     return _rebuild(x, axes, out)
 
 
@@ -357,8 +346,8 @@ def make_array_from_process_local_data(sharding: NamedSharding | None, local_dat
             raise AxisSizeError(f"{what}: local shape {tuple(data.shape)} split per {sharding!r} "
                                 f"makes global shape {shape}, not global_shape "
                                 f"{tuple(global_shape)}")
-        out.append(_wrap_like(leaf, _from_local(data, sharding, names, shape,
-                                                data.requires_grad)))
+        out.append(rewrap(leaf, _from_local(data, sharding, names, shape,
+                                            data.requires_grad)))
     return _rebuild(local_data, axes, out)
 
 
