@@ -126,9 +126,10 @@ class CostTape(Tape):
     def note(self, kind, operands, outputs, along=frozenset(), collective=None) -> None:
         ins, outs = _tensors(operands), _tensors(outputs)
         t = self.trace
+        held = frozenset().union(*map(_names, ins))
         # the strings an op is called with name axes only where its operands have them
         # (an einsum's equation, a loss's reduction='mean' name none)
-        along = frozenset(along) & frozenset().union(*map(_names, ins))
+        along = frozenset(along) & held
         union = frozenset().union(*map(_names, ins + outs), along)
         total = self.flops()
         flops, self.counted = total - self.counted, total
@@ -148,14 +149,13 @@ class CostTape(Tape):
                 self.met.append(v)   # (a freed value's id could name the next one)
                 t.meets.append(Meet(id(v), _names(v), _nbytes(v), union,
                                     id(v) in self.inputs))
-        contracted = (frozenset().union(*map(_names, ins))
-                      - frozenset().union(*map(_names, outs))) if outs else frozenset()
+        contracted = held - frozenset().union(*map(_names, outs)) if outs else frozenset()
         if collective is not None and ins and outs:
             self._note_collective(collective, ins, outs)
         elif kind == "bilinear" and contracted and not along:
             # an einsum summing named axes away: a psum of its result over them
-            t.comms.append(Comm("contract", contracted, frozenset().union(*map(_names, ins)),
-                                max(map(_nbytes, ins)), _names(outs[0]), _nbytes(outs[0])))
+            t.comms.append(Comm("contract", contracted, held, max(map(_nbytes, ins)),
+                                _names(outs[0]), _nbytes(outs[0])))
         elif along and ins and outs and (id(ins[0]), along) not in self.along_seen:
             # (an op along axes that calls another on the same operand, nx.mean calling
             # sum, is one reduction: the inner one is noted first)
