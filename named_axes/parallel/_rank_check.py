@@ -86,13 +86,8 @@ def structure_key(leaves: list) -> tuple:
 
 
 def check_ranks_agree(leaves: list, group, what: str = "xmap") -> None:
-    """Raise on every rank, naming the ranks, when ranks pass differently shaped inputs.
-
-    Under the DTensor engine every rank must run the same program on the same full inputs;
-    ranks that disagree would pair up unrelated collectives (a silent wrong answer or a
-    hang).  One all-gather of an 8-byte digest per call; the descriptions are exchanged
-    only when the digests differ (all ranks see the same digests, so all take that path).
-    """
+    """Raise on every rank, naming the ranks, when ranks pass differently shaped inputs
+    (see the module docstring: all ranks see the same digests, so all take one path)."""
     import hashlib
 
     import torch.distributed as dist
