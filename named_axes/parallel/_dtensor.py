@@ -115,13 +115,6 @@ def full_tensors(xs) -> list:
     return out
 
 
-def to_full(x: Any) -> Any:
-    """DTensor -> full tensor (all-gather / all-reduce as the placements need)."""
-    if type(x).__name__ == "DTensor":
-        return x.full_tensor()
-    return x
-
-
 class _KeepLayout(torch.autograd.Function):
     """DTensor inputs -> the same values; backward: each gradient -> its input's placements
     (so the gradient of a sharded parameter is sharded like it: no all-gather), the partial
@@ -271,7 +264,7 @@ class DTensorEngine(EngineBase):
         data, names = pair
         if mode == "full":
             SUMMARY.full_outputs += 1
-            data = to_full(data)
+            data = data.full_tensor()   # (all-gather / all-reduce as the placements need)
         else:
             SUMMARY.sharded_outputs += 1
             want = _placements(self.plan, names, data.dim() - len(names))

@@ -21,7 +21,7 @@ import torch
 
 from .._tensor import NamedTensor
 from ._dtensor_comms import sum_partials
-from ._local_comms import GatherOverRanks
+from ._local_comms import GatherOverRanks, _leading
 
 __all__ = ["FromLocal", "FullInputs", "ShardsOf", "local_shard", "rewrap"]
 
@@ -109,9 +109,7 @@ class FullInputs(torch.autograd.Function):
 
     @staticmethod
     def vmap(info, in_dims, parts, layouts, *xs):
-        xs = [x.movedim(d, 0) if d is not None else
-              x.unsqueeze(0).expand((info.batch_size,) + tuple(x.shape))
-              for x, d in zip(xs, in_dims[2:])]
+        xs = [_leading(x, d, info) for x, d in zip(xs, in_dims[2:])]
         moved = tuple((tuple((d + 1, a, b) for d, a, b in cuts),
                        tuple((d + 1, g) for d, g in gathers)) for cuts, gathers in layouts)
         return FullInputs.apply(parts, moved, *xs), (0,) * (2 * len(xs))
