@@ -2,9 +2,8 @@
 
 An engine (a ``SerialLoop``'s chunks, the DTensor engine, torch-xla SPMD) is bound with
 the axes it runs (``_env.bind(sizes, engine=...)``); ``nx.lax``, einsum and the rules ask
-it through the methods of :class:`Engine` only, found with :func:`engine_for`.
-:class:`EngineBase` answers every question with "nothing special here" (compute as if
-no engine were there); an engine subclasses it and overrides what it does differently.
+it through the methods of :class:`EngineBase` only (the interface, whose every answer
+is "as if no engine were there"; ``Engine`` names it too), found with :func:`engine_for`.
 
 >>> import torch, named_axes as nx
 >>> from named_axes import _env
@@ -19,7 +18,7 @@ no engine were there); an engine subclasses it and overrides what it does differ
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, ContextManager, Hashable, Protocol, runtime_checkable
+from typing import Any, Callable, ContextManager, Hashable
 
 import torch
 
@@ -48,115 +47,88 @@ class NeedsWholeAxes(Exception):
         self.engine, self.names = engine, names
 
 
-@runtime_checkable
-class Engine(Protocol):
-    """What a named program asks of the engine that runs its axes."""
+class EngineBase:
+    """What a named program asks of the engine that runs its axes, each answer here "as
+    if no engine were there": an engine subclasses it and overrides what differs.
+
+    An engine whose :meth:`check_named_op` raises :class:`NeedsWholeAxes` also defines
+    ``whole(func, args, kwargs, names, run=None)``: ``func(*args, **kwargs)`` computed on
+    the whole of the split axes ``names`` (``run(func, args, kwargs)``, default the
+    dispatcher).
+    """
 
     def collective(self, op: str) -> Callable | None:
         """The engine's own implementation of the collective ``op`` (one of
         :data:`COLLECTIVES`), or None: ``nx.lax`` computes it locally."""
+        return None
 
     def tree(self) -> ContextManager:
         """A context around a collective over every leaf of one pytree (a SerialLoop
         reduces them all in one replay)."""
+        return contextlib.nullcontext()
 
     def settle(self, data: Any) -> Any:
         """A ``psum``/``pdot`` result over axes this engine splits, physical, made final
         (the DTensor engine all-reduces a ``Partial`` placement)."""
+        return data
 
     def contract(self, eq: str, x: Any, y: Any) -> Any:
         """``einsum(eq, x, y)`` on the physical data for ``pdot``, or None: ``nx.lax``'s
         own op runs."""
+        return None
 
     def reduce(self, kind: str, data: Any, dims: list) -> Any:
         """``psum``/``pmean``/``pmax``/``pmin`` over physical ``dims`` of ``data``, or
         None: ``nx.lax``'s own op runs."""
+        return None
 
     def broadcast(self, data: Any, names: tuple, result: tuple) -> Any:
         """An operand's data (named ``names``) about to meet values carrying the axes
         ``result`` (an op's, an einsum's product): the data to use (the local-shard path
         puts the sum its cotangent will need on its path).  The dispatcher asks for every
         operand of every op (:func:`broadcast_operands`), einsum and ``pdot`` for theirs."""
+        return data
 
     def splits(self, name: Hashable) -> bool:
         """Whether ``name`` is computed in pieces here (each piece holds part of it)."""
+        return False
 
     def seed_size(self, name: Hashable, local: int) -> int:
         """How many instances of ``name`` a derivative's seed on this piece stands for,
         given the ``local`` ones it holds (a mesh: every rank's, as the loss lacking
         ``name`` is the same on all)."""
+        return local
 
     def first_copy(self, data: Any, dim: int, name: Hashable) -> Any:
         """``data``, equal copies along ``name`` (physical dim ``dim``), as one: the
         first copy, where a derivative reaches (a mesh: the rank holding the first index
         takes the whole cotangent, the others none)."""
+        return data.select(dim, 0)
 
     def local_size(self, name: Hashable) -> int:
         """How many entries of ``name`` the piece running now holds."""
+        return current_frame(name).sizes[name]
 
     def sum_pieces(self, local: Callable, names: tuple, operands: tuple) -> Any:
         """An einsum's result summed over every piece, ``local()`` being this piece's
         (physical, its part of the split axes ``names`` contracted); or None, without
         calling ``local``: the einsum keeps those axes in its product and ``psum`` sums
         them (a SerialLoop replays it)."""
+        return None
 
     def check_named_op(self, op: str, names: tuple) -> None:
         """Raise for an op (not a collective) that mixes values along axes split here
         (:class:`NeedsWholeAxes` where ``whole`` computes it)."""
+        return None
 
     def check_contraction(self, held: tuple, contracted: tuple) -> None:
         """Raise :class:`NeedsWholeAxes` for the axes of ``contracted`` (split here, an
         einsum or ``pdot`` sums over them) that its operands, holding ``held``, cannot sum
         piece by piece."""
-
-    def whole(self, func: Callable, args: tuple, kwargs: dict, names: tuple,
-              run: Callable | None = None) -> Any:
-        """``func(*args, **kwargs)`` computed on the whole of the split axes ``names``
-        (``run(func, args, kwargs)``, default the dispatcher); asked only by an engine
-        whose ``check_named_op`` raised :class:`NeedsWholeAxes`."""
-
-
-class EngineBase:
-    """:class:`Engine` with every answer "as if no engine were there"."""
-
-    def collective(self, op: str) -> Callable | None:
         return None
 
-    def tree(self) -> ContextManager:
-        return contextlib.nullcontext()
 
-    def settle(self, data: Any) -> Any:
-        return data
-
-    def contract(self, eq: str, x: Any, y: Any) -> Any:
-        return None
-
-    def reduce(self, kind: str, data: Any, dims: list) -> Any:
-        return None
-
-    def broadcast(self, data: Any, names: tuple, result: tuple) -> Any:
-        return data
-
-    def splits(self, name: Hashable) -> bool:
-        return False
-
-    def seed_size(self, name: Hashable, local: int) -> int:
-        return local
-
-    def first_copy(self, data: Any, dim: int, name: Hashable) -> Any:
-        return data.select(dim, 0)
-
-    def local_size(self, name: Hashable) -> int:
-        return current_frame(name).sizes[name]
-
-    def sum_pieces(self, local: Callable, names: tuple, operands: tuple) -> Any:
-        return None
-
-    def check_named_op(self, op: str, names: tuple) -> None:
-        return None
-
-    def check_contraction(self, held: tuple, contracted: tuple) -> None:
-        return None
+Engine = EngineBase   # the interface's name in annotations and docs
 
 
 def engine_for(names) -> Engine | None:
