@@ -68,8 +68,7 @@ class EngineBase:
         return contextlib.nullcontext()
 
     def settle(self, data: Any) -> Any:
-        """A ``psum``/``pdot`` result over axes this engine splits, physical, made final
-        (the DTensor engine all-reduces a ``Partial`` placement)."""
+        """A ``psum``/``pdot`` result over axes this engine splits, physical, made final."""
         return data
 
     def contract(self, eq: str, x: Any, y: Any) -> Any:

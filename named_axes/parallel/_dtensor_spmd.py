@@ -197,7 +197,7 @@ class LocalShardEngine(SerialEngine):
             if data.requires_grad and grad:
                 full.append(i)
             else:
-                out[i] = self._slice(leaf, self._chunk)
+                out[i] = self._slice(leaf)
                 SUMMARY.distributed_inputs += 1
         SUMMARY.distributed_inputs += len(full)
         layouts = tuple(self._layout(getattr(leaves[i], "_names", ())) for i in full)
@@ -219,13 +219,9 @@ class LocalShardEngine(SerialEngine):
         """A full input named ``names`` on this rank (:class:`FullInputs`): ``(cuts,
         gathers)`` -- ``(dim, start, size)`` of its chunk and ``(dim, groups)`` of each
         split axis."""
-        cuts, gathers = [], []
-        for i, n in enumerate(names):
-            if n in self.loops:
-                size = self.chunk_size(n)
-                cuts.append((i, self._chunk[self.names.index(n)] * size, size))
-                gathers.append((i, mesh_groups(self.dm, self.mesh_dims[n])))
-        return tuple(cuts), tuple(gathers)
+        gathers = tuple((i, mesh_groups(self.dm, self.mesh_dims[n]))
+                        for i, n in enumerate(names) if n in self.loops)
+        return self._cuts(names), gathers
 
     def _to_output(self, leaf: Any) -> Any:
         """An output leaf as the engine returns it: a fully replicated one as it is when
@@ -429,7 +425,7 @@ class LocalShardEngine(SerialEngine):
         return tree_map(lambda v: self._own_chunk(v, names), out, is_leaf=is_nt)
 
     def check_named_op(self, op: str, names: tuple) -> None:
-        split = tuple(n for n in names if n in self.loops and n not in self._whole)
+        split = tuple(n for n in names if self.splits(n))
         if split:
             raise NeedsWholeAxes(self, split)
 
@@ -462,15 +458,13 @@ class LocalShardEngine(SerialEngine):
     def seed_size(self, name, local: int) -> int:
         """A loss lacking the split axis ``name`` is the same on its ranks: a seed stands
         for the instances of all of them (its cotangent is the whole on each)."""
-        if name in self.loops and name not in self._whole:
-            return local * self.loops[name]
-        return local
+        return local * self.loops[name] if self.splits(name) else local
 
     def first_copy(self, data: Any, dim: int, name) -> Any:
         """The first of equal copies along ``name``: this rank's first, the cotangent
         only where it is the axis's first index (summed over the ranks, it is the whole
         once)."""
-        if name not in self.loops or name in self._whole:
+        if not self.splits(name):
             return data.select(dim, 0)
         return FirstCopy.apply(data, dim, self._chunk[self.names.index(name)] == 0)
 

@@ -12,9 +12,9 @@ there; the partials are combined (sum / max / min); the next pass runs every chu
 again, now answering that collective with the combined value, up to the next one; and
 so on.  A program with ``c`` collectives over loop axes costs at most ``c + 1``
 partial passes (a collective over a pytree counts once) and stays exact and
-differentiable.  ``axis_index`` gives each chunk its global indices.  Collectives whose result is not a reduction (``all_gather``,
-``ppermute``, ``pshuffle``, ``all_to_all``, ``psum_scatter``) over a loop axis raise
-:class:`SerialLoopError`.
+differentiable.  ``axis_index`` gives each chunk its global indices.  Collectives whose
+result is not a reduction (``all_gather``, ``ppermute``, ``pshuffle``, ``all_to_all``,
+``psum_scatter``) over a loop axis raise :class:`SerialLoopError`.
 
 Random ops draw from a generator seeded per chunk (the same in every pass), so results
 are reproducible for a given seed but differ from the vectorized run's draws.  How the
@@ -140,14 +140,18 @@ class SerialEngine(EngineBase):
     def chunk_size(self, name: Hashable) -> int:
         return self.sizes[name] // self.loops[name]
 
-    def _slice(self, leaf: Any, chunk: tuple) -> Any:
+    def _cuts(self, names: tuple) -> tuple:
+        """``(dim, start, size)`` of the running chunk along each loop axis of ``names``."""
+        return tuple((i, self._chunk[self.names.index(n)] * self.chunk_size(n), self.chunk_size(n))
+                     for i, n in enumerate(names) if n in self.loops)
+
+    def _slice(self, leaf: Any) -> Any:
+        """The running chunk of an input leaf (a view)."""
         if not isinstance(leaf, NamedTensor):
             return leaf
         data = leaf._data
-        for name, c in zip(self.names, chunk):
-            if name in leaf._names:
-                s = self.chunk_size(name)
-                data = data.narrow(leaf._names.index(name), c * s, s)
+        for dim, start, size in self._cuts(leaf._names):
+            data = data.narrow(dim, start, size)
         return NamedTensor._wrap(data, leaf._names)
 
     def run(self, body: Callable, leaves: list) -> list:
@@ -162,7 +166,7 @@ class SerialEngine(EngineBase):
             outs = []
             for lin, chunk in enumerate(grid):
                 self._chunk, self._call = chunk, 0
-                sliced = [self._slice(x, chunk) for x in leaves]
+                sliced = [self._slice(x) for x in leaves]
                 try:
                     with torch.random.fork_rng(devices=[]):
                         torch.manual_seed(seed + lin)
@@ -237,16 +241,7 @@ class SerialEngine(EngineBase):
             return self.within
         return self.inner if self.inner is not None else _NO_ENGINE
 
-    # what happens to a chunk's values is the inner engine's business (DTensor, XLA)
-    def settle(self, data: Any) -> Any:
-        return self._pieces().settle(data)
-
-    def contract(self, eq: str, x: Any, y: Any) -> Any:
-        return self._pieces().contract(eq, x, y)
-
-    def reduce(self, kind: str, data: Any, dims: list) -> Any:
-        return self._pieces().reduce(kind, data, dims)
-
+    # what happens to a chunk's values is the inner engine's business (the mesh's)
     def broadcast(self, data: Any, names: tuple, result: tuple) -> Any:
         return self._pieces().broadcast(data, names, result)
 
