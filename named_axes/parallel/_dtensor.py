@@ -1,28 +1,21 @@
-"""The torch.distributed engine: named axes split over a ``DeviceMesh`` as DTensors.
+"""The torch.distributed engine: named axes split over a ``DeviceMesh``.
 
-One process per device, launched by ``torchrun`` (gloo on CPU, nccl on GPU).  Inputs are
-either full, global values (the same on every rank) or DTensors already sharded over the
-mesh (``nx.NamedSharding``, :mod:`._sharded`): a DTensor laid out as the plan says is
-taken as it is, another is redistributed (counted in :data:`SUMMARY`) or refused
+One process per device, launched by ``torchrun`` (gloo on CPU, nccl on GPU).  Every rank
+runs the body on its own shards (:mod:`._dtensor_spmd`); this module holds what the engine
+does around that: the cross-rank input check (:mod:`._rank_check`, once per new input
+structure), the inputs that go through DTensors, and the outputs.
+
+Inputs are either full, global values (the same on every rank) or DTensors already sharded
+over the mesh (``nx.NamedSharding``, :mod:`._sharded`).  A DTensor laid out otherwise than
+the plan says is redistributed (counted in :data:`SUMMARY`) or refused
 (``Mesh(on_mismatch='error')``); its gradient comes back in its own layout
 (:class:`_KeepLayout`: no all-gather; partial sums over data-parallel axes share one flat
-all-reduce), and outputs stay sharded.  Each full input becomes a DTensor whose placements
-follow the plan (``Shard(d)`` on the mesh axes its named axes are mapped to,
-``Replicate()`` elsewhere; made from the rank's own slice, so nothing moves), and the
-program then runs on DTensors: DTensor's sharding propagation and collectives do the
-rest — a sum over a sharded named axis becomes a ``Partial`` placement that DTensor
-all-reduces when needed.  Outputs come back as full tensors on every rank (a
-collective: every rank must call), or as DTensors with ``Mesh(..., outputs='dtensor')``.
-
-Gradients flow: the input conversion is one autograd function for all inputs that need
-a gradient; its backward makes every gradient full, so ``x.grad`` on every rank is the
-full gradient.  The partial sums (the gradients of replicated inputs, e.g. the weights
-under data parallelism) share one flat all-reduce; sharded gradients are all-gathered.
-
-Communication per call, for a data-parallel step: the input check (one all-gather of an
-8-byte digest, before anything else; once per new input structure), whatever the program's
-ops need (the loss's all-reduce), and one all-reduce for all the weights' gradients —
-one collective fewer per extra weight than hand-written ``full_tensor()`` per gradient.
+all-reduce).  A full input on another device becomes a DTensor whose placements follow the
+plan (``Shard(d)`` on the mesh axes its named axes are mapped to, ``Replicate()``
+elsewhere; made from the rank's own slice, so nothing moves), its gradient full on every
+rank (:class:`_Distribute`: the partial sums in one flat all-reduce).  Outputs come back as
+full tensors on every rank (a collective: every rank must call), or as DTensors
+(``Mesh(outputs=...)``).
 """
 from __future__ import annotations
 

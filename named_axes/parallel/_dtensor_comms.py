@@ -2,8 +2,9 @@
 of a plan, the gradient reductions to the inputs' layouts, and :data:`SUMMARY`, the count
 of what the engine moved beyond the program's collectives (``nx.parallel.comm_summary()``).
 
-Both of the engine's paths use these (:mod:`._dtensor`, op-by-op on DTensors, and
-:mod:`._dtensor_spmd`, the body on each rank's local shards), so they sit below both.
+Both halves of the engine use these (:mod:`._dtensor`, the inputs and outputs that go
+through DTensors, and :mod:`._dtensor_spmd`, the body on each rank's local shards), so
+they sit below both.
 ``torch.distributed`` is imported when first used.
 
 >>> from named_axes.parallel._dtensor_comms import SUMMARY
