@@ -25,7 +25,7 @@ from ._stall import bounded, over
 
 __all__ = ["ChunkOfWhole", "ExtremeOverRanks", "FirstCopy", "GatherOverRanks", "ScatterSumOverRanks",
            "SumOverRanks", "Varying", "all_reduce", "extreme", "gather", "mesh_groups",
-           "own_block", "ranks"]
+           "own_block"]
 
 
 def mesh_groups(dm, dims: tuple) -> list:
@@ -54,14 +54,6 @@ def all_reduce(x: torch.Tensor, groups: list, op: str) -> torch.Tensor:
         buf = bounded(over(f"all-reduce ({op})", g), [g],
                       lambda: functional_all_reduce(buf, op, g))
     return torch.view_as_complex(buf) if out.is_complex() else buf
-
-
-def ranks(dm, dims) -> int:
-    """How many ranks the mesh dims ``dims`` of ``dm`` hold together."""
-    out = 1
-    for d in dims:
-        out *= dm.size(d)
-    return out
 
 
 class _Linear(torch.autograd.Function):
