@@ -250,8 +250,8 @@ def make_plan(axis_resources: Mapping, *, mesh_shape: Mapping | None,
                 f"{n}, the size of the mesh axes it is mapped to ({detail}); pad the axis or "
                 f"map it to other mesh axes")
     for name, k in loops.items():
-        if name in mesh_axes and axis_sizes[name] % (k * prod(mesh_shape[a] for a in mesh_axes[name])):
-            n = prod(mesh_shape[a] for a in mesh_axes[name])
+        n = prod(mesh_shape[a] for a in mesh_axes.get(name, ()))
+        if name in mesh_axes and axis_sizes[name] % (k * n):
             raise AxisResourceError(
                 f"{what}: axis {name!r} has size {axis_sizes[name]}, which is not divisible by "
                 f"{k * n}: the {k} chunks of its SerialLoop({k}), each split {n} ways over mesh "

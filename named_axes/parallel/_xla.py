@@ -27,6 +27,7 @@ from ._devices import ensure_spmd, xla_device, xla_devices
 
 __all__ = ["ensure_spmd", "xla_device", "xla_devices", "XlaEngine", "xla_mesh"]
 
+
 def xla_mesh(m) -> Any:
     """The ``torch_xla.distributed.spmd.Mesh`` of a :class:`Mesh` (built once)."""
     xm = m._cache.get("xla_mesh")
