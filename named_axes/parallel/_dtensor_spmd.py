@@ -71,7 +71,7 @@ from ._dtensor_comms import SUMMARY
 from ._dtensor_comms import placements as _placements
 from ._local_comms import (ChunkOfWhole, ExtremeOverRanks, FirstCopy, GatherOverRanks,
                            ScatterSumOverRanks, SumOverRanks, Varying, all_reduce, extreme,
-                           mesh_groups)
+                           mesh_groups, own_block)
 from ._local_edges import FromLocal, FullInputs, ShardsOf, local_shard, rewrap
 
 __all__ = ["LocalShardEngine", "run_on_local_shards"]
@@ -111,21 +111,12 @@ class LocalShardEngine(SerialEngine):
         plan = outer.plan
         split = {n: plan.mesh_shards(n) for n in plan.mesh_axes if plan.mesh_shards(n) > 1}
         super().__init__(split, plan.axis_sizes)
-        self.outer = outer
-        dm = outer.device_mesh
-        self.dm = dm
-        names = list(plan.mesh_axis_names)   # the DeviceMesh's dims, in order
-        coord = dm.get_coordinate()
-        self.mesh_dims = {}
-        chunk = []
-        for n in self.names:
-            dims = tuple(names.index(a) for a in plan.mesh_axes[n])
-            self.mesh_dims[n] = dims
-            c = 0
-            for d in dims:
-                c = c * dm.size(d) + coord[d]
-            chunk.append(c)
-        self._chunk = tuple(chunk)
+        self.outer, self.dm = outer, outer.device_mesh
+        order = list(plan.mesh_axis_names)   # the DeviceMesh's dims, in order
+        self.mesh_dims = {n: tuple(order.index(a) for a in plan.mesh_axes[n]) for n in self.names}
+        # this rank's chunk of each split axis
+        self._chunk = tuple(own_block(mesh_groups(self.dm, self.mesh_dims[n]))[0]
+                            for n in self.names)
 
     # -- running -------------------------------------------------------------------------
     def run(self, body: Callable, leaves: list, loop: Any = None) -> list:
