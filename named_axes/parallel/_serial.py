@@ -43,10 +43,9 @@ from .._dispatch import READS_VALUES
 from .._env import INNER, axis_size, bind
 from .._errors import AxisResourceError
 from .._tensor import RECORDERS, NamedTensor
-from .._torch_private import functorch_disabled, functorch_level
+from .._torch_private import functorch_disabled, functorch_level, functorch_unwrapped
 from ..transforms._instances import REGIONS
-from ._serial_chunks import (_attaining, _equal, _extreme_of_chunks, _names_of, _peeled,
-                             _same_layout)
+from ._serial_chunks import _attaining, _equal, _extreme_of_chunks, _names_of, _same_layout
 
 __all__ = ["SerialEngine", "SerialLoopError"]
 
@@ -62,10 +61,12 @@ def _check_replicated(items: list, j: int, loop_names: tuple) -> None:
     data0 = first._data if isinstance(first, NamedTensor) else first
     if not isinstance(data0, torch.Tensor) or type(data0) is not torch.Tensor:
         return   # numbers, or values that cannot be read (tracing)
-    data0 = _peeled(data0)
+    # out of functorch's wrappers (each batch dim moved to the front): values computed
+    # under ``vmap`` are compared, every batch entry at once
+    data0 = functorch_unwrapped(data0)
     for c, x in enumerate(items[1:], 1):
         data = x._data if isinstance(x, NamedTensor) else x
-        if not (type(data) is torch.Tensor and _equal(_peeled(data), data0)):
+        if not (type(data) is torch.Tensor and _equal(functorch_unwrapped(data), data0)):
             raise SerialLoopError(
                 f"output {j} lacks the SerialLoop axes {loop_names} but chunk {c} computed "
                 f"a different value than chunk 0: it depends on the chunk. Reduce across "

@@ -20,10 +20,8 @@ import torch
 
 from .._layout import align
 from .._tensor import NamedTensor
-from .._torch_private import functorch_unwrapped
 
-__all__ = ["_same_layout", "_peeled", "_equal", "_names_of", "_attaining",
-           "_extreme_of_chunks"]
+__all__ = ["_same_layout", "_equal", "_names_of", "_attaining", "_extreme_of_chunks"]
 
 
 def _same_layout(outs: list, j: int) -> list:
@@ -50,12 +48,6 @@ def _same_layout(outs: list, j: int) -> list:
         data = data.expand(tuple(union.values()) + tuple(data.shape[len(names):]))
         fixed.append(list(o[:j]) + [NamedTensor._wrap(data, names)] + list(o[j + 1:]))
     return fixed
-
-
-def _peeled(t: torch.Tensor) -> torch.Tensor:
-    """``t`` out of functorch's wrappers (``grad``, ``vmap``: each batch dim moved to the
-    front), so values computed under ``vmap`` can be compared, every batch entry at once."""
-    return functorch_unwrapped(t)
 
 
 def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
