@@ -343,7 +343,7 @@ class LocalShardEngine(SerialEngine):
             out = self._scatter_sum(x, split, **options)
             if out is not None:
                 return out
-        out = self._unsplit(op, (self._gathered(x, split), axis_name), options, split)
+        out = self._default(op, (self._gathered(x, split), axis_name), options, split)
         return self._own_chunk(out, split)
 
     def _scatter_sum(self, x: NamedTensor, names: tuple, scatter_dimension: int,

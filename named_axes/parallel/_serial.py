@@ -252,17 +252,14 @@ class SerialEngine(EngineBase):
     def first_copy(self, data: Any, dim: int, name) -> Any:
         return self._pieces().first_copy(data, dim, name)
 
-    def _default(self, op: str, *args, **kwargs):
-        """The collective as if no loop existed (on this chunk), computed by nx.lax.
+    def _default(self, op: str, args: tuple, kwargs: dict, whole: tuple = ()):
+        """The collective ``op(*args, **kwargs)`` as if no loop existed (on this chunk),
+        computed by nx.lax.
 
         Loop axes carried by the operands are bound at their chunk size meanwhile, so
         nx.lax sees consistent sizes; loop axes they lack keep their full size (a psum
-        over one multiplies by the full size)."""
-        return self._unsplit(op, args, kwargs, whole=())
-
-    def _unsplit(self, op: str, args: tuple, kwargs: dict, whole: tuple):
-        """:meth:`_default`, where the operands carry the loop axes ``whole`` at their
-        full size (gathered by the local-shard path)."""
+        over one multiplies by the full size), as do those in ``whole`` (the operands
+        carry them whole: the local-shard path gathered them)."""
         local = {n: self.chunk_size(n) for n in self.names   # (``within`` binds the ones
                  if n not in whole + self._whole                 # it splits: its collective)
                  and not self._split_within(n) and any(_carries(a, n) for a in args[:2])}
@@ -290,7 +287,7 @@ class SerialEngine(EngineBase):
             return self._mean(total, math.prod(self.sizes.get(n) or axis_size(n) for n in names))
         if carried:
             self._check_not_differentiated(op, carried)
-        local = self._default(op, *args, **kwargs)
+        local = self._default(op, args, kwargs)
         if not carried:
             return local
         return self._combine(op, axis_name, names, operands, carried, local)
@@ -374,7 +371,7 @@ class SerialEngine(EngineBase):
         the split ones, :meth:`_moving`; else chunk-local."""
         split = tuple(n for n in _as_tuple(axis_name) if n in self.loops)
         if not split:
-            return self._default(op, x, axis_name, **options)
+            return self._default(op, (x, axis_name), options)
         return self._moving(op, x, axis_name, split, options)
 
     def _moving(self, op: str, x: Any, axis_name: Any, split: tuple, options: dict):
@@ -389,7 +386,7 @@ class SerialEngine(EngineBase):
     def _axis_index(self, axis_name: Any):
         names = _as_tuple(axis_name)
         if not any(n in self.loops for n in names):
-            return self._default("axis_index", axis_name)
+            return self._default("axis_index", (axis_name,), {})
         if len(names) != 1:   # linearized row-major, as JAX's
             out, stride = 0, 1
             for n in reversed(names):
@@ -399,7 +396,7 @@ class SerialEngine(EngineBase):
         n = names[0]
         start = self._chunk[self.names.index(n)] * self.chunk_size(n)
         if self._split_within(n):   # the chunk's part split over the mesh
-            return self._default("axis_index", axis_name) + start
+            return self._default("axis_index", (axis_name,), {}) + start
         return NamedTensor._wrap(torch.arange(start, start + self.chunk_size(n)), (n,))
 
     def _split_within(self, name: Hashable) -> bool:
