@@ -41,19 +41,27 @@ def _leading(x: torch.Tensor, dim, info) -> torch.Tensor:
     return x.movedim(dim, 0)
 
 
+def _on_wire(x: torch.Tensor, move) -> torch.Tensor:
+    """``move(buffer)`` on a buffer the collectives carry (bool as bytes, complex as pairs
+    of reals: a trailing dim, so the dims moved keep their index)."""
+    if x.dtype == torch.bool:
+        return move(x.to(torch.uint8)).to(torch.bool)
+    if x.is_complex():
+        return torch.view_as_complex(move(torch.view_as_real(x.contiguous())).contiguous())
+    return move(x.contiguous())
+
+
 def all_reduce(x: torch.Tensor, groups: list, op: str) -> torch.Tensor:
     """``x`` reduced (``op``: 'sum', 'max', 'min') over the ranks of every group in turn,
     with functional collectives (what DTensor issues: CommDebugMode counts them)."""
     from .._torch_private import functional_all_reduce
 
-    if x.dtype == torch.bool:
-        return all_reduce(x.to(torch.uint8), groups, op).to(torch.bool)
-    out = x.detach().contiguous()
-    buf = torch.view_as_real(out) if out.is_complex() else out
-    for g in groups:
-        buf = bounded(over(f"all-reduce ({op})", g), [g],
-                      lambda: functional_all_reduce(buf, op, g))
-    return torch.view_as_complex(buf) if out.is_complex() else buf
+    def move(buf):
+        for g in groups:
+            buf = bounded(over(f"all-reduce ({op})", g), [g],
+                          lambda: functional_all_reduce(buf, op, g))
+        return buf
+    return _on_wire(x.detach(), move)
 
 
 class _Linear(torch.autograd.Function):
@@ -140,16 +148,6 @@ def extreme(x: torch.Tensor, kind: str, groups: list) -> torch.Tensor:
     flag = nan.to(x.dtype) if kind == "max" else -nan.to(x.dtype)
     both = all_reduce(torch.stack([x.masked_fill(nan, fill), flag]), groups, kind)
     return both[0].masked_fill(both[1] != 0, float("nan"))
-
-
-def _on_wire(x: torch.Tensor, move) -> torch.Tensor:
-    """``move(buffer)`` on a buffer the collectives carry (bool as bytes, complex as pairs
-    of reals: a trailing dim, so the dims moved keep their index)."""
-    if x.dtype == torch.bool:
-        return move(x.to(torch.uint8)).to(torch.bool)
-    if x.is_complex():
-        return torch.view_as_complex(move(torch.view_as_real(x.contiguous())).contiguous())
-    return move(x.contiguous())
 
 
 class _AlongDim(_Linear):
