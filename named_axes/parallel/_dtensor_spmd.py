@@ -33,13 +33,9 @@ and a torch op along one (``x.sum('i')``, ``x.cumsum('i')``: the dispatcher hand
 unsplit and keeps the rank's chunk (:class:`._local_comms.GatherOverRanks` and
 :class:`._local_comms.ChunkOfWhole`, each the other's transpose).
 
-An einsum or ``pdot`` contracting a split axis that shares a mesh dim with another split
-axis its operands hold (each rank holds only their diagonal block) sums it on its whole
-(:meth:`LocalShardEngine.check_contraction`).  A derivative taken in the body (``grad``,
-``vjp``, ``jvp``) differentiates through this path's collectives.  A SerialLoop axis runs
-each chunk here, also one on the mesh too (``('x', SerialLoop(2))``: the chunk split over
-the ranks): the loop's engine is the body's frame engine and asks this one, its
-``within``, for the mesh's part.
+A SerialLoop axis runs each chunk here, also one on the mesh too
+(``('x', SerialLoop(2))``: the chunk split over the ranks): the loop's engine is the
+body's frame engine and asks this one, its ``within``, for the mesh's part.
 
 Transforms around the call run through the edges' and collectives' Functions (each has
 forward-mode and vmap rules; under ``vmap`` or forward-mode AD full outputs are gathered
