@@ -159,29 +159,29 @@ class LocalShardEngine(SerialEngine):
         out, via_dtensor, full, laid_out = list(leaves), [], [], []
         grad = torch.is_grad_enabled()
         for i, leaf in enumerate(leaves):
-            data = leaf._data if isinstance(leaf, NamedTensor) else leaf
-            if not isinstance(data, torch.Tensor):
+            pair = data_and_names(leaf)
+            if pair is None:
                 continue
-            names = leaf._names if isinstance(leaf, NamedTensor) else ()
-            if type(data).__name__ == "DTensor":
-                # laid out as the plan wants: its local shard, nothing to convert
-                if data.device_mesh is self.dm and tuple(data.placements) == tuple(
-                        _placements(self.outer.plan, names, data.dim() - len(names))):
-                    self.outer._check_names(names, f"argument leaf {i}")
-                    self.outer.sharded_in = True
-                    SUMMARY.sharded_inputs += 1
-                    if data.requires_grad and grad:
-                        laid_out.append(i)
-                    else:
-                        out[i] = rewrap(leaf, data.to_local())   # (no gradient: no node)
-                    continue
-                via_dtensor.append(i)
-                continue
-            if data.device != self.outer.device:
+            data, names = pair
+            dtensor = type(data).__name__ == "DTensor"
+            if dtensor:   # laid out as the plan wants: its local shard, nothing to convert
+                convert = data.device_mesh is not self.dm or tuple(data.placements) != tuple(
+                    _placements(self.outer.plan, names, data.dim() - len(names)))
+            else:
+                convert = data.device != self.outer.device
+            if convert:
                 via_dtensor.append(i)
                 continue
             self.outer._check_names(names, f"argument leaf {i}")
-            if data.requires_grad and grad:
+            needs_grad = data.requires_grad and grad
+            if dtensor:
+                self.outer.sharded_in = True
+                SUMMARY.sharded_inputs += 1
+                if needs_grad:
+                    laid_out.append(i)
+                else:
+                    out[i] = rewrap(leaf, data.to_local())   # (no gradient: no node)
+            elif needs_grad:
                 full.append(i)
             else:
                 out[i] = self._slice(leaf)
