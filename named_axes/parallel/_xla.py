@@ -42,10 +42,8 @@ def xla_mesh(m) -> Any:
 
 def partition_spec(plan, names: tuple, ndim: int) -> tuple:
     """Per physical dim: None, a mesh axis name, or a tuple of them (major to minor)."""
-    out = []
-    for axes in plan.spec(names, ndim):
-        out.append(None if not axes else axes[0] if len(axes) == 1 else tuple(axes))
-    return tuple(out)
+    return tuple(None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
+                 for axes in plan.spec(names, ndim))
 
 
 class XlaEngine(EngineBase):
