@@ -55,7 +55,8 @@ class Device:
         return torch.device("cpu")
 
     def __repr__(self) -> str:
-        return f"Device(id={self.id}, platform={self.platform!r}, process_index={self.process_index})"
+        return (f"Device(id={self.id}, platform={self.platform!r}, "
+                f"process_index={self.process_index})")
 
 
 def dist_initialized() -> bool:

@@ -23,9 +23,9 @@ import torch
 
 from ._stall import bounded, over
 
-__all__ = ["ChunkOfWhole", "ExtremeOverRanks", "FirstCopy", "GatherOverRanks", "ScatterSumOverRanks",
-           "SumOverRanks", "Varying", "all_reduce", "extreme", "gather", "mesh_groups",
-           "own_block"]
+__all__ = ["ChunkOfWhole", "ExtremeOverRanks", "FirstCopy", "GatherOverRanks",
+           "ScatterSumOverRanks", "SumOverRanks", "Varying", "all_reduce", "extreme", "gather",
+           "mesh_groups", "own_block"]
 
 
 def mesh_groups(dm, dims: tuple) -> list:

@@ -144,7 +144,8 @@ class Plan:
                 seen[a] = n
 
     def spec(self, names: tuple, ndim: int = 0) -> tuple:
-        """Per physical dim (``names`` then ``ndim`` positional dims): the mesh axes splitting it."""
+        """Per physical dim (``names``, then ``ndim`` positional dims): the mesh axes
+        splitting it."""
         self.check_value(names)
         return tuple(tuple(self.mesh_axes.get(n, ())) for n in names) + ((),) * ndim
 

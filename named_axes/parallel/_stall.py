@@ -40,9 +40,9 @@ def timed_out(e: BaseException) -> bool:
 
 
 def bounded(what: str, groups: list, run: Callable):
-    """``run()``, a collective over the ranks of ``groups`` (``(DeviceMesh, dim)``
-    pairs or process groups; ``None``: the default group), described as ``what``; past the timeout an
-    :class:`AxisResourceError` naming the ranks that did not arrive."""
+    """``run()``, a collective over the ranks of ``groups`` (``(DeviceMesh, dim)`` pairs or
+    process groups; ``None``: the default group), described as ``what``; past the timeout
+    an :class:`AxisResourceError` naming the ranks that did not arrive."""
     import torch
 
     if torch.compiler.is_dynamo_compiling():
