@@ -179,7 +179,7 @@ class _Xmapped:
 
             out_leaves = run_partitioned(
                 body, leaves, axis_sizes=sizes, axis_resources=self.axis_resources,
-                backend=self.backend, donate_argnums=self.donate_argnums, program=self.fun)
+                backend=self.backend, donate_argnums=self.donate_argnums)
         else:
             out_leaves = body(leaves)
         out = out_tree[0]

@@ -21,7 +21,7 @@ tensor([4., 4.])
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from .._modes import shapes_only
 from .._torch_private import tracing_mode_active
@@ -95,7 +95,7 @@ def _mesh_engine(plan: Plan, m: Mesh | None, backend: str | None):
 
 def run_partitioned(body: Callable, named_args: list, *, axis_sizes: Mapping,
                     axis_resources: Mapping, backend: str | None = None,
-                    donate_argnums: Sequence[int] = (), program: Any = None) -> list:
+                    donate_argnums: Sequence[int] = ()) -> list:
     """Run ``body(named_leaves, engine=...)`` with named axes placed per ``axis_resources``.
 
     The entry point xmap uses (see docs/CONTRACT.md).  ``named_args`` are the flat
@@ -103,7 +103,7 @@ def run_partitioned(body: Callable, named_args: list, *, axis_sizes: Mapping,
     leaves); returns the flat output leaves as full values when every input was full,
     as DTensors laid out per the plan when some input was a DTensor (``Mesh(outputs=...)``
     overrides).  ``donate_argnums`` is accepted; no engine here reuses input buffers
-    yet, so inputs are left intact.  ``program`` (xmap's function) is accepted, unused.
+    yet, so inputs are left intact.
 
     Raises:
         AxisResourceError: the docs/guide.md §5 checks (no mesh, unknown mesh axis, sizes not
