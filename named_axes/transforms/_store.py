@@ -318,10 +318,11 @@ def _lifted(gm: torch.fx.GraphModule) -> tuple:
     tensors in that order."""
     graph = torch.fx.Graph()
     graph.output(graph.graph_copy(gm.graph, {}))
-    last = [n for n in graph.nodes if n.op == "placeholder"][-1]
+    own = [n for n in graph.nodes if n.op == "placeholder"]
+    last = own[-1] if own else None   # (a program without arguments: first in the graph)
     constants = []
     for node in [n for n in graph.nodes if n.op == "get_attr"]:
-        with graph.inserting_after(last):
+        with graph.inserting_after(last) if last is not None else graph.inserting_before():
             last = graph.placeholder(f"closed_over_{len(constants)}")
         t = getattr(gm, node.target)
         if not isinstance(t, torch.Tensor):   # positions count tensors only

@@ -304,3 +304,20 @@ def test_set_program_store_returns_the_previous_setting(tmp_path):
         assert _store.program_store() is None
     finally:
         nx.set_program_store(before)
+
+
+def test_a_program_without_arguments_is_stored_with_its_closed_over_weights(store):
+    w = torch.randn(64, 32)
+
+    def f():
+        return nx.xmap(lambda r: r.sum() * 2.0, in_axes=[["row", ...]], out_axes=["row", ...])(w)
+    first = nx.jit(f)
+    torch.testing.assert_close(first(), w.sum(1) * 2.0)
+    _store.flush()
+    assert first.stats()["store_saved"] == 1
+    again = nx.jit(f)
+    for _ in range(2):
+        torch.testing.assert_close(again(), w.sum(1) * 2.0)
+        with torch.no_grad():
+            w.mul_(3.0)   # the stored program reads the weights on every call
+    assert again.stats()["store_loaded"] == 1
