@@ -28,16 +28,19 @@ __all__ = ["_psum", "_pmean", "_pmax", "_pmin", "_all_gather", "_psum_scatter", 
 PLAIN_CODE: dict = {}
 
 
-def _named_op(name: str):
-    """``torch.library.custom_op("named_axes::<name>")``, keeping the plain function."""
+def _named_op(name: str, vmap_dims: int | None = None, fake=None):
+    """``torch.library.custom_op("named_axes::<name>")``, keeping the plain function.
+
+    The plain function is also the fake kernel unless ``fake`` is given; ``vmap_dims``:
+    the op's vmap rule is :func:`_batched_vmap` over that many dim arguments."""
     def make(fn):
         PLAIN_CODE[name] = fn
-        return custom_op(f"named_axes::{name}", mutates_args=())(fn)
+        op = custom_op(f"named_axes::{name}", mutates_args=())(fn)
+        op.register_fake(fn if fake is None else fake)
+        if vmap_dims is not None:
+            op.register_vmap(_batched_vmap(op, vmap_dims))
+        return op
     return make
-
-
-def _shift(dims, by=1):
-    return [d + by for d in dims]
 
 
 def _batched_vmap(op, n_dim_args):
@@ -50,37 +53,31 @@ def _batched_vmap(op, n_dim_args):
         args = list(args)
         for i in range(n_dim_args):
             a = args[i]
-            args[i] = _shift(a) if isinstance(a, (list, tuple)) else a + 1
+            args[i] = [d + 1 for d in a] if isinstance(a, (list, tuple)) else a + 1
         return op(x, *args), 0
     return rule
 
 
 # -- reductions over named dims -------------------------------------------------------
 
-@_named_op("psum")
+@_named_op("psum", 1)
 def _psum(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
     return x.sum(dims) if dims else x.clone()
 
 
-@_named_op("pmean")
+@_named_op("pmean", 1)
 def _pmean(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
     return x.mean(dims) if dims else x.clone()
 
 
-@_named_op("pmax")
+@_named_op("pmax", 1)
 def _pmax(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
     return x.amax(dims) if dims else x.clone()
 
 
-@_named_op("pmin")
+@_named_op("pmin", 1)
 def _pmin(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
     return x.amin(dims) if dims else x.clone()
-
-
-for _op, _impl in ((_psum, torch.sum), (_pmean, torch.mean), (_pmax, torch.amax),
-                   (_pmin, torch.amin)):
-    _op.register_fake(lambda x, dims, _impl=_impl: _impl(x, dims) if dims else x.clone())
-    _op.register_vmap(_batched_vmap(_op, 1))
 
 
 # -- all_gather: a named dim becomes a positional one ------------------------------------
@@ -90,17 +87,9 @@ def _gather_impl(x, dim, axis, tiled):
     return y.flatten(axis, axis + 1) if tiled else y
 
 
-@_named_op("all_gather")
+@_named_op("all_gather", 2)
 def _all_gather(x: torch.Tensor, dim: int, axis: int, tiled: bool) -> torch.Tensor:
     return _gather_impl(x, dim, axis, tiled).clone()
-
-
-@_all_gather.register_fake
-def _(x, dim, axis, tiled):
-    return _gather_impl(x, dim, axis, tiled).clone()
-
-
-_all_gather.register_vmap(_batched_vmap(_all_gather, 2))
 
 
 # -- psum_scatter: sum a named dim, then split a positional dim into it -------------------
@@ -114,17 +103,9 @@ def _scatter_impl(x, dim, scatter, tiled):
     return y.movedim(s, 0)
 
 
-@_named_op("psum_scatter")
+@_named_op("psum_scatter", 2)
 def _psum_scatter(x: torch.Tensor, dim: int, scatter: int, tiled: bool) -> torch.Tensor:
     return _scatter_impl(x, dim, scatter, tiled).contiguous().clone()
-
-
-@_psum_scatter.register_fake
-def _(x, dim, scatter, tiled):
-    return _scatter_impl(x, dim, scatter, tiled).contiguous().clone()
-
-
-_psum_scatter.register_vmap(_batched_vmap(_psum_scatter, 2))
 
 
 # -- all_to_all: swap a named dim with (blocks of) a positional dim ------------------------
@@ -137,17 +118,9 @@ def _a2a_impl(x, dim, split, concat, tiled):
     return y.movedim(split, concat).flatten(concat, concat + 1)
 
 
-@_named_op("all_to_all")
+@_named_op("all_to_all", 3)
 def _all_to_all(x: torch.Tensor, dim: int, split: int, concat: int, tiled: bool) -> torch.Tensor:
     return _a2a_impl(x, dim, split, concat, tiled).clone()
-
-
-@_all_to_all.register_fake
-def _(x, dim, split, concat, tiled):
-    return _a2a_impl(x, dim, split, concat, tiled).clone()
-
-
-_all_to_all.register_vmap(_batched_vmap(_all_to_all, 3))
 
 
 # -- ppermute: move slices of a named dim --------------------------------------------------
@@ -161,17 +134,13 @@ def _permute_impl(x, dim, src, dst):
     return out.index_copy(dim, d, x.index_select(dim, s))
 
 
-@_named_op("ppermute")
-def _ppermute(x: torch.Tensor, dim: int, src: list[int], dst: list[int]) -> torch.Tensor:
-    return _permute_impl(x, dim, src, dst)
-
-
-@_ppermute.register_fake
-def _(x, dim, src, dst):
+def _permute_fake(x, dim, src, dst):
     return x.new_empty(x.shape)   # contiguous, as the real kernel's (inductor checks strides)
 
 
-_ppermute.register_vmap(_batched_vmap(_ppermute, 1))
+@_named_op("ppermute", 1, fake=_permute_fake)
+def _ppermute(x: torch.Tensor, dim: int, src: list[int], dst: list[int]) -> torch.Tensor:
+    return _permute_impl(x, dim, src, dst)
 
 
 # -- pdot: a two-operand einsum that contracts named dims ---------------------------------
@@ -182,11 +151,6 @@ _ppermute.register_vmap(_batched_vmap(_ppermute, 1))
 # extra permutes for `x @ w`).
 @_named_op("pdot")
 def _pdot(x: torch.Tensor, y: torch.Tensor, equation: str) -> torch.Tensor:
-    return einsum2_eager(equation, x, y)
-
-
-@_pdot.register_fake
-def _(x, y, equation):
     return einsum2_eager(equation, x, y)
 
 
@@ -209,11 +173,10 @@ _pdot.register_vmap(_pdot_vmap)
 
 # -- axis_index -----------------------------------------------------------------------------
 
-@_named_op("axis_index")
+def _axis_index_fake(n, device):
+    return torch.empty(n, dtype=torch.int64, device=device)
+
+
+@_named_op("axis_index", fake=_axis_index_fake)
 def _axis_index(n: int, device: torch.device) -> torch.Tensor:
     return torch.arange(n, device=device)
-
-
-@_axis_index.register_fake
-def _(n, device):
-    return torch.empty(n, dtype=torch.int64, device=device)

@@ -137,7 +137,6 @@ def reduce(x: torch.Tensor, dims: list, kind: str) -> torch.Tensor:
     return _fn(fn, x).apply(x, list(dims), flag)
 
 
-
 # -- all_gather: a named dim becomes a positional one ------------------------------------
 
 class _AllGather(_Fn):
@@ -168,7 +167,6 @@ def all_gather(x: torch.Tensor, dim: int, axis: int, tiled: bool) -> torch.Tenso
     if not _tracing():  # a copy, as the op's: the result never aliases x
         return _gather_impl(x, dim, axis, tiled).clone()
     return _fn(_AllGather, x).apply(x, dim, axis, tiled)
-
 
 
 # -- psum_scatter: sum a named dim, then split a positional dim into it -------------------
@@ -205,7 +203,6 @@ def psum_scatter(x: torch.Tensor, dim: int, scatter: int, tiled: bool) -> torch.
     return _fn(_PSumScatter, x).apply(x, dim, scatter, tiled)
 
 
-
 # -- all_to_all: swap a named dim with (blocks of) a positional dim ------------------------
 
 class _AllToAll(_Fn):
@@ -237,7 +234,6 @@ def all_to_all(x: torch.Tensor, dim: int, split: int, concat: int, tiled: bool) 
     return _fn(_AllToAll, x).apply(x, dim, split, concat, tiled)
 
 
-
 # -- ppermute: move slices of a named dim --------------------------------------------------
 
 class _PPermute(_Fn):
@@ -265,7 +261,6 @@ def ppermute(x: torch.Tensor, dim: int, src: list, dst: list) -> torch.Tensor:
     if not _tracing():
         return _permute_impl(x, dim, src, dst)
     return _fn(_PPermute, x).apply(x, dim, list(src), list(dst))
-
 
 
 # -- pdot: a two-operand einsum that contracts named dims ---------------------------------
@@ -346,7 +341,6 @@ def scale_grad(x: torch.Tensor, scale: float) -> torch.Tensor:
     if not x.requires_grad and not is_functorch_wrapped(x):
         return x
     return _fn(_ScaleGrad, x).apply(x, scale)
-
 
 
 # -- axis_index -----------------------------------------------------------------------------
