@@ -28,23 +28,25 @@ __all__ = ["_psum", "_pmean", "_pmax", "_pmin", "_all_gather", "_psum_scatter", 
 PLAIN_CODE: dict = {}
 
 
-def _named_op(name: str, vmap_dims: int | None = None, fake=None):
+def _named_op(name: str, vmap_dims: int | None = None, fake=None, out_dim: int = 0):
     """``torch.library.custom_op("named_axes::<name>")``, keeping the plain function.
 
     The plain function is also the fake kernel unless ``fake`` is given; ``vmap_dims``:
-    the op's vmap rule is :func:`_batched_vmap` over that many dim arguments."""
+    the op's vmap rule is :func:`_batched_vmap` over that many dim arguments, the batch
+    dim of its result at ``out_dim``."""
     def make(fn):
         PLAIN_CODE[name] = fn
         op = custom_op(f"named_axes::{name}", mutates_args=())(fn)
         op.register_fake(fn if fake is None else fake)
         if vmap_dims is not None:
-            op.register_vmap(_batched_vmap(op, vmap_dims))
+            op.register_vmap(_batched_vmap(op, vmap_dims, out_dim))
         return op
     return make
 
 
-def _batched_vmap(op, n_dim_args):
-    """A vmap rule for ``op(x, *dim_args, *rest)``: move the batch dim to 0, shift dims."""
+def _batched_vmap(op, n_dim_args, out_dim=0):
+    """A vmap rule for ``op(x, *dim_args, *rest)``: move the batch dim to 0, shift dims;
+    the result's batch dim is ``out_dim``."""
     def rule(info, in_dims, x, *args):
         bd = in_dims[0]
         if bd is None:
@@ -54,7 +56,7 @@ def _batched_vmap(op, n_dim_args):
         for i in range(n_dim_args):
             a = args[i]
             args[i] = [d + 1 for d in a] if isinstance(a, (list, tuple)) else a + 1
-        return op(x, *args), 0
+        return op(x, *args), out_dim
     return rule
 
 
@@ -103,7 +105,8 @@ def _scatter_impl(x, dim, scatter, tiled):
     return y.movedim(s, 0)
 
 
-@_named_op("psum_scatter", 2)
+# (its result leads with the scattered dim, so the batch dim follows it)
+@_named_op("psum_scatter", 2, out_dim=1)
 def _psum_scatter(x: torch.Tensor, dim: int, scatter: int, tiled: bool) -> torch.Tensor:
     return _scatter_impl(x, dim, scatter, tiled).contiguous().clone()
 
