@@ -4,14 +4,14 @@ Each collective is a ``torch.library`` custom op (``named_axes::psum`` …, defi
 its fake kernel and vmap rule in :mod:`._opdefs`) acting on physical dims, wrapped here
 in an ``autograd.Function`` whose backward is the collective's transpose.  The wrapper,
 not ``register_autograd``, carries the gradient because torch.func.grad accepts only
-autograd.Functions with ``setup_context`` (torch 2.13).  So every collective is
+autograd.Functions with ``setup_context``.  So every collective is
 differentiable, appears by name in traced graphs (``named_axes.psum.default``), and a
 partitioning engine can replace it.
 
 In eager mode (no dispatch mode such as make_fx's proxy / fake / functional modes on
 the stack, not under torch.compile) each wrapper runs the plain torch op instead:
 autograd and torch.func derive its gradient and batching, and the custom op's Python
-layers (≈ 5× the math on small tensors) are skipped.  Graphs still show the named op.
+layers are skipped.  Graphs still show the named op.
 
 >>> import torch
 >>> from named_axes.lax._ops import reduce
@@ -43,15 +43,13 @@ def _tracing() -> bool:
 
     make_fx (and the tracing inside nx.jit / torch.export / AOT autograd) pushes a
     dispatch mode.  Plain eager code, torch.func transforms and XLA tensors see none, and
-    there the plain op computes the same values.  Modes that run
-    ops on real values (``runs_values``: nx.jit's warm-up and identifying runs) build no
-    graph.
+    there the plain op computes the same values.  Modes that run ops on real values
+    (``runs_values``: nx.jit's warm-up and identifying runs) build no graph.
 
     Under ``torch.compile`` (dynamo's trace, or an xmap that its graph holds as one
-    call: :func:`named_axes._modes.lowering_for_compile`) the plain op is used as well: dynamo then traces the positional program a
-    person would write (sums, products) and inductor fuses and lowers it like the
-    positional twin's -- an opaque custom op with an autograd.Function around it ran
-    1.4-1.7x the twin's time (P1, P3).  A mesh engine is asked before this point.
+    call: :func:`named_axes._modes.lowering_for_compile`) the plain op is used as well:
+    dynamo then traces the positional program a person would write, which inductor
+    fuses better than an opaque custom op.  A mesh engine is asked before this point.
     """
     if lowering_for_compile():
         return False
@@ -66,31 +64,31 @@ def _unreduce(g, dims, shape):
     return g.expand(shape)
 
 
-class _PSum(_Fn):
+class _Linear(_Fn):
+    """A collective linear in its tensor ``x``: ``ctx.args`` keeps the other arguments,
+    and forward mode maps the tangent by the same op (see ``_WITH_JVP``)."""
     generate_vmap_rule = True
 
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.shape, ctx.args = inputs[0].shape, inputs[1:]
+
+
+class _PSum(_Linear):
     @staticmethod
     def forward(x, dims, mean):
         return (_pmean if mean else _psum)(x, dims)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, dims, mean = inputs
-        ctx.dims, ctx.shape, ctx.mean = dims, x.shape, mean
-
-    @staticmethod
     def backward(ctx, g):
-        g = _unreduce(g, ctx.dims, ctx.shape)
-        if ctx.mean:
+        dims, mean = ctx.args
+        g = _unreduce(g, dims, ctx.shape)
+        if mean:
             n = 1
-            for d in ctx.dims:
+            for d in dims:
                 n *= ctx.shape[d]
             g = g / n
         return g, None, None
-
-    @staticmethod
-    def _jvp_rule(ctx, t, _dims, _mean):   # linear: the tangent is reduced alike
-        return _fn(_PSum, t).apply(t, ctx.dims, ctx.mean)
 
 
 class _PExtreme(_Fn):
@@ -139,27 +137,17 @@ def reduce(x: torch.Tensor, dims: list, kind: str) -> torch.Tensor:
 
 # -- all_gather: a named dim becomes a positional one ------------------------------------
 
-class _AllGather(_Fn):
-    generate_vmap_rule = True
-
+class _AllGather(_Linear):
     @staticmethod
     def forward(x, dim, axis, tiled):
         return _all_gather(x, dim, axis, tiled)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, ctx.dim, ctx.axis, ctx.tiled = inputs
-        ctx.n = x.shape[ctx.dim]
-
-    @staticmethod
     def backward(ctx, g):
-        if ctx.tiled:
-            g = g.unflatten(ctx.axis, (ctx.n, -1))
-        return g.movedim(ctx.axis, ctx.dim), None, None, None
-
-    @staticmethod
-    def _jvp_rule(ctx, t, *_):   # linear
-        return _fn(_AllGather, t).apply(t, ctx.dim, ctx.axis, ctx.tiled)
+        dim, axis, tiled = ctx.args
+        if tiled:
+            g = g.unflatten(axis, (ctx.shape[dim], -1))
+        return g.movedim(axis, dim), None, None, None
 
 
 def all_gather(x: torch.Tensor, dim: int, axis: int, tiled: bool) -> torch.Tensor:
@@ -171,29 +159,19 @@ def all_gather(x: torch.Tensor, dim: int, axis: int, tiled: bool) -> torch.Tenso
 
 # -- psum_scatter: sum a named dim, then split a positional dim into it -------------------
 
-class _PSumScatter(_Fn):
-    generate_vmap_rule = True
-
+class _PSumScatter(_Linear):
     @staticmethod
     def forward(x, dim, scatter, tiled):
         return _psum_scatter(x, dim, scatter, tiled)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        x, ctx.dim, ctx.scatter, ctx.tiled = inputs
-        ctx.shape = x.shape
-
-    @staticmethod
     def backward(ctx, g):
-        s = ctx.scatter - 1 if ctx.scatter > ctx.dim else ctx.scatter
+        dim, scatter, tiled = ctx.args
+        s = scatter - 1 if scatter > dim else scatter
         g = g.movedim(0, s)
-        if ctx.tiled:
+        if tiled:
             g = g.flatten(s, s + 1)
-        return g.unsqueeze(ctx.dim).expand(ctx.shape), None, None, None
-
-    @staticmethod
-    def _jvp_rule(ctx, t, *_):   # linear
-        return _fn(_PSumScatter, t).apply(t, ctx.dim, ctx.scatter, ctx.tiled)
+        return g.unsqueeze(dim).expand(ctx.shape), None, None, None
 
 
 def psum_scatter(x: torch.Tensor, dim: int, scatter: int, tiled: bool) -> torch.Tensor:
@@ -205,25 +183,16 @@ def psum_scatter(x: torch.Tensor, dim: int, scatter: int, tiled: bool) -> torch.
 
 # -- all_to_all: swap a named dim with (blocks of) a positional dim ------------------------
 
-class _AllToAll(_Fn):
-    generate_vmap_rule = True
-
+class _AllToAll(_Linear):
     @staticmethod
     def forward(x, dim, split, concat, tiled):
         return _all_to_all(x, dim, split, concat, tiled)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        _, ctx.dim, ctx.split, ctx.concat, ctx.tiled = inputs
-
-    @staticmethod
     def backward(ctx, g):
         # the transpose of an all_to_all is the all_to_all with split and concat swapped
-        return _fn(_AllToAll, g).apply(g, ctx.dim, ctx.concat, ctx.split, ctx.tiled), None, None, None, None
-
-    @staticmethod
-    def _jvp_rule(ctx, t, *_):   # linear
-        return _fn(_AllToAll, t).apply(t, ctx.dim, ctx.split, ctx.concat, ctx.tiled)
+        dim, split, concat, tiled = ctx.args
+        return _fn(_AllToAll, g).apply(g, dim, concat, split, tiled), None, None, None, None
 
 
 def all_to_all(x: torch.Tensor, dim: int, split: int, concat: int, tiled: bool) -> torch.Tensor:
@@ -236,24 +205,15 @@ def all_to_all(x: torch.Tensor, dim: int, split: int, concat: int, tiled: bool) 
 
 # -- ppermute: move slices of a named dim --------------------------------------------------
 
-class _PPermute(_Fn):
-    generate_vmap_rule = True
-
+class _PPermute(_Linear):
     @staticmethod
     def forward(x, dim, src, dst):
         return _ppermute(x, dim, src, dst)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        _, ctx.dim, ctx.src, ctx.dst = inputs
-
-    @staticmethod
     def backward(ctx, g):
-        return _fn(_PPermute, g).apply(g, ctx.dim, ctx.dst, ctx.src), None, None, None
-
-    @staticmethod
-    def _jvp_rule(ctx, t, *_):   # linear
-        return _fn(_PPermute, t).apply(t, ctx.dim, ctx.src, ctx.dst)
+        dim, src, dst = ctx.args
+        return _fn(_PPermute, g).apply(g, dim, dst, src), None, None, None
 
 
 def ppermute(x: torch.Tensor, dim: int, src: list, dst: list) -> torch.Tensor:
@@ -354,11 +314,21 @@ def axis_index(n: int, device=None) -> torch.Tensor:
 
 
 # -- forward mode -------------------------------------------------------------------------
-# Each function above has a forward-mode rule (``_jvp_rule``), used through a subclass that
-# defines ``jvp`` only while forward mode is active (jvp / jacfwd / hessian being traced):
-# dynamo traces an autograd.Function that defines ``jvp`` differently (torch 2.13: a
-# compiled module's loss lost its per-instance sum under NAMED_AXES_NO_FASTPATH).
-_WITH_JVP = {cls: type(cls.__name__ + "Jvp", (cls,), {"jvp": staticmethod(cls._jvp_rule)})
+# Each function above has a forward-mode rule (``_jvp_rule``, or for a ``_Linear`` one the
+# op on the tangent), used through a subclass that defines ``jvp`` only while forward mode
+# is active (jvp / jacfwd / hessian being traced): dynamo traces an autograd.Function
+# that defines ``jvp`` differently, and wrongly.
+
+def _jvp_rule(cls):
+    if not issubclass(cls, _Linear):
+        return cls._jvp_rule
+
+    def jvp(ctx, t, *_):
+        return _fn(cls, t).apply(t, *ctx.args)
+    return jvp
+
+
+_WITH_JVP = {cls: type(cls.__name__ + "Jvp", (cls,), {"jvp": staticmethod(_jvp_rule(cls))})
              for cls in (_PSum, _PExtreme, _AllGather, _PSumScatter, _AllToAll, _PPermute,
                          _PDot, _ScaleGrad)}
 
