@@ -44,7 +44,12 @@ def _split_axes(axis_name: Any, op: str) -> tuple:
 _POS_REDUCE = {"psum": torch.sum, "pmean": torch.mean, "pmax": torch.amax, "pmin": torch.amin}
 
 
-def _reduce_positional(x: Any, pos: tuple, axis_name: Any, op: str, kind: str) -> Any:
+def _not_a_value(op: str, x: Any) -> AxisTypeError:
+    return AxisTypeError(f"{op}: expected a tensor, NamedTensor or number, got "
+                         f"{type(x).__name__}")
+
+
+def _reduce_positional(x: Any, pos: tuple, axis_name: Any, op: str) -> Any:
     """``x`` reduced over its positional dims ``pos`` (the ints of ``axis_name``)."""
     if type(x) is _NT:
         data, k, p = x._data, len(x._names), x.ndim
@@ -53,8 +58,7 @@ def _reduce_positional(x: Any, pos: tuple, axis_name: Any, op: str, kind: str) -
     elif isinstance(x, (bool, int, float, complex)):
         data, k, p = torch.as_tensor(x), 0, 0
     else:
-        raise AxisTypeError(f"{op}: expected a tensor, NamedTensor or number, got "
-                            f"{type(x).__name__}")
+        raise _not_a_value(op, x)
     dims = []
     for d in pos:
         if not -p <= d < p:
@@ -64,9 +68,9 @@ def _reduce_positional(x: Any, pos: tuple, axis_name: Any, op: str, kind: str) -
         dims.append(k + d % p)
     if len(set(dims)) != len(dims):
         raise AxisSpecError(f"{op}(x, {axis_name!r}): names one positional axis twice")
-    if kind == "pmean":
+    if op == "pmean":
         data = _floating(data)
-    data = _POS_REDUCE[kind](data, dims)
+    data = _POS_REDUCE[op](data, dims)
     return NamedTensor._wrap(data, x._names) if type(x) is _NT else data
 
 
@@ -83,27 +87,27 @@ def _floating(x: Any) -> Any:
     return x
 
 
-def _reduce(x: Any, axis_name: Any, op: str, kind: str) -> Any:
+def _reduce(x: Any, axis_name: Any, op: str) -> Any:
+    """One leaf ``x`` reduced by ``op`` ('psum', 'pmean', 'pmax', 'pmin') over ``axis_name``."""
     if type(x) is _NT and type(axis_name) is str and not _env_state.engine:
-        out = _reduce_one(x, axis_name, kind)
+        out = _reduce_one(x, axis_name, op)
         if out is not None:
             return out
     names, pos = _split_axes(axis_name, op)
     if pos:
-        x = _reduce_positional(x, pos, axis_name, op, kind)
-    if kind == "pmean":
+        x = _reduce_positional(x, pos, axis_name, op)
+    if op == "pmean":
         x = _floating(x)
     if not names:   # no named axis (JAX's psum(x, ()) is x)
         if type(x) is _NT or isinstance(x, (torch.Tensor, bool, int, float, complex)):
             return x
-        raise AxisTypeError(f"{op}: expected a tensor, NamedTensor or number, got "
-                            f"{type(x).__name__}")
+        raise _not_a_value(op, x)
     if type(x) is _NT:
-        if kind in ("pmax", "pmin"):   # (before any engine: none has an empty extreme)
+        if op in ("pmax", "pmin"):   # (before any engine: none has an empty extreme)
             for n in (n for n in names if x.named_shape.get(n) == 0):
                 raise AxisSizeError(f"{op} over axis {n!r} of size 0: no instance to take "
-                                    f"the {kind[1:]}imum of (named shape {x.named_shape})")
-        method = _engine_method(kind, names)
+                                    f"the {op[1:]}imum of (named shape {x.named_shape})")
+        method = _engine_method(op, names)
         if method is not None:
             return method(x, names)
     carried = [n for n in names if type(x) is _NT and n in x._names]
@@ -113,25 +117,24 @@ def _reduce(x: Any, axis_name: Any, op: str, kind: str) -> Any:
         factor *= axis_size(n, op=op)   # also checks that the name is bound
     if type(x) is not _NT:
         if isinstance(x, torch.Tensor) and missing and _ops._tracing():
-            return _replicated_in_graph(x, missing, kind, op)
-        if isinstance(x, torch.Tensor) or isinstance(x, (bool, int, float, complex)):
-            return x * factor if kind == "psum" and factor != 1 else x
-        raise AxisTypeError(f"{op}: expected a tensor, NamedTensor or number, got "
-                            f"{type(x).__name__}")
+            return _replicated_in_graph(x, missing, op)
+        if isinstance(x, (torch.Tensor, bool, int, float, complex)):
+            return x * factor if op == "psum" and factor != 1 else x
+        raise _not_a_value(op, x)
     for n in carried:
         _check_bound_size(x, n, op)
     data = x._data
     if carried:
         dims = [x._names.index(n) for n in carried]
         engine = engine_for(carried)
-        out = engine.reduce(kind, data, dims) if engine is not None else None
-        data = _ops.reduce(data, dims, kind) if out is None else out
+        out = engine.reduce(op, data, dims) if engine is not None else None
+        data = _ops.reduce(data, dims, op) if out is None else out
         data = settled(data, tuple(carried))
     if missing and _ops._tracing():
-        data = _replicated_in_graph(data, missing, kind, op)
-    elif kind == "psum" and factor != 1:
+        data = _replicated_in_graph(data, missing, op)
+    elif op == "psum" and factor != 1:
         data = data * factor
-    return _out(data, tuple(n for n in x._names if n not in carried), _OPS[kind])
+    return _out(data, tuple(n for n in x._names if n not in carried), _OPS[op])
 
 
 def settled(data: Any, names: tuple) -> Any:
@@ -141,15 +144,15 @@ def settled(data: Any, names: tuple) -> Any:
     return engine.settle(data) if engine is not None else data
 
 
-def _replicated_in_graph(data: torch.Tensor, missing: list, kind: str, op: str):
+def _replicated_in_graph(data: torch.Tensor, missing: list, op: str):
     """A collective over axes the value is replicated along, written into a traced graph
     as the named op on the broadcast value (``make_graph`` shows ``psum``, not ``mul``)."""
     sizes = tuple(axis_size(n, op=op) for n in missing)
     wide = data.reshape((1,) * len(sizes) + tuple(data.shape)).expand(sizes + tuple(data.shape))
-    return _ops.reduce(wide, list(range(len(sizes))), kind)
+    return _ops.reduce(wide, list(range(len(sizes))), op)
 
 
-def _reduce_one(x: NamedTensor, name: str, kind: str) -> Any:
+def _reduce_one(x: NamedTensor, name: str, op: str) -> Any:
     """``_reduce`` over one name that ``x`` carries with its bound size (the common case,
     no engine in scope), else None (the general path checks and raises)."""
     names = x._names
@@ -160,23 +163,22 @@ def _reduce_one(x: NamedTensor, name: str, kind: str) -> Any:
     bound = _env_state.bound.get(name)
     if bound is not None and bound != data.shape[i] or data.shape[i] == 0:
         return None
-    if kind == "pmean" and not (data.is_floating_point() or data.is_complex()):
-        data = data.to(torch.get_default_dtype())   # a float mean, as in JAX
-    data = _ops.reduce(data, [i], kind)
-    left = names[:i] + names[i + 1:]
-    return _out(data, left, _OPS[kind])
+    if op == "pmean":
+        data = _floating(data)
+    data = _ops.reduce(data, [i], op)
+    return _out(data, names[:i] + names[i + 1:], _OPS[op])
 
 
 def _reduce_tree(x: Any, axis_name: Any, op: str) -> Any:
     """``_reduce`` on every leaf of ``x``; a single tensor or number skips the pytree
     machinery."""
     if type(x) is _NT or isinstance(x, (torch.Tensor, int, float, complex)):
-        return _reduce(x, axis_name, op, op)
+        return _reduce(x, axis_name, op)
     engine = engine_for(_split_axes(axis_name, op)[0])
     if engine is None:
-        return tree_map(lambda v: _reduce(v, axis_name, op, op), x)
+        return tree_map(lambda v: _reduce(v, axis_name, op), x)
     with engine.tree():   # an engine that replays (SerialLoop) reduces all leaves in one pass
-        return tree_map(lambda v: _reduce(v, axis_name, op, op), x)
+        return tree_map(lambda v: _reduce(v, axis_name, op), x)
 
 
 @_shows_axes()
