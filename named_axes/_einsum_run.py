@@ -26,24 +26,17 @@ _NT = NamedTensor
 def _run_plan(plan: tuple, operands: tuple, bound: dict, out: Any = None) -> Any:
     """Run ``plan`` (``out``: the einsum's result, when already computed)."""
     eq, _, _, _, scaled, expand, perm, names, _ = plan
-    if out is not None:
-        pass
-    else:
+    if out is None:
         datas = [x._data if type(x) is _NT else x for x in operands]
-        engine = None
         if _env_state.engine:   # an engine may hand operands over, contract its values
             every = names + tuple(n for n, _ in plan.contracted)   # the product's axes
             engine = engine_for(every)
             if engine is not None:
-                datas = [engine.broadcast(d, x._names if type(x) is _NT else (), every)
-                         for d, x in zip(datas, operands)]
-        if len(datas) == 2:
-            if engine is not None:
-                out = engine.contract(eq, *datas)
-            if out is None:
-                out = einsum2(eq, *datas)
-        else:
-            out = torch.einsum(eq, *datas)
+                datas = _handed(engine, operands, every)
+                if len(datas) == 2:
+                    out = engine.contract(eq, *datas)
+        if out is None:
+            out = _einsum(eq, datas)
     scale = 1
     for n in scaled:
         scale *= bound[n]
@@ -57,6 +50,15 @@ def _run_plan(plan: tuple, operands: tuple, bound: dict, out: Any = None) -> Any
         out = out.permute(perm + tuple(range(len(perm), out.dim())))
     return result(out, names, torch.einsum)
 
+
+def _einsum(eq: str, datas: list) -> torch.Tensor:
+    return einsum2(eq, *datas) if len(datas) == 2 else torch.einsum(eq, *datas)
+
+
+def _handed(engine, operands: tuple, every: tuple) -> list:
+    """The operands' tensors as ``engine`` hands them to a product over ``every``."""
+    return [engine.broadcast(x._data, x._names, every) if type(x) is _NT else
+            engine.broadcast(x, (), every) for x in operands]
 
 
 def _split_axes(names) -> tuple:
@@ -94,12 +96,9 @@ def _run_split(plan: tuple, operands: tuple, bound: dict) -> Any:
         return e.engine.whole(functools.partial(_einsum_on, plan, bound), tuple(operands),
                               {}, e.names, run=_call)
     every = names + tuple(n for n, _ in contracted)   # the product's axes
-    datas = [engine.broadcast(x._data, x._names, every) if type(x) is _NT else
-             engine.broadcast(x, (), every) for x in operands]
+    datas = _handed(engine, operands, every)
     # a mesh's ranks each contract their part of the loop axes and the parts are summed
-    summed = engine.sum_pieces(
-        lambda: einsum2(eq, *datas) if len(datas) == 2 else torch.einsum(eq, *datas),
-        loop, operands)
+    summed = engine.sum_pieces(lambda: _einsum(eq, datas), loop, operands)
     if summed is not None:
         return _run_plan(plan, operands, sizes, summed)
     # else the einsum keeps the loop axes in front of its output [kept names..., positional]
