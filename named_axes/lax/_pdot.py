@@ -55,12 +55,11 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
     method = _engine_method(op, names)
     if method is not None:
         out = method(x, y, names, pos_contract=pos_contract, pos_batch=pos_batch)
-        size = _contracted_size(names) if RECORDERS and isinstance(out, _NT) else 1
-        if size != 1:   # as in _pdot_run
-            out = NamedTensor._wrap(_ops.scale_grad(out._data, 1 / size), out._names)
+        if RECORDERS and isinstance(out, _NT) and _contracted_size(names) != 1:
+            out = NamedTensor._wrap(_transposed_as_jax(out._data, names), out._names)
         return out
-    key = (axis_name if type(axis_name) is str else names, x._names, y._names,
-           x._data.dim(), y._data.dim(), pos_contract, pos_batch)
+    key = _plan_key(axis_name if type(axis_name) is str else names, x, y, pos_contract,
+                    pos_batch)
     plan = _PDOT_PLANS.plan(key, x, y, names, pos_contract, pos_batch)   # raises on bad input
     return _pdot_run(plan, x, y, names)
 
@@ -81,11 +80,15 @@ def _pdot_run(plan: tuple, x: NamedTensor, y: NamedTensor, names: tuple) -> Any:
         factor *= axis_size(n, op="pdot")
     if factor != 1:
         data = data * factor
-    if RECORDERS:   # inside a derivative: JAX transposes pdot without a psum
-        size = _contracted_size(names)
-        if size != 1:
-            data = _ops.scale_grad(data, 1 / size)
+    if RECORDERS:
+        data = _transposed_as_jax(data, names)
     return _out(settled(data, names), out_names, pdot)
+
+
+def _transposed_as_jax(data: torch.Tensor, names: tuple) -> torch.Tensor:
+    """``data``, inside a derivative, with the gradient of JAX's pdot transpose (no psum)."""
+    size = _contracted_size(names)
+    return _ops.scale_grad(data, 1 / size) if size != 1 else data
 
 
 def _contracted_size(names: tuple) -> int:
@@ -104,11 +107,14 @@ def _contracted_size(names: tuple) -> int:
 def _pdot_cached(x: NamedTensor, y: NamedTensor, name: str, pos_contract, pos_batch):
     """``pdot`` over one axis name by a plan that this call's layout already checked, or
     None (the general path builds and caches it, or raises)."""
-    plan = _PDOT_PLANS.lookup((name, x._names, y._names, x._data.dim(), y._data.dim(),
-                               pos_contract, pos_batch))
+    plan = _PDOT_PLANS.lookup(_plan_key(name, x, y, pos_contract, pos_batch))
     if plan is None or not _pdot_plan_holds(plan, x, y):
         return None
     return _pdot_run(plan, x, y, (name,))
+
+
+def _plan_key(names, x: NamedTensor, y: NamedTensor, pos_contract, pos_batch) -> tuple:
+    return names, x._names, y._names, x._data.dim(), y._data.dim(), pos_contract, pos_batch
 
 
 def _pdot_plan_holds(plan: tuple, x: NamedTensor, y: NamedTensor) -> bool:
