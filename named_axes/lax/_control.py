@@ -18,6 +18,7 @@ tensor(6)
 from __future__ import annotations
 
 import collections
+import functools
 import numbers
 from typing import Any, Callable
 
@@ -248,9 +249,7 @@ def _loop_shapes(cond_fun: Callable, body_fun: Callable, val: Any, p: Any, ref: 
     running steps on fake values, selected as a per-instance condition selects, until
     they stop growing."""
     while True:
-        new = body_fun(val)
-        _check("while_loop", "body_fun output and input", ref, new, _CARRY_FIX)
-        nxt = _select_tree(p, new, val)
+        nxt = _select_tree(p, _step("while_loop", body_fun, ref, val), val)
         q = _predicate(cond_fun(nxt), "while_loop", ints=False)
         q = p if isinstance(q, bool) else q
         if list(map(set, named_axes_of(nxt, q))) == list(map(set, named_axes_of(val, p))):
@@ -282,39 +281,40 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
         by_values = by_values or isinstance(c, (torch.Tensor, _NT))
         if p is False or not isinstance(p, bool) and not _any(p, "while_loop"):
             break
-        new = body_fun(val)
-        _check("while_loop", "body_fun output and input", ref, new, _CARRY_FIX)
+        new = _step("while_loop", body_fun, ref, val)
         new = new if p is True else _select_tree(p, new, val)
         if by_values and settled is None:
             settled = settles(first, named_axes_of(val), named_axes_of(new))
         val = new
     if not by_values:
         return val   # Python conditions: the program decides the steps
-    # values decided how many steps ran, never the named axes: JAX's are the carry's
-    # fixed point (those of init_val and every one a step adds), whatever the count
-    if settled is None:
-        settled = fixed_point(_while_step(cond_fun, body_fun, ref),
-                               val, union_axes(first, named_axes_of(val)))
-    return with_axes(val, settled)
+    return _settled(val, first, settled, _while_step(cond_fun, body_fun, ref))
+
+
+def _step(op: str, body_fun: Callable, ref: tuple, *args: Any) -> Any:
+    """``body_fun(*args)``, the carry it returns checked against ``ref`` (init_val's types)."""
+    new = body_fun(*args)
+    _check(op, "body_fun output and input", ref, new, _CARRY_FIX)
+    return new
 
 
 def _while_step(cond_fun: Callable, body_fun: Callable, ref: tuple) -> Callable:
-    """One step of a while_loop (its body's types checked against ``ref``), selected
-    where a named condition holds."""
+    """One step of a while_loop, selected where a named condition holds."""
     def step(val):
         p = _predicate(cond_fun(val), "while_loop", ints=False)
-        new = body_fun(val)
-        _check("while_loop", "body_fun output and input", ref, new, _CARRY_FIX)
+        new = _step("while_loop", body_fun, ref, val)
         return new if isinstance(p, bool) else _select_tree(p, new, val)
     return step
 
 
-def _fori_step(body_fun: Callable, i: int, ref: tuple) -> Callable:
-    def step(val):
-        new = body_fun(i, val)
-        _check("fori_loop", "body_fun output and input", ref, new, _CARRY_FIX)
-        return new
-    return step
+def _settled(val: Any, first: list, settled: Any, step: Callable) -> Any:
+    """The carry ``val`` of a loop whose step count values decided, never its named axes:
+    JAX's are the carry's fixed point (those of init_val, ``first``, and every one a step
+    adds), whatever the count -- ``settled`` if a step showed them, else grown by ``step``
+    on fake values."""
+    if settled is None:
+        settled = fixed_point(step, val, union_axes(first, named_axes_of(val)))
+    return with_axes(val, settled)
 
 
 # (both branches, which ran, the layouts of what they get) -> the result's named axes,
@@ -367,18 +367,14 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any) -> Any:
         first, settled = named_axes_of(init_val), None
         static = all(isinstance(b, numbers.Integral) for b in (lower, upper))
         for i in range(lo, hi):
-            new = body_fun(i, val)
-            _check("fori_loop", "body_fun output and input", ref, new, _CARRY_FIX)
+            new = _step("fori_loop", body_fun, ref, i, val)
             if not static and settled is None:
                 settled = settles(first, named_axes_of(val), named_axes_of(new))
             val = new
         if static:
             return val   # Python bounds: the program decides the steps
-        # tensors' values gave the bounds, never the named axes (see while_loop)
-        if settled is None:
-            settled = fixed_point(_fori_step(body_fun, lo, ref), val,
-                                   union_axes(first, named_axes_of(val)))
-        return with_axes(val, settled)
+        return _settled(val, first, settled, functools.partial(_step, "fori_loop", body_fun,
+                                                                ref, lo))
     i = torch.as_tensor(lo) if isinstance(lo, int) else lo
     return while_loop(lambda c: c[0] < hi, lambda c: (c[0] + 1, body_fun(*c)), (i, init_val))[1]
 
