@@ -226,7 +226,7 @@ def _any(p: Any, op: str) -> bool:
     Every instance decides, also those another ``SerialLoop`` chunk or mesh rank holds:
     the instances' conditions meet in a ``pmax`` over the predicate's named axes, so
     every chunk and rank runs the same number of steps (a collective in the body then
-    meets the same collective in every chunk; deciding per chunk desynchronized them)."""
+    meets the same collective in every chunk)."""
     why = "is traced (nx.jit, make_fx, torch.compile)"
     if not building_graph():
         try:

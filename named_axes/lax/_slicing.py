@@ -28,7 +28,7 @@ from .._tape import taped
 from ..rules.named_ints import along as _along
 from ..rules.named_ints import clamped_starts as _clamp
 from ..rules.named_ints import take_slice as _take
-from ._common import _as_named
+from ._common import _as_named, _norm
 
 __all__ = ["dynamic_slice", "dynamic_slice_in_dim", "dynamic_index_in_dim",
            "dynamic_update_slice", "dynamic_update_slice_in_dim",
@@ -127,9 +127,7 @@ def dynamic_slice(operand: Any, start_indices: Sequence, slice_sizes: Sequence[i
 
 def _in_dim(operand: Any, start: Any, axis: int, op: str) -> tuple:
     p = _as_named(operand, op, "operand").ndim
-    if not isinstance(axis, int) or not -p <= axis < p:
-        raise AxisSpecError(f"{op}: axis={axis!r} is out of range for {p} positional dims")
-    axis %= p
+    axis = _norm(axis, p, op, "axis")
     return [start if d == axis else 0 for d in range(p)], axis
 
 
