@@ -133,13 +133,9 @@ def _leaf_paths(spec) -> list[str]:
 
 
 def _check(op: str, what: str, ref: tuple, new: Any, fix: str, sides=("input", "output")):
-    """``new`` has the tree structure, positional shapes and dtypes of ``ref``."""
-    _check_types(op, what, ref, _types(new), fix, sides)
-
-
-def _check_types(op: str, what: str, ref: tuple, types_: tuple, fix: str, sides: tuple):
-    """Two of :func:`_types`'s descriptions agree."""
-    spec, leaves = types_
+    """``new`` has the tree structure, positional shapes and dtypes of ``ref`` (as
+    :func:`_types` describes them)."""
+    spec, leaves = _types(new)
     if spec != ref[0]:
         raise AxisTypeError(f"{op}: {what} must have identical types, but the structure "
                             f"differs: {ref[0]} vs {spec}; {fix}")
