@@ -137,11 +137,8 @@ def _permute_impl(x, dim, src, dst):
     return out.index_copy(dim, d, x.index_select(dim, s))
 
 
-def _permute_fake(x, dim, src, dst):
-    return x.new_empty(x.shape)   # contiguous, as the real kernel's (inductor checks strides)
-
-
-@_named_op("ppermute", 1, fake=_permute_fake)
+# (the fake is contiguous, as the real kernel's result: inductor checks strides)
+@_named_op("ppermute", 1, fake=lambda x, dim, src, dst: x.new_empty(x.shape))
 def _ppermute(x: torch.Tensor, dim: int, src: list[int], dst: list[int]) -> torch.Tensor:
     return _permute_impl(x, dim, src, dst)
 
@@ -176,10 +173,6 @@ _pdot.register_vmap(_pdot_vmap)
 
 # -- axis_index -----------------------------------------------------------------------------
 
-def _axis_index_fake(n, device):
-    return torch.empty(n, dtype=torch.int64, device=device)
-
-
-@_named_op("axis_index", fake=_axis_index_fake)
+@_named_op("axis_index", fake=lambda n, device: torch.empty(n, dtype=torch.int64, device=device))
 def _axis_index(n: int, device: torch.device) -> torch.Tensor:
     return torch.arange(n, device=device)
