@@ -22,7 +22,7 @@ from .._plancache import PlanCache
 from .._tensor import RECORDERS, NamedTensor
 from ._common import (_as_named, _axis_names, _check_bound_size, _engine_method, _norm, _out,
                       _shows_axes)
-from ._reductions import settled
+from ._reductions import _size, settled
 
 __all__ = ["pdot"]
 
@@ -75,9 +75,7 @@ def _pdot_run(plan: tuple, x: NamedTensor, y: NamedTensor, names: tuple) -> Any:
         data = engine.contract(eq, xd, yd)
     if data is None:
         data = _ops.pdot(xd, yd, eq)
-    factor = 1
-    for n in missing:
-        factor *= axis_size(n, op="pdot")
+    factor = _size(missing, "pdot")
     if factor != 1:
         data = data * factor
     if RECORDERS:

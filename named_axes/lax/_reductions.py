@@ -98,29 +98,37 @@ def _reduce(x: Any, axis_name: Any, op: str) -> Any:
         x = _reduce_positional(x, pos, axis_name, op)
     if op == "pmean":
         x = _floating(x)
-    if not names:   # no named axis (JAX's psum(x, ()) is x)
-        if type(x) is _NT or isinstance(x, (torch.Tensor, bool, int, float, complex)):
-            return x
+    if type(x) is _NT and names:
+        return _reduce_named(x, names, op)
+    factor = _size(names, op)   # (1 for no names: JAX's psum(x, ()) is x)
+    if type(x) is not _NT and not isinstance(x, (torch.Tensor, bool, int, float, complex)):
         raise _not_a_value(op, x)
-    if type(x) is _NT:
-        if op in ("pmax", "pmin"):   # (before any engine: none has an empty extreme)
-            for n in (n for n in names if x.named_shape.get(n) == 0):
-                raise AxisSizeError(f"{op} over axis {n!r} of size 0: no instance to take "
-                                    f"the {op[1:]}imum of (named shape {x.named_shape})")
-        method = _engine_method(op, names)
-        if method is not None:
-            return method(x, names)
-    carried = [n for n in names if type(x) is _NT and n in x._names]
-    missing = [n for n in names if n not in carried]
+    if names and isinstance(x, torch.Tensor) and _ops._tracing():
+        return _replicated_in_graph(x, list(names), op)
+    return x * factor if op == "psum" and factor != 1 else x
+
+
+def _size(names, op: str) -> int:
+    """How many instances the named axes ``names`` hold (also checks that they are bound)."""
     factor = 1
-    for n in missing:
-        factor *= axis_size(n, op=op)   # also checks that the name is bound
-    if type(x) is not _NT:
-        if isinstance(x, torch.Tensor) and missing and _ops._tracing():
-            return _replicated_in_graph(x, missing, op)
-        if isinstance(x, (torch.Tensor, bool, int, float, complex)):
-            return x * factor if op == "psum" and factor != 1 else x
-        raise _not_a_value(op, x)
+    for n in names:
+        factor *= axis_size(n, op=op)
+    return factor
+
+
+def _reduce_named(x: NamedTensor, names: tuple, op: str) -> Any:
+    """:func:`_reduce` of a NamedTensor over ``names``: an engine's own implementation, or
+    the named dims it carries reduced and those it lacks (replicated) counted."""
+    if op in ("pmax", "pmin"):   # (before any engine: none has an empty extreme)
+        for n in (n for n in names if x.named_shape.get(n) == 0):
+            raise AxisSizeError(f"{op} over axis {n!r} of size 0: no instance to take "
+                                f"the {op[1:]}imum of (named shape {x.named_shape})")
+    method = _engine_method(op, names)
+    if method is not None:
+        return method(x, names)
+    carried = [n for n in names if n in x._names]
+    missing = [n for n in names if n not in carried]
+    factor = _size(missing, op)
     for n in carried:
         _check_bound_size(x, n, op)
     data = x._data
