@@ -95,11 +95,7 @@ def _contracted_size(names: tuple) -> int:
     per instance (transforms/_instances), where JAX's pdot transpose counts it once.
     Axes bound inside it (an xmap within ``grad``) are ordinary sums there: 1."""
     inner = RECORDERS[-1].get(INNER, ())
-    size = 1
-    for n in names:   # (a loop: dynamo can't trace math.prod of a generator)
-        if n not in inner:
-            size *= axis_size(n, op="pdot")
-    return size
+    return _size([n for n in names if n not in inner], "pdot")
 
 
 def _pdot_cached(x: NamedTensor, y: NamedTensor, name: str, pos_contract, pos_batch):

@@ -111,7 +111,7 @@ def _reduce(x: Any, axis_name: Any, op: str) -> Any:
 def _size(names, op: str) -> int:
     """How many instances the named axes ``names`` hold (also checks that they are bound)."""
     factor = 1
-    for n in names:
+    for n in names:   # (a loop: dynamo can't trace math.prod of a generator)
         factor *= axis_size(n, op=op)
     return factor
 
