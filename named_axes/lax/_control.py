@@ -304,10 +304,10 @@ def _while_step(cond_fun: Callable, body_fun: Callable, ref: tuple) -> Callable:
 
 
 def _settled(val: Any, first: list, settled: Any, step: Callable) -> Any:
-    """The carry ``val`` of a loop whose step count values decided, never its named axes:
-    JAX's are the carry's fixed point (those of init_val, ``first``, and every one a step
-    adds), whatever the count -- ``settled`` if a step showed them, else grown by ``step``
-    on fake values."""
+    """The carry ``val`` of a loop whose step count tensors' values decided, with the
+    named axes JAX gives it whatever the count: the carry's fixed point (those of
+    init_val, ``first``, and every one a step adds) -- ``settled`` if a step showed
+    them, else grown by ``step`` on fake values."""
     if settled is None:
         settled = fixed_point(step, val, union_axes(first, named_axes_of(val)))
     return with_axes(val, settled)
