@@ -186,8 +186,8 @@ def _prereduce(inputs: tuple, output, operands: tuple, in_names: list, batch: di
             reduce.setdefault(listers[0], []).append(n)
     if not reduce:
         return None
-    terms = [_term(letters, tuple(m for m in (names or ()) if m not in reduce.get(i, ()))
-                   if i in reduce else names)
+    terms = [_term(letters, names if i not in reduce else
+                   tuple(m for m in names if m not in reduce[i]))
              for i, (letters, names) in enumerate(inputs)]
     new = ",".join(terms) + ("" if output is None else "->" + _term(*output))
     size_of = tuple((n, *name_dims[n][0]) for ns in reduce.values() for n in ns)
