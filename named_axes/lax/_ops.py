@@ -26,8 +26,6 @@ from torch.autograd.forward_ad import unpack_dual
 from .._einsum2 import einsum2_eager
 from .._modes import building_graph, lowering_for_compile
 from .._torch_private import functorch_transform_kinds, is_functorch_wrapped
-# the custom ops are names of this module too: the compile backend and the DTensor
-# engine find them in vars(_ops)
 from ._opdefs import (_a2a_impl, _all_gather, _all_to_all, _axis_index, _gather_impl, _pdot,
                       _permute_impl, _pmax, _pmean, _pmin, _ppermute, _psum, _psum_scatter,
                       _scatter_impl)
