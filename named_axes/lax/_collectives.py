@@ -11,7 +11,7 @@ Each collective first asks the engine of the frame that binds the axis
 ``engine.collective(op)`` gives an implementation, it computes the result
 (``impl(x, axis_names, **options)``).  Otherwise the collective runs locally as a
 registered op (:mod:`._ops`).  The reductions (``psum`` …) live in :mod:`._reductions`,
-what all collectives share in :mod:`._common`; both are importable from here too.
+what all collectives share in :mod:`._common`.
 
 >>> import torch, named_axes as nx
 >>> f = nx.xmap(lambda x: x - nx.lax.pmean(x, 'i'), in_axes=['i', ...], out_axes=['i', ...])
