@@ -177,9 +177,10 @@ def _reduce_one(x: NamedTensor, name: str, op: str) -> Any:
     return _out(data, names[:i] + names[i + 1:], _OPS[op])
 
 
-def _reduce_tree(x: Any, axis_name: Any, op: str) -> Any:
-    """``_reduce`` on every leaf of ``x``; a single tensor or number skips the pytree
-    machinery."""
+def _reduce_tree(x: Any, axis_name: Any, op: str, groups: Any) -> Any:
+    """``_reduce`` on every leaf of ``x`` (``axis_index_groups``, ``groups``, refused); a
+    single tensor or number skips the pytree machinery."""
+    _no_groups(groups, op)
     if type(x) is _NT or isinstance(x, (torch.Tensor, int, float, complex)):
         return _reduce(x, axis_name, op)
     engine = engine_for(_split_axes(axis_name, op)[0])
@@ -202,8 +203,7 @@ def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     >>> nx.lax.psum(nx.named(torch.arange(4.), 'i ...'), 'i')
     tensor(6.)
     """
-    _no_groups(axis_index_groups, "psum")
-    return _reduce_tree(x, axis_name, "psum")
+    return _reduce_tree(x, axis_name, "psum", axis_index_groups)
 
 
 @_shows_axes()
@@ -214,8 +214,7 @@ def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     >>> nx.lax.pmean(nx.named(torch.arange(4.), 'i ...'), 'i')
     tensor(1.5000)
     """
-    _no_groups(axis_index_groups, "pmean")
-    return _reduce_tree(x, axis_name, "pmean")
+    return _reduce_tree(x, axis_name, "pmean", axis_index_groups)
 
 
 @_shows_axes()
@@ -226,8 +225,7 @@ def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     >>> nx.lax.pmax(nx.named(torch.tensor([1., 5., 2.]), 'i ...'), 'i')
     tensor(5.)
     """
-    _no_groups(axis_index_groups, "pmax")
-    return _reduce_tree(x, axis_name, "pmax")
+    return _reduce_tree(x, axis_name, "pmax", axis_index_groups)
 
 
 @_shows_axes()
@@ -238,8 +236,7 @@ def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     >>> nx.lax.pmin(nx.named(torch.tensor([1., 5., 2.]), 'i ...'), 'i')
     tensor(1.)
     """
-    _no_groups(axis_index_groups, "pmin")
-    return _reduce_tree(x, axis_name, "pmin")
+    return _reduce_tree(x, axis_name, "pmin", axis_index_groups)
 
 
 _OPS = {"psum": psum, "pmean": pmean, "pmax": pmax, "pmin": pmin}
