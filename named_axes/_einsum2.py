@@ -63,10 +63,8 @@ class MatmulPlan(NamedTuple):
 
 
 def _build_matmul_plan(eq: str):
-    """``eq`` (two operands, no ellipsis, no repeated letter in a term) as ``(dims summed
-    in x, in y, equal-size dim pairs, x perm, y perm, #batch, #x-free, #contracted,
-    output perm, plain mm)``: x → [batch, x-free, contracted], y → [batch, contracted,
-    y-free]; "plain mm" when that is ``x @ y`` on 2-d operands as they are."""
+    """``eq`` as a :class:`MatmulPlan`, or None unless it has two operands, no ellipsis
+    and no letter repeated in a term."""
     lhs, _, out = eq.partition("->")
     terms = lhs.split(",")
     if len(terms) != 2 or "." in eq or not _:
