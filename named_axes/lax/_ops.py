@@ -8,10 +8,8 @@ autograd.Functions with ``setup_context``.  So every collective is
 differentiable, appears by name in traced graphs (``named_axes.psum.default``), and a
 partitioning engine can replace it.
 
-In eager mode (no dispatch mode such as make_fx's proxy / fake / functional modes on
-the stack, not under torch.compile) each wrapper runs the plain torch op instead:
-autograd and torch.func derive its gradient and batching, and the custom op's Python
-layers are skipped.  Graphs still show the named op.
+Unless a graph is being built (:func:`_tracing`) each wrapper runs the plain torch op
+instead: autograd and torch.func derive its gradient and batching.
 
 >>> import torch
 >>> from named_axes.lax._ops import reduce
