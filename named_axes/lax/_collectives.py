@@ -65,7 +65,7 @@ def _unmerged(data: torch.Tensor, names: tuple, sizes: tuple, rest: tuple, op) -
 
 # -- data movement ----------------------------------------------------------------------
 
-def _begin(op: str, x: Any, axis_name: Any, groups: Any) -> tuple:
+def _begin(op: str, x: Any, axis_name: Any, groups: Any = None) -> tuple:
     """A collective's start: ``(x as a NamedTensor, the axis names, the engine's own
     implementation or None)`` -- ``axis_index_groups`` refused, as everywhere here."""
     _no_groups(groups, op)
@@ -174,10 +174,8 @@ def ppermute(x: Any, axis_name: Any, perm: Sequence) -> Any:
     tensor([0., 1., 2.])
     """
     op = "ppermute"
-    names = _axis_names(axis_name, op)
-    x = _as_named(x, op)
+    x, names, method = _begin(op, x, axis_name)
     pairs = _perm_pairs(perm, axis_name)
-    method = _engine_method(op, names)
     if method is not None:
         return method(x, names, perm=pairs)
     data, sizes, rest, p = _merged(x, names, op)
