@@ -28,6 +28,7 @@ from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from .._engine import handed
 from .._layout import align, union_names
 from .._modes import building_graph, shapes_only
+from .._plancache import PlanCache
 from .._tensor import NamedTensor
 from .._tape import taped
 from .._torch_private import tree_flatten, tree_map, tree_unflatten
@@ -202,13 +203,11 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
             return out   # a Python value: the program decides
         # a tensor's value decides, never the named axes: JAX's cond gives both branches'
         key = call_key((true_fun, false_fun, p), operands)
-        axes = _BRANCHES.get(key) if key is not None else None
+        axes = _BRANCHES.lookup(key) if key is not None else None
         if axes is None:
             axes = _branch_axes(out, other, operands, p)
             if key is not None:
-                if len(_BRANCHES) >= 512:
-                    _BRANCHES.clear()
-                _BRANCHES[key] = axes
+                _BRANCHES.store(key, axes)
         return out if axes is UNKNOWN else with_axes(out, axes)   # (UNKNOWN: as taken)
     t, f = true_fun(*operands), false_fun(*operands)
     _check("cond", "true_fun and false_fun output", _types(t), f, _BRANCH_FIX,
@@ -315,7 +314,7 @@ def _settled(val: Any, first: list, settled: Any, step: Callable) -> Any:
 
 # (both branches, which ran, the layouts of what they get) -> the result's named axes,
 # as JAX keeps a traced branch (so the untaken branch's fake run happens once)
-_BRANCHES: dict = {}
+_BRANCHES = PlanCache("cond branches", maxsize=512)
 
 
 def _branch_axes(out: Any, other: Callable, operands: tuple, p: bool) -> Any:
