@@ -33,10 +33,7 @@ def _run_plan(plan: tuple, operands: tuple, bound: dict, out: Any = None) -> Any
             engine = engine_for(every)
             if engine is not None:
                 datas = _handed(engine, operands, every)
-                if len(datas) == 2:
-                    out = engine.contract(eq, *datas)
-        if out is None:
-            out = _einsum(eq, datas)
+        out = _einsum(eq, datas)
     scale = 1
     for n in scaled:
         scale *= bound[n]

@@ -67,20 +67,6 @@ class EngineBase:
         reduces them all in one replay)."""
         return contextlib.nullcontext()
 
-    def settle(self, data: Any) -> Any:
-        """A ``psum``/``pdot`` result over axes this engine splits, physical, made final."""
-        return data
-
-    def contract(self, eq: str, x: Any, y: Any) -> Any:
-        """``einsum(eq, x, y)`` on the physical data for ``pdot``, or None: ``nx.lax``'s
-        own op runs."""
-        return None
-
-    def reduce(self, kind: str, data: Any, dims: list) -> Any:
-        """``psum``/``pmean``/``pmax``/``pmin`` over physical ``dims`` of ``data``, or
-        None: ``nx.lax``'s own op runs."""
-        return None
-
     def broadcast(self, data: Any, names: tuple, result: tuple) -> Any:
         """An operand's data (named ``names``) about to meet values carrying the axes
         ``result`` (an op's, an einsum's product): the data to use (the local-shard path

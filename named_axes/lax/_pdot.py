@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import torch
 
 from . import _ops
-from .._engine import engine_for, handed
+from .._engine import handed
 from .._env import INNER, axis_size, bound_axes
 from .._env import _state as _env_state
 from .._errors import AxisSizeError, AxisSpecError
@@ -22,7 +22,7 @@ from .._plancache import PlanCache
 from .._tensor import RECORDERS, NamedTensor
 from ._common import (_as_named, _axis_names, _check_bound_size, _engine_method, _norm, _out,
                       _shows_axes)
-from ._reductions import _size, settled
+from ._reductions import _size
 
 __all__ = ["pdot"]
 
@@ -66,21 +66,17 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
 
 def _pdot_run(plan: tuple, x: NamedTensor, y: NamedTensor, names: tuple) -> Any:
     eq, out_names, _, _, missing = plan
-    engine = engine_for(names)   # an engine may contract its values (DTensor: by shards)
-    xd, yd, data = x._data, y._data, None
+    xd, yd = x._data, y._data
     if _env_state.engine:   # the engine running the product's axes hands the operands
         every = x._names + tuple(n for n in y._names if n not in x._names)
         xd, yd = handed(xd, x._names, every), handed(yd, y._names, every)
-    if engine is not None:
-        data = engine.contract(eq, xd, yd)
-    if data is None:
-        data = _ops.pdot(xd, yd, eq)
+    data = _ops.pdot(xd, yd, eq)
     factor = _size(missing, "pdot")
     if factor != 1:
         data = data * factor
     if RECORDERS:
         data = _transposed_as_jax(data, names)
-    return _out(settled(data, names), out_names, pdot)
+    return _out(data, out_names, pdot)
 
 
 def _transposed_as_jax(data: torch.Tensor, names: tuple) -> torch.Tensor:

@@ -25,7 +25,7 @@ from .._tensor import NamedTensor
 from .._torch_private import tree_map
 from ._common import _check_bound_size, _engine_method, _is_positional, _no_groups, _out, _shows_axes
 
-__all__ = ["psum", "pmean", "pmax", "pmin", "settled"]
+__all__ = ["psum", "pmean", "pmax", "pmin"]
 
 _NT = NamedTensor
 
@@ -133,23 +133,12 @@ def _reduce_named(x: NamedTensor, names: tuple, op: str) -> Any:
         _check_bound_size(x, n, op)
     data = x._data
     if carried:
-        dims = [x._names.index(n) for n in carried]
-        engine = engine_for(carried)
-        out = engine.reduce(op, data, dims) if engine is not None else None
-        data = _ops.reduce(data, dims, op) if out is None else out
-        data = settled(data, tuple(carried))
+        data = _ops.reduce(data, [x._names.index(n) for n in carried], op)
     if missing and _ops._tracing():
         data = _replicated_in_graph(data, missing, op)
     elif op == "psum" and factor != 1:
         data = data * factor
     return _out(data, tuple(n for n in x._names if n not in carried), _OPS[op])
-
-
-def settled(data: Any, names: tuple) -> Any:
-    """A sum over ``names`` (``psum``, ``pdot``) handed to the engine that runs them
-    (the DTensor engine all-reduces a ``Partial`` there)."""
-    engine = engine_for(names)
-    return engine.settle(data) if engine is not None else data
 
 
 def _replicated_in_graph(data: torch.Tensor, missing: list, op: str):
