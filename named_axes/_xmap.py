@@ -19,7 +19,7 @@ import torch
 
 from . import _env
 from ._errors import (AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape,
-                      fmt_names)
+                      fmt_names, size_clash_message)
 from ._layout import apply_insert, insert_named, to_named
 from ._parsing import check_name, is_mapping, match_prefix, parse_mapping, path_str
 from ._plancache import PlanCache
@@ -191,17 +191,10 @@ class _Xmapped:
         """The resource-conflict pairs inside this xmap: its own, the enclosing ones', and
         those between its axes and the enclosing xmaps' axes (JAX checks nested xmaps
         against the outer axis_resources too)."""
-        pairs = self.conflicts | _env.conflicts()
-        merged: dict = {}
-        for frame in _env.frames():
-            if frame.resources:
-                merged.update(frame.resources)
-        if merged:
-            merged.update(self.axis_resources)
-            pairs = pairs | _resource_conflicts(merged)
-        return pairs
+        return _env.conflicts() | _resource_conflicts(self._resources_in_force())
 
     def _resources_in_force(self) -> dict:
+        """The axis resources of the enclosing xmaps and this one (this one's win)."""
         merged: dict = {}
         for frame in _env.frames():
             merged.update(frame.resources)
@@ -278,9 +271,8 @@ class _Xmapped:
                                     f"enclosing xmap/vmap; use a new name")
             s = base.shape[len(before) + pos]
             if name in sizes and sizes[name] != s:
-                raise AxisSizeError(
-                    f"{what}: inconsistent sizes for axis {name!r}: {sizes[name]} "
-                    f"({_where(where[name])}) vs {s} ({path_str(path)}, dim {pos})")
+                raise AxisSizeError(f"{what}: " + size_clash_message(
+                    name, sizes[name], _where(where[name]), s, _where((path, pos))))
             if name not in sizes:
                 sizes[name] = s
                 where[name] = (path, pos)
@@ -299,9 +291,8 @@ class _Xmapped:
                 raise AxisSizeError(f"{what}: axis_sizes gives axis {name!r} size {s!r}; "
                                     f"sizes are non-negative ints")
             if name in sizes and sizes[name] != s:
-                raise AxisSizeError(
-                    f"{what}: inconsistent sizes for axis {name!r}: {s} (axis_sizes) vs "
-                    f"{sizes[name]} ({_where(where[name])})")
+                raise AxisSizeError(f"{what}: " + size_clash_message(
+                    name, s, "axis_sizes", sizes[name], _where(where[name])))
             sizes.setdefault(name, s)
         for name in _spec_names(self._in_spec):
             if name not in sizes:   # JAX: "Failed to infer size of axes"
@@ -443,14 +434,15 @@ def xmap(fun: Callable, in_axes: Any, out_axes: Any, *, axis_sizes: Mapping | No
         raise AxisTypeError(f"xmap: axis_sizes must be a dict name -> size, got {axis_sizes!r}")
     if axis_resources == "auto":   # chosen per call by the cost model (parallel/_auto.py)
         auto = _AutoXmapped(fun, in_axes, out_axes, axis_sizes, None, donate_argnums, backend)
-        return setattr(auto, "_spelling", auto._spelling[:-1] + ", axis_resources='auto')") or auto
+        auto._spelling = auto._spelling[:-1] + ", axis_resources='auto')"
+        return auto
     if axis_resources is not None and not isinstance(axis_resources, Mapping):
         raise AxisTypeError(f"xmap: axis_resources must be a dict name -> resource or "
                             f"'auto', got {axis_resources!r}")
     for name in dict(axis_resources or {}):
         check_name(name, where="xmap axis_resources")
-    _validate_spec_tree(in_axes, "in_axes")
-    _validate_spec_tree(out_axes, "out_axes")
+    _spec_names(in_axes, "in_axes")
+    _spec_names(out_axes, "out_axes")
     if type(out_axes) is tuple and not out_axes:
         # JAX 0.4.30: ValueError("xmapped functions cannot have no return values")
         raise AxisSpecError("xmap out_axes=(): xmapped functions cannot have no return values "
@@ -470,26 +462,12 @@ class _AutoXmapped(_Xmapped):
         return run(*args, **kwargs)
 
 
-def _spec_names(spec) -> list:
-    """Every axis name the mappings of an in_axes tree give."""
+def _spec_names(spec, what: str = "in_axes") -> list:
+    """Every axis name the mappings of a spec tree give; parsing them all, so that
+    :func:`xmap` rejects a bad spec when it is made, not when it is called."""
     if is_mapping(spec):
         return list(parse_mapping(spec).names)
-    if isinstance(spec, (list, tuple)):
-        return [n for s in spec for n in _spec_names(s)]
-    if isinstance(spec, dict):
-        return [n for s in spec.values() for n in _spec_names(s)]
-    return []
-
-
-def _validate_spec_tree(spec, what):
-    """Parse every mapping in a spec tree now, so bad specs fail at xmap(), not at call."""
-    if is_mapping(spec):
-        parse_mapping(spec)
-    elif isinstance(spec, (list, tuple)):
-        for s in spec:
-            _validate_spec_tree(s, what)
-    elif isinstance(spec, dict):
-        for s in spec.values():
-            _validate_spec_tree(s, what)
-    else:
-        raise AxisTypeError(f"xmap {what}: {spec!r} is neither an axis mapping nor a container of them")
+    if isinstance(spec, (list, tuple, dict)):
+        subs = spec.values() if isinstance(spec, dict) else spec
+        return [n for s in subs for n in _spec_names(s, what)]
+    raise AxisTypeError(f"xmap {what}: {spec!r} is neither an axis mapping nor a container of them")
