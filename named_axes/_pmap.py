@@ -31,18 +31,15 @@ _counter = itertools.count()
 
 
 class _PmapAxis:
-    """A private axis name for ``pmap(fun)`` with no ``axis_name``."""
+    """A private name: the mapped axis of ``pmap(fun)`` with no ``axis_name``, or the
+    mesh axis a pmap splits it over."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str = "axis") -> None:
         self.n = next(_counter)
+        self.kind = kind
 
     def __repr__(self) -> str:
-        return f"<pmap axis {self.n}>"
-
-
-class _PmapMeshAxis(_PmapAxis):
-    def __repr__(self) -> str:
-        return f"<pmap mesh axis {self.n}>"
+        return f"<pmap {self.kind} {self.n}>"
 
 
 def _spec(ax: Any, name: Hashable, what: str) -> Any:
@@ -102,7 +99,7 @@ def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
     import numpy as np
 
     name = axis_name if axis_name is not None else _PmapAxis()
-    mesh_axis = _PmapMeshAxis()
+    mesh_axis = _PmapAxis("mesh axis")
     xin = _spec(in_axes, name, "in_axes")
     xout = _spec(out_axes, name, "out_axes")
 
@@ -113,9 +110,9 @@ def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
                                 f"no argument is mapped; give axis_size=")
         n = size if size is not None else axis_size
         devs = list(devices) if devices is not None else all_devices(backend)
-        f = xmap(fun, in_axes=xin if isinstance(in_axes, (tuple, list)) or args else xin,
-                 out_axes=xout, axis_sizes={name: n}, axis_resources={name: mesh_axis},
-                 backend=backend, donate_argnums=donate_argnums)
+        f = xmap(fun, in_axes=xin, out_axes=xout, axis_sizes={name: n},
+                 axis_resources={name: mesh_axis}, backend=backend,
+                 donate_argnums=donate_argnums)
         with Mesh(np.array(devs, dtype=object), (mesh_axis,)):
             return f(*args)
 
