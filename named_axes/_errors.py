@@ -17,7 +17,6 @@ __all__ = [
     "AxisResourceError",
     "AxisTypeError",
     "UnboundAxisError",
-    "fmt_name",
     "fmt_names",
     "fmt_named_shape",
     "unbound_message",
@@ -52,11 +51,6 @@ class AxisTypeError(NamedAxisError, TypeError):
 
 class UnboundAxisError(NamedAxisError, NameError):
     """A named axis that no enclosing xmap/vmap/pmap binds."""
-
-
-def fmt_name(name: Hashable) -> str:
-    """Spell one axis name as the user wrote it: ``'batch'`` (repr)."""
-    return repr(name)
 
 
 def fmt_names(names: Iterable[Hashable]) -> str:

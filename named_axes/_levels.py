@@ -62,24 +62,25 @@ def owned(transform: Callable, direct: bool = False) -> Callable:
         if torch.compiler.is_dynamo_compiling():   # dynamo traces the transform itself
             return transform(func, *t_args, **t_kwargs)
         if direct:   # vjp(func, *primals) / jvp(func, primals, tangents): called now
-            mark = len(OWN_LEVELS)
-            try:
-                return transform(recorded, *t_args, **t_kwargs)
-            finally:
-                del OWN_LEVELS[mark:]
+            return _forgetting_levels(transform, recorded, *t_args, **t_kwargs)
         transformed = transform(recorded, *t_args, **t_kwargs)
 
         @functools.wraps(transformed)
         def run(*args, **kwargs):
             if torch.compiler.is_dynamo_compiling():
                 return transformed(*args, **kwargs)
-            mark = len(OWN_LEVELS)
-            try:
-                return transformed(*args, **kwargs)
-            finally:
-                del OWN_LEVELS[mark:]
+            return _forgetting_levels(transformed, *args, **kwargs)
         return run
     return call
+
+
+def _forgetting_levels(fn: Callable, *args, **kwargs):
+    """``fn(*args, **kwargs)``; the levels it records are dropped when it returns."""
+    mark = len(OWN_LEVELS)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        del OWN_LEVELS[mark:]
 
 
 def check_foreign() -> None:

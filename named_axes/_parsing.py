@@ -301,19 +301,13 @@ def _kind(tree: Any) -> str:
 
 
 def _leaves(tree: Any, is_leaf: Callable[[Any], bool], path: tuple) -> list:
-    if is_leaf(tree):
+    if is_leaf(tree) or not isinstance(tree, (tuple, list, dict)):
         return [(path, tree)]
-    if isinstance(tree, (tuple, list)):
-        out = []
-        for i, t in enumerate(tree):
-            out += _leaves(t, is_leaf, path + (i,))
-        return out
-    if isinstance(tree, dict):
-        out = []
-        for k, t in tree.items():
-            out += _leaves(t, is_leaf, path + (k,))
-        return out
-    return [(path, tree)]
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree)
+    out = []
+    for k, t in items:
+        out += _leaves(t, is_leaf, path + (k,))
+    return out
 
 
 # -- einsum specs ---------------------------------------------------------------------
