@@ -252,10 +252,13 @@ def flatten(x: NamedTensor, *args, **kwargs):
     if out_dim in [x._names[i] for i in rest]:
         raise AxisSpecError(f"{op}: the value already has a named axis {out_dim!r}")
     _not_bound(dims + [out_dim], op)
-    k = len(x._names)
-    data = x._data.permute(idx + rest + list(range(k, x._data.dim())))
-    data = data.reshape((-1,) + tuple(data.shape[len(idx):]))
+    data = _moved_first(x, idx, rest).flatten(0, len(idx) - 1)
     return NamedTensor._wrap(data, (out_dim,) + tuple(x._names[i] for i in rest))
+
+
+def _moved_first(x: NamedTensor, first: list, rest: list) -> torch.Tensor:
+    """The physical tensor of ``x`` with named axes ``first``, then ``rest``, leading."""
+    return x._data.permute(first + rest + list(range(len(x._names), x._data.dim())))
 
 
 @taped("linear")
@@ -308,8 +311,9 @@ def unflatten(x: NamedTensor, *args, **kwargs):
             (-1 in shape and (known == 0 or n % known)):
         raise AxisSizeError(f"{op}: axis {dim!r} of size {n} cannot be split into "
                             f"{dict(pairs)!r}")
-    k = len(x._names)
-    data = x._data.permute([i] + rest + list(range(k, x._data.dim())))
+    # -1 resolved here: reshape cannot infer it when another axis is empty
+    shape = [n // known if s == -1 else s for s in shape]
+    data = _moved_first(x, [i], rest)
     data = data.reshape(tuple(shape) + tuple(data.shape[1:]))
     return NamedTensor._wrap(data, tuple(new) + tuple(x._names[j] for j in rest))
 
@@ -335,6 +339,9 @@ def _is_int(v: Any) -> bool:
     return hasattr(v, "__index__") and not hasattr(v, "__len__")
 
 
+_INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64)
+
+
 def _split(x: NamedTensor, index: dict, op: str):
     """(basic physical index, [(dim, index tensor)], kept names, positional index)."""
     basic: list = [slice(None)] * len(x._names)
@@ -356,10 +363,11 @@ def _split(x: NamedTensor, index: dict, op: str):
             basic[i] = sel
         elif isinstance(sel, (list, tuple, torch.Tensor)) or hasattr(sel, "__array__"):
             t = torch.as_tensor(sel)
-            if t.dim() != 1 or t.is_floating_point():
+            # (not a boolean mask: the axis size would depend on the values)
+            if t.dim() != 1 or t.dtype not in _INDEX_DTYPES:
                 raise AxisTypeError(f"{op}: axis {key!r} takes an int, a slice or a 1-D integer "
                                     f"index, got {sel!r}")
-            gathers.append((i, t.to(device=x._data.device)))
+            gathers.append((i, t.to(device=x._data.device, dtype=torch.long)))
         else:
             raise AxisTypeError(f"{op}: axis {key!r} takes an int, a slice or a 1-D integer "
                                 f"index, got {type(sel).__name__}")
