@@ -3,8 +3,8 @@
 Dynamo traces a binary operator whose left operand is not a tensor but has
 ``__torch_function__`` by swapping the operands and calling the *reverse* Tensor
 method -- but its reverse table has no entry for ``matmul`` (it is skipped when the
-table is built), so ``n @ w`` is traced as ``w @ n`` (torch 2.9-2.13), and ``n @ m``
-between two NamedTensors is refused.  Both calls reach our dispatcher as
+table is built), so ``n @ w`` is traced as ``w @ n``, and ``n @ m`` between two
+NamedTensors is refused.  Both calls reach our dispatcher as
 ``Tensor.__matmul__(w, n)``, the same call as a ``w @ n`` the user wrote, so the
 dispatcher cannot undo the swap: without the fix it refuses a plain-by-named ``@``
 under dynamo (with an error naming :func:`enable_dynamo_matmul`) rather than return

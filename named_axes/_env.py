@@ -54,8 +54,8 @@ class Frame:
 
 
 def xmap_frame(sizes: dict, conflicts: frozenset) -> Frame:
-    """``Frame(sizes, {}, None, "xmap", conflicts)`` without the frozen dataclass's
-    ``__init__`` (a third of its cost; xmap builds one per call)."""
+    """``Frame(sizes, {}, None, "xmap", conflicts)`` without the frozen dataclass's slow
+    ``__init__`` (xmap builds one per call)."""
     frame = object.__new__(Frame)
     d = frame.__dict__
     d["sizes"] = sizes

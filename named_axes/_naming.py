@@ -1,7 +1,7 @@
 """PyTorch's named-tensor vocabulary on NamedTensors: ``rename``, ``refine_names``,
 ``align_to`` / ``align_as``, ``flatten`` / ``unflatten`` by name, and indexing by name.
 
-PyTorch's named tensors (removed in torch 2.13) named *dims* of one tensor; here named
+PyTorch's named tensors named *dims* of one tensor; here named
 axes are a separate, order-free set beside the positional dims.  The verbs keep their
 PyTorch spelling and do what fits that model (``docs/migrating.md`` has the table):
 

@@ -12,7 +12,7 @@ Pure Python (no torch import).  A mapping names some positional axes of one arra
   ``...`` is optional);
 - ``None``: names nothing (like ``{}``).
 
-How a spec is read (as JAX 0.4.30 reads it): a list/tuple whose elements are all names,
+How a spec is read (as JAX reads it): a list/tuple whose elements are all names,
 ``None`` or ``...`` is one mapping (so is any list/tuple ending with ``...``); a dict whose
 values are all names (or that is empty) is one mapping; a string is one mapping; any other
 list/tuple/dict is a *container* of specs (a pytree prefix).
@@ -45,7 +45,7 @@ __all__ = ["AxisMapping", "is_mapping", "parse_mapping", "check_name", "match_pr
 
 def check_name(name: Any, *, where: str) -> Hashable:
     """Reject names that are not hashable or that would be confused with positions."""
-    if type(name) is str:   # the usual case; also spares dynamo (2.9) a hash() it cannot trace
+    if type(name) is str:   # the usual case; also spares dynamo a hash() it cannot trace
         return name
     if name is Ellipsis or name is None:
         raise AxisTypeError(f"{where}: {name!r} is not a valid axis name")
@@ -124,7 +124,7 @@ def _is_name_like(x: Any) -> bool:
 def is_mapping(spec: Any) -> bool:
     """Whether ``spec`` is one axis mapping (as opposed to a container of specs).
 
-    JAX 0.4.30's reading (``maps._is_axes_leaf``): a list/tuple whose elements are all
+    JAX's reading (``maps._is_axes_leaf``): a list/tuple whose elements are all
     names, ``None`` or ``...``, a dict whose values are all names (or that is empty), a
     string.  A list/tuple ending with ``...`` is a mapping too (``...`` is never a spec,
     so a bad name in it is reported as such rather than as a bad container).

@@ -444,7 +444,7 @@ def xmap(fun: Callable, in_axes: Any, out_axes: Any, *, axis_sizes: Mapping | No
     _spec_names(in_axes, "in_axes")
     _spec_names(out_axes, "out_axes")
     if type(out_axes) is tuple and not out_axes:
-        # JAX 0.4.30: ValueError("xmapped functions cannot have no return values")
+        # as JAX: "xmapped functions cannot have no return values"
         raise AxisSpecError("xmap out_axes=(): xmapped functions cannot have no return values "
                             "(a rank-0 output is out_axes=[] or {})")
     return _Xmapped(fun, in_axes, out_axes, axis_sizes, axis_resources, donate_argnums, backend)

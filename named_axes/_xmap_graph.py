@@ -1,19 +1,18 @@
 """How ``torch.compile`` sees an xmap: one call in dynamo's graph, where that is safe.
 
 Dynamo traces Python.  Traced through xmap and the dispatcher, it installs a guard on
-every library function and global the call reads -- hundreds, checked on every call of
-the compiled program, which made ``torch.compile(xmap(f))`` slower than ``torch.compile``
-of the positional twin on small programs.  Instead, an xmap whose body reads nothing
-from outside its arguments but modules, functions and constants (:func:`outside_reads`)
-goes into dynamo's graph as one call (``torch.compiler.allow_in_graph``, torch's public
-way to keep dynamo out of a function), which AOT autograd then traces at the dispatcher
-level, as ``nx.jit`` does: inductor compiles the same aten program, and dynamo guards
-only the arguments and the outside values the body reads (:class:`GraphCall` compares
-them, in code dynamo traces, with the values the body was checked with).
+every library function and global the call reads, each checked on every call of the
+compiled program.  Instead, an xmap whose body reads nothing from outside its arguments
+but modules, functions and constants (:func:`outside_reads`) goes into dynamo's graph as
+one call (``torch.compiler.allow_in_graph``), which AOT autograd then traces at the
+dispatcher level, as ``nx.jit`` does: inductor compiles the same aten program, and
+dynamo guards only the arguments and the outside values the body reads
+(:class:`GraphCall` compares them, in code dynamo traces, with the values the body was
+checked with).
 
 A body that reads a tensor, a module or any other object from outside (a closed-over
-parameter: its gradient; a buffer updated in place: its values) is traced by dynamo as
-before, which tracks such reads itself.
+parameter: its gradient; a buffer updated in place: its values) is traced by dynamo,
+which tracks such reads itself.
 
 >>> import math, torch
 >>> scale = 2.0
@@ -194,8 +193,7 @@ class GraphCall:
 
 _MISSING = object()
 # by name: dynamo knows an argument's type from its tensor guard, while an identity test
-# against a second name for that class costs it a Python-evaluated guard (and torch
-# 2.9's dynamo cannot take id() of Parameter)
+# against a second name for that class costs it a Python-evaluated guard
 _PLAIN_TYPES = frozenset((t.__module__, t.__qualname__)
                          for t in (torch.Tensor, torch.nn.Parameter))
 
