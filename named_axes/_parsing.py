@@ -174,10 +174,6 @@ def _parse_uncached(kind: str, payload: tuple, spelling: str, rank: int | None =
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise AxisSpecError(f"{where} names axis {sorted(map(repr, dup))[0]} more than once")
-    if kind == "dict":
-        positions = [p for p, _ in entries]
-        if len(set(positions)) != len(positions):
-            raise AxisSpecError(f"{where} repeats a position")
     return AxisMapping(entries, spelling, rank)
 
 

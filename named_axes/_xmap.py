@@ -126,21 +126,19 @@ class _Xmapped:
                 return apply_insert(data, ops[0], sizes)
         leaves: list = []
         key: list = []
-        ops = None
+        ops = False   # (False: not cacheable, None: not cached yet)
         if _flatten_key(out, leaves, key):
             key = tuple(key)
             ops = plan.outs.lookup(key)
-            if ops is None:
-                what = f"{self._spelling}(<inputs>)"
-                result = self._exit_slow(out, _flatten(out), sizes, what, plan.carried)
-                plan.outs.store(key, _out_plan(self.out_axes, out, f"{what}: out_axes"))
-                return result
-        if not ops or (ops.kept and _escapes(ops.kept, plan.carried)):
-            return self._exit_slow(out, _flatten(out), sizes, f"{self._spelling}(<inputs>)",
-                                   plan.carried)
-        results = [x if op is None else apply_insert(x, op, sizes)
-                   for x, op in zip(leaves, ops)]
-        return results[0] if _is_leaf(out) else _unflatten(out, results)
+        if ops and not (ops.kept and _escapes(ops.kept, plan.carried)):
+            results = [x if op is None else apply_insert(x, op, sizes)
+                       for x, op in zip(leaves, ops)]
+            return results[0] if _is_leaf(out) else _unflatten(out, results)
+        what = f"{self._spelling}(<inputs>)"
+        result = self._exit_slow(out, _flatten(out), sizes, what, plan.carried)
+        if ops is None:   # its output plan, now that the checks passed
+            plan.outs.store(key, _out_plan(self.out_axes, out, f"{what}: out_axes"))
+        return result
 
     def _call_slow(self, args: tuple, kwargs: dict, key: tuple | None = None):
         """The reference path: checks everything and spells errors; with ``key``, caches
@@ -424,9 +422,7 @@ def xmap(fun: Callable, in_axes: Any, out_axes: Any, *, axis_sizes: Mapping | No
     """
     if not callable(fun):
         raise AxisTypeError(f"xmap: fun must be callable, got {type(fun).__name__}")
-    if isinstance(donate_argnums, int):
-        donate_argnums = (donate_argnums,)
-    donate_argnums = tuple(donate_argnums)
+    donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
     for i in donate_argnums:
         if not isinstance(i, int):
             raise AxisTypeError(f"xmap: donate_argnums must be ints, got {i!r}")
