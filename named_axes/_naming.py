@@ -27,6 +27,8 @@ torch.Size([3, 2, 4])
 """
 from __future__ import annotations
 
+import math
+import operator
 from typing import Any
 
 import torch
@@ -301,14 +303,14 @@ def unflatten(x: NamedTensor, *args, **kwargs):
         raise AxisSpecError(f"{op}: axis {clash[0]!r} would be named twice "
                             f"(named_shape {_axes(x)}, new axes {new!r})")
     _not_bound([dim] + new, op)
-    shape = [int(s) for _, s in pairs]
+    try:
+        shape = [operator.index(s) for _, s in pairs]
+    except TypeError:
+        raise AxisTypeError(f"{op}: sizes are ints (-1: the rest), got {dict(pairs)!r}") from None
     n = x._data.shape[i]
-    known = 1
-    for s in shape:
-        if s != -1:
-            known *= s
-    if shape.count(-1) > 1 or (-1 not in shape and known != n) or \
-            (-1 in shape and (known == 0 or n % known)):
+    known = math.prod(s for s in shape if s != -1)
+    if shape.count(-1) > 1 or any(s < -1 for s in shape) or (
+            known != n if -1 not in shape else known == 0 or n % known):
         raise AxisSizeError(f"{op}: axis {dim!r} of size {n} cannot be split into "
                             f"{dict(pairs)!r}")
     # -1 resolved here: reshape cannot infer it when another axis is empty

@@ -43,3 +43,17 @@ def test_integer_index_of_any_int_dtype_selects():
     for dtype in (torch.int8, torch.int16, torch.int32, torch.int64):
         got = x[{"b": torch.tensor([2, 0], dtype=dtype)}]
         assert torch.equal(nx.positional(got, "b"), torch.tensor([[4., 5.], [0., 1.]]))
+
+
+def test_unflatten_by_name_refuses_a_fractional_size():
+    # int() used to truncate 2.5 to 2: a split the caller did not ask for, silently
+    x = nx.named(torch.arange(4.), "f")
+    with pytest.raises(nx.AxisTypeError, match="sizes are ints"):
+        x.unflatten("f", {"c": 2.5, "h": 2})
+    assert x.unflatten("f", {"c": torch.tensor(2), "h": 2}).named_shape == {"c": 2, "h": 2}
+
+
+def test_unflatten_by_name_refuses_a_negative_size_clearly():
+    x = nx.named(torch.arange(4.), "f")
+    with pytest.raises(nx.AxisSizeError, match="cannot be split"):
+        x.unflatten("f", {"c": -1, "h": -2})
