@@ -81,7 +81,8 @@ class _Xmapped:
         return f"<{self._spelling}>"
 
     def replaced(self, fun: Callable | None = None, axis_resources: Mapping | None = None):
-        """This xmap with another body (the cost model's trace) or other resources."""
+        """This xmap with another body (the cost model's trace) and ``axis_resources``
+        (none unless given)."""
         return _Xmapped(fun or self.fun, self.in_axes, self.out_axes, self.axis_sizes,
                         axis_resources, self.donate_argnums, self.backend)
 
