@@ -387,6 +387,9 @@ def _positional_index(x: NamedTensor, pos: dict):
         if not -p <= k < p:
             raise AxisSpecError(f"x[{{{k}: ...}}]: positional dim {k} is out of range for "
                                 f"shape {tuple(x.shape)}")
+        if k % p in norm:
+            raise AxisSpecError(f"x[{{...}}]: positional dim {k % p} is indexed twice "
+                                f"(keys {sorted(pos)}; shape {tuple(x.shape)})")
         norm[k % p] = v
     return tuple(norm.get(d, slice(None)) for d in range(max(norm) + 1))
 

@@ -57,3 +57,11 @@ def test_unflatten_by_name_refuses_a_negative_size_clearly():
     x = nx.named(torch.arange(4.), "f")
     with pytest.raises(nx.AxisSizeError, match="cannot be split"):
         x.unflatten("f", {"c": -1, "h": -2})
+
+
+def test_one_positional_dim_indexed_twice_is_refused():
+    # {0: 1, -2: 0} on two positional dims: the second key silently won
+    x = nx.named(torch.arange(12.).reshape(2, 3, 2), "b ...")
+    with pytest.raises(nx.AxisSpecError, match="indexed twice"):
+        x[{0: 1, -2: 0}]
+    assert torch.equal(nx.positional(x[{0: 1, -1: 0}], "b"), torch.tensor([2., 8.]))
