@@ -156,11 +156,11 @@ class _Xmapped:
                                     f"argument {i}, but the call has {len(args)} arguments")
         pairs = self._conflicts_in_force() if self.axis_resources else _env.conflicts()
         leaves, sizes, record = self._enter_slow(args, what, pairs)
+        # names the arguments carried in (not bound here): they may pass out again
         carried = frozenset(n for rec in record if rec is not None for n in rec[1])
         plan = None
         if key is not None:
-            flat = all(_is_leaf(a) for a in args)
-            plan = _Plan(record, self.axis_sizes, flat)
+            plan = _Plan(record, self.axis_sizes, all(_is_leaf(a) for a in args), carried)
             self._plans.store(key, plan)
 
         out_tree: list = []

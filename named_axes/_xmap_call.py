@@ -43,15 +43,13 @@ class _Plan:
     __slots__ = ("ops", "src", "chk", "fixed_new", "fixed_chk", "names", "flat", "outs",
                  "carried")
 
-    def __init__(self, record: list, axis_sizes: dict, flat: bool):
+    def __init__(self, record: list, axis_sizes: dict, flat: bool, carried: frozenset):
         self.ops, src, chk, seen = [], [], [], set()
-        carried: set = set()
         for i, rec in enumerate(record):
             if rec is None:
                 self.ops.append(None)
                 continue
             resolved, before, ndim = rec
-            carried.update(before)
             k = len(before)
             for pos, name in resolved:
                 (chk if name in seen else src).append((i, k + pos, name))
@@ -64,8 +62,7 @@ class _Plan:
         self.names = frozenset(seen)
         self.flat = flat
         self.outs = PlanCache("xmap outputs", maxsize=_MAX_PLANS)
-        # names the arguments carried in (not bound here): they may pass out again
-        self.carried = frozenset(carried)
+        self.carried = carried   # names the arguments carried in (see _xmap._call_slow)
 
     def sizes(self, leaves: list) -> dict | None:
         """The axis sizes of this call, or None when a check fails (the slow path then
