@@ -345,7 +345,7 @@ _INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64)
 
 
 def _split(x: NamedTensor, index: dict, op: str):
-    """(basic physical index, [(dim, index tensor)], kept names, positional index)."""
+    """(basic physical index, [(dim, index tensor, name)], kept names, positional index)."""
     basic: list = [slice(None)] * len(x._names)
     gathers = []
     pos: dict = {}
@@ -369,7 +369,7 @@ def _split(x: NamedTensor, index: dict, op: str):
             if t.dim() != 1 or t.dtype not in _INDEX_DTYPES:
                 raise AxisTypeError(f"{op}: axis {key!r} takes an int, a slice or a 1-D integer "
                                     f"index, got {sel!r}")
-            gathers.append((i, t.to(device=x._data.device, dtype=torch.long)))
+            gathers.append((i, t.to(device=x._data.device, dtype=torch.long), key))
         else:
             raise AxisTypeError(f"{op}: axis {key!r} takes an int, a slice or a 1-D integer "
                                 f"index, got {type(sel).__name__}")
@@ -409,8 +409,12 @@ def getitem(x: NamedTensor, index):
         raise _str_index(x, index)
     basic, gathers, kept, pos = _split(x, index, "NamedTensor[{...}]")
     data = x._data
-    for i, t in gathers:
-        data = data.index_select(i, t)
+    for i, t, key in gathers:
+        try:   # (as torch's indexing: negative indices count from the end)
+            data = data[(slice(None),) * i + (t,)]
+        except IndexError as e:
+            raise AxisSizeError(f"NamedTensor[{{...}}]: axis {key!r} of size "
+                                f"{data.shape[i]}: {e}") from None
     if any(b != slice(None) for b in basic):
         data = data[tuple(basic)]
     out = NamedTensor._wrap(data, kept)

@@ -65,3 +65,13 @@ def test_one_positional_dim_indexed_twice_is_refused():
     with pytest.raises(nx.AxisSpecError, match="indexed twice"):
         x[{0: 1, -2: 0}]
     assert torch.equal(nx.positional(x[{0: 1, -1: 0}], "b"), torch.tensor([2., 8.]))
+
+
+def test_index_tensor_on_a_named_axis_counts_negative_indices_from_the_end():
+    # x[{'b': -1}] worked while x[{'b': [-1]}] raised index_select's raw IndexError
+    t = torch.arange(6.).reshape(2, 3)
+    x = nx.named(t, "b ...")
+    for idx in ([-1, 0], torch.tensor([-1, 0])):
+        assert torch.equal(nx.positional(x[{"b": idx}], "b"), t[[-1, 0]])
+    with pytest.raises(nx.AxisSizeError, match="axis 'b' of size 2"):
+        x[{"b": [5]}]
