@@ -346,6 +346,8 @@ _INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64)
 
 def _split(x: NamedTensor, index: dict, op: str):
     """(basic physical index, [(dim, index tensor, name)], kept names, positional index)."""
+    if type(index) is str:
+        raise _str_index(x, index)
     basic: list = [slice(None)] * len(x._names)
     gathers = []
     pos: dict = {}
@@ -405,8 +407,6 @@ def getitem(x: NamedTensor, index):
     >>> nx.positional(x[{'b': 1}])
     tensor([3., 4., 5.])
     """
-    if type(index) is str:
-        raise _str_index(x, index)
     basic, gathers, kept, pos = _split(x, index, "NamedTensor[{...}]")
     data = x._data
     for i, t, key in gathers:
@@ -435,8 +435,6 @@ def setitem(x: NamedTensor, index, value) -> None:
     >>> nx.positional(x).sum().item()
     3.0
     """
-    if type(index) is str:
-        raise _str_index(x, index)
     basic, gathers, kept, pos = _split(x, index, "NamedTensor[{...}] = ...")
     if gathers:
         raise AxisTypeError("NamedTensor[{...}] = ...: assignment takes ints and slices per "
