@@ -320,12 +320,10 @@ class _Xmapped:
             if leaf is None or isinstance(leaf, str):
                 results.append(leaf)   # JAX: None is an empty subtree; strings pass
                 continue
-            if _is_array(leaf) and not isinstance(leaf, (torch.Tensor, NamedTensor)):
-                leaf = _as_torch(leaf)   # numpy arrays (0-d stays 0-d) and numpy scalars
-            if isinstance(leaf, (torch.Tensor, NamedTensor)) or (
-                    (mapping.entries or mapping.rank) and isinstance(leaf, (int, float, bool, complex))):
-                if not isinstance(leaf, (torch.Tensor, NamedTensor)):
-                    leaf = torch.as_tensor(leaf)   # JAX broadcasts a number like an array
+            if _is_array(leaf) or ((mapping.entries or mapping.rank)
+                                   and isinstance(leaf, (int, float, bool, complex))):
+                # numpy values (0-d stays 0-d); JAX broadcasts a number like an array
+                leaf = _as_torch(leaf) if _is_array(leaf) else torch.as_tensor(leaf)
                 if isinstance(leaf, torch.Tensor):
                     leaf = NamedTensor._wrap(leaf, ())
                 self._check_escape(leaf, mapping, sizes, carried, f"{what}: {label}")
