@@ -79,18 +79,10 @@ def _from_list(names: tuple, rank: int, op: str) -> dict:
             f"add '...' for the rest")
     if n_ell and len(names) - 1 > rank:
         raise AxisSpecError(f"{op}{names!r}: more entries than the {rank} dim(s)")
-    out: dict = {}
-    if n_ell:
-        k = names.index(Ellipsis)
-        head, tail = names[:k], names[k + 1:]
-        for i, n in enumerate(head):
-            if n is not None:
-                out[i] = n
-        for i, n in enumerate(tail):
-            if n is not None:
-                out[rank - len(tail) + i] = n
-    else:
-        out = {i: n for i, n in enumerate(names) if n is not None}
+    k = names.index(Ellipsis) if n_ell else len(names)
+    tail = names[k + 1:]   # (placed at the last dims)
+    out = {i: n for i, n in enumerate(names[:k]) if n is not None}
+    out.update((rank - len(tail) + i, n) for i, n in enumerate(tail) if n is not None)
     seen = set()
     for n in out.values():
         check_identifier(n, where=op)
