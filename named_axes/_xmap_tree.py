@@ -9,6 +9,7 @@ type) of array leaves, flattened in one fixed order, with a structure key for th
 """
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import torch
@@ -47,7 +48,12 @@ def _unflatten(tree: Any, leaves: list, it=None) -> Any:
     if _is_leaf(tree):
         return next(it)
     if isinstance(tree, dict):
-        return {k: _unflatten(v, leaves, it) for k, v in tree.items()}
+        items = {k: _unflatten(v, leaves, it) for k, v in tree.items()}
+        if type(tree) is dict:
+            return items
+        if isinstance(tree, collections.defaultdict):
+            return type(tree)(tree.default_factory, items)
+        return type(tree)(items)   # an OrderedDict stays one, as in JAX's pytrees
     items = [_unflatten(v, leaves, it) for v in tree]
     if hasattr(tree, "_fields"):
         return type(tree)(*items)

@@ -315,3 +315,18 @@ def test_jit_takes_numpy_arrays_as_arrays():
     f = nx.jit(lambda x: x * 2, backend="eager")
     out = f(np.ones(3, dtype=np.float32))
     assert isinstance(out, torch.Tensor) and out.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_dict_subclasses_keep_their_type_through_xmap():
+    # JAX's pytrees rebuild an OrderedDict / defaultdict as itself
+    import collections
+    f = nx.xmap(lambda x: collections.OrderedDict(b=x * 2, a=x), in_axes=["i", ...],
+                out_axes=["i", ...])
+    for _ in range(2):   # the checked first call and the planned repeat
+        out = f(torch.ones(2, 3))
+        assert type(out) is collections.OrderedDict and list(out) == ["b", "a"]
+    d = collections.defaultdict(list, a=torch.ones(2))
+    g = nx.xmap(lambda d: d, in_axes=[{"a": ["i", ...]}], out_axes={"a": ["i", ...]})
+    out = g(d)
+    assert type(out) is collections.defaultdict and out.default_factory is list
+    assert torch.equal(out["a"], torch.ones(2))
