@@ -18,7 +18,7 @@ from typing import Any, Callable, Hashable, Sequence
 
 import torch
 
-from ._errors import AxisSpecError
+from ._errors import AxisSizeError, AxisSpecError
 from ._tensor import NamedTensor
 from ._torch_private import tree_flatten
 from ._xmap import xmap
@@ -108,6 +108,10 @@ def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
         if size is None and axis_size is None:
             raise AxisSpecError(f"pmap({getattr(fun, '__name__', 'fun')}, in_axes={in_axes!r}): "
                                 f"no argument is mapped; give axis_size=")
+        if size is not None and axis_size is not None and size != axis_size:
+            raise AxisSizeError(f"pmap({getattr(fun, '__name__', 'fun')}, axis_size="
+                                f"{axis_size}): the mapped arguments have size {size} along "
+                                f"in_axes={in_axes!r}")
         n = size if size is not None else axis_size
         devs = list(devices) if devices is not None else all_devices(backend)
         f = xmap(fun, in_axes=xin, out_axes=xout, axis_sizes={name: n},

@@ -62,3 +62,11 @@ def test_errors_name_what_is_wrong(x):
     with pytest.raises(nx.AxisSpecError, match=re.escape(
             """has keys ["'a'"] but the value has keys ["'a'", "'b'"]""")):   # jax: a tree prefix
         nx.pmap(lambda d: d["a"], in_axes=({"a": 1},))({"a": x.T, "b": torch.ones(3)})
+
+
+def test_axis_size_that_disagrees_with_the_mapped_arguments_is_refused():
+    # JAX 0.4.30: ValueError "Specified axis_size 4 doesn't match received axis_size 2."
+    with pytest.raises(nx.AxisSizeError, match=r"axis_size=4\): the mapped arguments have size 2"):
+        nx.pmap(lambda x: x * 2, axis_size=4)(torch.ones(2, 3))
+    assert torch.equal(nx.pmap(lambda x: x * 2, axis_size=2)(torch.ones(2, 3)),
+                       torch.full((2, 3), 2.))
