@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
 from ._engine import NeedsWholeAxes, broadcast_operands
@@ -36,8 +35,6 @@ from ._tensor import NamedTensor
 from ._tape import note_call
 from ._levels import ORIGINAL as _functorch
 from ._writes import check_inplace, write_out
-
-_ndarray = np.ndarray
 
 __all__ = ["dispatch", "vmap_fallback", "wrap", "result", "check_conflicts", "ShapeError", "READS_VALUES",
            "UseFallback", "check_instance"]
@@ -199,9 +196,11 @@ def check_conflicts(names: tuple, op: str) -> None:
 
 def result(out: Any, names: tuple, func: Callable) -> Any:
     """Wrap an op's output, enforcing the resource-conflict rule when one is in force."""
-    if conflicts():
+    if _env_state.conflicts and len(names) > 1:
         check_conflicts(names, op_name(func))
-    return wrap(out, names)
+    if not names:   # no named axis left: plain tensors (see wrap)
+        return out
+    return _wrap_nt(out, names) if type(out) is _Tensor else wrap(out, names)
 
 
 # ---------------------------------------------------------------------------
@@ -215,7 +214,7 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
     if not idx:
         return func(*args, **kwargs)
     check_instance(func, args, kwargs, flat, spec, real=True)
-    operands = [(_leaf_label(spec, i), flat[i]) for i in idx]
+    operands = [(f"operand {i}", flat[i]) for i in idx]
     U = union_names(operands, op=func)
     inplace = _is_inplace(func)
     phys = []
@@ -475,10 +474,6 @@ def _loop(call, phys, member, U, func=None, shared=()):
     lead = tuple(sizes[n] for n in U)
     return tuple(torch.stack([o[j] for o in outs]).reshape(lead + tuple(outs[0][j].shape))
                  for j in range(len(outs[0])))
-
-
-def _leaf_label(spec, i: int) -> str:
-    return f"operand {i}"
 
 
 # NamedTensor.__torch_function__ calls this module's dispatch; bound here (not on the

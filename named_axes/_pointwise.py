@@ -20,23 +20,21 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 import torch
 
-from ._dispatch import ShapeError, check_conflicts, result, wrap
-from ._env import _state as _env_state
+from ._dispatch import ShapeError, result
 from ._layout import align, align_plan, apply_align, union_names
 from ._plancache import PlanCache
 from ._registry import op_name
-from ._writes import check_inplace
 from ._tensor import NamedTensor
 
 __all__ = ["pointwise_rule", "pointwise", "inline_operand", "by_name", "finish", "NO"]
 
 _NT = NamedTensor
 _T = _Tensor = torch.Tensor
-_wrap_nt = NamedTensor._wrap
 _ndarray = np.ndarray
 
 
 NO = object()   # "this operand does not line up": take the general path
+finish = result   # (the name the rules import)
 
 
 def inline_operand(b, d0: torch.Tensor, names: tuple):
@@ -61,15 +59,6 @@ def inline_operand(b, d0: torch.Tensor, names: tuple):
     if t is _ndarray or (t is list or t is tuple) and any(type(e) is _NT for e in b):
         return NO
     return b   # other scalars (complex, None, ...) and plain sequences
-
-
-def finish(out, names: tuple, func):
-    """Wrap a pointwise result; the resource-conflict check only when a rule is in force."""
-    if _env_state.conflicts and len(names) > 1:
-        check_conflicts(names, op_name(func))
-    if not names:   # no named axis left: plain tensors (see _dispatch.wrap)
-        return out
-    return _wrap_nt(out, names) if type(out) is _T else wrap(out, names)
 
 
 class ByNamePlan(NamedTuple):
@@ -105,7 +94,7 @@ def by_name(func, a: _NT, b: _NT):
         da = apply_align(da, plan_a)
     if plan_b is not None:
         db = apply_align(db, plan_b)
-    return finish(func(da, db), U, func)
+    return result(func(da, db), U, func)
 
 
 def pointwise_rule(inplace: bool):
@@ -131,13 +120,13 @@ def pointwise(func: Callable, args: tuple, kwargs: dict, inplace: bool = False) 
         n = len(args)
         if n == 1:
             out = func(d0)
-            return a0 if inplace else finish(out, names, func)
+            return a0 if inplace else result(out, names, func)
         if n == 2:
             b = args[1]
             p = inline_operand(b, d0, names)
             if p is not NO:
                 out = func(d0, p)
-                return a0 if inplace else finish(out, names, func)
+                return a0 if inplace else result(out, names, func)
             if not inplace and names and type(b) is _NT and b._names \
                     and not torch.compiler.is_dynamo_compiling():
                 out = by_name(func, a0, b)
@@ -152,7 +141,7 @@ def pointwise(func: Callable, args: tuple, kwargs: dict, inplace: bool = False) 
                 phys.append(p)
             else:
                 out = func(*phys)
-                return a0 if inplace else finish(out, names, func)
+                return a0 if inplace else result(out, names, func)
     return _pointwise_general(func, args, kwargs, inplace)
 
 
@@ -184,8 +173,7 @@ def _pointwise_general(func, args, kwargs, inplace):
         target = args[0]
         if not isinstance(target, _NT):
             return NotImplemented
-        check_inplace(func, args, kwargs)
-        U = target._names
+        U = target._names   # (dispatch ran check_inplace)
         if target.ndim < P:
             raise ShapeError(
                 f"{op_name(func)}: in-place update of a value with positional shape "
