@@ -3,8 +3,8 @@
 The physical layout of a NamedTensor is ``[named dims..., positional dims...]``.
 ``align`` brings an operand into a common layout ``[U..., P positional]`` (size-1
 dims where it lacks a name or positional rank) so that one torch call serves all;
-its plans are cached per (names, rank) signature, so the per-op cost is one
-``permute`` and one ``reshape`` at most.
+its plans are cached per (names, rank) signature: one ``permute`` and one
+``reshape`` at most per op.
 
 >>> import torch, named_axes as nx
 >>> t = torch.arange(6.).reshape(2, 3)
@@ -57,15 +57,7 @@ def align(data: torch.Tensor, names: tuple, p: int, U: tuple, P: int) -> torch.T
     Names of U missing from ``names`` and missing leading positional dims get size 1.
     """
     plan = _ALIGN_PLANS(names, p, U, P)
-    if plan is _IDENTITY:
-        return data
-    perm, template = plan
-    if perm is not None:
-        data = torch.permute(data, perm)   # ~2x cheaper than Tensor.permute(list)
-    if template is not None:
-        shape = data.shape
-        data = data.reshape(*[shape[i] if i >= 0 else 1 for i in template])
-    return data
+    return data if plan is _IDENTITY else apply_align(data, plan)
 
 
 def align_plan(names: tuple, p: int, U: tuple, P: int):
