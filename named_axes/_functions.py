@@ -18,6 +18,7 @@ import torch
 
 from ._dispatch import dispatch
 from ._errors import AxisTypeError
+from ._layout import _as_tensor
 from ._tensor import NamedTensor
 from ._tape import taped
 
@@ -30,18 +31,9 @@ _NO_DIM = object()
 def _prepare(x: Any, fname: str):
     if isinstance(x, NamedTensor):
         return x
-    if isinstance(x, torch.Tensor):
-        return NamedTensor._wrap(x, ())
     if isinstance(x, (int, float, bool)):
         return NamedTensor._wrap(torch.as_tensor(x), ())
-    try:
-        import numpy as np
-
-        if isinstance(x, np.ndarray):
-            return NamedTensor._wrap(torch.from_numpy(x), ())
-    except ImportError:  # pragma: no cover
-        pass
-    raise AxisTypeError(f"nx.{fname}: expected a tensor or NamedTensor, got {type(x).__name__}")
+    return NamedTensor._wrap(_as_tensor(x, what=f"nx.{fname}"), ())
 
 
 def _unwrap(out: Any) -> Any:
