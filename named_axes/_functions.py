@@ -72,6 +72,17 @@ def _over_nothing(torch_fn, x, fname: str, kwargs: dict, squeeze: bool = False,
     return _unwrap(out)
 
 
+def _over(torch_fn, fname: str, x, before: tuple, dim, keepdim: bool, kwargs: dict):
+    """``torch_fn(x, *before, dim=dim, keepdim=keepdim, **kwargs)``, each of ``dim`` and
+    ``keepdim`` passed only when given."""
+    kw = dict(kwargs)
+    if dim is not None:
+        kw["dim"] = dim
+    if keepdim:
+        kw["keepdim"] = True
+    return _unwrap(dispatch(torch_fn, (_prepare(x, fname), *before), kw))
+
+
 # the reductions for which dim=() means "over no axis" (the single-dim ones, max, min,
 # argmax and argmin, refuse an empty tuple, as JAX's argmax does)
 _OVER_NOTHING = {"sum", "mean", "prod", "amax", "amin", "logsumexp", "var", "std", "all",
@@ -87,12 +98,7 @@ def _make_reduction(torch_fn, fname: str, doc: str):
         dim = _resolve_dim(dim, axis, fname)
         if _no_axes(dim) and fname in _OVER_NOTHING:
             return _over_nothing(torch_fn, x, fname, kwargs)
-        kw = dict(kwargs)
-        if dim is not None:
-            kw["dim"] = dim
-        if keepdim:
-            kw["keepdim"] = True
-        return _unwrap(dispatch(torch_fn, (_prepare(x, fname),), kw))
+        return _over(torch_fn, fname, x, (), dim, keepdim, kwargs)
     reduction.__name__ = reduction.__qualname__ = fname
     reduction.__doc__ = doc
     return taped(along=True)(reduction)
@@ -170,12 +176,7 @@ def norm(x, p="fro", dim=None, keepdim: bool = False, *, axis=None, ord=None, **
             f"(or nx.norm(x, 2, dim={p!r}))")
     if _no_axes(dim):   # over no axis: each entry's own norm, |x|
         return _over_nothing(torch.norm, x, "norm", kwargs, before=(2 if p == "fro" else p,))
-    kw = dict(kwargs)
-    if dim is not None:
-        kw["dim"] = dim
-    if keepdim:
-        kw["keepdim"] = True
-    return _unwrap(dispatch(torch.norm, (_prepare(x, "norm"), p), kw))
+    return _over(torch.norm, "norm", x, (p,), dim, keepdim, kwargs)
 
 
 softmax = _make_dimwise(torch.softmax, "softmax", """Softmax along ``dim`` (an int, an axis name, or a tuple of them: one

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from ._errors import AxisTypeError
+from ._errors import AxisTypeError, fmt_named_shape
 from ._tensor import NamedTensor, _rebuild_named
 
 __all__ = ["collate", "collate_named", "array_ufunc", "install"]
@@ -110,10 +110,9 @@ def _holds_named(x) -> bool:
 
 
 # numpy ufunc name -> torch function, where torch spells it otherwise
-_UFUNC_ALIASES = {"true_divide": "true_divide", "divide": "true_divide", "power": "pow",
-                  "absolute": "abs", "conjugate": "conj", "fmod": "fmod",
-                  "arctan2": "atan2", "arcsin": "asin", "arccos": "acos", "arctan": "atan",
-                  "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh",
+_UFUNC_ALIASES = {"divide": "true_divide", "power": "pow", "absolute": "abs",
+                  "conjugate": "conj", "arctan2": "atan2", "arcsin": "asin", "arccos": "acos",
+                  "arctan": "atan", "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh",
                   "left_shift": "bitwise_left_shift", "right_shift": "bitwise_right_shift",
                   "invert": "bitwise_not", "mod": "remainder"}
 
@@ -135,8 +134,6 @@ def _other_ufunc(ufunc, method: str, inputs: tuple, kwargs: dict) -> Any:
     named = [v for v in (*inputs, *kwargs.get("out", ())) if isinstance(v, NamedTensor)]
     have = [v for v in named if v._names]
     if have:
-        from ._errors import fmt_named_shape
-
         form = ufunc.__name__ + ("" if method == "__call__" else f".{method}")
         extra = f" with {', '.join(sorted(kwargs))}=" if kwargs else ""
         raise AxisTypeError(
@@ -173,8 +170,6 @@ def array_ufunc(ufunc, method: str, inputs: tuple, kwargs: dict) -> Any:
     if len(out) != 1 or not isinstance(out[0], np.ndarray):
         return NotImplemented
     if isinstance(result, NamedTensor) and result._names:
-        from ._errors import fmt_named_shape
-
         raise AxisTypeError(
             f"numpy {name} into an ndarray (e.g. `arr {'+' if name == 'add' else name}= x`): "
             f"the result has named axes {fmt_named_shape(result.named_shape)}, which an "
