@@ -25,7 +25,7 @@ from ._layout import align, union_names
 from ._registry import ENTRIES, op_name, rule_while_compiling
 from ._registry import is_inplace as _is_inplace
 from ._plancache import PlanCache
-from ._shape_errors import (_meta, fmt_at, fmt_sizes, positional_failure,
+from ._shape_errors import (_first_line, _meta, fmt_at, fmt_sizes, positional_failure,
                             refuse_python_values, refuse_shared_writes)
 from ._torch_private import (dispatch_depth, is_functorch_wrapped, native_batch_norm_legit,
                              softmax_backward_data, softmax_backward_data_op, tensor_version,
@@ -281,10 +281,9 @@ def _instance_check(func, args, kwargs):
     except NotImplementedError:
         return None
     except (RuntimeError, IndexError, ValueError) as e:
-        text = str(e).strip()
-        if "meta" in text.lower() or type(e).__name__ in READS_VALUES:
+        if "meta" in str(e).lower() or type(e).__name__ in READS_VALUES:
             return None
-        return text.splitlines()[0] if text else type(e).__name__
+        return _first_line(e)
     except Exception:
         return None
     return None
@@ -334,7 +333,7 @@ def _real_instance_check(func, flat, spec):
         with torch.random.fork_rng(devices=sorted(devices)):
             func(*a, **kw)
     except (RuntimeError, IndexError, ValueError) as e:
-        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return _first_line(e)
     except Exception:
         return None
     # a write into a plain argument (running statistics, a max_norm weight): every
@@ -401,8 +400,8 @@ def _unequal_shapes(flat) -> bool:
         not tensors or tensors[0].ndim == 0
 
 
-# ops whose functorch batching rules give other values than the per-instance loop
-# (torch 2.13), with when: solve decides B's vector-or-matrix form on the batched rank,
+# ops whose functorch batching rules give other values than the per-instance loop,
+# with when: solve decides B's vector-or-matrix form on the batched rank,
 # lstsq broadcasts a batched B against A wrongly, native_batch_norm aligns a batched
 # weight with the wrong dim, _softmax_backward_data with one operand batched
 _LOOPED = {f: when for fs, when in (

@@ -111,14 +111,11 @@ class NamedTensor:
         """
         return self._names + (None,) * (self._data.dim() - len(self._names))
 
-    @property
-    def ndim(self) -> int:
-        return self._data.dim() - len(self._names)
-
     def dim(self) -> int:
         return self._data.dim() - len(self._names)
 
     ndimension = dim
+    ndim = property(dim)
 
     def size(self, dim: Any = None):
         if dim is None:
