@@ -29,7 +29,7 @@ import torch
 from ._errors import AxisSizeError, fmt_named_shape
 from ._layout import align
 from ._registry import op_name
-from ._tensor import NamedTensor
+from ._tensor import NamedTensor, data_and_names
 from ._torch_private import dispatch_depth, is_functorch_wrapped, tree_flatten, tree_unflatten
 
 __all__ = ["check_inplace", "check_overlap", "write_out"]
@@ -157,7 +157,8 @@ def write_out(func: Callable, args: tuple, kwargs: dict, compute: Callable) -> A
     which is then written into ``out`` (one tensor or a tuple of them)."""
     kwargs = dict(kwargs)
     out = kwargs.pop("out")
-    if torch.is_grad_enabled() and _needs_grad(args, kwargs):
+    if torch.is_grad_enabled() and any(t.requires_grad for t in
+                                       _tensors((*args, *kwargs.values()), [])):
         raise AxisSizeError(
             f"{op_name(func)}: functions with out=... arguments don't support automatic "
             f"differentiation (torch's rule), but an argument requires grad; drop out=")
@@ -174,15 +175,6 @@ def write_out(func: Callable, args: tuple, kwargs: dict, compute: Callable) -> A
     return out
 
 
-def _needs_grad(args, kwargs) -> bool:
-    for v in (*args, *kwargs.values()):
-        if isinstance(v, (torch.Tensor, _NT)) and v.requires_grad:
-            return True
-        if type(v) in (list, tuple) and _needs_grad(v, {}):
-            return True
-    return False
-
-
 def _write(func: Callable, r, o) -> None:
     """Write result ``r`` into ``o`` under torch's out= rules, named shapes kept."""
     r_axes = r.named_shape if type(r) is _NT else {}
@@ -196,9 +188,8 @@ def _write(func: Callable, r, o) -> None:
     if not torch.can_cast(r.dtype, o.dtype):
         raise AxisSizeError(f"{op_name(func)}: result type {r.dtype} can't be cast to the "
                             f"desired output type {o.dtype} of out= (torch's rule)")
-    o_names = o._names if type(o) is _NT else ()
-    o_data = o._data if type(o) is _NT else o
-    r_data = r._data if type(r) is _NT else r
+    o_data, o_names = data_and_names(o)
+    r_data, r_names = data_and_names(r)
     shape = tuple(r.shape)
     if tuple(o.shape) != shape:
         if o_data.numel():
@@ -206,6 +197,4 @@ def _write(func: Callable, r, o) -> None:
                           f"shape {list(o.shape)}, which does not match the required output "
                           f"shape {list(shape)} (torch's out= rule)", UserWarning, stacklevel=4)
         o_data.resize_(tuple(o_axes[n] for n in o_names) + shape)
-    if type(r) is _NT:
-        r_data = align(r_data, r._names, r.ndim, o_names, r.ndim)
-    o_data.copy_(r_data)
+    o_data.copy_(align(r_data, r_names, r.ndim, o_names, r.ndim))
