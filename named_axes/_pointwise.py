@@ -148,7 +148,8 @@ def pointwise(func: Callable, args: tuple, kwargs: dict, inplace: bool = False) 
 def _pointwise_general(func, args, kwargs, inplace):
     for a in args:   # numpy operands act as tensors (torch's in-place ops ignore them)
         if type(a) is _ndarray:
-            args = tuple(torch.from_numpy(v) if type(v) is _ndarray else v for v in args)
+            args = tuple(torch.from_numpy(np.ascontiguousarray(v)) if type(v) is _ndarray else v
+                         for v in args)
             break
     operands = []
     P = 0
