@@ -8,8 +8,8 @@ equation.  Every such cache is a :class:`PlanCache`, with one policy:
 - keyed by a hashable signature; a key that cannot be hashed (lists, odd objects) is
   not cached, the plan is built for that call;
 - while dynamo traces, nothing is read or stored: dynamo would guard on the dict (and
-  torch 2.9's dynamo cannot hash lazily tracked keys); the plan is traced into the
-  graph instead, once per graph;
+  cannot always hash lazily tracked keys); the plan is traced into the graph instead,
+  once per graph;
 - a plan that checked sizes when it was built carries a ``validate(plan, *args)``:
   a hit that fails it is rebuilt (so the rebuild raises the user's error);
 - when ``maxsize`` plans are held the cache starts over (layouts that never repeat
@@ -69,8 +69,8 @@ class PlanCache:
         self.maxsize = maxsize
         self.validate = validate
         self.plans: dict = {}
-        if not compiling():   # one made while dynamo traces is never used (torch 2.9's
-            CACHES.add(self)  # dynamo also cannot trace WeakSet.add)
+        if not compiling():   # one made while dynamo traces is never used (and dynamo
+            CACHES.add(self)  # cannot always trace WeakSet.add)
 
     def plan(self, key: Any, *args) -> Any:
         if compiling():

@@ -2,7 +2,7 @@
 
 A write keeps its target's named shape (vmap's rule): the value written may not carry a
 named axis the target lacks, since every instance of that axis would write into the
-one target -- ``torch.ones(2, 3).mul_(named)`` used to apply every instance in turn.
+one target (``torch.ones(2, 3).mul_(named)`` would apply every instance in turn).
 ``out=`` receives the result the op gives without it: the same named shape (names in
 any order), torch's resizing of a positional shape that differs and torch's casting
 rule; a plain ``out`` can only receive a result without named axes.  A write whose
