@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 
 from ._engine import NeedsWholeAxes, broadcast_operands
-from ._env import TAPES, conflicts
+from ._env import TAPES, conflicts, frames
 from ._env import _state as _env_state
 from ._errors import AxisResourceError, NamedAxisError, ShapeError
 from ._layout import align, union_names
@@ -184,8 +184,6 @@ def check_conflicts(names: tuple, op: str) -> None:
     for pair in pairs:
         if pair <= set(names):
             a, b = sorted(pair, key=repr)
-            from ._env import frames
-
             res = next((f.resources for f in reversed(frames()) if a in f.resources), {})
             raise AxisResourceError(
                 f"{op}: axes {a!r} and {b!r} are both mapped to resource "

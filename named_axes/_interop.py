@@ -35,19 +35,7 @@ import torch
 from ._errors import AxisTypeError, fmt_named_shape
 from ._tensor import NamedTensor, _rebuild_named
 
-__all__ = ["collate", "collate_named", "array_ufunc", "install"]
-
-
-def collate_named(batch, *, collate_fn_map=None):
-    """Stack a sequence of NamedTensors along a new positional dim 0 (named axes
-    broadcast by name: equal names need equal sizes).
-
-    >>> import torch, named_axes as nx
-    >>> xs = [nx.named(torch.ones(3, 2), 'seq ...')] * 4
-    >>> nx.collate(xs).shape
-    torch.Size([4, 2])
-    """
-    return torch.stack(list(batch), 0)
+__all__ = ["collate", "array_ufunc", "install"]
 
 
 def collate(batch):
@@ -66,8 +54,8 @@ def collate(batch):
     from torch.utils.data import default_collate
 
     elem = batch[0]
-    if isinstance(elem, NamedTensor):
-        return collate_named(batch)
+    if isinstance(elem, NamedTensor):   # stacked by name: equal names need equal sizes
+        return torch.stack(list(batch), 0)
     if not _holds_named(elem):
         return default_collate(batch)
     if isinstance(elem, Mapping):
