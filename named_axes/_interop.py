@@ -30,6 +30,7 @@ import copy
 from collections.abc import Mapping, MutableMapping, MutableSequence, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from ._errors import AxisTypeError, fmt_named_shape
@@ -106,8 +107,6 @@ _UFUNC_ALIASES = {"divide": "true_divide", "power": "pow", "absolute": "abs",
 
 
 def _as_tensor(v: Any) -> Any:
-    import numpy as np
-
     if isinstance(v, np.ndarray):
         return torch.from_numpy(np.ascontiguousarray(v))
     if isinstance(v, np.generic):
@@ -144,8 +143,6 @@ def array_ufunc(ufunc, method: str, inputs: tuple, kwargs: dict) -> Any:
     >>> (np.arange(3.) + x).named_shape
     {'b': 2}
     """
-    import numpy as np
-
     name = ufunc.__name__
     out = kwargs.pop("out", None)
     fn = getattr(torch, _UFUNC_ALIASES.get(name, name), None)

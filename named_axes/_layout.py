@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Hashable, Mapping
 
+import numpy as np
 import torch
 
 from ._env import INNER, axis_size, bound_axes
@@ -288,13 +289,8 @@ def _call(func: Callable, args: tuple, kwargs: dict) -> Any:
 def _as_tensor(t: Any, *, what: str) -> torch.Tensor:
     if isinstance(t, torch.Tensor):
         return t
-    try:
-        import numpy as np
-
-        if isinstance(t, np.ndarray):
-            return torch.from_numpy(np.ascontiguousarray(t))
-    except ImportError:  # pragma: no cover
-        pass
+    if isinstance(t, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(t))
     raise AxisTypeError(f"{what}: expected a tensor or numpy array, got {type(t).__name__}")
 
 
