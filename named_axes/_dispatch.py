@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 
 from ._engine import NeedsWholeAxes, broadcast_operands
-from ._env import TAPES, conflicts, frames
+from ._env import TAPES, frames
 from ._env import _state as _env_state
 from ._errors import AxisResourceError, NamedAxisError, ShapeError
 from ._layout import align, union_names
@@ -178,10 +178,7 @@ def wrap(out: Any, names: tuple) -> Any:
 
 def check_conflicts(names: tuple, op: str) -> None:
     """Two axes mapped to one resource may never meet in one value (docs/guide.md §5)."""
-    pairs = conflicts()
-    if not pairs or len(names) < 2:
-        return
-    for pair in pairs:
+    for pair in _env_state.conflicts:
         if pair <= set(names):
             a, b = sorted(pair, key=repr)
             res = next((f.resources for f in reversed(frames()) if a in f.resources), {})
@@ -425,7 +422,7 @@ def _unbatchable(e: RuntimeError) -> bool:
     return any(m in msg for m in _UNBATCHABLE)
 
 
-def _loop(call, phys, member, U, func=None, shared=()):
+def _loop(call, phys, member, U, func, shared):
     """``call`` once per index of the named dims ``U`` (leading, in order), stacked.
 
     ``shared`` are the op's plain tensor arguments, the same for every instance: an op
@@ -442,7 +439,7 @@ def _loop(call, phys, member, U, func=None, shared=()):
     for t, m in zip(phys, member):
         order = [n for n in U if n in m]
         sizes.update(zip(order, t.shape[:len(order)]))
-    op = op_name(func) if func is not None else "the op"
+    op = op_name(func)
     saved = [(t, t.detach().clone(), tensor_version(t)) for t in shared]
     outs, where = [], []
     for index in itertools.product(*[range(sizes[n]) for n in U]):
