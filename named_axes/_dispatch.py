@@ -142,16 +142,9 @@ def _unwrap_unnamed(func: Callable, args: tuple, kwargs: dict) -> tuple:
     return a, kw
 
 
-_WRITES_TARGET: dict = {}
-
-
-def _writes_target(func: Callable) -> bool:
-    """Is ``func`` an in-place op (``mul_``, ``__imul__``)?  Cached per function (not
-    called while dynamo traces: it cannot hash every function)."""
-    r = _WRITES_TARGET.get(func)
-    if r is None:
-        r = _WRITES_TARGET[func] = _is_inplace(func)
-    return r
+# is func an in-place op (mul_, __imul__)?  (not asked while dynamo traces: it cannot
+# hash every function)
+_writes_target = PlanCache("in-place ops", _is_inplace)
 
 
 def _keeps_target(func: Callable) -> bool:
