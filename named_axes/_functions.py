@@ -99,9 +99,7 @@ def _make_reduction(torch_fn, fname: str, doc: str):
         if _no_axes(dim) and fname in _OVER_NOTHING:
             return _over_nothing(torch_fn, x, fname, kwargs)
         return _over(torch_fn, fname, x, (), dim, keepdim, kwargs)
-    reduction.__name__ = reduction.__qualname__ = fname
-    reduction.__doc__ = doc
-    return taped(along=True)(reduction)
+    return _public(reduction, fname, doc)
 
 
 def _make_dimwise(torch_fn, fname: str, doc: str):
@@ -112,9 +110,14 @@ def _make_dimwise(torch_fn, fname: str, doc: str):
         if _no_axes(dim):   # over no axis: softmax gives ones, log_softmax zeros (as JAX)
             return _over_nothing(torch_fn, x, fname, kwargs, squeeze=True)
         return _unwrap(dispatch(torch_fn, (_prepare(x, fname), dim), kwargs))
-    dimwise.__name__ = dimwise.__qualname__ = fname
-    dimwise.__doc__ = doc
-    return taped(along=True)(dimwise)
+    return _public(dimwise, fname, doc)
+
+
+def _public(f, fname: str, doc: str):
+    """``f`` as ``nx.<fname>``: its name and docstring, taped along the axes it reduces."""
+    f.__name__ = f.__qualname__ = fname
+    f.__doc__ = doc
+    return taped(along=True)(f)
 
 
 _DOC = """{what} over ``dim`` (ints, axis names, or a tuple mixing both; ``axis=`` alias).
