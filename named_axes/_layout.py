@@ -277,9 +277,8 @@ def positional(nt: Any, axes: Any = ...) -> torch.Tensor:
                 f"a value positional along it would need every chunk. Reduce over it with "
                 f"nx.lax (psum, pmax, ...) or let xmap's out_axes place it")
     sizes.update(physical)
-    out = insert_named(nt, mapping, sizes=sizes, what="positional()",
-                       strict_names=set(nt._names))
-    return out
+    return insert_named(nt, mapping, sizes=sizes, what="positional()",
+                        strict_names=set(nt._names))
 
 
 def _call(func: Callable, args: tuple, kwargs: dict) -> Any:
