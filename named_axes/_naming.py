@@ -155,7 +155,9 @@ def _ellipsis(names: tuple) -> tuple:
 
 @taped("linear")
 def align_to(x: NamedTensor, *names):
-    """Place named axes as positional dims (see ``NamedTensor.align_to``).
+    """Place named axes as positional dims in the order given; ``...`` stands for the
+    positional dims; names the value lacks become size-1 dims; named axes not listed
+    stay named.  With every name placed the result is a ``torch.Tensor``.
 
     >>> import torch, named_axes as nx
     >>> x = nx.named(torch.zeros(2, 3), 'b ...')
