@@ -26,32 +26,31 @@ from ._errors import AxisSizeError, AxisTypeError, fmt_named_shape
 from ._registry import op_name
 from ._torch_private import tensor_version
 
+fmt_sizes = fmt_named_shape   # (the spelling _dispatch imports)
+
 __all__ = ["fmt_at", "fmt_sizes", "positional_failure", "refuse_python_values",
            "refuse_shared_writes"]
 
+_MATMUL_FIX = ("the contracted (last / second-to-last) positional dims must match; named axes "
+               "are not positional dims: contract a named axis with lax.pdot or an einsum "
+               "with {braces}")
+_BROADCAST_FIX = ("positional dims broadcast as in torch, right-aligned; a named axis is matched "
+                  "by name, never by position: check the positional shapes, or name the dim "
+                  "(nx.named)")
+_DIMS_FIX = "dims count positional axes only (x.ndim); name a named axis by its name"
 # (substring of torch's message, the fix to suggest)
 _FIXES = (
     ("is invalid for input of size",
      "reshape/view see only the positional shape of one instance; named axes are not part "
      "of it. To reshape a named axis, make it positional first (nx.positional(x, name))"),
-    ("same reduction dim",
-     "the contracted (last / second-to-last) positional dims must match; named axes are not "
-     "positional dims: contract a named axis with lax.pdot or an einsum with {braces}"),
-    ("cannot be multiplied",
-     "the contracted (last / second-to-last) positional dims must match; named axes are not "
-     "positional dims: contract a named axis with lax.pdot or an einsum with {braces}"),
-    ("broadcast a dimension",
-     "positional dims broadcast as in torch, right-aligned; a named axis is matched by name, "
-     "never by position: check the positional shapes, or name the dim (nx.named)"),
-    ("must match the size of tensor",
-     "positional dims broadcast as in torch, right-aligned; a named axis is matched by name, "
-     "never by position: check the positional shapes, or name the dim (nx.named)"),
+    ("same reduction dim", _MATMUL_FIX),
+    ("cannot be multiplied", _MATMUL_FIX),
+    ("broadcast a dimension", _BROADCAST_FIX),
+    ("must match the size of tensor", _BROADCAST_FIX),
     ("Sizes of tensors must match",
      "concatenation needs equal positional sizes in every other dim (named axes are matched "
      "by name and need not be listed)"),
-    ("out of range", "dims count positional axes only (x.ndim); name a named axis by its name"),
-    ("Dimension out of range",
-     "dims count positional axes only (x.ndim); name a named axis by its name"),
+    ("out of range", _DIMS_FIX),
 )
 _DEFAULT_FIX = ("positional shapes are per instance: the named axes are not dims of x.shape. "
                 "Check the positional shapes, or make a named axis positional with "
@@ -85,21 +84,25 @@ def _user_shape(value: Any) -> str:
     return f"positional shape {tuple(value.shape)}, named shape {fmt_named_shape(named)}"
 
 
+def _is_tensor(value: Any) -> bool:
+    """A tensor or a named value."""
+    return isinstance(value, torch.Tensor) or hasattr(value, "named_shape")
+
+
 def _tensors(value: Any):
     """(index or None, tensor) for a tensor argument or the tensors of a list of them."""
-    if isinstance(value, torch.Tensor) or hasattr(value, "named_shape"):
+    if _is_tensor(value):
         yield None, value
     elif isinstance(value, (list, tuple)):
         for j, v in enumerate(value):
-            if isinstance(v, torch.Tensor) or hasattr(v, "named_shape"):
+            if _is_tensor(v):
                 yield j, v
 
 
 def _meta(value: Any) -> Any:
-    if hasattr(value, "named_shape") or isinstance(value, torch.Tensor):
+    if _is_tensor(value):
         return torch.empty(tuple(value.shape), dtype=value.dtype, device="meta")
-    if isinstance(value, (list, tuple)) and any(
-            hasattr(v, "named_shape") or isinstance(v, torch.Tensor) for v in value):
+    if isinstance(value, (list, tuple)) and any(_is_tensor(v) for v in value):
         return type(value)(_meta(v) for v in value)
     return value
 
@@ -157,13 +160,9 @@ def refuse_shared_writes(op: str, saved: list, sizes: dict) -> None:
                     t.copy_(before)
             raise AxisSizeError(
                 f"{op}: writes into a plain tensor argument of shape {tuple(t.shape)} that "
-                f"every instance of the named axes {fmt_sizes(sizes)} shares; each "
+                f"every instance of the named axes {fmt_named_shape(sizes)} shares; each "
                 f"instance would update it in turn. Give that argument the named axes "
                 f"(one copy per instance), or reduce them first")
-
-
-def fmt_sizes(sizes: dict) -> str:
-    return "{" + ", ".join(f"{n!r}: {s}" for n, s in sizes.items()) + "}"
 
 
 def fmt_at(at: dict) -> str:
