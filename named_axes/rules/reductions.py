@@ -33,7 +33,7 @@ def _with_names(x: _NT, wanted, op) -> _NT:
     for n in wanted:
         if n not in x._names:
             try:
-                if type(n) is not str:     # dynamo (torch 2.9) can't trace hash(str)
+                if type(n) is not str:     # dynamo can't trace hash(str)
                     hash(n)
             except TypeError:
                 raise AxisTypeError(
@@ -203,8 +203,22 @@ class _Call(NamedTuple):
 
 def _run(call: _Call, data, dim_arg, keepdim: bool):
     """``call`` on ``data`` with these dim and keepdim arguments."""
-    return _call_at(call.func, data, dim_arg, call.rest, call.kw, call.pos, keepdim,
-                    call.has_keepdim)
+    func, rest, kw, pos = call.func, call.rest, call.kw, call.pos
+    if not rest and not kw and pos == 0 and call.has_keepdim:
+        return func(data, dim_arg, keepdim=keepdim)
+    args = list(rest)
+    if len(args) >= pos:
+        args.insert(pos, dim_arg)
+    else:  # the arguments before dim came as keywords (torch.norm(x, p=2, dim=1))
+        kw = {**kw, "dim": dim_arg}
+    if not call.has_keepdim:  # count_nonzero
+        out = func(data, *args, **kw)
+        if keepdim:
+            dims = dim_arg if isinstance(dim_arg, tuple) else (dim_arg,)
+            for d in sorted(dims):
+                out = out.unsqueeze(d)
+        return out
+    return func(data, *args, keepdim=keepdim, **kw)
 
 
 def _dim_keyword(func, kwargs) -> dict:
@@ -290,30 +304,11 @@ def _any_tensor(rest: list, kw: dict) -> bool:
     return False
 
 
-def _call_at(func, data, dim_arg, rest, kw, pos, keepdim, has_keepdim=True):
-    if not rest and not kw and pos == 0 and has_keepdim:
-        return func(data, dim_arg, keepdim=keepdim)
-    args = list(rest)
-    if len(args) >= pos:
-        args.insert(pos, dim_arg)
-    else:  # the arguments before dim came as keywords (torch.norm(x, p=2, dim=1))
-        kw = {**kw, "dim": dim_arg}
-    if not has_keepdim:  # count_nonzero
-        out = func(data, *args, **kw)
-        if keepdim:
-            dims = dim_arg if isinstance(dim_arg, tuple) else (dim_arg,)
-            for d in sorted(dims):
-                out = out.unsqueeze(d)
-        return out
-    return func(data, *args, keepdim=keepdim, **kw)
-
-
-def _squeeze_out(out, dims, also_positional=()):
-    """Remove the reduced named dims (and, when keepdim was forced, the positional ones)."""
-    drop = tuple(sorted(set(dims) | set(also_positional)))
+def _squeeze_out(out, dims):
+    """Remove the reduced named dims."""
     if isinstance(out, _T):
-        return out.squeeze(drop) if out.dim() else out
-    return type(out)([_squeeze_out(o, dims, also_positional) for o in out])
+        return out.squeeze(tuple(dims)) if out.dim() else out
+    return type(out)([_squeeze_out(o, dims) for o in out])
 
 
 def _reshape_out(out, shape):
@@ -324,8 +319,6 @@ def _reshape_out(out, shape):
 
 def install() -> None:
     for name, (idx, multi) in REDUCTIONS.items():
-        if idx is None:
-            continue
         rule = _reduction(name, idx, multi)
         register([getattr(torch, name, None), getattr(_T, name, None)], rule, kind="reduction")
     register([torch.linalg.vector_norm], _reduction("vector_norm", 2, True), kind="reduction")
