@@ -79,7 +79,7 @@ def _dimwise(name: str, dim_index: int, names_ok: bool):
             if name in _SOFTMAXES:
                 return _softmax_over(name, func, x, d, rest, kwargs, where)
             return NotImplemented
-        if not names_ok and any(not isinstance(e, int) for e in (d if isinstance(d, (list, tuple)) else [d])):
+        if not names_ok and not isinstance(d, int):
             raise AxisSpecError(
                 f"{op_name(func)}: named axis {d!r} can't be used here: this op changes the "
                 f"size of that dimension, and a named axis has one size; use a positional "
@@ -111,7 +111,7 @@ def _dim_argument(name: str, dim_index: int, rest: list, kwargs: dict):
         d, where = rest[pos], ("arg", pos)
     elif "dim" in kwargs:
         d, where = kwargs["dim"], ("kw", "dim")
-    elif name in _DEFAULT_DIMS and _DEFAULT_DIMS[name] is not None:
+    elif name in _DEFAULT_DIMS:
         d, where = _DEFAULT_DIMS[name], ("kw", "dim")
     else:
         return None
