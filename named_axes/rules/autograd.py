@@ -63,8 +63,6 @@ def _autograd_grad(func, args, kwargs):
     return tuple(out)
 
 
-
-
 _declare = functools.partial(register, kind="shape")
 
 

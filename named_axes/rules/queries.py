@@ -54,12 +54,6 @@ def _numel(func, args, kwargs):
     return args[0].shape.numel()
 
 
-def _new_plain(func, args, kwargs):
-    x = args[0]
-    return func(x._data, *args[1:], **kwargs)
-
-
-
 _declare = functools.partial(register, kind="shape")
 
 
@@ -72,4 +66,5 @@ def install() -> None:
     _declare([T.resize_, T.resize_as_, torch.resize_as_, T.as_strided_, T.set_],
              _relayout_in_place)
     _declare([T.numel, torch.numel, T.nelement], _numel)
-    _declare([T.new_zeros, T.new_ones, T.new_empty, T.new_full, T.new_tensor], _new_plain)
+    # (new_* make plain tensors, as from the physical value)
+    _declare([T.new_zeros, T.new_ones, T.new_empty, T.new_full, T.new_tensor], _query)
