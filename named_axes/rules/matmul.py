@@ -130,8 +130,8 @@ def _reshape(t: torch.Tensor, shape: tuple) -> torch.Tensor:
     A DTensor decides between a view and a copy from its global strides, then views its
     local shard, which need not be viewable the same way (a shard of size 1, a gradient
     laid out transposed): "view size is not compatible with input tensor's size and
-    stride" in the backward of a 2-D mesh program (GPT-J's `{shard: mp, batch: dp}`).  Plain tensors (and the
-    functorch, fake and proxy tensors of tracing) keep ``reshape``."""
+    stride" in the backward of a 2-D mesh program.  Plain tensors (and the functorch,
+    fake and proxy tensors of tracing) keep ``reshape``."""
     if type(t) is torch.Tensor or type(t).__name__ != "DTensor":
         return t.reshape(shape)
     return _CopyReshape.apply(t, shape)

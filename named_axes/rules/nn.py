@@ -12,13 +12,14 @@ per named index (so each named index gets exactly the loss torch would give it).
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 import torch.nn.functional as F
 
 from .._dispatch import ShapeError, result
 from .._registry import op_name, register
-from .._errors import AxisSpecError
+from .._errors import AxisSizeError, AxisSpecError, fmt_named_shape
 from .._layout import union_names
 from ._common import instance_invalid
 from .shape import _first_only, _full_layout, _named_sizes
@@ -44,8 +45,6 @@ def _layer_norm(func, args, kwargs):
 
 def _shared_write(func, target, x, what: str):
     """An op that writes ``target`` (plain, shared by every instance of ``x``'s named axes)."""
-    from .._errors import AxisSizeError, fmt_named_shape
-
     return AxisSizeError(
         f"{op_name(func)}: writes {what}, a plain tensor of shape {tuple(target.shape)} that "
         f"every instance of the named axes {fmt_named_shape(x.named_shape)} shares; each "
@@ -237,10 +236,7 @@ def _class_loss(func, args, kwargs):
     if red != "mean":
         raise AxisSpecError(f"{op}: unknown reduction {red!r}")
     if td.is_floating_point():   # class probabilities: mean over the batch elements
-        n = 1
-        for s in loss.shape[k:]:
-            n *= s
-        return result(total / n, U, func)
+        return result(total / math.prod(loss.shape[k:]), U, func)
     ignore = kwargs.get("ignore_index", -100)
     valid = td != ignore
     w = kwargs.get("weight")
