@@ -2,8 +2,8 @@
 
 Rule modules (:mod:`named_axes.rules`) declare their ops here with :func:`register`;
 the dispatcher looks an op's record up here (:data:`RECORDS`: its rule and whether it
-writes into its first argument), and this is where an op's user-facing spelling (``torch.add``, ``Tensor.sum``, ``F.softmax``) is
-decided.  One rule per function: a second registration is refused.  The index by name
+writes into its first argument), and this is where an op's user-facing spelling
+(``torch.add``, ``Tensor.sum``, ``F.softmax``) is decided.  One rule per function: a second registration is refused.  The index by name
 that dynamo needs grows with every registration, and every remembered plan is
 forgotten (a new rule may change what a plan meant).
 
@@ -22,8 +22,8 @@ import torch.nn.functional as F
 
 from ._plancache import clear_caches
 
-__all__ = ["OpRule", "RECORDS", "ENTRIES", "register", "spellings", "op_name", "is_inplace", "is_inplace_name",
-           "rule_while_compiling"]
+__all__ = ["OpRule", "RECORDS", "ENTRIES", "register", "spellings", "op_name", "is_inplace",
+           "is_inplace_name", "rule_while_compiling"]
 
 
 class OpRule(NamedTuple):
@@ -92,8 +92,8 @@ def rule_while_compiling(func: Callable):
 
     Under dynamo, ``func`` may be a value dynamo cannot hash: a sourceless reverse
     operator (``named - tensor`` -> ``Tensor.__rsub__(tensor, named)``, whose
-    ``func in RECORDS`` guard fails on torch 2.13) or a lazily tracked Tensor method
-    (``RECORDS.get(Tensor.sum)`` raises "unhashable LazyVariableTracker" on torch 2.9).
+    ``func in RECORDS`` guard fails) or a lazily tracked Tensor method
+    (``RECORDS.get(Tensor.sum)`` raises "unhashable LazyVariableTracker").
     So look up by the function's name (a constant string) and compare identities among
     the few rules of that name.
     """

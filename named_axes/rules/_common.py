@@ -12,8 +12,8 @@ _NT = NamedTensor
 
 def _spelled(op) -> str:
     """``op`` as users spell it; rules pass the torch function itself so that the spelling
-    (a dict lookup keyed by the function, which dynamo on torch 2.9 cannot trace) happens
-    only when an error is raised."""
+    (a dict lookup keyed by the function, which dynamo may not trace) happens only when
+    an error is raised."""
     return op if isinstance(op, str) else op_name(op)
 
 

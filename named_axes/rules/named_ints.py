@@ -47,7 +47,8 @@ from .._registry import register, spellings
 from .._tensor import NamedTensor
 from ._common import _norm_pos, _spelled
 
-__all__ = ["install", "narrow", "index_select", "explain_index", "take_slice", "clamped_starts", "along"]
+__all__ = ["install", "narrow", "index_select", "explain_index", "take_slice", "clamped_starts",
+           "along"]
 
 _NT = NamedTensor
 _T = torch.Tensor
@@ -322,10 +323,6 @@ def index_select(func, args, kwargs):
     return _per_instance_index(func, args, kwargs)
 
 
-def _gather(func, args, kwargs):
-    return _per_instance_index(func, args, kwargs)
-
-
 def _per_instance_index(func, args, kwargs):
     """The op under the vmap fallback; an index out of range explained by instance."""
     try:
@@ -364,4 +361,4 @@ def explain_index(func, args, kwargs) -> None:
 
 def install() -> None:
     register(spellings("roll"), _roll, kind="named_int")
-    register(spellings("gather"), _gather, kind="named_int")
+    register(spellings("gather"), _per_instance_index, kind="named_int")

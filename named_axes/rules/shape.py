@@ -91,7 +91,7 @@ def _view_as(func, args, kwargs):
     x, other = args[0], args[1]
     if type(x) is not _NT or type(other) is _NT:
         return NotImplemented
-    target = torch.Tensor.view if func in (torch.Tensor.view_as,) else torch.Tensor.reshape
+    target = torch.Tensor.view if func is torch.Tensor.view_as else torch.Tensor.reshape
     return _view(target, (x, tuple(other.shape)), {})
 
 
@@ -346,7 +346,7 @@ def _is_adv(e) -> bool:
     return isinstance(e, (_T, list)) or hasattr(e, "__array__")
 
 
-def _phys_index(x, index, op):
+def _phys_index(x, index):
     items = index if isinstance(index, tuple) else (index,)
     for e in items:
         if type(e) is _NT:
@@ -361,7 +361,7 @@ def _getitem(func, args, kwargs):
     x, index = args
     if type(x) is not _NT:
         return NotImplemented
-    idx = _phys_index(x, index, "indexing")
+    idx = _phys_index(x, index)
     if idx is None:
         return NotImplemented
     return result(x._data[idx], x._names, func)
@@ -372,7 +372,7 @@ def _setitem(func, args, kwargs):
     if type(x) is not _NT:
         raise AxisTypeError("assigning a NamedTensor into a plain tensor would drop its named "
                             "axes; make the target named too (e.g. nx.named or xmap)")
-    idx = _phys_index(x, index, "index assignment")
+    idx = _phys_index(x, index)
     if idx is None:
         raise AxisTypeError(
             "index assignment with a named index tensor (or split advanced indices) is not "
