@@ -1,7 +1,7 @@
 """What the rule modules share: dim spelling and positional-dim checks."""
 from __future__ import annotations
 
-from .._dispatch import ShapeError, UseFallback, check_instance
+from .._dispatch import ShapeError, UseFallback, check_instance, result
 from .._shape_errors import positional_failure
 from .._errors import AxisSpecError
 from .._registry import op_name
@@ -15,6 +15,23 @@ def _spelled(op) -> str:
     (a dict lookup keyed by the function, which dynamo may not trace) happens only when
     an error is raised."""
     return op if isinstance(op, str) else op_name(op)
+
+
+def first_only(args: tuple, kwargs: dict) -> bool:
+    """``args[0]`` is named and no other argument is (lists of tensors included)."""
+    if type(args[0]) is not _NT:
+        return False
+    for a in args[1:]:
+        if type(a) is _NT or (isinstance(a, (list, tuple)) and any(type(e) is _NT for e in a)):
+            return False
+    return not any(type(v) is _NT for v in kwargs.values())
+
+
+def on_data(func, args: tuple, kwargs: dict):
+    """``func`` on the data of named ``args[0]``, the other arguments as given, the result
+    named as ``args[0]``."""
+    x = args[0]
+    return result(func(x._data, *args[1:], **kwargs), x._names, func)
 
 
 def given(args: tuple, kwargs: dict, **defaults) -> list:

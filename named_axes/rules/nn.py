@@ -21,8 +21,8 @@ from .._dispatch import ShapeError, result
 from .._registry import op_name, register
 from .._errors import AxisSizeError, AxisSpecError, fmt_named_shape
 from .._layout import union_names
-from ._common import instance_invalid
-from .shape import _first_only, _full_layout, _named_sizes
+from ._common import first_only, instance_invalid, on_data
+from .shape import _full_layout, _named_sizes
 from .._tensor import NamedTensor
 from .._torch_private import native_batch_norm_legit
 
@@ -34,13 +34,13 @@ _T = torch.Tensor
 def _layer_norm(func, args, kwargs):
     x = args[0]
     shape = args[1] if len(args) > 1 else kwargs.get("normalized_shape")
-    if type(x) is not _NT or not _first_only(args, kwargs):
+    if not first_only(args, kwargs):
         return NotImplemented
     n = 1 if isinstance(shape, int) else len(shape)
     if n > x.ndim or n and tuple(x._data.shape[-n:]) != (
             (shape,) if isinstance(shape, int) else tuple(shape)):
         instance_invalid(func, args, kwargs)
-    return result(func(x._data, *args[1:], **kwargs), x._names, func)
+    return on_data(func, args, kwargs)
 
 
 def _shared_write(func, target, x, what: str):
@@ -54,7 +54,7 @@ def _shared_write(func, target, x, what: str):
 
 def _first_named_only(func, args, kwargs):
     x = args[0]
-    if type(x) is not _NT or not _first_only(args, kwargs):
+    if not first_only(args, kwargs):
         return NotImplemented
     if func is F.embedding:
         max_norm = args[3] if len(args) > 3 else kwargs.get("max_norm")
@@ -65,14 +65,14 @@ def _first_named_only(func, args, kwargs):
         n = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
         if n == -1:   # inferred per instance: the vmap fallback's loop checks they agree
             return NotImplemented
-    return result(func(x._data, *args[1:], **kwargs), x._names, func)
+    return on_data(func, args, kwargs)
 
 
 def _pad(func, args, kwargs):
     """F.pad pads the last positional dims; modes other than constant want the batch folded."""
     x = args[0]
     pad = args[1] if len(args) > 1 else kwargs.get("pad")
-    if type(x) is not _NT or not _first_only(args, kwargs) or pad is None:
+    if not first_only(args, kwargs) or pad is None:
         return NotImplemented
     mode = args[2] if len(args) > 2 else kwargs.get("mode", "constant")
     n, p = len(pad) // 2, x.ndim
@@ -80,7 +80,7 @@ def _pad(func, args, kwargs):
         raise ShapeError(f"F.pad: padding {tuple(pad)} pads {n} dims of a value with {p} "
                          f"positional dims (shape {tuple(x.shape)}, named shape {x.named_shape})")
     if mode == "constant":
-        return result(func(x._data, *args[1:], **kwargs), x._names, func)
+        return on_data(func, args, kwargs)
     if not n + 1 <= p <= n + 2:   # torch pads (C, ...) or (N, C, ...) values in these modes
         instance_invalid(func, args, kwargs,
                          f"Padding size {2 * n} is not supported for {p}D input tensor.")
@@ -96,7 +96,7 @@ def _fold_batch(spatial: int, unbatched_ok: bool = True):
 
     def rule(func, args, kwargs):
         x = args[0]
-        if type(x) is not _NT or not _first_only(args, kwargs):
+        if not first_only(args, kwargs):
             return NotImplemented
         if func is F.instance_norm:
             _instance_norm_stats(func, x, args, kwargs)

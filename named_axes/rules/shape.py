@@ -23,19 +23,11 @@ from .._dispatch import ShapeError, UseFallback, result, wrap
 from .._registry import op_name, register
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape
 from .._layout import align, union_names
-from ._common import _norm_pos, given, instance_invalid
+from ._common import _norm_pos, first_only, given, instance_invalid, on_data
 from .._tensor import NamedTensor
 
 _NT = NamedTensor
 _T = torch.Tensor
-
-
-def _first_only(args, kwargs) -> bool:
-    """Only args[0] is named (lists of tensors included)."""
-    for a in args[1:]:
-        if type(a) is _NT or (isinstance(a, (list, tuple)) and any(type(e) is _NT for e in a)):
-            return False
-    return not any(type(v) is _NT for v in kwargs.values())
 
 
 def _int_dims(dims, op):
@@ -62,7 +54,7 @@ def _named_sizes(x):
 
 def _view(func, args, kwargs):
     x = args[0]
-    if type(x) is not _NT or not _first_only(args, kwargs):
+    if not first_only(args, kwargs):
         return NotImplemented
     rest = args[1:]
     if len(rest) == 1 and isinstance(rest[0], torch.dtype) or "dtype" in kwargs:
@@ -97,7 +89,7 @@ def _view_as(func, args, kwargs):
 
 def _expand(func, args, kwargs):
     x = args[0]
-    if type(x) is not _NT or not _first_only(args, kwargs):
+    if not first_only(args, kwargs):
         return NotImplemented
     if func is torch.Tensor.expand_as:
         sizes = tuple(args[1].shape)
@@ -156,7 +148,7 @@ def _t(func, args, kwargs):
 
 def _flatten(func, args, kwargs):
     x = args[0]
-    if type(x) is not _NT or not _first_only(args, kwargs):
+    if not first_only(args, kwargs):
         return NotImplemented
     dims = given(args, kwargs, start_dim=0, end_dim=-1)
     if x.ndim == 0:
@@ -240,11 +232,11 @@ def _trailing(r: int):
     """Ops on the last ``r`` positional dims that batch over any leading dims."""
     def rule(func, args, kwargs):
         x = args[0]
-        if type(x) is not _NT or not _first_only(args, kwargs) or x.ndim < r:
+        if not first_only(args, kwargs) or x.ndim < r:
             return NotImplemented
         if func is torch.linalg.matrix_norm:
             args, kwargs = _matrix_norm_dims(x.ndim, args, kwargs)
-        return result(func(x._data, *args[1:], **kwargs), x._names, func)
+        return on_data(func, args, kwargs)
     return rule
 
 
@@ -281,7 +273,7 @@ def _matrix_norm_dims(p: int, args, kwargs):
 
 def _diagonal(func, args, kwargs):
     x = args[0]
-    if type(x) is not _NT or not _first_only(args, kwargs):
+    if not first_only(args, kwargs):
         return NotImplemented
     offset, d1, d2 = given(args, kwargs, offset=0, dim1=0, dim2=1)
     d1, d2 = _data_dims(x, (d1, d2), op_name(func))
