@@ -41,7 +41,6 @@ RECORDS: dict[Callable, OpRule] = {}   # func -> its record
 ENTRIES: dict[Callable, tuple] = {}
 # function name -> ((function, impl, spelling), ...): how rules are found under dynamo
 _BY_NAME: dict = {}
-_OP_NAMES: dict = {}   # spelled once at registration: dynamo can't trace str methods
 
 
 def spellings(name: str) -> list:
@@ -78,7 +77,7 @@ def register(funcs, impl: Callable, *, kind: str = "op", arity: int | None = Non
         old = RECORDS[f].impl if f in RECORDS else None
         if old is not None and old is not impl:
             raise ValueError(f"register: {_spell(f)} already has the rule {old!r}, not {impl!r}")
-        spelled = _OP_NAMES[f] = _spell(f)
+        spelled = _spell(f)   # once, here: dynamo can't trace str methods
         RECORDS[f] = OpRule(f, impl, kind, is_inplace(f), arity, spelled)
         ENTRIES[f] = (impl, RECORDS[f].inplace)
         name = getattr(f, "__name__", None)
@@ -110,8 +109,8 @@ def op_name(func: Any) -> str:
         for f, _, spelled in _BY_NAME.get(getattr(func, "__name__", None), ()):
             if func is f:
                 return spelled
-    name = _OP_NAMES.get(func)
-    return name if name is not None else _spell(func)
+    rec = RECORDS.get(func)
+    return rec.spelled if rec is not None else _spell(func)
 
 
 def _spell(func: Any) -> str:

@@ -206,7 +206,7 @@ def _linear(func, args, kwargs):
         return result(F.linear(x._data, w, bias), x._names, func)
     if w.ndim != 2 or bias is not None and bias.ndim > 1 or x.ndim == 0:
         instance_invalid(func, args, kwargs)
-    out = torch.matmul(x, w.mT if w.ndim >= 2 else w)
+    out = torch.matmul(x, w.mT)
     return out if bias is None else out + bias
 
 

@@ -151,7 +151,7 @@ def _sdpa(func, args, kwargs):
     vals = list(args[:4]) + [kwargs.get(n) for n in names[len(args[:4]):]]
     rest = {k: v for k, v in kwargs.items() if k not in names}
     present = [(n, v) for n, v in zip(names, vals) if type(v) is _NT]
-    if any(v is not None and v.ndim < 2 for _, v in present if _ != "attn_mask"):
+    if any(v.ndim < 2 for n, v in present if n != "attn_mask"):
         return NotImplemented
     U = union_names(present, op="F.scaled_dot_product_attention")
     _, phys = _full_layout([v for v in vals if v is not None], "F.scaled_dot_product_attention",
