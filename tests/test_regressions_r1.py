@@ -14,3 +14,18 @@ def test_new_full_of_plain_tensor_with_named_fill_is_a_named_axes_error():
     n = nx.named(torch.ones(2, 3), {0: "b"})
     with pytest.raises(nx.NamedAxisError):
         torch.zeros(2).new_full((2,), n.sum())
+
+
+def test_allclose_broadcasts_positional_dims_per_instance():
+    # torch.allclose broadcast the physical tensors, so a value with positional shape (3,)
+    # was matched against the other's positional rows with its named axis (a silently
+    # wrong False); per instance, allclose(a[i], b[i]) broadcasts a[i] over b[i]'s rows.
+    rows = torch.tensor([[0.0, 0, 0], [1, 1, 1]])
+    a = nx.named(rows, "N ...")
+    b = nx.named(rows[:, None, :].expand(2, 2, 3).contiguous(), "N ...")
+    assert torch.allclose(a, b) and torch.allclose(b, a)
+    assert not torch.allclose(a, b + 1)
+    # equal compares positional shapes as they are: (3,) against (1, 3) differs
+    c = nx.named(rows[:, None, :].contiguous(), "N ...")
+    assert not torch.equal(a, c) and not torch.equal(c, a)
+    assert torch.equal(a, nx.named(rows.T, {1: "N"}))

@@ -43,12 +43,19 @@ def _whole(func, args, kwargs):
             f"instead: (a == b).all() for equal, torch.isclose(a, b).all() for allclose")
     if a_axes != b_axes:
         return False
-    names = a._names if type(a) is _NT else ()
-    da = a._data if type(a) is _NT else a
-    db = b._data if type(b) is _NT else b
-    if type(b) is _NT and b._names != names:
-        db = align(db, b._names, b.ndim, names, b.ndim)
+    if not a_axes:
+        return func(_plain(a), _plain(b), *rest, **kwargs)
+    # allclose broadcasts the positional dims, right-aligned after the named ones (as for
+    # each instance); equal compares the positional shapes as they are
+    close = func is torch.allclose or func is torch.Tensor.allclose
+    P = max(a.ndim, b.ndim)
+    da = align(a._data, a._names, a.ndim, a._names, P if close else a.ndim)
+    db = align(b._data, b._names, b.ndim, a._names, P if close else b.ndim)
     return func(da, db, *rest, **kwargs)
+
+
+def _plain(v):
+    return v._data if type(v) is _NT else v
 
 
 def install() -> None:
