@@ -29,3 +29,15 @@ def test_allclose_broadcasts_positional_dims_per_instance():
     c = nx.named(rows[:, None, :].contiguous(), "N ...")
     assert not torch.equal(a, c) and not torch.equal(c, a)
     assert torch.equal(a, nx.named(rows.T, {1: "N"}))
+
+
+def test_std_var_legacy_unbiased_positional_bool():
+    # x.std(True) is torch's std(unbiased=True) over every dim; the reduction rule read
+    # the bool as a dim and raised a ShapeError ("tuple.index(x): x not in tuple").
+    t = torch.randn(2, 3, 4)
+    x = nx.named(t, {0: "b"})
+    for op, unbiased in ((lambda v, u: v.std(u), True), (torch.var, False)):
+        out = op(x, unbiased)
+        assert out.named_shape == {"b": 2} and out.shape == ()
+        want = torch.stack([op(t[i], unbiased) for i in range(2)])
+        torch.testing.assert_close(out._data, want)

@@ -12,7 +12,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from .._dispatch import result
+from .._dispatch import UseFallback, result
 from .._env import _state as _env_state
 from .._env import bound_axes, current_frame
 from .._errors import AxisSpecError, AxisTypeError, UnboundAxisError, unbound_message
@@ -73,7 +73,11 @@ def translate_dims(x: _NT, dims, op):
     p = x._data.dim() - k
     phys, named = [], []
     for d in items:
-        if isinstance(d, int) and not isinstance(d, bool):
+        if type(d) is bool:
+            # no dim: torch reads it as another overload's argument (x.std(True) is
+            # std(unbiased=True)) or refuses it, as the vmap fallback does per instance
+            raise UseFallback(d)
+        if isinstance(d, int):
             phys.append(k + _norm_pos(d, p, op))
         else:
             i = x._names.index(d)
