@@ -154,11 +154,17 @@ def _sdpa(func, args, kwargs):
     if any(v.ndim < 2 for n, v in present if n != "attn_mask"):
         return NotImplemented
     U = union_names(present, op="F.scaled_dot_product_attention")
-    _, phys = _full_layout([v for v in vals if v is not None], "F.scaled_dot_product_attention",
-                           pad=True)   # positional dims broadcast right-aligned, per instance
-    it = iter(phys)
-    laid = [next(it) if v is not None else None for v in vals]
+    # positional dims broadcast right-aligned, per instance
+    _, laid = _padded_layout(vals, "F.scaled_dot_product_attention")
     return result(func(*laid[:3], attn_mask=laid[3], **rest), U, func)
+
+
+def _padded_layout(values, op):
+    """``_full_layout`` (ranks padded) of the tensors among ``values``, the other values
+    as they are."""
+    U, phys = _full_layout([v for v in values if isinstance(v, (_NT, _T))], op, pad=True)
+    it = iter(phys)
+    return U, [next(it) if isinstance(v, (_NT, _T)) else v for v in values]
 
 
 def _legacy_reduction(kwargs) -> bool:
@@ -181,9 +187,7 @@ def _losses(func, args, kwargs):
         if func is F.gaussian_nll_loss:   # var's broadcasting depends on the ranks
             return NotImplemented
         instance_invalid(func, args, kwargs)   # torch's per-instance size check
-    U, phys = _full_layout(tensors, op_name(func), pad=True)
-    it = iter(phys)
-    laid = [next(it) if isinstance(a, (_NT, _T)) else a for a in args]
+    U, laid = _padded_layout(args, op_name(func))
     out = result(func(*laid, **{**kw, "reduction": "none"}), U, func)
     if red == "none":
         return out
