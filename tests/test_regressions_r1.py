@@ -41,3 +41,13 @@ def test_std_var_legacy_unbiased_positional_bool():
         assert out.named_shape == {"b": 2} and out.shape == ()
         want = torch.stack([op(t[i], unbiased) for i in range(2)])
         torch.testing.assert_close(out._data, want)
+
+
+def test_flatten_of_positional_scalar_refuses_out_of_range_dims():
+    # A named value with no positional dims flattened to (1,) whatever the dims; torch
+    # refuses a dim outside [-1, 0] for a 0-d tensor (IndexError), so does the rule now.
+    x = nx.named(torch.ones(2), "b ...")
+    assert x.flatten().shape == (1,) and x.flatten(-1, 0).shape == (1,)
+    for dims in ((1,), (2, 3), (0, -2)):
+        with pytest.raises(IndexError):
+            x.flatten(*dims)

@@ -150,11 +150,14 @@ def _flatten(func, args, kwargs):
     x = args[0]
     if not first_only(args, kwargs):
         return NotImplemented
-    dims = given(args, kwargs, start_dim=0, end_dim=-1)
+    dims, op = given(args, kwargs, start_dim=0, end_dim=-1), op_name(func)
     if x.ndim == 0:
-        _int_dims(dims, op_name(func))
+        _int_dims(dims, op)
+        for d in dims:
+            if d not in (-1, 0):   # (-1 and 0 name the scalar itself, as in torch)
+                _norm_pos(d, 0, op)   # raises: out of range
         return result(x._data.reshape(_named_sizes(x) + (1,)), x._names, func)
-    return result(x._data.flatten(*_data_dims(x, dims, op_name(func))), x._names, func)
+    return result(x._data.flatten(*_data_dims(x, dims, op)), x._names, func)
 
 
 def _reshaped(x, out: torch.Tensor, func, in_place: bool):
