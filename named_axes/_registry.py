@@ -3,9 +3,10 @@
 Rule modules (:mod:`named_axes.rules`) declare their ops here with :func:`register`;
 the dispatcher looks an op's record up here (:data:`RECORDS`: its rule and whether it
 writes into its first argument), and this is where an op's user-facing spelling
-(``torch.add``, ``Tensor.sum``, ``F.softmax``) is decided.  One rule per function: a second registration is refused.  The index by name
-that dynamo needs grows with every registration, and every remembered plan is
-forgotten (a new rule may change what a plan meant).
+(``torch.add``, ``Tensor.sum``, ``F.softmax``) is decided.  One rule per function: a
+second registration is refused.  The index by name that dynamo needs grows with every
+registration, and every remembered plan is forgotten (a new rule may change what a plan
+meant).
 
 >>> import torch
 >>> from named_axes import _registry

@@ -26,10 +26,8 @@ from ._errors import AxisSizeError, AxisTypeError, fmt_named_shape
 from ._registry import op_name
 from ._torch_private import tensor_version
 
-fmt_sizes = fmt_named_shape   # (the spelling _dispatch imports)
-
-__all__ = ["fmt_at", "fmt_sizes", "positional_failure", "refuse_python_values",
-           "refuse_shared_writes"]
+__all__ = ["fmt_at", "fmt_operand", "fmt_sizes", "positional_failure",
+           "refuse_python_values", "refuse_shared_writes"]
 
 _MATMUL_FIX = ("the contracted (last / second-to-last) positional dims must match; named axes "
                "are not positional dims: contract a named axis with lax.pdot or an einsum "
@@ -64,10 +62,10 @@ def positional_failure(op: str, func: Callable, args: tuple, kwargs: dict,
     for i, a in enumerate(args):
         for j, leaf in _tensors(a):
             where = f"args[{i}]" + (f"[{j}]" if j is not None else "")
-            operands.append(f"  {where}: {_user_shape(leaf)}")
+            operands.append(f"  {where}: {fmt_operand(leaf)}")
     for k, v in kwargs.items():
         for j, leaf in _tensors(v):
-            operands.append(f"  {k}{f'[{j}]' if j is not None else ''}: {_user_shape(leaf)}")
+            operands.append(f"  {k}{f'[{j}]' if j is not None else ''}: {fmt_operand(leaf)}")
     torch_says = _on_positional_shapes(func, args, kwargs)
     if torch_says is None:   # the positional shapes alone are fine: the named layout is not
         torch_says = f"{_first_line(error)} (on the internal layout, named axes leading)"
@@ -77,7 +75,8 @@ def positional_failure(op: str, func: Callable, args: tuple, kwargs: dict,
             + f"\nfix: {fix}")
 
 
-def _user_shape(value: Any) -> str:
+def fmt_operand(value: Any) -> str:
+    """A tensor or named value's positional shape, and its named shape or that it has none."""
     named = getattr(value, "named_shape", None)
     if named is None:
         return f"positional shape {tuple(value.shape)}, unnamed tensor"
@@ -136,6 +135,9 @@ def _mentions(value: Any, names: set) -> bool:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+fmt_sizes = fmt_named_shape   # (the spelling _dispatch imports)
 
 
 def refuse_python_values(func, per_instance: list) -> None:

@@ -44,6 +44,7 @@ from .._errors import AxisSpecError, AxisTypeError, fmt_named_shape
 from .._layout import align, union_names
 from .._modes import building_graph
 from .._registry import register, spellings
+from .._shape_errors import fmt_operand
 from .._tensor import NamedTensor
 from ._common import _norm_pos, _spelled
 
@@ -98,13 +99,6 @@ def _first_bad(bad: _T, names: tuple) -> tuple | None:
     return {n: where[i] for i, n in enumerate(names)}, tuple(where[k:]), tuple(where)
 
 
-def _shape_of(v: Any) -> str:
-    if type(v) is _NT:
-        return (f"positional shape {tuple(v.shape)}, named shape "
-                f"{fmt_named_shape(v.named_shape)}")
-    return f"positional shape {tuple(v.shape)}, unnamed tensor"
-
-
 # -- roll -------------------------------------------------------------------------------------
 
 def _roll(func, args, kwargs):
@@ -149,7 +143,7 @@ def _shift_list(shifts, func) -> list:
         if s.ndim != 1:
             raise AxisSpecError(
                 f"{_spelled(func)}: shifts as a tensor must have positional shape () or "
-                f"(number of dims,), got {_shape_of(s)}")
+                f"(number of dims,), got {fmt_operand(s)}")
         k = len(s._names)
         return [_wrap_nt(t, s._names) for t in s._data.unbind(k)]
     items = list(shifts) if isinstance(shifts, (tuple, list)) else [shifts]
@@ -228,10 +222,10 @@ def narrow(func, args, kwargs):
     x, dim, start, length = (bound[n] for n in names)
     if _is_tensor(dim):
         raise AxisTypeError(f"{_spelled(func)}: dim must be a positional dim (an int), got a "
-                            f"tensor ({_shape_of(dim)})")
+                            f"tensor ({fmt_operand(dim)})")
     if _is_tensor(length):
         raise AxisTypeError(
-            f"{_spelled(func)}: length must be a Python int, got a tensor ({_shape_of(length)}): "
+            f"{_spelled(func)}: length must be a Python int, got a tensor ({fmt_operand(length)}): "
             f"it sets the result's positional shape, which every instance shares. Narrow "
             f"to the longest length and mask the rest (torch.where) per instance")
     if not _is_tensor(x) or type(start) is not _NT:
@@ -247,7 +241,7 @@ def narrow(func, args, kwargs):
     if isinstance(length, int) and not 0 <= length <= n:
         raise ShapeError(
             f"{_spelled(func)}: length {length} does not fit dim {dim} of size {n} "
-            f"(input {_shape_of(x)}); it must be in [0, {n}]")
+            f"(input {fmt_operand(x)}); it must be in [0, {n}]")
     if _values_readable(s._data):
         _check_starts(func, x, s, dim, n, length)
     out = take_slice(x, d, s, length)
@@ -301,7 +295,7 @@ def _check_starts(func, x: NamedTensor, s: NamedTensor, dim: int, n: int, length
         f"{_spelled(func)}: start is out of range at instance {instance}: start {value} with "
         f"length {length} does not fit dim {dim} of size {n} (each instance needs a start "
         f"in [0, {n - length}], or one in [{-n}, {-length}] counting from the end).\n"
-        f"  input: {_shape_of(x)}\n  start: {_shape_of(s)}\n"
+        f"  input: {fmt_operand(x)}\n  start: {fmt_operand(s)}\n"
         f"Fix the start, or use nx.lax.dynamic_slice_in_dim, which clamps it into range "
         f"(JAX's rule)")
 
@@ -356,7 +350,7 @@ def explain_index(func, args, kwargs) -> None:
     raise ShapeError(
         f"{_spelled(func)}: index is out of range at {where}: "
         f"it holds {int(data[at])}, but dim {dim} has size {n} (indices must be in "
-        f"[0, {n - 1}]).\n  input: {_shape_of(x)}\n  index: {_shape_of(index)}") from None
+        f"[0, {n - 1}]).\n  input: {fmt_operand(x)}\n  index: {fmt_operand(index)}") from None
 
 
 def install() -> None:
