@@ -185,7 +185,7 @@ def _reduction(name: str, dim_index: int, multi: bool):
             dims = rest.pop(pos)
         else:
             dims = kw.pop("dim", _DEFAULT_DIM.get(name))
-        if len(rest) > keep_pos - 1 and keep_pos - 1 >= pos:
+        if len(rest) > keep_pos - 1:
             keepdim = bool(rest.pop(keep_pos - 1))
         else:
             keepdim = bool(kw.pop("keepdim", False))
