@@ -51,3 +51,15 @@ def test_flatten_of_positional_scalar_refuses_out_of_range_dims():
     for dims in ((1,), (2, 3), (0, -2)):
         with pytest.raises(IndexError):
             x.flatten(*dims)
+
+
+def test_register_hook_result_with_names_in_another_order():
+    # A hook returning a value whose named axes come in another order than the
+    # tensor's had its physical data used as is: a silently transposed gradient when
+    # the axes have equal sizes.
+    base = torch.zeros(3, 3, requires_grad=True)
+    x = nx.named(base * 1, "a b")
+    w = nx.named(torch.arange(9.0).reshape(3, 3), "b a")   # w[b, a]
+    x.register_hook(lambda g: w * g)
+    (x * 1).sum().backward()
+    torch.testing.assert_close(base.grad, torch.arange(9.0).reshape(3, 3).T)

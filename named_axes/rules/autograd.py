@@ -35,11 +35,14 @@ def _backward(func, args, kwargs):
 
 def _register_hook(func, args, kwargs):
     x, hook = args[0], args[1]
-    names = x._names
+    names, p = x._names, x.ndim
 
     def physical_hook(g):
         out = hook(NamedTensor._wrap(g, names))
-        return out._data if type(out) is _NT else out
+        if type(out) is not _NT:
+            return out
+        # laid out as the gradient (the hook's result may carry the names in another order)
+        return align_to(out, names, p, what="Tensor.register_hook result")
     return x._data.register_hook(physical_hook)
 
 
