@@ -63,3 +63,13 @@ def test_register_hook_result_with_names_in_another_order():
     x.register_hook(lambda g: w * g)
     (x * 1).sum().backward()
     torch.testing.assert_close(base.grad, torch.arange(9.0).reshape(3, 3).T)
+
+
+def test_autograd_grad_outputs_with_names_in_another_order():
+    # grad_outputs' physical data was passed as is: a named grad_output whose axes came
+    # in another order than the output's gave a silently transposed gradient.
+    base = torch.ones(3, 3, requires_grad=True)
+    y = nx.named(base * 1, "a b") * 2
+    go = nx.named(torch.arange(9.0).reshape(3, 3), "b a")
+    (g,) = torch.autograd.grad(y, base, go)
+    torch.testing.assert_close(g, 2 * torch.arange(9.0).reshape(3, 3).T)

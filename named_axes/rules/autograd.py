@@ -58,12 +58,21 @@ def _autograd_grad(func, args, kwargs):
         gos = [torch.ones_like(o._data) if type(o) is _NT and o.ndim == 0 else None for o in outs]
     else:
         gos = [grad_outputs] if not isinstance(grad_outputs, (list, tuple)) else list(grad_outputs)
-        gos = [g._data if type(g) is _NT else g for g in gos]
+        gos = [_grad_output(g, outs[i] if i < len(outs) else None) for i, g in enumerate(gos)]
     grads = torch.autograd.grad([o._data if type(o) is _NT else o for o in outs],
                                 [i._data if type(i) is _NT else i for i in ins], gos, **kwargs)
     out = [NamedTensor._wrap(g, i._names) if type(i) is _NT and g is not None else g
            for g, i in zip(grads, ins)]
     return tuple(out)
+
+
+def _grad_output(g, out):
+    """Gradient ``g`` laid out like the output ``out`` it belongs to (by name)."""
+    if type(g) is not _NT:
+        return g
+    if type(out) is not _NT:
+        return g._data
+    return align_to(g, out._names, out.ndim, what="torch.autograd.grad grad_outputs")
 
 
 _declare = functools.partial(register, kind="shape")
