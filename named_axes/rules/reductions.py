@@ -12,7 +12,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from .._dispatch import UseFallback, result
+from .._dispatch import result
 from .._env import _state as _env_state
 from .._env import bound_axes, current_frame
 from .._errors import AxisSpecError, AxisTypeError, UnboundAxisError, unbound_message
@@ -73,11 +73,7 @@ def translate_dims(x: _NT, dims, op):
     p = x._data.dim() - k
     phys, named = [], []
     for d in items:
-        if type(d) is bool:
-            # no dim: torch reads it as another overload's argument (x.std(True) is
-            # std(unbiased=True)) or refuses it, as the vmap fallback does per instance
-            raise UseFallback(d)
-        if isinstance(d, int):
+        if isinstance(d, int) and not isinstance(d, bool):
             phys.append(k + _norm_pos(d, p, op))
         else:
             i = x._names.index(d)
@@ -170,7 +166,7 @@ def _reduction(name: str, dim_index: int, multi: bool):
         if len(args) == 2 and not kwargs and pos == 0:
             # x.sum(dims): the default keepdim=False is the layout we want
             dims = args[1]
-            if dims is not None and not isinstance(dims, (_NT, _T)):
+            if dims is not None and type(dims) is not bool and not isinstance(dims, (_NT, _T)):
                 x2, (phys, named, names_left, _) = _dims_of(x, dims, func)
                 if phys and (multi or len(phys) == 1):
                     return finish(func(x2._data, phys if multi else phys[0]), names_left, func)
@@ -185,6 +181,9 @@ def _reduction(name: str, dim_index: int, multi: bool):
             dims = rest.pop(pos)
         else:
             dims = kw.pop("dim", _DEFAULT_DIM.get(name))
+        if type(dims) is bool and name in _KEEPDIM_AFTER:
+            # x.std(True): torch's std/var(unbiased) overload, under the vmap fallback
+            return NotImplemented
         if len(rest) > keep_pos - 1:
             keepdim = bool(rest.pop(keep_pos - 1))
         else:
