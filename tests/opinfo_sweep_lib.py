@@ -91,7 +91,7 @@ DROPOUT_OPS = ("nn.functional.multi_head_attention_forward",
                "nn.functional.scaled_dot_product_attention")
 # Ops whose named rule makes a plain tensor although the loop stacks NAME: accepted when
 # the plain value equals every instance (it broadcasts to the stacked one by name).
-PLAIN_RESULT_OPS = {name: "new_* make plain tensors (named_axes/rules/shape.py _new_plain)"
+PLAIN_RESULT_OPS = {name: "new_* make plain tensors (named_axes/rules/queries.py _query)"
                     for name in ("new_zeros", "new_ones", "new_empty", "new_full")}
 # OpInfo variants that are lambdas calling ``torch.Tensor.<method>(x, ...)`` unbound, which
 # Python lets only a torch.Tensor take (NamedTensor is no subclass): called as

@@ -1,4 +1,4 @@
-"""Regressions found while reading named_axes/_naming.py: flatten/unflatten by name on a
+"""Edges of the naming API (named_axes/_naming.py): flatten/unflatten by name on a
 value with an empty axis, and indexing a named axis with a boolean mask."""
 from __future__ import annotations
 

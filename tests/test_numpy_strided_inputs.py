@@ -1,4 +1,5 @@
-"""Regressions found while leaning the dispatcher's modules (worktree r2)."""
+"""numpy arrays with negative strides meet named values as torch tensors do (nx.sum,
+``x * ndarray``): once a raw error or a ShapeError blaming the shapes."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,7 @@
-"""Regressions found while leaning named_axes/rules (helper r1)."""
+"""Edges of the op rules (rules/): allclose broadcasting positional dims per instance,
+hooks and autograd.grad laying named gradients out by name, 0-d flatten, std/var's
+unbiased overload, new_* on a plain tensor with a named fill -- each once a wrong answer,
+a refusal of a valid call or a raw error."""
 from __future__ import annotations
 
 import pytest
