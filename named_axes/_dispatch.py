@@ -20,12 +20,12 @@ import torch
 from ._engine import NeedsWholeAxes, broadcast_operands
 from ._env import TAPES, frames
 from ._env import _state as _env_state
-from ._errors import AxisResourceError, NamedAxisError, ShapeError
+from ._errors import AxisResourceError, NamedAxisError, ShapeError, fmt_named_shape
 from ._layout import align, union_names
 from ._registry import ENTRIES, op_name, rule_while_compiling
 from ._registry import is_inplace as _is_inplace
 from ._plancache import PlanCache
-from ._shape_errors import (_first_line, _meta, fmt_at, fmt_sizes, positional_failure,
+from ._shape_errors import (_first_line, _meta, fmt_at, positional_failure,
                             refuse_python_values, refuse_shared_writes)
 from ._torch_private import (dispatch_depth, is_functorch_wrapped, native_batch_norm_legit,
                              softmax_backward_data, softmax_backward_data_op, tensor_version,
@@ -443,7 +443,7 @@ def _loop(call, phys, member, U, func, shared):
         if not outs[1:]:
             refuse_shared_writes(op, saved, sizes)
     if not outs:
-        raise ShapeError(f"{op}: a named axis has size 0 ({fmt_sizes(sizes)}), so the shape "
+        raise ShapeError(f"{op}: a named axis has size 0 ({fmt_named_shape(sizes)}), so the shape "
                          f"of this op's result (which depends on the values) is unknown")
     for j in range(len(outs[0])):
         s0 = tuple(outs[0][j].shape)
@@ -452,7 +452,7 @@ def _loop(call, phys, member, U, func, shared):
                 what = f"result {j}" if len(outs[0]) > 1 else "its result"
                 raise ShapeError(
                     f"{op}: the shape of {what} depends on the values and differs between "
-                    f"instances of the named axes {fmt_sizes(sizes)}: {s0} at "
+                    f"instances of the named axes {fmt_named_shape(sizes)}: {s0} at "
                     f"{fmt_at(where[0])} but {tuple(o[j].shape)} at {fmt_at(at)}; a named "
                     f"value has one positional shape for every index of its named axes. "
                     f"Use a fixed-size form (torch.nonzero_static(x, size=n), "

@@ -26,7 +26,7 @@ from ._plancache import PlanCache
 from ._registry import op_name
 from ._tensor import NamedTensor
 
-__all__ = ["pointwise_rule", "pointwise", "inline_operand", "by_name", "finish", "NO"]
+__all__ = ["pointwise_rule", "pointwise", "inline_operand", "by_name", "NO"]
 
 _NT = NamedTensor
 _T = _Tensor = torch.Tensor
@@ -34,7 +34,6 @@ _ndarray = np.ndarray
 
 
 NO = object()   # "this operand does not line up": take the general path
-finish = result   # (the name the rules import)
 
 
 def inline_operand(b, d0: torch.Tensor, names: tuple):

@@ -26,7 +26,7 @@ from ._errors import AxisSizeError, AxisTypeError, fmt_named_shape
 from ._registry import op_name
 from ._torch_private import tensor_version
 
-__all__ = ["fmt_at", "fmt_operand", "fmt_sizes", "positional_failure",
+__all__ = ["fmt_at", "fmt_operand", "positional_failure",
            "refuse_python_values", "refuse_shared_writes"]
 
 _MATMUL_FIX = ("the contracted (last / second-to-last) positional dims must match; named axes "
@@ -137,7 +137,6 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-fmt_sizes = fmt_named_shape   # (the spelling _dispatch imports)
 
 
 def refuse_python_values(func, per_instance: list) -> None:

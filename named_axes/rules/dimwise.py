@@ -18,7 +18,6 @@ import torch
 from .._dispatch import result
 from .._registry import op_name, register, spellings
 from .._errors import AxisSpecError
-from .._pointwise import finish
 from .._tensor import NamedTensor
 from . import named_ints
 from .reductions import _dims_of, _reduction
@@ -64,7 +63,7 @@ def _dimwise(name: str, dim_index: int, names_ok: bool):
             d = args[1]
             if type(d) is int or (names_ok and type(d) is str):
                 x, (phys, _, _, _) = _dims_of(x, d, func)
-                return finish(func(x._data, phys[0]), x._names, func)
+                return result(func(x._data, phys[0]), x._names, func)
         rest = list(args[1:])
         kwargs = dict(kwargs)
         if "axis" in kwargs and "dim" not in kwargs:

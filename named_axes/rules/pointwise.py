@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from .._pointwise import finish, pointwise_rule
+from .._dispatch import result
+from .._pointwise import pointwise_rule
 from .._registry import is_inplace_name, register, spellings
 from .._tensor import NamedTensor as _NT
 from ._common import instance_invalid
@@ -83,7 +84,7 @@ def _convert(func, args, kwargs):
     if len(args) == 1 and not kwargs:
         x = args[0]
         if type(x) is _NT and x._names:
-            return finish(func(x._data), x._names, func)
+            return result(func(x._data), x._names, func)
         return _pointwise_rule(func, args, kwargs)
     unusual = False
     for a in args[1:]:

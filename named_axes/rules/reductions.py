@@ -18,7 +18,7 @@ from .._env import bound_axes, current_frame
 from .._errors import AxisSpecError, AxisTypeError, UnboundAxisError, unbound_message
 from .._layout import expand_to
 from .._plancache import PlanCache
-from .._pointwise import finish, pointwise
+from .._pointwise import pointwise
 from .._registry import op_name, register
 from .._tensor import NamedTensor
 from ._common import _norm_pos, _spelled
@@ -169,7 +169,7 @@ def _reduction(name: str, dim_index: int, multi: bool):
             if dims is not None and type(dims) is not bool and not isinstance(dims, (_NT, _T)):
                 x2, (phys, named, names_left, _) = _dims_of(x, dims, func)
                 if phys and (multi or len(phys) == 1):
-                    return finish(func(x2._data, phys if multi else phys[0]), names_left, func)
+                    return result(func(x2._data, phys if multi else phys[0]), names_left, func)
         rest = list(args[1:])
         kw = _dim_keyword(func, kwargs)
         if _any_tensor(rest, kw):
@@ -281,7 +281,7 @@ def _reduce_dims(call: _Call, name: str, multi: bool, x: _NT, dims, keepdim: boo
     else:
         # named dims lead and reduced dims vanish: keepdim=False gives the layout
         out = _run(call, x._data, dim_arg, keepdim)
-    return finish(out, names_left, func)
+    return result(out, names_left, func)
 
 
 def _empty_dims(name: str, x: _NT, phys, keepdim: bool):
