@@ -332,6 +332,8 @@ def _is_int(v: Any) -> bool:
         return True
     if isinstance(v, torch.Tensor):
         return v.dim() == 0 and not v.is_floating_point() and v.dtype != torch.bool
+    if getattr(v, "ndim", None) == 0 and hasattr(v, "dtype"):   # a 0-d numpy array
+        return getattr(v.dtype, "kind", None) in ("i", "u")
     return hasattr(v, "__index__") and not hasattr(v, "__len__")
 
 
@@ -361,6 +363,8 @@ def _split(x: NamedTensor, index: dict, op: str):
             basic[i] = sel
         elif isinstance(sel, (list, tuple, torch.Tensor)) or hasattr(sel, "__array__"):
             t = torch.as_tensor(sel)
+            if t.dim() == 1 and t.numel() == 0:   # [] selects nothing (as_tensor made it float)
+                t = t.long()
             # (not a boolean mask: the axis size would depend on the values)
             if t.dim() != 1 or t.dtype not in _INDEX_DTYPES:
                 raise AxisTypeError(f"{op}: axis {key!r} takes an int, a slice or a 1-D integer "

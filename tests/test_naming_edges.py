@@ -75,3 +75,13 @@ def test_index_tensor_on_a_named_axis_counts_negative_indices_from_the_end():
         assert torch.equal(nx.positional(x[{"b": idx}], "b"), t[[-1, 0]])
     with pytest.raises(nx.AxisSizeError, match="axis 'b' of size 2"):
         x[{"b": [5]}]
+
+
+def test_a_0d_numpy_integer_and_an_empty_list_index_a_named_axis():
+    import numpy as np
+    x = nx.named(torch.arange(6.).reshape(2, 3), "b ...")
+    assert torch.equal(x[{"b": np.array(1)}], torch.tensor([3., 4., 5.]))   # as an int
+    empty = x[{"b": []}]   # as torch's t[[]]: nothing selected
+    assert empty.named_shape == {"b": 0} and empty.shape == (3,)
+    with pytest.raises(nx.AxisTypeError, match="axis 'b' takes an int"):
+        x[{"b": np.array(1.0)}]
