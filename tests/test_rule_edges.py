@@ -76,3 +76,16 @@ def test_autograd_grad_outputs_with_names_in_another_order():
     go = nx.named(torch.arange(9.0).reshape(3, 3), "b a")
     (g,) = torch.autograd.grad(y, base, go)
     torch.testing.assert_close(g, 2 * torch.arange(9.0).reshape(3, 3).T)
+
+
+def test_autograd_grad_broadcasts_a_plain_grad_output_over_the_named_axes_as_backward_does():
+    base = torch.arange(6., requires_grad=True)
+    y = nx.named(base.reshape(2, 3), "a ...") * 2
+    seed = torch.tensor([1., 2., 3.])   # the same for every instance of 'a'
+    (got,) = torch.autograd.grad(y, base, seed, retain_graph=True)
+    y.backward(seed)
+    assert torch.equal(got, base.grad) and torch.equal(got, (2 * seed).repeat(2))
+    for bad in (torch.ones(2), nx.named(torch.ones(2), "a")):   # positional shape not (3,)
+        with pytest.raises(nx.ShapeError, match=r"grad_output has positional shape .* but "
+                                                r"its output has \(3,\)"):
+            torch.autograd.grad(y, base, bad)

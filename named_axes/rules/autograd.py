@@ -14,6 +14,7 @@ import functools
 
 import torch
 
+from .._errors import ShapeError
 from .._layout import align_to
 from .._registry import register
 from .._tensor import NamedTensor
@@ -67,12 +68,19 @@ def _autograd_grad(func, args, kwargs):
 
 
 def _grad_output(g, out):
-    """Gradient ``g`` laid out like the output ``out`` it belongs to (by name)."""
-    if type(g) is not _NT:
-        return g
-    if type(out) is not _NT:
-        return g._data
-    return align_to(g, out._names, out.ndim, what="torch.autograd.grad grad_outputs")
+    """Gradient ``g`` laid out like the output ``out`` it belongs to: by name, and
+    broadcast over the output's named axes it lacks (as ``Tensor.backward``'s)."""
+    if type(out) is not _NT or g is None:
+        return g._data if type(g) is _NT else g
+    if tuple(g.shape) != tuple(out.shape):
+        raise ShapeError(f"torch.autograd.grad: a grad_output has positional shape "
+                         f"{tuple(g.shape)} but its output has {tuple(out.shape)} (named "
+                         f"shape {out.named_shape}); each instance's gradient must have the "
+                         f"output's positional shape")
+    if type(g) is not _NT:   # a plain gradient: the same for every instance
+        g = NamedTensor._wrap(g, ())
+    g = align_to(g, out._names, out.ndim, what="torch.autograd.grad grad_outputs")
+    return g.expand_as(out._data)
 
 
 _declare = functools.partial(register, kind="shape")
