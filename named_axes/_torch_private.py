@@ -41,7 +41,7 @@ __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
            "inductor_mode_options", "aoti_package",
            "aoti_package_loader", "dynamo_loaded", "is_functional_collective",
            "dynamo_operator_tables",
-           "dynamo_forget_handlers"]
+           "dynamo_forget_handlers", "xla_graph_runtime"]
 
 
 # -- torch.func's levels and wrappers -----------------------------------------------------
@@ -402,3 +402,20 @@ def dynamo_forget_handlers(ops: tuple) -> None:
     if cache is not None:
         for key in [k for k in cache if k and k[0] in ops]:
             del cache[key]
+
+
+# -- torch-xla ----------------------------------------------------------------------------
+def xla_graph_runtime() -> tuple:
+    """torch-xla's ``(IR text of tensors, graph hash of tensors, run tensors as one
+    graph now)``.
+
+    Why: :func:`named_axes.parallel._xla.run_graph` binds each graph hash to the IR it
+    ran, since torch-xla 2.9 keys compiled graphs by a hash that does not see which input
+    feeds which op (a silent wrong answer otherwise).  Public alternative considered:
+    ``torch_xla.sync()`` runs every live tensor, so the graph it runs is not the one
+    whose hash was checked."""
+    import torch_xla
+
+    xla = torch_xla._XLAC
+    return (xla._get_xla_tensors_text, xla._get_graph_hash,
+            lambda tensors: xla._xla_sync_multi(tensors, [], wait=True))

@@ -288,3 +288,29 @@ def test_at_most_limit_private_names():
     _, _, inside = _offenders()
     assert len(inside) <= LIMIT, (f"{len(inside)} distinct private torch names in {COMPAT} "
                                   f"(at most {LIMIT}):\n" + "\n".join(f"  {n}" for n in inside))
+
+
+def _torch_xla_private_uses(source: str) -> list:
+    """``(line, chain)`` of each attribute chain rooted at an ``import torch_xla...`` name
+    with a private component (torch-xla's ``_XLAC`` and the like)."""
+    tree = ast.parse(source)
+    roots = {(a.asname or a.name.split(".")[0]) for n in ast.walk(tree)
+             if isinstance(n, ast.Import) for a in n.names if a.name.split(".")[0] == "torch_xla"}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            root, attrs = _chain(node)
+            if isinstance(root, ast.Name) and root.id in roots and any(map(_private, attrs)):
+                found.append((node.lineno, ".".join([root.id, *attrs])))
+    return found
+
+
+def test_private_torch_xla_names_only_in_compat_module():
+    # torch-xla's private names (its graph runtime) live in the compat module too; they
+    # are torch-xla's, not torch's, so LIMIT does not count them
+    outside = [f"{p.relative_to(PACKAGE)}:{line}: {name}"
+               for p in sorted(PACKAGE.rglob("*.py")) if p.name != COMPAT
+               for line, name in _torch_xla_private_uses(p.read_text())]
+    assert not outside, "private torch-xla names outside the compat module:\n" + "\n".join(outside)
+    inside = _torch_xla_private_uses((PACKAGE / COMPAT).read_text())
+    assert inside and all("_XLAC" in name for _, name in inside)

@@ -23,6 +23,7 @@ import torch
 from .._engine import EngineBase
 from .._errors import AxisResourceError
 from .._tensor import NamedTensor, data_and_names
+from .._torch_private import xla_graph_runtime
 from ._devices import ensure_spmd, xla_device, xla_devices
 
 __all__ = ["ensure_spmd", "xla_device", "xla_devices", "XlaEngine", "xla_mesh"]
@@ -115,18 +116,16 @@ def run_graph(values: list, device: torch.device) -> None:
     ``_GRAPHS`` is never cleared (forgetting a hash would let a collision back in); it
     holds one 32-byte digest per distinct graph.
     """
-    import torch_xla
-
-    xla = torch_xla._XLAC
     tensors = [v for v in values if isinstance(v, torch.Tensor) and v.device.type == "xla"]
     if not tensors:
         return
-    ir = hashlib.sha256(xla._get_xla_tensors_text(tensors).encode()).digest()
+    ir_text, graph_hash, run = xla_graph_runtime()
+    ir = hashlib.sha256(ir_text(tensors).encode()).digest()
     salt = 0
     while True:
         extra = [torch.zeros(salt, device=device)] if salt else []
-        seen = _GRAPHS.setdefault(xla._get_graph_hash(tensors + extra), ir)
+        seen = _GRAPHS.setdefault(graph_hash(tensors + extra), ir)
         if seen == ir:
             break
         salt += 1
-    xla._xla_sync_multi(tensors + extra, [], wait=True)
+    run(tensors + extra)

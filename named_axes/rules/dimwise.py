@@ -134,14 +134,13 @@ def _softmax_over(name: str, func, x: _NT, dims, rest: list, kwargs: dict, where
     else:
         kwargs.pop(where[1], None)
     dtype = kwargs.pop("dtype", None)
-    kwargs.pop("_stacklevel", None)
-    for a in rest:   # torch.softmax(x, dim, dtype) / F.softmax(x, dim, _stacklevel, dtype)
+    if any(not k.startswith("_") for k in kwargs):   # (F.softmax's own private keyword
+        return NotImplemented                         # only steers its warning)
+    for a in rest:   # torch.softmax(x, dim, dtype) / F.softmax(x, dim, stacklevel, dtype)
         if isinstance(a, torch.dtype):
             dtype = a
         elif a is not None and not isinstance(a, int):
             return NotImplemented
-    if kwargs:
-        return NotImplemented
     x, (phys, _, _, _) = _dims_of(x, tuple(dims), func)
     data = x._data if dtype is None else x._data.to(dtype)
     data = data.unsqueeze(-1)
