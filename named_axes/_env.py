@@ -53,16 +53,12 @@ class Frame:
     conflicts: frozenset = frozenset()
 
 
-def xmap_frame(sizes: dict, conflicts: frozenset) -> Frame:
-    """``Frame(sizes, {}, None, "xmap", conflicts)`` without the frozen dataclass's slow
-    ``__init__`` (xmap builds one per call)."""
+def xmap_frame(sizes: dict) -> Frame:
+    """``Frame(sizes)`` without the frozen dataclass's slow ``__init__`` (xmap builds one
+    per call)."""
     frame = object.__new__(Frame)
-    d = frame.__dict__
-    d["sizes"] = sizes
-    d["resources"] = {}
-    d["engine"] = None
-    d["kind"] = "xmap"
-    d["conflicts"] = conflicts
+    frame.__dict__.update(sizes=sizes, resources={}, engine=None, kind="xmap",
+                          conflicts=frozenset())
     return frame
 
 

@@ -18,35 +18,21 @@ from typing import Any, Callable, Hashable, Mapping
 import torch
 
 from . import _env
-from ._errors import (AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape,
-                      fmt_names, size_clash_message)
-from ._layout import apply_insert, insert_named, to_named
+from ._errors import (AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError,
+                      fmt_named_shape, fmt_names)
+from ._layout import apply_insert, insert_named, insert_plan
 from ._parsing import check_name, is_mapping, match_prefix, parse_mapping, path_str
 from ._plancache import PlanCache
 from ._tensor import NamedTensor
-from ._xmap_call import _MAX_PLANS, _escapes, _out_plan, _Plan, _shared_resource
+from ._xmap_call import (_MAX_PLANS, _OutOps, _Plan, _as_torch, _flatten, _flatten_key, _is_array,
+                         _is_leaf, _unflatten)
 from ._xmap_graph import GraphCall
+from .parallel import resource_conflicts, run_partitioned
 from .transforms._jit import on_mesh_under_dynamo, run_jitted
-from ._xmap_tree import _as_torch, _flatten, _flatten_key, _is_array, _is_leaf, _unflatten
 
 __all__ = ["xmap"]
 
 _dynamo_tracing = torch.compiler.is_dynamo_compiling
-
-
-def _resource_conflicts(axis_resources: Mapping) -> frozenset:
-    """Pairs of axis names that share a mesh resource (they may never meet in one value)."""
-    owners: dict = {}
-    for name, res in axis_resources.items():
-        for r in (res if isinstance(res, tuple) else (res,)):
-            if isinstance(r, Hashable) and not hasattr(r, "chunks"):
-                owners.setdefault(r, []).append(name)
-    pairs = set()
-    for names in owners.values():
-        for i, a in enumerate(names):
-            for b in names[i + 1:]:
-                pairs.add(frozenset((a, b)))
-    return frozenset(pairs)
 
 
 class _Xmapped:
@@ -60,7 +46,6 @@ class _Xmapped:
         self.axis_resources = dict(axis_resources or {})
         self.donate_argnums = donate_argnums
         self.backend = backend
-        self.conflicts = _resource_conflicts(self.axis_resources)
         functools.update_wrapper(self, fun, updated=())
         self._spelling = (f"xmap({getattr(fun, '__name__', 'fun')}, in_axes={in_axes!r}, "
                           f"out_axes={out_axes!r}"
@@ -70,12 +55,12 @@ class _Xmapped:
         # a list of mappings is a container of them, matched like a tuple of arguments
         self._in_spec = (tuple(in_axes) if isinstance(in_axes, list) and not is_mapping(in_axes)
                          else in_axes)
-        # call plans by argument structure; partitioned / device-moving calls go slow
+        # call plans by argument structure; partitioned / device-moving calls plan each call
         self._plans = PlanCache(f"xmap {self._spelling[:40]}", maxsize=_MAX_PLANS)
         self._plannable = not self.axis_resources and backend is None
         # under torch.compile: one node of dynamo's graph where the body allows it
         self._graph = None if not self._plannable or torch.compiler.is_dynamo_compiling() else \
-            GraphCall(lambda a: self._call_slow(a, {}), fun)   # (an xmap made in dynamo's trace: none)
+            GraphCall(lambda a: self._call(a, {}), fun)   # (an xmap made in dynamo's trace: none)
 
     def __repr__(self) -> str:
         return f"<{self._spelling}>"
@@ -96,54 +81,29 @@ class _Xmapped:
                 return graph.call(*args)   # one node of dynamo's graph: see _xmap_graph
             if not kwargs and on_mesh_under_dynamo(self):   # torch.compile on a mesh:
                 return run_jitted(self, args)               # the call as nx.jit's program
-            return self._call_slow(args, kwargs)   # (no Python-object caches in a trace)
-        if kwargs or not self._plannable:
-            return self._call_slow(args, kwargs)
+            return self._call(args, kwargs)   # (no Python-object caches in a trace)
         leaves: list = []
         key: list = []
-        if not _flatten_key(args, leaves, key):
-            return self._call_slow(args, kwargs)
+        if kwargs or not self._plannable or not _flatten_key(args, leaves, key):
+            return self._call(args, kwargs)
         key = tuple(key)
         plan = self._plans.lookup(key)
         if plan is None:
-            return self._call_slow(args, kwargs, key)
+            return self._call(args, kwargs, key)
         sizes = plan.sizes(leaves)
-        if sizes is None:
-            return self._call_slow(args, kwargs)   # raises the exact error
+        if sizes is None:   # a check failed: the error, spelled
+            sizes = plan.sizes(leaves, f"{self._spelling}(<inputs>)")
         named = plan.enter(leaves)
-        _env.push(_env.xmap_frame(sizes, self.conflicts))
+        _env.push(_env.xmap_frame(sizes))
         try:
             out = self.fun(*(named if plan.flat else _unflatten(args, named)))
         finally:
             _env.pop()
         return self._exit(plan, out, sizes)
 
-    def _exit(self, plan: _Plan, out: Any, sizes: dict):
-        """Place the output's named axes per out_axes, by the cached output plan."""
-        if type(out) is NamedTensor:   # the common single output, keyed as _flatten_key does
-            data = out._data
-            ops = plan.outs.lookup(((out._names, data.dim()),))
-            if ops and not (ops[0][2] and _escapes(ops[0][2], plan.carried)):
-                return apply_insert(data, ops[0], sizes)
-        leaves: list = []
-        key: list = []
-        ops = False   # (False: not cacheable, None: not cached yet)
-        if _flatten_key(out, leaves, key):
-            key = tuple(key)
-            ops = plan.outs.lookup(key)
-        if ops and not (ops.kept and _escapes(ops.kept, plan.carried)):
-            results = [x if op is None else apply_insert(x, op, sizes)
-                       for x, op in zip(leaves, ops)]
-            return results[0] if _is_leaf(out) else _unflatten(out, results)
-        what = f"{self._spelling}(<inputs>)"
-        result = self._exit_slow(out, _flatten(out), sizes, what, plan.carried)
-        if ops is None:   # its output plan, now that the checks passed
-            plan.outs.store(key, _out_plan(self.out_axes, out, f"{what}: out_axes"))
-        return result
-
-    def _call_slow(self, args: tuple, kwargs: dict, key: tuple | None = None):
-        """The reference path: checks everything and spells errors; with ``key``, caches
-        the call plan of this argument structure once the inputs passed the checks."""
+    def _call(self, args: tuple, kwargs: dict, key: tuple | None = None):
+        """The call with every check: its plan is built (and with ``key``, cached for
+        this argument structure) before it runs."""
         if kwargs:
             raise AxisTypeError(f"{self._spelling}: keyword arguments are not supported; pass "
                                 f"them positionally (in_axes describes positional arguments)")
@@ -154,15 +114,14 @@ class _Xmapped:
             if not -len(args) <= i < len(args):
                 raise AxisSpecError(f"{what}: donate_argnums={self.donate_argnums!r} names "
                                     f"argument {i}, but the call has {len(args)} arguments")
-        pairs = self._conflicts_in_force() if self.axis_resources else _env.conflicts()
-        leaves, sizes, record = self._enter_slow(args, what, pairs)
-        # names the arguments carried in (not bound here): they may pass out again
-        carried = frozenset(n for rec in record if rec is not None for n in rec[1])
-        plan = None
+        pairs = _env.conflicts()
+        if self.axis_resources:   # with those between its axes and the enclosing xmaps'
+            pairs = pairs | resource_conflicts(self._resources_in_force())
+        plan, leaves = self._plan(args, what, pairs)
         if key is not None:
-            plan = _Plan(record, self.axis_sizes, all(_is_leaf(a) for a in args), carried)
             self._plans.store(key, plan)
-
+        sizes = plan.sizes(leaves, what)
+        named = plan.enter(leaves)
         out_tree: list = []
 
         def body(named_leaves, engine=None):
@@ -173,27 +132,18 @@ class _Xmapped:
             out_tree[:] = [out]
             return _flatten(out)
 
-        if self.axis_resources:
-            from .parallel import run_partitioned
-
-            out_leaves = run_partitioned(
-                body, leaves, axis_sizes=sizes, axis_resources=self.axis_resources,
-                backend=self.backend, donate_argnums=self.donate_argnums)
-        else:
-            out_leaves = body(leaves)
-        out = out_tree[0]
-        if plan is not None:
-            return self._exit(plan, out, sizes)
-        return self._exit_slow(out, out_leaves, sizes, what, carried, pairs)
-
-    def _conflicts_in_force(self) -> frozenset:
-        """The resource-conflict pairs inside this xmap: its own, the enclosing ones', and
-        those between its axes and the enclosing xmaps' axes (JAX checks nested xmaps
-        against the outer axis_resources too)."""
-        return _env.conflicts() | _resource_conflicts(self._resources_in_force())
+        if not self.axis_resources:
+            body(named)
+            return self._exit(plan, out_tree[0], sizes, pairs)
+        out_leaves = run_partitioned(
+            body, named, axis_sizes=sizes, axis_resources=self.axis_resources,
+            backend=self.backend, donate_argnums=self.donate_argnums)
+        return self._exit_checked(_unflatten(out_tree[0], out_leaves), sizes, what,
+                                  plan.carried, pairs)[0]
 
     def _resources_in_force(self) -> dict:
-        """The axis resources of the enclosing xmaps and this one (this one's win)."""
+        """The axis resources of the enclosing xmaps and this one (this one's win): JAX
+        checks nested xmaps against the outer axis_resources too."""
         merged: dict = {}
         for frame in _env.frames():
             merged.update(frame.resources)
@@ -210,16 +160,16 @@ class _Xmapped:
             if pair <= names:
                 a, b = sorted(pair, key=repr)
                 res = self._resources_in_force()
+                ra, rb = (r if isinstance(r, tuple) else (r,) for r in (res.get(a), res.get(b)))
+                shared = next((r for r in ra if r in rb), ra[0])
                 raise AxisResourceError(
                     f"{what}: axes {a!r} and {b!r} are both mapped to resource "
-                    f"{_shared_resource(res.get(a), res.get(b))!r} and would meet in one "
-                    f"value ({how}); map them to different mesh axes, or keep them in "
-                    f"different values")
+                    f"{shared!r} and would meet in one value ({how}); map them to different "
+                    f"mesh axes, or keep them in different values")
 
-    def _enter_slow(self, args: tuple, what: str, conflict_pairs: frozenset = frozenset()
-                    ) -> tuple:
-        """Name the inputs' axes: ``(leaves, sizes, record)``, with ``record[i]`` None for
-        a leaf passed as is, else ``(resolved, names before, physical ndim)``."""
+    def _plan(self, args: tuple, what: str, pairs: frozenset) -> tuple:
+        """The checked :class:`_Plan` of a call and its leaves (physical tensors, numpy
+        values as torch's, moved to ``backend``'s device)."""
         if type(self._in_spec) is tuple and not self._in_spec and args:
             # JAX: a top-level in_axes=() is the empty argument list, not a rank-0 mapping
             raise AxisSpecError(
@@ -228,118 +178,118 @@ class _Xmapped:
                 f"mapping for all ([] asserts rank 0, [...] names nothing)")
         # a single mapping at the top applies to the array arguments only
         top_mapping = is_mapping(self._in_spec)
-        pairs = match_prefix(self._in_spec, args, _is_leaf, what=what)
-        sizes: dict = {}
-        where: dict = {}
-        leaves = []
-        record = []
         device = _backend_device(self.backend)
-        outer = _env.bound_axes()
-        for path, leaf, mapping in pairs:
-            if not _is_array(leaf):
-                if mapping.entries and not top_mapping and leaf is not None:
-                    raise AxisTypeError(
-                        f"{what}: {path_str(path)} is {_article(type(leaf).__name__)}, which has "
-                        f"no axes, but in_axes names {fmt_names(mapping.names)} for it")
-                leaves.append(leaf)
-                record.append(None)
-                continue
-            x = _as_torch(leaf)
-            if device is not None:
-                x = x.to(device)
-            named, rec = self._name_input(x, path, mapping, what, outer, sizes, where,
-                                          conflict_pairs)
-            leaves.append(named)
+        leaves, record, paths, names = [], [], [], {}   # (names: a set in input order)
+        for path, leaf, mapping in match_prefix(self._in_spec, args, _is_leaf, what=what):
+            paths.append(path)
+            rec = None
+            if _is_array(leaf):
+                leaf = _as_torch(leaf) if device is None else _as_torch(leaf).to(device)
+                rec = self._name_input(leaf, path, mapping, what, pairs)
+                names.update((n, None) for _, n in rec[0])
+                leaf = leaf._data if isinstance(leaf, NamedTensor) else leaf
+            elif mapping.entries and not top_mapping and leaf is not None:
+                raise AxisTypeError(
+                    f"{what}: {path_str(path)} is {_article(type(leaf).__name__)}, which has "
+                    f"no axes, but in_axes names {fmt_names(mapping.names)} for it")
+            leaves.append(leaf)
             record.append(rec)
-        self._check_sizes(sizes, where, what)
-        return leaves, sizes, record
-
-    def _name_input(self, x: Any, path: tuple, mapping, what: str, outer, sizes: dict,
-                    where: dict, conflict_pairs: frozenset) -> tuple:
-        """One array argument named per its mapping: ``(NamedTensor, record)``.  The sizes
-        of the axes it defines go to ``sizes`` (their site to ``where``), checked against
-        those defined before."""
-        if isinstance(x, NamedTensor):
-            base, before, p = x._data, x._names, x.ndim
-        else:
-            base, before, p = x, (), x.dim()
-        resolved = mapping.resolve(p, what=f"{what}: {path_str(path)}")
-        for pos, name in resolved:
-            if name in before or name in outer:
-                raise AxisSpecError(f"{what}: axis {name!r} is already bound by an "
-                                    f"enclosing xmap/vmap; use a new name")
-            s = base.shape[len(before) + pos]
-            if name in sizes and sizes[name] != s:
-                raise AxisSizeError(f"{what}: " + size_clash_message(
-                    name, sizes[name], _where(where[name]), s, _where((path, pos))))
-            if name not in sizes:
-                sizes[name] = s
-                where[name] = (path, pos)
-        data, names = to_named(base, resolved, before)
-        if conflict_pairs:
-            self._check_conflicts(names, conflict_pairs, f"{what}: {path_str(path)}",
-                                  f"{path_str(path)} would carry both")
-        return NamedTensor._wrap(data, names), (resolved, before, base.dim())
-
-    def _check_sizes(self, sizes: dict, where: dict, what: str) -> None:
-        """Complete the inputs' axis ``sizes`` with ``axis_sizes``; every axis in_axes
-        names or axis_resources assigns must have a size by now."""
         for name, s in self.axis_sizes.items():
             check_name(name, where=f"{what}: axis_sizes")
             if not isinstance(s, int) or s < 0:
                 raise AxisSizeError(f"{what}: axis_sizes gives axis {name!r} size {s!r}; "
                                     f"sizes are non-negative ints")
-            if name in sizes and sizes[name] != s:
-                raise AxisSizeError(f"{what}: " + size_clash_message(
-                    name, s, "axis_sizes", sizes[name], _where(where[name])))
-            sizes.setdefault(name, s)
+        defined = {**names, **self.axis_sizes}
         for name in _spec_names(self._in_spec):
-            if name not in sizes:   # JAX: "Failed to infer size of axes"
+            if name not in defined:   # JAX: "Failed to infer size of axes"
                 raise AxisSizeError(
                     f"{what}: the size of axis {name!r} cannot be inferred: in_axes names it, "
                     f"but no argument carries it (an empty container in its place?); give it "
                     f"with axis_sizes={{{name!r}: n}}")
         for name in self.axis_resources:
-            if name not in sizes:
-                raise AxisResourceError(f"{what}: axis_resources assigns axis {name!r}, which "
-                                        f"no input and no axis_sizes entry defines "
-                                        f"(defined: {fmt_names(sizes)})")
+            if name not in defined:
+                raise AxisResourceError(
+                    f"{what}: axis_resources assigns axis {name!r}, which no input and no "
+                    f"axis_sizes entry defines (defined: {fmt_names(defined)})")
+        return _Plan(record, paths, self.axis_sizes, all(_is_leaf(a) for a in args)), leaves
 
-    def _exit_slow(self, out: Any, out_leaves: list, sizes: dict, what: str,
-                   carried: frozenset = frozenset(), conflict_pairs: frozenset = frozenset()):
-        out_pairs = match_prefix(self.out_axes, _unflatten(out, out_leaves), _is_leaf,
-                                 what=f"{what}: out_axes")
-        results = []
-        for path, leaf, mapping in out_pairs:
+    def _name_input(self, x: Any, path: tuple, mapping, what: str, pairs: frozenset) -> tuple:
+        """The record of one array argument: ``(resolved, names before, physical ndim)``."""
+        base, before = (x._data, x._names) if isinstance(x, NamedTensor) else (x, ())
+        resolved = mapping.resolve(x.ndim, what=f"{what}: {path_str(path)}")
+        for _, name in resolved:
+            if name in before:
+                raise AxisSpecError(f"{what}: axis {name!r} is already bound by an "
+                                    f"enclosing xmap/vmap; use a new name")
+        self._check_conflicts(before + tuple(n for _, n in resolved), pairs,
+                              f"{what}: {path_str(path)}", f"{path_str(path)} would carry both")
+        return resolved, before, base.dim()
+
+    def _exit(self, plan: _Plan, out: Any, sizes: dict, pairs: frozenset = frozenset()):
+        """Place the output's named axes per out_axes, by the cached output plan."""
+        if type(out) is NamedTensor:   # the common single output, keyed as _flatten_key does
+            data = out._data
+            ops = plan.outs.lookup(((out._names, data.dim()),))
+            if ops and not ops.escapes(plan.carried):
+                return apply_insert(data, ops[0], sizes)
+        leaves: list = []
+        key: list = []
+        ops = False   # (False: not cacheable, None: not cached yet)
+        if _flatten_key(out, leaves, key):
+            key = tuple(key)
+            ops = plan.outs.lookup(key)
+        if ops and not ops.escapes(plan.carried):
+            results = [x if op is None else apply_insert(x, op, sizes)
+                       for x, op in zip(leaves, ops)]
+            return results[0] if _is_leaf(out) else _unflatten(out, results)
+        result, new_ops = self._exit_checked(out, sizes, f"{self._spelling}(<inputs>)",
+                                             plan.carried, pairs)
+        if ops is None:   # its output plan, now that the checks passed
+            plan.outs.store(key, new_ops)
+        return result
+
+    def _exit_checked(self, out: Any, sizes: dict, what: str, carried: frozenset,
+                      pairs: frozenset) -> tuple:
+        """The output placed with every check, and its :class:`_OutOps` (False where a
+        Python number became a tensor: such an output is not cached)."""
+        results, ops = [], _OutOps()
+        for path, leaf, mapping in match_prefix(self.out_axes, out, _is_leaf,
+                                                what=f"{what}: out_axes"):
             label = path_str(path, "output")
             for n in mapping.names:
                 if n not in sizes:
                     raise AxisSpecError(
                         f"{what}: out_axes places axis {n!r}, which this xmap does not define "
                         f"(defined: {fmt_names(sizes)}); name it in in_axes or axis_sizes")
+            op = None
             if leaf is None or isinstance(leaf, str):
-                results.append(leaf)   # JAX: None is an empty subtree; strings pass
-                continue
-            if _is_array(leaf) or ((mapping.entries or mapping.rank)
-                                   and isinstance(leaf, (int, float, bool, complex))):
+                pass   # JAX: None is an empty subtree; strings pass
+            elif _is_array(leaf) or ((mapping.entries or mapping.rank)
+                                     and isinstance(leaf, (int, float, bool, complex))):
                 # numpy values (0-d stays 0-d); JAX broadcasts a number like an array
-                leaf = _as_torch(leaf) if _is_array(leaf) else torch.as_tensor(leaf)
+                if not isinstance(leaf, (torch.Tensor, NamedTensor)):
+                    ops = False
+                    leaf = _as_torch(leaf) if _is_array(leaf) else torch.as_tensor(leaf)
                 if isinstance(leaf, torch.Tensor):
                     leaf = NamedTensor._wrap(leaf, ())
                 self._check_escape(leaf, mapping, sizes, carried, f"{what}: {label}")
-                if conflict_pairs:
-                    self._check_conflicts(
-                        set(leaf._names) | set(mapping.names), conflict_pairs,
-                        f"{what}: {label}",
-                        f"it carries {fmt_names(leaf._names)} and out_axes {mapping.spelling} "
-                        f"places {fmt_names(mapping.names)}")
+                self._check_conflicts(
+                    set(leaf._names) | set(mapping.names), pairs, f"{what}: {label}",
+                    f"it carries {fmt_names(leaf._names)} and out_axes {mapping.spelling} "
+                    f"places {fmt_names(mapping.names)}")
+                names, p = leaf._names, leaf.ndim
                 leaf = insert_named(leaf, mapping, sizes=sizes, what=f"{what}: {label}",
                                     strict_names=sizes)
+                op = insert_plan(names, p, mapping, what=what)
             elif mapping.entries:
-                raise AxisTypeError(f"{what}: {label} is {_article(type(leaf).__name__)}, but out_axes "
-                                    f"places axes {fmt_names(mapping.names)} on it")
+                raise AxisTypeError(f"{what}: {label} is {_article(type(leaf).__name__)}, but "
+                                    f"out_axes places axes {fmt_names(mapping.names)} on it")
             results.append(leaf)
-        return _unflatten(out, results)
+            if ops is not False:
+                ops.append(op)
+        if ops is not False:
+            ops.kept = tuple({n: None for op in ops if op is not None for n in op[2]})
+        return _unflatten(out, results), ops
 
     @staticmethod
     def _check_escape(leaf: NamedTensor, mapping, sizes: dict, carried: frozenset,
@@ -358,12 +308,6 @@ class _Xmapped:
                 f"place and no enclosing xmap binds (it was created inside the function or "
                 f"closed over); make it positional before returning (nx.positional), reduce "
                 f"it, or give it a size in axis_sizes and place it in out_axes")
-
-
-def _where(site: tuple) -> str:
-    """Spell where an axis size came from (built only for an error message)."""
-    path, pos = site
-    return f"{path_str(path)}, dim {pos}"
 
 
 def _article(word: str) -> str:
