@@ -9,20 +9,9 @@ from __future__ import annotations
 
 from typing import Hashable, Iterable, Mapping
 
-__all__ = [
-    "NamedAxisError",
-    "AxisSizeError",
-    "ShapeError",
-    "AxisSpecError",
-    "AxisResourceError",
-    "AxisTypeError",
-    "UnboundAxisError",
-    "fmt_names",
-    "fmt_named_shape",
-    "unbound_message",
-    "size_clash_message",
-    "rank_failure_message",
-]
+__all__ = ["NamedAxisError", "AxisSizeError", "ShapeError", "AxisSpecError", "AxisResourceError",
+           "AxisTypeError", "UnboundAxisError", "fmt_names", "fmt_named_shape", "unbound_message",
+           "size_clash_message", "rank_failure_message"]
 
 
 class NamedAxisError(Exception):

@@ -122,13 +122,8 @@ def _is_name_like(x: Any) -> bool:
 
 
 def is_mapping(spec: Any) -> bool:
-    """Whether ``spec`` is one axis mapping (as opposed to a container of specs).
-
-    JAX's reading (``maps._is_axes_leaf``): a list/tuple whose elements are all
-    names, ``None`` or ``...``, a dict whose values are all names (or that is empty), a
-    string.  A list/tuple ending with ``...`` is a mapping too (``...`` is never a spec,
-    so a bad name in it is reported as such rather than as a bad container).
-    """
+    """Whether ``spec`` is one axis mapping, not a container of specs (JAX's
+    ``maps._is_axes_leaf``, read as the module docstring says)."""
     if spec is None or isinstance(spec, str):
         return True
     if isinstance(spec, (list, tuple)):
@@ -150,13 +145,7 @@ def is_mapping(spec: Any) -> bool:
     return False
 
 
-def _parse_hashable(kind: str, payload: tuple, spelling: str, rank: int | None = None
-                    ) -> AxisMapping:
-    # keyed by spelling too, which error messages quote ([...] and None parse alike)
-    return _PARSED.plan((kind, payload, spelling, rank), kind, payload, spelling, rank)
-
-
-def _parse_uncached(kind: str, payload: tuple, spelling: str, rank: int | None = None
+def _parse(kind: str, payload: tuple, spelling: str, rank: int | None = None
                     ) -> AxisMapping:
     where = f"axis mapping {spelling}"
     if kind == "dict":
@@ -177,7 +166,8 @@ def _parse_uncached(kind: str, payload: tuple, spelling: str, rank: int | None =
     return AxisMapping(entries, spelling, rank)
 
 
-_PARSED = PlanCache("axis mappings", _parse_uncached)
+# keyed by spelling too, which error messages quote ([...] and None parse alike)
+_PARSED = PlanCache("axis mappings", _parse)
 
 
 def parse_mapping(spec: Any) -> AxisMapping:
@@ -185,37 +175,29 @@ def parse_mapping(spec: Any) -> AxisMapping:
     if isinstance(spec, AxisMapping):
         return spec
     if spec is None:  # JAX users write None for an argument with nothing to name
-        return _parse_hashable("list", (), "None")
+        return _PARSED("list", (), "None", None)
     spelling = repr(spec)
-    try:
-        if isinstance(spec, str):
-            words = spec.split()
-            if words and words[-1] == "...":
-                words = words[:-1]
-            if "..." in words:
-                raise AxisSpecError(f"axis mapping {spelling}: '...' may only come last")
-            return _parse_hashable("list", tuple(words), spelling)
-        if isinstance(spec, dict) and is_mapping(spec):
-            return _parse_hashable("dict", tuple(sorted(spec.items(), key=_dict_order)),
-                                   spelling)
-        if isinstance(spec, (list, tuple)) and is_mapping(spec):
-            full = not spec or spec[-1] is not Ellipsis   # no ...: names every axis
-            body = tuple(spec) if full else tuple(spec[:-1])
-            if any(n is Ellipsis for n in body):
-                raise AxisSpecError(f"axis mapping {spelling}: ... may only come last")
-            return _parse_hashable("list", body, spelling, len(body) if full else None)
-    except TypeError:
-        # unhashable names reach the cache first: report them properly
-        for name in (spec.values() if isinstance(spec, dict) else list(spec)):
-            if name is not None and name is not Ellipsis:
-                check_name(name, where=f"axis mapping {spelling}")
-        raise
+    if isinstance(spec, str):
+        words = spec.split()
+        if words and words[-1] == "...":
+            words = words[:-1]
+        if "..." in words:
+            raise AxisSpecError(f"axis mapping {spelling}: '...' may only come last")
+        return _PARSED("list", tuple(words), spelling, None)
+    if isinstance(spec, dict) and is_mapping(spec):
+        return _PARSED("dict", tuple(sorted(spec.items(), key=_dict_order)), spelling, None)
+    if isinstance(spec, (list, tuple)) and is_mapping(spec):
+        full = not spec or spec[-1] is not Ellipsis   # no ...: names every axis
+        body = tuple(spec) if full else tuple(spec[:-1])
+        if any(n is Ellipsis for n in body):
+            raise AxisSpecError(f"axis mapping {spelling}: ... may only come last")
+        return _PARSED("list", body, spelling, len(body) if full else None)
     raise AxisSpecError(f"{spelling} is not an axis mapping (a dict {{pos: name}}, "
                         f"a list of names, optionally ending with ..., or a string 'a b ...')")
 
 
 def _dict_order(item: tuple) -> tuple:
-    # positions are ints; a bad key is reported by _parse_uncached, not by sorted()
+    # positions are ints; a bad key is reported by _parse, not by sorted()
     k = item[0]
     return (0, k, "") if isinstance(k, int) else (1, 0, repr(k))
 
@@ -232,14 +214,8 @@ def path_str(path: tuple, base: str = "argument") -> str:
     return s + "".join(f"[{p!r}]" for p in rest)
 
 
-def match_prefix(
-    spec: Any,
-    tree: Any,
-    is_leaf: Callable[[Any], bool],
-    *,
-    what: str,
-    path: tuple = (),
-) -> list:
+def match_prefix(spec: Any, tree: Any, is_leaf: Callable[[Any], bool], *, what: str,
+                 path: tuple = ()) -> list:
     """Pair every leaf of ``tree`` with the axis mapping that covers it.
 
     ``spec`` is a pytree prefix of ``tree`` whose leaves are axis mappings; a mapping
@@ -309,7 +285,11 @@ def _leaves(tree: Any, is_leaf: Callable[[Any], bool], path: tuple) -> list:
 # -- einsum specs ---------------------------------------------------------------------
 
 def _parse_einsum_spec(spec: str) -> tuple:
-    """``parse_einsum_spec``, uncached."""
+    """Split the einsum spec ``spec`` into ``(inputs, output, braced)``.
+
+    Each term is ``(positional letters, named tuple | None)``; ``output`` is None in
+    implicit mode (no ``->``).  ``braced`` says whether any term uses braces.
+    """
     s = spec.replace(" ", "")
     if s.count("->") > 1:
         raise AxisSpecError(f"einsum {spec!r}: more than one '->'")
@@ -328,16 +308,7 @@ def _parse_einsum_spec(spec: str) -> tuple:
     return inputs, output, braced
 
 
-_EINSUM_SPECS = PlanCache("einsum specs", _parse_einsum_spec, maxsize=512)
-
-
-def parse_einsum_spec(spec: str) -> tuple:
-    """Split the einsum spec ``spec`` into ``(inputs, output, braced)``.
-
-    Each term is ``(positional letters, named tuple | None)``; ``output`` is None in
-    implicit mode (no ``->``).  ``braced`` says whether any term uses braces.
-    """
-    return _EINSUM_SPECS(spec)
+parse_einsum_spec = PlanCache("einsum specs", _parse_einsum_spec, maxsize=512)
 
 
 def _split_einsum_terms(lhs: str) -> list:
