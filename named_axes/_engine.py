@@ -133,46 +133,33 @@ def broadcast_operands(args: tuple, kwargs: dict, named: type) -> tuple | None:
     ``engine.broadcast`` against the union of the operands' names (``named``: the
     NamedTensor class; the members of a list argument, as ``torch.cat``'s, too), or None
     where no engine runs those axes or nothing changed."""
-    names: list = []
-    ops: list = []   # (where: 'args'/'kwargs', key, index in a list or None, data, names)
-
-    def look(where, key, member, v):
-        if type(v) is named:
-            names.extend(n for n in v._names if n not in names)
-            if may_need_grad(v._data):
-                ops.append((where, key, member, v._data, v._names))
-        elif isinstance(v, torch.Tensor):
-            if may_need_grad(v):
-                ops.append((where, key, member, v, ()))
-        elif member is None and isinstance(v, (list, tuple)):
-            for k, w in enumerate(v):
-                look(where, key, k, w)
-
-    for i, v in enumerate(args):
-        look("args", i, None, v)
-    for k, v in kwargs.items():
-        look("kwargs", k, None, v)
-    if not ops or not names:
-        return None
-    engine = engine_for(names)
+    operands = [w for v in (*args, *kwargs.values())
+                for w in (v if isinstance(v, (list, tuple)) else (v,))]
+    names = tuple(dict.fromkeys(n for v in operands if type(v) is named for n in v._names))
+    engine = engine_for(names) if names else None
     if engine is None:
         return None
-    result = tuple(names)
-    box = {"args": list(args), "kwargs": dict(kwargs)}
-    changed = False
-    for where, key, member, data, own in ops:
-        new = engine.broadcast(data, own, result)
+    changed = []
+
+    def hand(v):
+        data, own = (v._data, v._names) if type(v) is named else (v, ())
+        if not isinstance(data, torch.Tensor) or not may_need_grad(data):
+            return v
+        new = engine.broadcast(data, own, names)
         if new is data:
-            continue
-        changed = True
-        value = named._wrap(new, own) if own else new
-        if member is None:
-            box[where][key] = value
-        else:
-            seq = list(box[where][key])
-            seq[member] = value
-            box[where][key] = type(box[where][key])(seq)
-    return (tuple(box["args"]), box["kwargs"]) if changed else None
+            return v
+        changed.append(v)
+        return named._wrap(new, own) if own else new
+
+    def each(v):   # a list argument's members (torch.cat's) too
+        if not isinstance(v, (list, tuple)):
+            return hand(v)
+        members = [hand(w) for w in v]
+        return v if all(m is w for m, w in zip(members, v)) else type(v)(members)
+
+    new_args = tuple(each(v) for v in args)
+    new_kwargs = {k: each(v) for k, v in kwargs.items()}
+    return (new_args, new_kwargs) if changed else None
 
 
 def split_over_ranks(name: Hashable) -> bool:
