@@ -37,8 +37,8 @@ class INNER:
     """The key itself (a class: dynamo compares classes by identity, not object())."""
 
 __all__ = ["Frame", "bind", "push", "pop", "bound_axes", "axis_size", "current_frame", "frames",
-           "conflicts", "within", "resources", "enter_resource", "exit_resource", "set_rank_agreement", "rank_agreement",
-           "set_auto_resources", "auto_resources"]
+           "conflicts", "within", "resources", "enter_resource", "exit_resource",
+           "set_rank_agreement", "rank_agreement", "set_auto_resources", "auto_resources"]
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ __all__ = ["modes_run_values", "building_graph", "shapes_only", "lowering_for_co
 # AOT autograd traces there goes to the user's backend, so it holds the positional code
 # a person would write, as dynamo's trace does (collectives as sums, not named ops)
 LOWERING = [0]
+_is_compiling = torch.compiler.is_dynamo_compiling
 
 
 def lowering_for_compile() -> bool:
@@ -32,14 +33,11 @@ def lowering_for_compile() -> bool:
     xmap that dynamo's graph holds as one call."""
     return _is_compiling() or LOWERING[0] > 0
 
-_dispatch_depth = dispatch_depth
-_is_compiling = torch.compiler.is_dynamo_compiling
-
 
 def modes_run_values() -> bool:
     """Whether every active dispatch mode runs ops on real values (none, or modes marked
     ``runs_values``)."""
-    if not _dispatch_depth():
+    if not dispatch_depth():
         return True
     return all(getattr(m, "runs_values", False) or _observes(m) for m in dispatch_modes())
 
@@ -54,7 +52,7 @@ def _observes(mode) -> bool:
 def building_graph() -> bool:
     """Whether a graph is being built: dynamo runs, or a dispatch mode that does not run
     values (make_fx's tracer, ``FakeTensorMode``) is on the stack."""
-    return _is_compiling() or (_dispatch_depth() > 0 and not modes_run_values())
+    return _is_compiling() or (dispatch_depth() > 0 and not modes_run_values())
 
 
 def shapes_only() -> bool:

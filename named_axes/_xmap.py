@@ -27,7 +27,7 @@ from ._tensor import NamedTensor
 from ._xmap_call import (_MAX_PLANS, _OutOps, _Plan, _as_torch, _flatten, _flatten_key, _is_array,
                          _is_leaf, _unflatten)
 from ._xmap_graph import GraphCall
-from .parallel import resource_conflicts, run_partitioned
+from .parallel import backend_device, resource_conflicts, run_partitioned
 from .transforms._jit import on_mesh_under_dynamo, run_jitted
 
 __all__ = ["xmap"]
@@ -315,18 +315,10 @@ def _article(word: str) -> str:
 
 
 def _backend_device(backend):
-    if backend is None:
-        return None
-    b = str(backend).lower()
-    if b == "cpu":
-        return torch.device("cpu")
-    if b in ("cuda", "gpu"):
-        return torch.device("cuda")
-    if b in ("xla", "tpu"):
-        from .parallel import backend_device
-
-        return backend_device(b)
-    raise AxisSpecError(f"backend={backend!r}: expected 'cpu', 'cuda'/'gpu' or 'xla'/'tpu'")
+    """The device ``backend=`` runs on (None: the arguments' own)."""
+    if backend is not None and str(backend).lower() not in ("cpu", "cuda", "gpu", "xla", "tpu"):
+        raise AxisSpecError(f"backend={backend!r}: expected 'cpu', 'cuda'/'gpu' or 'xla'/'tpu'")
+    return backend_device(backend)
 
 
 def xmap(fun: Callable, in_axes: Any, out_axes: Any, *, axis_sizes: Mapping | None = None,

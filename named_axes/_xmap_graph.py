@@ -1,18 +1,11 @@
 """How ``torch.compile`` sees an xmap: one call in dynamo's graph, where that is safe.
 
-Dynamo traces Python.  Traced through xmap and the dispatcher, it installs a guard on
-every library function and global the call reads, each checked on every call of the
-compiled program.  Instead, an xmap whose body reads nothing from outside its arguments
-but modules, functions and constants (:func:`outside_reads`) goes into dynamo's graph as
-one call (``torch.compiler.allow_in_graph``), which AOT autograd then traces at the
-dispatcher level, as ``nx.jit`` does: inductor compiles the same aten program, and
-dynamo guards only the arguments and the outside values the body reads
-(:class:`GraphCall` compares them, in code dynamo traces, with the values the body was
-checked with).
-
-A body that reads a tensor, a module or any other object from outside (a closed-over
-parameter: its gradient; a buffer updated in place: its values) is traced by dynamo,
-which tracks such reads itself.
+An xmap whose body reads nothing from outside its arguments but modules, functions and
+constants (:func:`outside_reads`) goes into dynamo's graph as one call
+(``torch.compiler.allow_in_graph``) instead of being traced through the library, whose
+every function and global read would be a guard; why and how: docs/architecture.md,
+"Under torch.compile".  Any other body (a closed-over tensor: its gradient; a buffer
+updated in place: its values) is traced by dynamo, which tracks such reads itself.
 
 >>> import math, torch
 >>> scale = 2.0
@@ -151,14 +144,11 @@ class _Walk:
 
 
 class GraphCall:
-    """An xmap's call as one node of dynamo's graph (see the module docstring).
-
-    ``run(args)`` runs the xmap as it would run without dynamo; :meth:`applies` (traced
-    by dynamo) says whether a call may take this route: dynamo loaded when the xmap was
-    made or first run (:meth:`register`), plain tensor arguments, no named program or
-    ``torch.func`` transform around it, and the outside values the body reads
-    unchanged since the check.
-    """
+    """An xmap's call as one node of dynamo's graph: ``run(args)`` runs the xmap as it
+    would run without dynamo; :meth:`applies` (traced by dynamo) says whether a call may
+    take this route: dynamo loaded (:meth:`register`), plain tensor arguments, no named
+    program or ``torch.func`` transform around it, the outside values the body reads
+    unchanged since the check."""
 
     def __init__(self, run: Callable, fun: Callable) -> None:
         reads = outside_reads(fun)
