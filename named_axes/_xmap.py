@@ -13,7 +13,7 @@ tensor([[ 30.,  80.],
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Hashable, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
