@@ -19,9 +19,10 @@ from typing import Any, Callable, Hashable, Sequence
 import torch
 
 from ._errors import AxisSizeError, AxisSpecError
+from ._parsing import match_prefix
 from ._tensor import NamedTensor
-from ._torch_private import tree_flatten
 from ._xmap import xmap
+from ._xmap_call import _is_leaf
 from .parallel._devices import devices as all_devices
 from .parallel._mesh import Mesh
 
@@ -54,27 +55,16 @@ def _spec(ax: Any, name: Hashable, what: str) -> Any:
     raise AxisSpecError(f"pmap: {what}={ax!r}: expected an int, None, or a tuple/list/dict of them")
 
 
-def _mapped_size(args: Any, in_axes: Any) -> int | None:
-    """The size of the first mapped dim (``in_axes`` a pytree prefix of ``args``: an int,
-    None, or tuples/lists/dicts of them), or None when no argument is mapped."""
-    if isinstance(in_axes, int) and not isinstance(in_axes, bool):
-        for a in tree_flatten(args)[0]:
-            if isinstance(a, (torch.Tensor, NamedTensor)):
-                if not -a.ndim <= in_axes < a.ndim:
-                    raise AxisSpecError(f"pmap: in_axes={in_axes} for an argument with "
-                                        f"{a.ndim} positional dims (shape {tuple(a.shape)})")
-                return a.shape[in_axes]
-        return None
-    if isinstance(in_axes, (tuple, list)) and isinstance(args, (tuple, list)):
-        pairs = zip(args, in_axes)
-    elif isinstance(in_axes, dict) and isinstance(args, dict):
-        pairs = ((args[k], ax) for k, ax in in_axes.items() if k in args)
-    else:
-        return None
-    for a, ax in pairs:
-        s = _mapped_size(a, ax)
-        if s is not None:
-            return s
+def _mapped_size(args: tuple, xin: Any, in_axes: Any) -> int | None:
+    """The size of the first mapped dim (``xin``: pmap's ``in_axes`` as xmap's), or None
+    when no argument is mapped."""
+    for _, a, mapping in match_prefix(xin, args, _is_leaf, what=f"pmap: in_axes={in_axes!r}"):
+        if mapping.entries and isinstance(a, (torch.Tensor, NamedTensor)):
+            pos = mapping.entries[0][0]
+            if not -a.ndim <= pos < a.ndim:
+                raise AxisSpecError(f"pmap: in_axes={in_axes} for an argument with "
+                                    f"{a.ndim} positional dims (shape {tuple(a.shape)})")
+            return a.shape[pos]
     return None
 
 
@@ -104,7 +94,7 @@ def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
     xout = _spec(out_axes, name, "out_axes")
 
     def mapped(*args):
-        size = _mapped_size(args, in_axes)
+        size = _mapped_size(args, xin, in_axes)
         if size is None and axis_size is None:
             raise AxisSpecError(f"pmap({getattr(fun, '__name__', 'fun')}, in_axes={in_axes!r}): "
                                 f"no argument is mapped; give axis_size=")
