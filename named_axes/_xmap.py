@@ -118,9 +118,9 @@ class _Xmapped:
         if self.axis_resources:   # with those between its axes and the enclosing xmaps'
             pairs = pairs | resource_conflicts(self._resources_in_force())
         plan, leaves = self._plan(args, what, pairs)
+        sizes = plan.sizes(leaves, what)
         if key is not None:
             self._plans.store(key, plan)
-        sizes = plan.sizes(leaves, what)
         named = plan.enter(leaves)
         out_tree: list = []
 
