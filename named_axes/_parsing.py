@@ -229,41 +229,32 @@ def match_prefix(spec: Any, tree: Any, is_leaf: Callable[[Any], bool], *, what: 
         if is_leaf(tree) or not isinstance(tree, (tuple, list)):
             raise AxisSpecError(
                 f"{what}: the spec at {path_str(path)} is a {type(spec).__name__} of "
-                f"{len(spec)} specs, but the value there is {_kind(tree)}"
-            )
-        if len(spec) != len(tree) and not path:
-            raise AxisSpecError(
-                f"{what}: the spec has {len(spec)} entries but the call has {len(tree)} "
-                f"arguments; give one axis mapping per argument, or a single mapping for all")
+                f"{len(spec)} specs, but the value there is {_kind(tree)}")
         if len(spec) != len(tree):
             raise AxisSpecError(
+                f"{what}: the spec has {len(spec)} entries but the call has {len(tree)} "
+                f"arguments; give one axis mapping per argument, or a single mapping for all"
+                if not path else
                 f"{what}: the spec at {path_str(path)} has {len(spec)} entries but the value "
                 f"there has {len(tree)}; give one axis mapping per element, or a single "
-                f"mapping for all of them"
-            )
-        out = []
-        for i, (s, t) in enumerate(zip(spec, tree)):
-            out += match_prefix(s, t, is_leaf, what=what, path=path + (i,))
-        return out
-    if isinstance(spec, dict):
+                f"mapping for all of them")
+        keys = range(len(tree))
+    elif isinstance(spec, dict):
         if not isinstance(tree, dict):
             raise AxisSpecError(
                 f"{what}: the spec at {path_str(path)} is a dict with keys "
-                f"{sorted(map(repr, spec))}, but the value there is {_kind(tree)}"
-            )
+                f"{sorted(map(repr, spec))}, but the value there is {_kind(tree)}")
         if set(spec) != set(tree):
             raise AxisSpecError(
                 f"{what}: the spec at {path_str(path)} has keys {sorted(map(repr, spec))} "
-                f"but the value has keys {sorted(map(repr, tree))}"
-            )
-        out = []
-        for k in tree:
-            out += match_prefix(spec[k], tree[k], is_leaf, what=what, path=path + (k,))
-        return out
-    raise AxisTypeError(   # a TypeError, as JAX's for in_axes=3.5
-        f"{what}: {spec!r} at {path_str(path)} is neither an axis mapping nor a container "
-        f"of them"
-    )
+                f"but the value has keys {sorted(map(repr, tree))}")
+        keys = tree
+    else:
+        raise AxisTypeError(   # a TypeError, as JAX's for in_axes=3.5
+            f"{what}: {spec!r} at {path_str(path)} is neither an axis mapping nor a container "
+            f"of them")
+    return [m for k in keys
+            for m in match_prefix(spec[k], tree[k], is_leaf, what=what, path=path + (k,))]
 
 
 def _kind(tree: Any) -> str:
