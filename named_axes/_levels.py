@@ -1,15 +1,11 @@
 """Which ``torch.func`` transforms are named_axes's own, and the refusal of the others.
 
-A ``torch.func.grad`` (or ``vjp``, ``jvp``, ``jacrev``...) opened *inside* a named
-program differentiates positionally: a named value it meets would get the sum of its
-instances' cotangents, not JAX's per-instance ones (docs/guide.md §4) -- a different
-answer without an error.  So inside a named program, named values may be built only
-under transforms the library opened itself (``nx.grad`` and the rest call torch's
-through :func:`owned`, which records their levels), under ``torch.func``'s ``vmap``
-(which means the same either way), or under a transform opened outside the program
-(``torch.func.grad(xmap(f))`` differentiates a plain function of plain tensors).
-``nx.enable_torch_func()`` routes ``torch.func``'s transforms to ``nx``'s, so they
-become ours.
+A differentiating ``torch.func`` transform opened *inside* a named program would give a
+named value it meets the sum of its instances' cotangents, not JAX's per-instance ones
+(docs/guide.md §4): a different answer without an error.  So named values may be built
+only under transforms the library opened itself (``nx.grad`` and the rest call torch's
+through :func:`owned`, which records their levels), under ``torch.func``'s ``vmap``, or
+under a transform opened outside the program.
 
 >>> import torch, named_axes as nx
 >>> w = torch.ones(3)

@@ -1,21 +1,10 @@
 """Axis specs: reading ``in_axes`` / ``out_axes`` mappings, matching pytree prefixes, and
 reading einsum specs.
 
-Pure Python (no torch import).  A mapping names some positional axes of one array:
-
-- a dict ``{pos: name}`` (negative positions allowed); ``{}`` names nothing;
-- a list or tuple of names ending with ``...``: names the leading axes;
-- a list or tuple of names *without* ``...``: names every axis and asserts the rank
-  (``['i', 'j']`` is ``{0: 'i', 1: 'j'}`` on a rank-2 value, an error on any other);
-- ``None`` in a list skips a position (``[None, 'i']``: rank 2, ``i`` is dim 1);
-- a string ``'batch seq ...'``: names the leading axes, space separated (a trailing
-  ``...`` is optional);
-- ``None``: names nothing (like ``{}``).
-
-How a spec is read (as JAX reads it): a list/tuple whose elements are all names,
-``None`` or ``...`` is one mapping (so is any list/tuple ending with ``...``); a dict whose
-values are all names (or that is empty) is one mapping; a string is one mapping; any other
-list/tuple/dict is a *container* of specs (a pytree prefix).
+Pure Python (no torch import).  A mapping names some positional axes of one array; its
+forms (``{pos: name}``, ``['a', 'b', ...]``, ``['i', 'j']`` asserting the rank,
+``[None, 'i']``, ``'a b ...'``, ``None``) and how a spec is told from a container of
+specs (as JAX reads it) are in docs/guide.md §2.
 
 >>> parse_mapping(['batch', 'seq', ...]).entries
 ((0, 'batch'), (1, 'seq'))
@@ -123,7 +112,7 @@ def _is_name_like(x: Any) -> bool:
 
 def is_mapping(spec: Any) -> bool:
     """Whether ``spec`` is one axis mapping, not a container of specs (JAX's
-    ``maps._is_axes_leaf``, read as the module docstring says)."""
+    ``maps._is_axes_leaf``, read as docs/guide.md §2 says)."""
     if spec is None or isinstance(spec, str):
         return True
     if isinstance(spec, (list, tuple)):
@@ -171,7 +160,7 @@ _PARSED = PlanCache("axis mappings", _parse)
 
 
 def parse_mapping(spec: Any) -> AxisMapping:
-    """Parse one axis mapping (see the module docstring for the forms)."""
+    """Parse one axis mapping (its forms: docs/guide.md §2)."""
     if isinstance(spec, AxisMapping):
         return spec
     if spec is None:  # JAX users write None for an argument with nothing to name
