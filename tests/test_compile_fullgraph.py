@@ -164,18 +164,18 @@ def test_registered_ops_fake_and_real_strides_agree():
     collective, on permuted inputs (a non-leading named axis is aligned to the front)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from named_axes.lax import _ops
+    from named_axes.lax._opdefs import OPS
 
     base = _x(4, 6, 3)
     for perm in [(0, 1, 2), (1, 0, 2), (2, 1, 0), (1, 2, 0)]:
         x = base.permute(perm)
-        cases = [(_ops._psum, (x, [1])), (_ops._psum, (x, [])), (_ops._pmean, (x, [0, 2])),
-                 (_ops._pmax, (x, [1])), (_ops._pmin, (x, [0])),
-                 (_ops._all_gather, (x, 0, 1, False)), (_ops._all_gather, (x, 1, 0, True)),
-                 (_ops._ppermute, (x, 0, [0, 1], [1, 2])), (_ops._ppermute, (x, 1, [], [])),
-                 (_ops._pdot, (x, x, "abc,adc->bd"))]
+        cases = [(OPS["psum"], (x, [1])), (OPS["psum"], (x, [])), (OPS["pmean"], (x, [0, 2])),
+                 (OPS["pmax"], (x, [1])), (OPS["pmin"], (x, [0])),
+                 (OPS["all_gather"], (x, 0, 1, False)), (OPS["all_gather"], (x, 1, 0, True)),
+                 (OPS["ppermute"], (x, 0, [0, 1], [1, 2])), (OPS["ppermute"], (x, 1, [], [])),
+                 (OPS["pdot"], (x, x, "abc,adc->bd"))]
         if x.shape[1] % x.shape[0] == 0:
-            cases += [(_ops._psum_scatter, (x, 0, 1, True)), (_ops._all_to_all, (x, 0, 1, 2, True))]
+            cases += [(OPS["psum_scatter"], (x, 0, 1, True)), (OPS["all_to_all"], (x, 0, 1, 2, True))]
         for op, args in cases:
             real = op(*args)
             with FakeTensorMode(allow_non_fake_inputs=True) as mode:

@@ -1,17 +1,11 @@
-"""``nx.lax`` collectives with the signatures of ``jax.lax`` (docs/guide.md §3): the ones
-that move data between the indices of an axis (``all_gather``, ``psum_scatter``,
-``all_to_all``, ``ppermute``, ``pshuffle``) and ``axis_index``.
+"""The ``nx.lax`` collectives that move data between the indices of an axis
+(``all_gather``, ``psum_scatter``, ``all_to_all``, ``ppermute``, ``pshuffle``) and
+``axis_index`` (docs/guide.md §3).
 
-View every named axis as a ``pmap``'d axis: index ``j`` of axis ``'i'`` is "device"
-``j``, and a value that lacks ``'i'`` is replicated along it.  ``axis_name`` is one
-name or a tuple of names (a tuple acts as one axis, its index linearized row-major).
-
-Each collective first asks the engine of the frame that binds the axis
-(``_env.current_frame(name).engine``, an :class:`named_axes._engine.Engine`): if
-``engine.collective(op)`` gives an implementation, it computes the result
-(``impl(x, axis_names, **options)``).  Otherwise the collective runs locally as a
-registered op (:mod:`._ops`).  The reductions (``psum`` …) live in :mod:`._reductions`,
-what all collectives share in :mod:`._common`.
+Index ``j`` of axis ``'i'`` is "device" ``j``.  ``axis_name`` is one name or a tuple of
+names (a tuple acts as one axis, its index linearized row-major).  Each collective first
+asks the engine binding the axis for its own implementation (:func:`._common._engine_method`,
+called as ``impl(x, axis_names, **options)``), else runs as a registered op (:mod:`._ops`).
 
 >>> import torch, named_axes as nx
 >>> f = nx.xmap(lambda x: x - nx.lax.pmean(x, 'i'), in_axes=['i', ...], out_axes=['i', ...])
@@ -94,7 +88,8 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
         raise AxisSpecError(f"all_gather(tiled=True): the value has no positional axis to "
                             f"concatenate along (named_shape {fmt_named_shape(x.named_shape)})")
     a = _norm(axis, p if tiled else p + 1, op, "axis")
-    return _out(_ops.all_gather(data, 0, len(rest) + a, bool(tiled)), rest, all_gather)
+    out = _ops.collective("all_gather", data, 0, len(rest) + a, bool(tiled))
+    return _out(out, rest, all_gather)
 
 
 def _check_split(call: str, size: int, dim: int, sizes: list, names: tuple,
@@ -130,7 +125,7 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
     d = _norm(scatter_dimension, p, op, "scatter_dimension")
     _check_split(f"psum_scatter(x, {axis_name!r}, scatter_dimension={scatter_dimension}"
                  f"{', tiled=True' if tiled else ''})", x.shape[d], d, sizes, names, tiled)
-    out = _ops.psum_scatter(data, 0, 1 + len(rest) + d, bool(tiled))
+    out = _ops.collective("psum_scatter", data, 0, 1 + len(rest) + d, bool(tiled))
     return _unmerged(out, names, sizes, rest, psum_scatter)
 
 
@@ -159,7 +154,7 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
     _check_split(f"all_to_all(x, {axis_name!r}, split_axis={split_axis}, "
                  f"concat_axis={concat_axis})", x.shape[s], s, sizes, names, tiled)
     k = 1 + len(rest)
-    out = _ops.all_to_all(data, 0, k + s, k + c, bool(tiled))
+    out = _ops.collective("all_to_all", data, 0, k + s, k + c, bool(tiled))
     return _unmerged(out, names, sizes, rest, all_to_all)
 
 
@@ -188,7 +183,7 @@ def ppermute(x: Any, axis_name: Any, perm: Sequence) -> Any:
     if len(set(src)) != len(src) or len(set(dst)) != len(dst):
         raise AxisSpecError(f"ppermute(x, {axis_name!r}, perm={perm!r}): every index may "
                             f"send at most once and receive at most once")
-    out = _ops.ppermute(data, 0, src, dst)
+    out = _ops.collective("ppermute", data, 0, src, dst)
     return _unmerged(out, names, sizes, rest, ppermute)
 
 
@@ -258,7 +253,7 @@ def axis_index(axis_name: Any) -> NamedTensor:
     if method is not None:
         return method(names)
     sizes = tuple(axis_size(n, op="axis_index") for n in names)
-    data = _ops.axis_index(math.prod(sizes), _default_device())
+    data = _ops.collective("axis_index", math.prod(sizes), _default_device())
     if len(names) != 1:
         data = data.reshape(sizes)   # (no names: the index 0 in a group of one, as in JAX)
     return result(data, names, axis_index) if names else data

@@ -64,19 +64,20 @@ def _labelled(fn: Callable, name: Any, args: tuple, kwargs: dict) -> Any:
             meta["custom"] = before
 
 
-def _axis_names(axis_name: Any, op: str) -> tuple:
+def _axis_names(axis_name: Any, op: str, positional: bool = False) -> tuple:
     """``axis_name`` as a tuple of names (``()`` for an empty tuple: the collective over
-    no axis, a group of one, as in JAX).  Positional ints are refused here: only the
-    reductions take them (:func:`._reductions._split_axes`)."""
-    names = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
-    for n in names:
-        if _is_positional(n):
-            raise AxisSpecError(
-                f"{op}: axis_name {axis_name!r} contains the positional axis {n!r}; only "
-                f"psum, pmean, pmax and pmin take positional axes (as in JAX)")
+    no axis, a group of one, as in JAX).  Only the reductions take positional ints
+    (JAX's ``psum(x, ('i', 0))``): with ``positional``, ``(names, positional ints)``."""
+    items = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+    names = tuple(n for n in items if not _is_positional(n))
+    pos = tuple(n for n in items if _is_positional(n))
+    if pos and not positional:
+        raise AxisSpecError(
+            f"{op}: axis_name {axis_name!r} contains the positional axis {pos[0]!r}; only "
+            f"psum, pmean, pmax and pmin take positional axes (as in JAX)")
     if len(set(names)) != len(names):
         raise AxisSpecError(f"{op}: axis_name {axis_name!r} repeats a name")
-    return names
+    return (names, tuple(map(int, pos))) if positional else names
 
 
 def _is_positional(n: Any) -> bool:
@@ -90,8 +91,9 @@ def _no_groups(groups: Any, op: str) -> None:
 
 
 def _engine_method(op: str, names: tuple):
-    """The engine's own implementation of the collective ``op`` for these axes (the first
-    frame binding one of them whose engine has one), or None."""
+    """The engine's own implementation of the collective ``op`` for these axes
+    (``engine.collective(op)`` of the first frame binding one of them whose engine has
+    one, :class:`named_axes._engine.Engine`), or None."""
     if not _env_state.engine:   # no frame in scope has an engine (plain xmap)
         return None
     for n in names:

@@ -2,9 +2,8 @@
 
 Each op here comes with its fake kernel (shapes only, for make_fx / torch.compile) and
 its vmap rule (for torch.func.vmap).  Their gradients and the choice between the op
-and the plain torch code live in :mod:`._ops`, which wraps each one in an
-``autograd.Function``.  ``_impl`` helpers hold each op's plain torch meaning, so the
-eager path, the op and its fake kernel compute alike.
+and its plain torch function (which is also the fake kernel, so all compute alike) live
+in :mod:`._ops`.
 
 >>> import torch
 >>> from named_axes.lax._opdefs import _all_gather
@@ -20,12 +19,13 @@ from torch.library import custom_op
 
 from .._einsum2 import einsum2_eager
 
-__all__ = ["_psum", "_pmean", "_pmax", "_pmin", "_all_gather", "_psum_scatter", "_all_to_all",
-           "_ppermute", "_pdot", "_axis_index", "PLAIN_CODE"]
+__all__ = ["OPS", "PLAIN_CODE", "REDUCE_METHOD"]
 
 # Each op's name (``psum`` for ``named_axes::psum``) -> the plain torch function it was
-# made from: the compile backend inlines it, so inductor sees ordinary tensor code.
+# made from: the eager path runs it, and the compile backend inlines it, so inductor
+# sees ordinary tensor code.
 PLAIN_CODE: dict = {}
+OPS: dict = {}   # each op's name -> the registered op
 
 
 def _named_op(name: str, vmap_dims: int | None = None, fake=None, out_dim: int = 0):
@@ -36,7 +36,7 @@ def _named_op(name: str, vmap_dims: int | None = None, fake=None, out_dim: int =
     dim of its result at ``out_dim``."""
     def make(fn):
         PLAIN_CODE[name] = fn
-        op = custom_op(f"named_axes::{name}", mutates_args=())(fn)
+        op = OPS[name] = custom_op(f"named_axes::{name}", mutates_args=())(fn)
         op.register_fake(fn if fake is None else fake)
         if vmap_dims is not None:
             op.register_vmap(_batched_vmap(op, vmap_dims, out_dim))
@@ -62,85 +62,63 @@ def _batched_vmap(op, n_dim_args, out_dim=0):
 
 # -- reductions over named dims -------------------------------------------------------
 
-@_named_op("psum", 1)
-def _psum(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
-    return x.sum(dims) if dims else x.clone()
+# each reduction's name -> the tensor method it is
+REDUCE_METHOD = {"psum": "sum", "pmean": "mean", "pmax": "amax", "pmin": "amin"}
 
 
-@_named_op("pmean", 1)
-def _pmean(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
-    return x.mean(dims) if dims else x.clone()
+def _reduction(method: str):
+    def reduce(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
+        return getattr(x, method)(dims) if dims else x.clone()   # (x.sum([]) sums all)
+    return reduce
 
 
-@_named_op("pmax", 1)
-def _pmax(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
-    return x.amax(dims) if dims else x.clone()
-
-
-@_named_op("pmin", 1)
-def _pmin(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
-    return x.amin(dims) if dims else x.clone()
+for _name, _method in REDUCE_METHOD.items():
+    _named_op(_name, 1)(_reduction(_method))
 
 
 # -- all_gather: a named dim becomes a positional one ------------------------------------
 
-def _gather_impl(x, dim, axis, tiled):
-    y = x.movedim(dim, axis)
-    return y.flatten(axis, axis + 1) if tiled else y
-
-
 @_named_op("all_gather", 2)
 def _all_gather(x: torch.Tensor, dim: int, axis: int, tiled: bool) -> torch.Tensor:
-    return _gather_impl(x, dim, axis, tiled).clone()
+    y = x.movedim(dim, axis)
+    return (y.flatten(axis, axis + 1) if tiled else y).clone()
 
 
 # -- psum_scatter: sum a named dim, then split a positional dim into it -------------------
 
-def _scatter_impl(x, dim, scatter, tiled):
+# (its result leads with the scattered dim, so the batch dim follows it)
+@_named_op("psum_scatter", 2, out_dim=1)
+def _psum_scatter(x: torch.Tensor, dim: int, scatter: int, tiled: bool) -> torch.Tensor:
     n = x.shape[dim]
     y = x.sum(dim)
     s = scatter - 1 if scatter > dim else scatter
     if tiled:
         y = y.unflatten(s, (n, -1))
-    return y.movedim(s, 0)
-
-
-# (its result leads with the scattered dim, so the batch dim follows it)
-@_named_op("psum_scatter", 2, out_dim=1)
-def _psum_scatter(x: torch.Tensor, dim: int, scatter: int, tiled: bool) -> torch.Tensor:
-    return _scatter_impl(x, dim, scatter, tiled).contiguous().clone()
+    return y.movedim(s, 0).contiguous()
 
 
 # -- all_to_all: swap a named dim with (blocks of) a positional dim ------------------------
 
-def _a2a_impl(x, dim, split, concat, tiled):
-    if not tiled:
-        return x.transpose(dim, split).movedim(split, concat)
-    n = x.shape[dim]
-    y = x.unflatten(split, (n, -1)).transpose(dim, split)
-    return y.movedim(split, concat).flatten(concat, concat + 1)
-
-
 @_named_op("all_to_all", 3)
 def _all_to_all(x: torch.Tensor, dim: int, split: int, concat: int, tiled: bool) -> torch.Tensor:
-    return _a2a_impl(x, dim, split, concat, tiled).clone()
+    if not tiled:
+        return x.transpose(dim, split).movedim(split, concat).clone()
+    n = x.shape[dim]
+    y = x.unflatten(split, (n, -1)).transpose(dim, split)
+    return y.movedim(split, concat).flatten(concat, concat + 1).clone()
 
 
 # -- ppermute: move slices of a named dim --------------------------------------------------
 
-def _permute_impl(x, dim, src, dst):
+# (the fake is contiguous, as the real kernel's result: inductor checks strides)
+@_named_op("ppermute", 1, fake=lambda x, dim, src, dst: x.new_empty(x.shape))
+def _ppermute(x: torch.Tensor, dim: int, src: list[int], dst: list[int]) -> torch.Tensor:
     out = x.new_zeros(x.shape)   # contiguous, as index_copy's result and the fake kernel's
     if not src:
         return out
     s = torch.tensor(src, device=x.device)
     d = torch.tensor(dst, device=x.device)
     return out.index_copy(dim, d, x.index_select(dim, s))
-
-
-# (the fake is contiguous, as the real kernel's result: inductor checks strides)
-@_named_op("ppermute", 1, fake=lambda x, dim, src, dst: x.new_empty(x.shape))
-def _ppermute(x: torch.Tensor, dim: int, src: list[int], dst: list[int]) -> torch.Tensor:
-    return _permute_impl(x, dim, src, dst)
 
 
 # -- pdot: a two-operand einsum that contracts named dims ---------------------------------

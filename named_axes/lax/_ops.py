@@ -8,12 +8,12 @@ autograd.Functions with ``setup_context``.  So every collective is
 differentiable, appears by name in traced graphs (``named_axes.psum.default``), and a
 partitioning engine can replace it.
 
-Unless a graph is being built (:func:`_tracing`) each wrapper runs the plain torch op
-instead: autograd and torch.func derive its gradient and batching.
+Unless a graph is being built (:func:`_tracing`) :func:`collective` runs the op's plain
+torch function instead: autograd and torch.func derive its gradient and batching.
 
 >>> import torch
->>> from named_axes.lax._ops import reduce
->>> reduce(torch.ones(2, 3), [0], "psum")
+>>> from named_axes.lax._ops import collective
+>>> collective("psum", torch.ones(2, 3), [0])
 tensor([2., 2., 2.])
 """
 from __future__ import annotations
@@ -24,12 +24,9 @@ from torch.autograd.forward_ad import unpack_dual
 from .._einsum2 import einsum2_eager
 from .._modes import building_graph, lowering_for_compile
 from .._torch_private import functorch_transform_kinds, is_functorch_wrapped
-from ._opdefs import (_a2a_impl, _all_gather, _all_to_all, _axis_index, _gather_impl, _pdot,
-                      _permute_impl, _pmax, _pmean, _pmin, _ppermute, _psum, _psum_scatter,
-                      _scatter_impl)
+from ._opdefs import OPS, PLAIN_CODE
 
-__all__ = ["reduce", "all_gather", "psum_scatter", "all_to_all", "ppermute", "pdot",
-           "scale_grad", "axis_index", "forward_mode"]
+__all__ = ["collective", "scale_grad", "forward_mode"]
 
 _Fn = torch.autograd.Function
 
@@ -52,7 +49,22 @@ def _tracing() -> bool:
     return building_graph()
 
 
-# -- reductions over named dims -------------------------------------------------------
+def collective(name: str, *args):
+    """The collective ``named_axes::<name>`` on physical tensors (its arguments are the
+    op's, :mod:`._opdefs`): its plain torch function, or while a graph is being built the
+    registered op under its ``autograd.Function``."""
+    if not _tracing():
+        return PLAIN_CODE[name](*args)
+    if name == "axis_index":   # (no tensor to differentiate)
+        return OPS[name](*args)
+    return _apply(name, *args)
+
+
+def _apply(name: str, *args):
+    """The registered op ``name`` through its ``autograd.Function``."""
+    cls = _FUNCTION.get(name, _Linear)
+    return _fn(cls, *args).apply(name, *args)
+
 
 def _unreduce(g, dims, shape):
     for d in sorted(dims):
@@ -60,166 +72,93 @@ def _unreduce(g, dims, shape):
     return g.expand(shape)
 
 
+def _mean_transpose(g, shape, dims):
+    n = 1
+    for d in dims:
+        n *= shape[d]
+    return _unreduce(g, dims, shape) / n
+
+
+def _gather_transpose(g, shape, dim, axis, tiled):
+    if tiled:
+        g = g.unflatten(axis, (shape[dim], -1))
+    return g.movedim(axis, dim)
+
+
+def _scatter_transpose(g, shape, dim, scatter, tiled):
+    s = scatter - 1 if scatter > dim else scatter
+    g = g.movedim(0, s)
+    if tiled:
+        g = g.flatten(s, s + 1)
+    return g.unsqueeze(dim).expand(shape)
+
+
+# each linear collective's transpose: (gradient, input's shape, the op's other arguments)
+# -> the input's gradient.  That of an all_to_all is the all_to_all with split and concat
+# swapped, that of a ppermute the ppermute with source and destination swapped.
+_TRANSPOSE = {
+    "psum": lambda g, shape, dims: _unreduce(g, dims, shape),
+    "pmean": _mean_transpose,
+    "all_gather": _gather_transpose,
+    "psum_scatter": _scatter_transpose,
+    "all_to_all": lambda g, _, dim, split, concat, tiled: _apply(
+        "all_to_all", g, dim, concat, split, tiled),
+    "ppermute": lambda g, _, dim, src, dst: _apply("ppermute", g, dim, dst, src),
+}
+
+
 class _Linear(_Fn):
-    """A collective linear in its tensor ``x``: ``ctx.args`` keeps the other arguments,
-    and forward mode maps the tangent by the same op (see ``_WITH_JVP``)."""
+    """A collective linear in its tensor ``x``, named by its first argument: the backward
+    is its transpose (``_TRANSPOSE``), forward mode maps the tangent by the same op (see
+    ``_WITH_JVP``)."""
     generate_vmap_rule = True
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.shape, ctx.args = inputs[0].shape, inputs[1:]
+    def forward(name, x, *args):
+        return OPS[name](x, *args)
 
-
-class _PSum(_Linear):
     @staticmethod
-    def forward(x, dims, mean):
-        return (_pmean if mean else _psum)(x, dims)
+    def setup_context(ctx, inputs, output):
+        ctx.name, ctx.shape, ctx.args = inputs[0], inputs[1].shape, inputs[2:]
 
     @staticmethod
     def backward(ctx, g):
-        dims, mean = ctx.args
-        g = _unreduce(g, dims, ctx.shape)
-        if mean:
-            n = 1
-            for d in dims:
-                n *= ctx.shape[d]
-            g = g / n
-        return g, None, None
+        grad = _TRANSPOSE[ctx.name](g, ctx.shape, *ctx.args)
+        return (None, grad) + (None,) * len(ctx.args)
+
+    @staticmethod
+    def _jvp_rule(ctx, _name, t, *_):
+        return _apply(ctx.name, t, *ctx.args)
 
 
 class _PExtreme(_Fn):
+    """``pmax`` / ``pmin``: the gradient shared evenly among the entries that attain the
+    extreme, as amax's."""
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(x, dims, is_max):
-        return (_pmax if is_max else _pmin)(x, dims)
+    def forward(name, x, dims):
+        return OPS[name](x, dims)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, dims, _ = inputs
-        ctx.dims = dims
+        _, x, ctx.dims = inputs
         ctx.save_for_backward(x, output)
         ctx.save_for_forward(x, output)
 
     @staticmethod
     def backward(ctx, g):
-        # like amax's gradient: shared evenly among the entries that attain the extreme
         x, out = ctx.saved_tensors
         hit = (x == _unreduce(out, ctx.dims, x.shape)).to(g.dtype)
         count = hit.sum(ctx.dims, keepdim=True)
-        return _unreduce(g, ctx.dims, x.shape) * hit / count, None, None
+        return None, _unreduce(g, ctx.dims, x.shape) * hit / count, None
 
     @staticmethod
-    def _jvp_rule(ctx, t, _dims, _is_max):   # the mean tangent of the entries attaining it
+    def _jvp_rule(ctx, _name, t, _dims):   # the mean tangent of the entries attaining it
         x, out = ctx.saved_tensors
         hit = (x == _unreduce(out, ctx.dims, x.shape)).to(t.dtype)
         return (t * hit).sum(ctx.dims) / hit.sum(ctx.dims)
 
-
-# kind -> (the plain torch reduction run eagerly, the Function traced, its flag: the
-# mean for _PSum, the max for _PExtreme)
-_REDUCTIONS = {"psum": ("sum", _PSum, False), "pmean": ("mean", _PSum, True),
-               "pmax": ("amax", _PExtreme, True), "pmin": ("amin", _PExtreme, False)}
-
-
-def reduce(x: torch.Tensor, dims: list, kind: str) -> torch.Tensor:
-    """``kind`` ('psum', 'pmean', 'pmax', 'pmin') over the physical dims ``dims`` (the
-    named axes being reduced); pmax's and pmin's gradient shared among ties, as amax's."""
-    plain, fn, flag = _REDUCTIONS[kind]
-    if dims and not _tracing():
-        return getattr(x, plain)(dims)
-    return _fn(fn, x).apply(x, list(dims), flag)
-
-
-# -- all_gather: a named dim becomes a positional one ------------------------------------
-
-class _AllGather(_Linear):
-    @staticmethod
-    def forward(x, dim, axis, tiled):
-        return _all_gather(x, dim, axis, tiled)
-
-    @staticmethod
-    def backward(ctx, g):
-        dim, axis, tiled = ctx.args
-        if tiled:
-            g = g.unflatten(axis, (ctx.shape[dim], -1))
-        return g.movedim(axis, dim), None, None, None
-
-
-def all_gather(x: torch.Tensor, dim: int, axis: int, tiled: bool) -> torch.Tensor:
-    """Move physical dim ``dim`` to ``axis`` of the result (``tiled``: merged into it)."""
-    if not _tracing():  # a copy, as the op's: the result never aliases x
-        return _gather_impl(x, dim, axis, tiled).clone()
-    return _fn(_AllGather, x).apply(x, dim, axis, tiled)
-
-
-# -- psum_scatter: sum a named dim, then split a positional dim into it -------------------
-
-class _PSumScatter(_Linear):
-    @staticmethod
-    def forward(x, dim, scatter, tiled):
-        return _psum_scatter(x, dim, scatter, tiled)
-
-    @staticmethod
-    def backward(ctx, g):
-        dim, scatter, tiled = ctx.args
-        s = scatter - 1 if scatter > dim else scatter
-        g = g.movedim(0, s)
-        if tiled:
-            g = g.flatten(s, s + 1)
-        return g.unsqueeze(dim).expand(ctx.shape), None, None, None
-
-
-def psum_scatter(x: torch.Tensor, dim: int, scatter: int, tiled: bool) -> torch.Tensor:
-    """Sum physical dim ``dim``; split physical dim ``scatter`` into a new leading dim."""
-    if not _tracing():
-        return _scatter_impl(x, dim, scatter, tiled).contiguous()
-    return _fn(_PSumScatter, x).apply(x, dim, scatter, tiled)
-
-
-# -- all_to_all: swap a named dim with (blocks of) a positional dim ------------------------
-
-class _AllToAll(_Linear):
-    @staticmethod
-    def forward(x, dim, split, concat, tiled):
-        return _all_to_all(x, dim, split, concat, tiled)
-
-    @staticmethod
-    def backward(ctx, g):
-        # the transpose of an all_to_all is the all_to_all with split and concat swapped
-        dim, split, concat, tiled = ctx.args
-        return _fn(_AllToAll, g).apply(g, dim, concat, split, tiled), None, None, None, None
-
-
-def all_to_all(x: torch.Tensor, dim: int, split: int, concat: int, tiled: bool) -> torch.Tensor:
-    """Named dim ``dim`` takes the (blocks of) positional dim ``split``; the old named
-    index becomes positional dim ``concat`` (``tiled``: concatenated into it)."""
-    if not _tracing():
-        return _a2a_impl(x, dim, split, concat, tiled).clone()
-    return _fn(_AllToAll, x).apply(x, dim, split, concat, tiled)
-
-
-# -- ppermute: move slices of a named dim --------------------------------------------------
-
-class _PPermute(_Linear):
-    @staticmethod
-    def forward(x, dim, src, dst):
-        return _ppermute(x, dim, src, dst)
-
-    @staticmethod
-    def backward(ctx, g):
-        dim, src, dst = ctx.args
-        return _fn(_PPermute, g).apply(g, dim, dst, src), None, None, None
-
-
-def ppermute(x: torch.Tensor, dim: int, src: list, dst: list) -> torch.Tensor:
-    """``out[dst[j]] = x[src[j]]`` along physical dim ``dim``; other slices are zero."""
-    if not _tracing():
-        return _permute_impl(x, dim, src, dst)
-    return _fn(_PPermute, x).apply(x, dim, list(src), list(dst))
-
-
-# -- pdot: a two-operand einsum that contracts named dims ---------------------------------
 
 def _einsum_grad(g, go, other, to, mine, shape):
     """d(einsum(mine, to -> go))/d(mine) applied to g; letters only in ``mine`` broadcast."""
@@ -231,15 +170,16 @@ def _einsum_grad(g, go, other, to, mine, shape):
 
 
 class _PDot(_Fn):
+    """``pdot``: a two-operand einsum (bilinear)."""
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(x, y, equation):
-        return _pdot(x, y, equation)
+    def forward(name, x, y, equation):
+        return OPS[name](x, y, equation)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        x, y, ctx.equation = inputs
+        _, x, y, ctx.equation = inputs
         ctx.save_for_backward(x, y)
         ctx.save_for_forward(x, y)
 
@@ -248,27 +188,24 @@ class _PDot(_Fn):
         x, y = ctx.saved_tensors
         lhs, out = ctx.equation.split("->")
         tx, ty = lhs.split(",")
-        gx = _einsum_grad(g, out, y, ty, tx, x.shape) if ctx.needs_input_grad[0] else None
-        gy = _einsum_grad(g, out, x, tx, ty, y.shape) if ctx.needs_input_grad[1] else None
-        return gx, gy, None
+        gx = _einsum_grad(g, out, y, ty, tx, x.shape) if ctx.needs_input_grad[1] else None
+        gy = _einsum_grad(g, out, x, tx, ty, y.shape) if ctx.needs_input_grad[2] else None
+        return None, gx, gy, None
 
     @staticmethod
-    def _jvp_rule(ctx, tx, ty, _equation):   # bilinear
+    def _jvp_rule(ctx, _name, tx, ty, _equation):
         x, y = ctx.saved_tensors
         out = None
         if tx is not None:
-            out = _fn(_PDot, tx, y).apply(tx, y, ctx.equation)
+            out = _apply("pdot", tx, y, ctx.equation)
         if ty is not None:
-            t = _fn(_PDot, x, ty).apply(x, ty, ctx.equation)
+            t = _apply("pdot", x, ty, ctx.equation)
             out = t if out is None else out + t
         return out
 
 
-def pdot(x: torch.Tensor, y: torch.Tensor, equation: str) -> torch.Tensor:
-    """``torch.einsum(equation, x, y)`` as the named op ``named_axes::pdot``."""
-    if not _tracing():  # one mm / bmm where it can (see named_axes._einsum2)
-        return einsum2_eager(equation, x, y)
-    return _fn(_PDot, x, y).apply(x, y, equation)
+# the Function of each collective that is not _Linear
+_FUNCTION = {"pmax": _PExtreme, "pmin": _PExtreme, "pdot": _PDot}
 
 
 class _ScaleGrad(_Fn):
@@ -299,34 +236,13 @@ def scale_grad(x: torch.Tensor, scale: float) -> torch.Tensor:
     return _fn(_ScaleGrad, x).apply(x, scale)
 
 
-# -- axis_index -----------------------------------------------------------------------------
-
-def axis_index(n: int, device=None) -> torch.Tensor:
-    """``arange(n)`` as the named op ``named_axes::axis_index``."""
-    device = torch.device("cpu") if device is None else torch.device(device)
-    if not _tracing():
-        return torch.arange(n, device=device)
-    return _axis_index(n, device)
-
-
 # -- forward mode -------------------------------------------------------------------------
-# Each function above has a forward-mode rule (``_jvp_rule``, or for a ``_Linear`` one the
-# op on the tangent), used through a subclass that defines ``jvp`` only while forward mode
-# is active (jvp / jacfwd / hessian being traced): dynamo traces an autograd.Function
-# that defines ``jvp`` differently, and wrongly.
+# Each Function above has a forward-mode rule (``_jvp_rule``), used through a subclass
+# that defines ``jvp`` only while forward mode is active (jvp / jacfwd / hessian being
+# traced): dynamo traces an autograd.Function that defines ``jvp`` differently, and wrongly.
 
-def _jvp_rule(cls):
-    if not issubclass(cls, _Linear):
-        return cls._jvp_rule
-
-    def jvp(ctx, t, *_):
-        return _fn(cls, t).apply(t, *ctx.args)
-    return jvp
-
-
-_WITH_JVP = {cls: type(cls.__name__ + "Jvp", (cls,), {"jvp": staticmethod(_jvp_rule(cls))})
-             for cls in (_PSum, _PExtreme, _AllGather, _PSumScatter, _AllToAll, _PPermute,
-                         _PDot, _ScaleGrad)}
+_WITH_JVP = {cls: type(cls.__name__ + "Jvp", (cls,), {"jvp": staticmethod(cls._jvp_rule)})
+             for cls in (_Linear, _PExtreme, _PDot, _ScaleGrad)}
 
 
 def _fn(cls, *operands):

@@ -44,13 +44,8 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
     >>> nx.lax.pdot(x, w, 'k').named_shape
     {'b': 2, 'h': 4}
     """
-    if type(x) is _NT and type(y) is _NT and type(axis_name) is str \
-            and not _env_state.engine and not torch.compiler.is_dynamo_compiling():
-        out = _pdot_cached(x, y, axis_name, pos_contract, pos_batch)
-        if out is not None:
-            return out
     op = "pdot"
-    names = _axis_names(axis_name, op)
+    names = (axis_name,) if type(axis_name) is str else _axis_names(axis_name, op)
     x, y = _as_named(x, op), _as_named(y, op)
     method = _engine_method(op, names)
     if method is not None:
@@ -58,9 +53,11 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
         if RECORDERS and isinstance(out, _NT) and _contracted_size(names) != 1:
             out = NamedTensor._wrap(_transposed_as_jax(out._data, names), out._names)
         return out
-    key = _plan_key(axis_name if type(axis_name) is str else names, x, y, pos_contract,
-                    pos_batch)
-    plan = _PDOT_PLANS.plan(key, x, y, names, pos_contract, pos_batch)   # raises on bad input
+    # (cached per layout; used while the sizes it checked still agree, else rebuilt,
+    # which raises the error)
+    key = (axis_name if type(axis_name) is str else names, x._names, y._names, x._data.dim(),
+           y._data.dim(), pos_contract, pos_batch)
+    plan = _PDOT_PLANS.plan(key, x, y, names, pos_contract, pos_batch)
     return _pdot_run(plan, x, y, names)
 
 
@@ -70,7 +67,7 @@ def _pdot_run(plan: tuple, x: NamedTensor, y: NamedTensor, names: tuple) -> Any:
     if _env_state.engine:   # the engine running the product's axes hands the operands
         every = x._names + tuple(n for n in y._names if n not in x._names)
         xd, yd = handed(xd, x._names, every), handed(yd, y._names, every)
-    data = _ops.pdot(xd, yd, eq)
+    data = _ops.collective("pdot", xd, yd, eq)
     factor = _size(missing, "pdot")
     if factor != 1:
         data = data * factor
@@ -94,22 +91,8 @@ def _contracted_size(names: tuple) -> int:
     return _size([n for n in names if n not in inner], "pdot")
 
 
-def _pdot_cached(x: NamedTensor, y: NamedTensor, name: str, pos_contract, pos_batch):
-    """``pdot`` over one axis name by a plan that this call's layout already checked, or
-    None (the general path builds and caches it, or raises)."""
-    plan = _PDOT_PLANS.lookup(_plan_key(name, x, y, pos_contract, pos_batch))
-    if plan is None or not _pdot_plan_holds(plan, x, y):
-        return None
-    return _pdot_run(plan, x, y, (name,))
-
-
-def _plan_key(names, x: NamedTensor, y: NamedTensor, pos_contract, pos_batch) -> tuple:
-    return names, x._names, y._names, x._data.dim(), y._data.dim(), pos_contract, pos_batch
-
-
 def _pdot_plan_holds(plan: tuple, x: NamedTensor, y: NamedTensor) -> bool:
-    """Whether the sizes checked when ``plan`` was built still agree (else rebuild: the
-    rebuild raises the error)."""
+    """Whether the sizes checked when ``plan`` was built still agree."""
     shapes = (x._data.shape, y._data.shape)
     for i, a, j, b in plan.same:
         if shapes[i][a] != shapes[j][b]:
@@ -131,9 +114,7 @@ class PdotPlan(NamedTuple):
 
 
 def _pdot_plan(x: NamedTensor, y: NamedTensor, names: tuple, pos_contract, pos_batch) -> tuple:
-    """Check ``pdot``'s arguments and build ``(equation, out names, equal-size pairs of
-    (operand, dim), bound-size checks (operand, dim, name), contracted names no operand
-    carries)``; operand 0 is ``x``, 1 is ``y``, dims are physical."""
+    """Check ``pdot``'s arguments and build its :class:`PdotPlan`."""
     op = "pdot"
     union_names([("x", x), ("y", y)], op=op)
     (cx, cy), (bx, by) = [tuple(map(tuple, pair)) for pair in (pos_contract, pos_batch)]
@@ -182,8 +163,5 @@ def _pdot_plan(x: NamedTensor, y: NamedTensor, names: tuple, pos_contract, pos_b
     return PdotPlan(eq, out_names, tuple(same), tuple(bound_checks), tuple(missing))
 
 
-# (axis_name as given when a str else the names, x names, y names, x physical ndim,
-# y physical ndim, pos_contract, pos_batch) -> _pdot_plan(...), used while the sizes it
-# checked still agree
 _PDOT_PLANS = PlanCache("pdot", _pdot_plan, maxsize=1024,
                         validate=lambda plan, x, y, *_: _pdot_plan_holds(plan, x, y))

@@ -20,45 +20,22 @@ from . import _ops
 from .._engine import engine_for
 from .._env import _state as _env_state
 from .._env import axis_size
-from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
+from .._errors import AxisSizeError, AxisSpecError
 from .._tensor import NamedTensor
 from .._torch_private import tree_map
-from ._common import _check_bound_size, _engine_method, _is_positional, _no_groups, _out, _shows_axes
+from ._opdefs import REDUCE_METHOD
+from ._common import (_as_named, _axis_names, _check_bound_size, _engine_method, _no_groups, _out,
+                      _shows_axes)
 
 __all__ = ["psum", "pmean", "pmax", "pmin"]
 
 _NT = NamedTensor
 
 
-def _split_axes(axis_name: Any, op: str) -> tuple:
-    """``(names, positional ints)`` of a reduction's ``axis_name`` (JAX's ``psum(x, ('i',
-    0))`` sums named ``i`` and positional dim 0)."""
-    items = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
-    names = tuple(n for n in items if not _is_positional(n))
-    pos = tuple(int(n) for n in items if _is_positional(n))
-    if len(set(names)) != len(names):
-        raise AxisSpecError(f"{op}: axis_name {axis_name!r} repeats a name")
-    return names, pos
-
-
-_POS_REDUCE = {"psum": torch.sum, "pmean": torch.mean, "pmax": torch.amax, "pmin": torch.amin}
-
-
-def _not_a_value(op: str, x: Any) -> AxisTypeError:
-    return AxisTypeError(f"{op}: expected a tensor, NamedTensor or number, got "
-                         f"{type(x).__name__}")
-
-
 def _reduce_positional(x: Any, pos: tuple, axis_name: Any, op: str) -> Any:
     """``x`` reduced over its positional dims ``pos`` (the ints of ``axis_name``)."""
-    if type(x) is _NT:
-        data, k, p = x._data, len(x._names), x.ndim
-    elif isinstance(x, torch.Tensor):
-        data, k, p = x, 0, x.dim()
-    elif isinstance(x, (bool, int, float, complex)):
-        data, k, p = torch.as_tensor(x), 0, 0
-    else:
-        raise _not_a_value(op, x)
+    v = _as_named(x, op)
+    data, k, p = v._data, len(v._names), v.ndim
     dims = []
     for d in pos:
         if not -p <= d < p:
@@ -70,16 +47,14 @@ def _reduce_positional(x: Any, pos: tuple, axis_name: Any, op: str) -> Any:
         raise AxisSpecError(f"{op}(x, {axis_name!r}): names one positional axis twice")
     if op == "pmean":
         data = _floating(data)
-    data = _POS_REDUCE[op](data, dims)
+    data = getattr(data, REDUCE_METHOD[op])(dims)
     return NamedTensor._wrap(data, x._names) if type(x) is _NT else data
 
 
 def _floating(x: Any) -> Any:
     """``x`` in a floating dtype (pmean of integers is a float mean, as in JAX)."""
     if type(x) is _NT:
-        d = x._data
-        return x if d.is_floating_point() or d.is_complex() else \
-            NamedTensor._wrap(d.to(torch.get_default_dtype()), x._names)
+        return NamedTensor._wrap(_floating(x._data), x._names)
     if isinstance(x, torch.Tensor):
         return x if x.is_floating_point() or x.is_complex() else x.to(torch.get_default_dtype())
     if isinstance(x, (bool, int)):
@@ -93,7 +68,7 @@ def _reduce(x: Any, axis_name: Any, op: str) -> Any:
         out = _reduce_one(x, axis_name, op)
         if out is not None:
             return out
-    names, pos = _split_axes(axis_name, op)
+    names, pos = _axis_names(axis_name, op, positional=True)
     if pos:
         x = _reduce_positional(x, pos, axis_name, op)
     if op == "pmean":
@@ -101,8 +76,8 @@ def _reduce(x: Any, axis_name: Any, op: str) -> Any:
     if type(x) is _NT and names:
         return _reduce_named(x, names, op)
     factor = _size(names, op)   # (1 for no names: JAX's psum(x, ()) is x)
-    if type(x) is not _NT and not isinstance(x, (torch.Tensor, bool, int, float, complex)):
-        raise _not_a_value(op, x)
+    if type(x) is not _NT:
+        _as_named(x, op)   # (refuses what is not a value)
     if names and isinstance(x, torch.Tensor) and _ops._tracing():
         return _replicated_in_graph(x, list(names), op)
     return x * factor if op == "psum" and factor != 1 else x
@@ -133,7 +108,7 @@ def _reduce_named(x: NamedTensor, names: tuple, op: str) -> Any:
         _check_bound_size(x, n, op)
     data = x._data
     if carried:
-        data = _ops.reduce(data, [x._names.index(n) for n in carried], op)
+        data = _ops.collective(op, data, [x._names.index(n) for n in carried])
     if missing and _ops._tracing():
         data = _replicated_in_graph(data, missing, op)
     elif op == "psum" and factor != 1:
@@ -146,7 +121,7 @@ def _replicated_in_graph(data: torch.Tensor, missing: list, op: str):
     as the named op on the broadcast value (``make_graph`` shows ``psum``, not ``mul``)."""
     sizes = tuple(axis_size(n, op=op) for n in missing)
     wide = data.reshape((1,) * len(sizes) + tuple(data.shape)).expand(sizes + tuple(data.shape))
-    return _ops.reduce(wide, list(range(len(sizes))), op)
+    return _ops.collective(op, wide, list(range(len(sizes))))
 
 
 def _reduce_one(x: NamedTensor, name: str, op: str) -> Any:
@@ -162,7 +137,7 @@ def _reduce_one(x: NamedTensor, name: str, op: str) -> Any:
         return None
     if op == "pmean":
         data = _floating(data)
-    data = _ops.reduce(data, [i], op)
+    data = _ops.collective(op, data, [i])
     return _out(data, names[:i] + names[i + 1:], _OPS[op])
 
 
@@ -172,16 +147,24 @@ def _reduce_tree(x: Any, axis_name: Any, op: str, groups: Any) -> Any:
     _no_groups(groups, op)
     if type(x) is _NT or isinstance(x, (torch.Tensor, int, float, complex)):
         return _reduce(x, axis_name, op)
-    engine = engine_for(_split_axes(axis_name, op)[0])
+    engine = engine_for(_axis_names(axis_name, op, positional=True)[0])
     if engine is None:
         return tree_map(lambda v: _reduce(v, axis_name, op), x)
     with engine.tree():   # an engine that replays (SerialLoop) reduces all leaves in one pass
         return tree_map(lambda v: _reduce(v, axis_name, op), x)
 
 
-@_shows_axes()
-def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
-    """Sum ``x`` (a pytree) over the named axes ``axis_name``, which leave its named shape.
+def _reduction(op: str, doc: str):
+    """The public reduction ``op`` (its docstring ``doc``) on a pytree."""
+    def reduction(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
+        return _reduce_tree(x, axis_name, op, axis_index_groups)
+    reduction.__name__ = reduction.__qualname__ = op
+    reduction.__doc__ = doc
+    return _shows_axes()(reduction)
+
+
+psum = _reduction("psum", """Sum ``x`` (a pytree) over the named axes ``axis_name``, which
+    leave its named shape.
 
     A value that lacks a name is replicated along it, so ``psum(1, 'i')`` is the size of ``i``.
 
@@ -191,42 +174,23 @@ def psum(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
     >>> import torch, named_axes as nx
     >>> nx.lax.psum(nx.named(torch.arange(4.), 'i ...'), 'i')
     tensor(6.)
-    """
-    return _reduce_tree(x, axis_name, "psum", axis_index_groups)
-
-
-@_shows_axes()
-def pmean(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
-    """Mean of ``x`` (a pytree) over the named axes ``axis_name``.
+    """)
+pmean = _reduction("pmean", """Mean of ``x`` (a pytree) over the named axes ``axis_name``.
 
     >>> import torch, named_axes as nx
     >>> nx.lax.pmean(nx.named(torch.arange(4.), 'i ...'), 'i')
     tensor(1.5000)
-    """
-    return _reduce_tree(x, axis_name, "pmean", axis_index_groups)
-
-
-@_shows_axes()
-def pmax(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
-    """Maximum of ``x`` (a pytree) over the named axes ``axis_name``.
+    """)
+pmax = _reduction("pmax", """Maximum of ``x`` (a pytree) over the named axes ``axis_name``.
 
     >>> import torch, named_axes as nx
     >>> nx.lax.pmax(nx.named(torch.tensor([1., 5., 2.]), 'i ...'), 'i')
     tensor(5.)
-    """
-    return _reduce_tree(x, axis_name, "pmax", axis_index_groups)
-
-
-@_shows_axes()
-def pmin(x: Any, axis_name: Any, *, axis_index_groups: Any = None) -> Any:
-    """Minimum of ``x`` (a pytree) over the named axes ``axis_name``.
+    """)
+pmin = _reduction("pmin", """Minimum of ``x`` (a pytree) over the named axes ``axis_name``.
 
     >>> import torch, named_axes as nx
     >>> nx.lax.pmin(nx.named(torch.tensor([1., 5., 2.]), 'i ...'), 'i')
     tensor(1.)
-    """
-    return _reduce_tree(x, axis_name, "pmin", axis_index_groups)
-
-
+    """)
 _OPS = {"psum": psum, "pmean": pmean, "pmax": pmax, "pmin": pmin}
-
