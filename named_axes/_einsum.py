@@ -1,16 +1,14 @@
 """``nx.einsum`` / ``torch.einsum`` with named axes in braces.
 
 One letter per positional axis, named axes in braces: ``'n{b,k},{k,m}->n{b,m}'``.
-Named axes listed in inputs but not in the output are contracted; an operand may
-list a name it lacks (it is replicated along it: broadcast).  A named axis an operand
-carries but its term does not list is vectorized over, as by every other op (a batch
-axis, kept in the output); a spec without braces treats every named axis that way.  Another
-operand's term may still list that name, as in JAX's ``xeinsum``: unless the output lists
-it too (one axis then, multiplied elementwise), the listing operand is summed over it
-first, ``einsum(',{i}->', a, b) == a * psum(b, 'i')`` for ``a`` carrying ``i`` unlisted
-(the ``axis_name`` of ``nx.vmap`` is such an axis).  The whole call is
-translated once into a positional ``torch.einsum`` on the physical tensors, each
-named axis getting a fresh letter, so it is as fast (and as traceable) as plain einsum.
+Named axes listed in inputs but not in the output are contracted; an operand may list a
+name it lacks (it is replicated along it).  A named axis an operand carries but its term
+does not list is a batch axis, kept in the output (without braces every named axis is).
+If another term lists it and the output does not, that operand is summed over it first,
+as in JAX's ``xeinsum`` (:class:`Prereduce`).  The call is translated once into a
+positional ``torch.einsum`` on the physical tensors, a fresh letter per named axis; where
+an engine computes a contracted axis in pieces, that einsum keeps the axis and sums it
+with ``psum`` (:func:`_run_split`).
 
 >>> import torch, named_axes as nx
 >>> x = nx.named(torch.ones(2, 3, 4), 'b k ...')      # positional (4,) = 'n'
@@ -21,39 +19,40 @@ named axis getting a fresh letter, so it is as fast (and as traceable) as plain 
 """
 from __future__ import annotations
 
+import collections
+import functools
 import string
 from typing import Any, NamedTuple
 
 import torch
 
+from ._dispatch import result
+from ._einsum2 import einsum2_eager
+from ._engine import NeedsWholeAxes, engine_for
 from ._registry import register
 from ._env import _state as _env_state
-from ._env import bound_axes
-from ._einsum_run import _run_plan, _run_split
+from ._env import bound_axes, current_frame
+from .lax import psum
+from ._modes import building_graph
 from ._errors import (AxisSizeError, AxisSpecError, AxisTypeError, UnboundAxisError,
                       fmt_named_shape, fmt_names)
-from ._parsing import parse_einsum_spec as parse_spec
+from ._parsing import parse_einsum_spec
 from ._plancache import PlanCache
 from ._tensor import NamedTensor
 from ._tape import taped
 
-__all__ = ["einsum", "parse_spec"]
+__all__ = ["einsum"]
 
 _NT = NamedTensor
-_LETTERS = string.ascii_letters
 
 
 @taped("bilinear")
 def einsum(spec: str, *operands: Any) -> Any:
-    """Einstein summation over positional letters and braced axis names.
+    """Einstein summation over positional letters and braced axis names (``spec`` as
+    ``'n{b,k},{k,m}->n{b,m}'``) of tensors or NamedTensors (or one list of them).
 
-    Args:
-        spec: e.g. ``'n{b,k},{k,m}->n{b,m}'``; without braces named axes are batch axes.
-        *operands: tensors or NamedTensors (or one list of them).
-
-    Returns:
-        A NamedTensor whose named axes are the output's braced names (or, without
-        braces, the union of the operands' names); a plain tensor if it has none.
+    The result carries the output's braced names and the batch axes (without braces,
+    the operands' names); it is a plain tensor if it has none.
 
     Raises:
         AxisSpecError: a malformed spec, an output letter no input has or a repeated one,
@@ -70,26 +69,27 @@ def einsum(spec: str, *operands: Any) -> Any:
     >>> nx.positional(nx.einsum(',{i}->', b, b), 'i ...')   # b carries i unlisted: b * psum(b, 'i')
     tensor([3., 6.])
     """
-    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
-        operands = tuple(operands[0])
+    operands = _listed(operands)
     if "{" not in spec and not any(type(o) is _NT for o in operands):
         try:
             return torch.einsum(spec, *operands)
         except RuntimeError as e:   # torch's complaint, as our error naming the spec
             raise AxisSpecError(f"einsum({spec!r}): {e}") from None
     out = _named_einsum(spec, operands)
-    if type(out) is _NT and not out._names:
-        return out._data
-    return out
+    return out._data if type(out) is _NT and not out._names else out
 
 
 def _einsum_rule(func, args, kwargs):
     if kwargs or not args or not isinstance(args[0], str):
         return NotImplemented
-    ops = args[1:]
-    if len(ops) == 1 and isinstance(ops[0], (list, tuple)):
-        ops = tuple(ops[0])
-    return _named_einsum(args[0], ops)
+    return _named_einsum(args[0], _listed(args[1:]))
+
+
+def _listed(operands: tuple) -> tuple:
+    """The operands, also when given as one list of them."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        return tuple(operands[0])
+    return operands
 
 
 def _named_einsum(spec: str, operands: tuple) -> Any:
@@ -104,6 +104,99 @@ def _named_einsum(spec: str, operands: tuple) -> Any:
         if out is not None:
             return out
     return _run_plan(plan, operands, bound)
+
+
+def _run_plan(plan: tuple, operands: tuple, bound: dict, out: Any = None) -> Any:
+    """Run ``plan`` (``out``: the einsum's result, when already computed)."""
+    eq, _, _, _, scaled, expand, perm, names, _ = plan
+    if out is None:
+        datas = [x._data if type(x) is _NT else x for x in operands]
+        if _env_state.engine:   # an engine may hand operands over, contract its values
+            every = names + tuple(n for n, _ in plan.contracted)   # the product's axes
+            engine = engine_for(every)
+            if engine is not None:
+                datas = _handed(engine, operands, every)
+        out = _einsum(eq, datas)
+    scale = 1
+    for n in scaled:
+        scale *= bound[n]
+    if scale != 1:
+        out = out * scale
+    if expand:
+        shape = tuple(out.shape)
+        out = out.reshape((1,) * len(expand) + shape).expand(
+            tuple(bound[n] for n in expand) + shape)
+    if perm is not None:
+        out = out.permute(perm + tuple(range(len(perm), out.dim())))
+    return result(out, names, torch.einsum)
+
+
+def _einsum(eq: str, datas: list) -> torch.Tensor:
+    """``torch.einsum``; two operands in eager mode as one ``mm`` / ``bmm`` between views
+    (:mod:`._einsum2`; while a graph is being built the einsum is kept as it is)."""
+    if len(datas) == 2 and not building_graph():
+        return einsum2_eager(eq, *datas)
+    return torch.einsum(eq, *datas)
+
+
+def _handed(engine, operands: tuple, every: tuple) -> list:
+    """The operands' tensors as ``engine`` hands them to a product over ``every``."""
+    return [engine.broadcast(x._data, x._names, every) if type(x) is _NT else
+            engine.broadcast(x, (), every) for x in operands]
+
+
+def _split_axes(names) -> tuple:
+    """The names among ``names`` that an engine in scope computes piece by piece (the
+    axes of a ``SerialLoop``: each chunk holds part of them)."""
+    out = []
+    for n in names:
+        frame = current_frame(n)
+        if frame is not None and frame.engine is not None and frame.engine.splits(n):
+            out.append(n)
+    return tuple(out)
+
+
+def _run_split(plan: tuple, operands: tuple, bound: dict) -> Any:
+    """``_run_plan`` when a contracted or broadcast named axis is split by an engine, else
+    None.  A contraction over such an axis keeps it in the einsum and sums it with
+    ``nx.lax.psum``, which the engine makes exact (a SerialLoop replays it across its
+    chunks, as it does for pdot); an output axis broadcast from nothing gets the size
+    this piece holds."""
+    eq, _, _, _, scaled, expand, perm, names, contracted = plan
+    loop = _split_axes([n for n, _ in contracted])
+    grow = _split_axes(expand)
+    if not loop and not grow:
+        return None
+    sizes = dict(bound)
+    for n in grow:
+        sizes[n] = current_frame(n).engine.local_size(n)
+    if not loop:
+        return _run_plan(plan, operands, sizes)
+    engine = current_frame(loop[0]).engine
+    try:
+        engine.check_contraction(tuple({n for x in operands if type(x) is _NT
+                                        for n in x._names}), loop)
+    except NeedsWholeAxes as e:   # summed on their whole (two axes split on one mesh dim)
+        return e.engine.whole(functools.partial(_einsum_on, plan, bound), tuple(operands),
+                              {}, e.names, run=lambda f, args, kwargs: f(*args))
+    every = names + tuple(n for n, _ in contracted)   # the product's axes
+    datas = _handed(engine, operands, every)
+    # a mesh's ranks each contract their part of the loop axes and the parts are summed
+    summed = engine.sum_pieces(lambda: _einsum(eq, datas), loop, operands)
+    if summed is not None:
+        return _run_plan(plan, operands, sizes, summed)
+    # else the einsum keeps the loop axes in front of its output [kept names..., positional]
+    lhs, out = eq.split("->")
+    lead = "".join(c for n, c in contracted if n in loop)
+    data = torch.einsum(f"{lhs}->{lead}{out}", *datas)
+    kept = tuple(n for n in names if n not in expand)
+    summed = psum(NamedTensor._wrap(data, loop + kept), loop)
+    return _run_plan(plan, operands, sizes, summed._data if type(summed) is _NT else summed)
+
+
+def _einsum_on(plan: tuple, bound: dict, *operands) -> Any:
+    out = _run_split(plan, operands, bound)
+    return _run_plan(plan, operands, bound) if out is None else out
 
 
 def _plan_key(spec: str, operands: tuple):
@@ -121,8 +214,8 @@ def _plan_key(spec: str, operands: tuple):
 def _plan_holds(plan: tuple, operands: tuple, bound: dict) -> bool:
     """Whether the checks ``plan`` was built with still pass for these sizes and this
     axis environment (if not, rebuilding raises the error)."""
-    env, named, letters = plan.env, plan.name_groups, plan.letter_groups
-    for n in env:
+    named, letters = plan.name_groups, plan.letter_groups
+    for n in plan.env:
         if n not in bound:
             return False
     if not named and not letters:
@@ -147,11 +240,10 @@ def _plan_holds(plan: tuple, operands: tuple, bound: dict) -> bool:
 
 
 class Prereduce(NamedTuple):
-    """A braced einsum in which one operand's term lists a named axis that another operand
-    carries unlisted (a batch axis there) and the output does not list.  As JAX's
-    ``xeinsum`` does, the listing operand is summed over that axis first (``psum``; scaled
-    by its size where the operand lacks it), then ``spec`` -- the spec without it in that
-    term -- runs, keeping the other operand's axis as a batch axis."""
+    """A braced einsum in which a term lists a named axis that another operand carries
+    unlisted, the output not listing it: ``einsum(',{i}->', a, b) == a * psum(b, 'i')``
+    for ``a`` carrying ``i`` (``nx.vmap``'s ``axis_name`` is such an axis).  The listing
+    operand is summed over it (scaled by its size where it lacks it), then ``spec`` runs."""
     spec: str             # the spec with the pre-summed names taken out of their terms
     reduce: tuple         # (operand, names it is summed over) per listing operand
     size_of: tuple        # (name, operand, physical dim): where each name's size is read
@@ -196,8 +288,6 @@ def _prereduce(inputs: tuple, output, operands: tuple, in_names: list, batch: di
 
 
 def _run_prereduce(pre: Prereduce, operands: tuple, bound: dict) -> Any:
-    from .lax import psum
-
     ops = list(operands)
     for i, names in pre.reduce:
         x = ops[i]
@@ -231,7 +321,7 @@ def _build_plan(spec: str, operands: tuple) -> tuple:
     Dims are physical; sizes of replicated names come from the axis environment at each
     call."""
     what = f"einsum({spec!r})"
-    inputs, output, braced = parse_spec(spec)
+    inputs, output, braced = parse_einsum_spec(spec)
     if len(inputs) != len(operands):
         raise AxisSpecError(f"{what}: the spec has {len(inputs)} operand terms but "
                             f"{len(operands)} operands were given")
@@ -293,7 +383,7 @@ def _read_operands(inputs: tuple, output, operands: tuple, braced: bool,
     used = {c for letters, _ in inputs for c in letters if c != "..."}
     if output is not None:
         used |= {c for c in output[0] if c != "..."}
-    fresh = iter(c for c in _LETTERS if c not in used)
+    fresh = iter(c for c in string.ascii_letters if c not in used)
     ops = _Operands([], [], {}, {}, {}, {}, {}, {})
     for i, ((letters, listed), x) in enumerate(zip(inputs, operands)):
         if type(x) is _NT:
@@ -362,10 +452,7 @@ def _named_dims(carried: tuple, shape, i: int, fresh, ops: _Operands, what: str)
 
 def _named_once(in_names: list) -> tuple:
     """Implicit mode's output names: those that appear in exactly one term."""
-    counts: dict = {}
-    for names in in_names:
-        for n in names:
-            counts[n] = counts.get(n, 0) + 1
+    counts = collections.Counter(n for names in in_names for n in names)
     return tuple(n for n in counts if counts[n] == 1)
 
 

@@ -1,5 +1,5 @@
 """Two-operand einsums as one ``mm`` / ``bmm`` between views: the lowering a person
-would write for ``x @ w`` (used by einsum, ``pdot`` and the DTensor local path).
+would write for ``x @ w`` (used by einsum and ``pdot``).
 
 >>> import torch
 >>> from named_axes._einsum2 import einsum2_eager
@@ -13,26 +13,17 @@ from typing import NamedTuple
 
 import torch
 
-from ._modes import building_graph
 from ._plancache import PlanCache
 
-__all__ = ["einsum2", "einsum2_eager"]
-
-
-def einsum2(eq: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """``torch.einsum(eq, x, y)``; in eager mode as one ``mm`` / ``bmm`` between views.
-
-    torch.einsum plans on every call and leaves several autograd nodes; one ``mm`` is
-    cheaper forward and backward.  While a graph is being built (dynamo, or a dispatch mode that does not run values) the einsum is kept as
-    it is.
-    """
-    if building_graph():
-        return torch.einsum(eq, x, y)
-    return einsum2_eager(eq, x, y)
+__all__ = ["einsum2_eager"]
 
 
 def einsum2_eager(eq: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """:func:`einsum2` for a caller that already knows no graph is being built."""
+    """``torch.einsum(eq, x, y)`` as one ``mm`` / ``bmm`` between views where it can.
+
+    torch.einsum plans on every call and leaves several autograd nodes; one ``mm`` is
+    cheaper forward and backward.  For eager code: a graph being built keeps the einsum.
+    """
     plan = _matmul_plan(eq)
     if plan is not None:
         dt = x.dtype
