@@ -68,15 +68,9 @@ def one_hot(labels: Any, num_classes: int, dim: Any = -1, *, axis: Any = None,
         data, names, p = labels, (), labels.dim()
     else:
         raise AxisTypeError(f"one_hot: labels must be a tensor, got {type(labels).__name__}")
-    if isinstance(dim, int) and not isinstance(dim, bool):
-        return _positional_classes(data, names, p, num_classes, dim, dtype)
-    return _named_classes(data, names, p, num_classes, dim, dtype)
-
-
-def _positional_classes(data: torch.Tensor, names: tuple, p: int, num_classes: int, dim: int,
-                        dtype: torch.dtype) -> Any:
-    """The classes axis as positional dim ``dim`` of the result."""
-    if not -(p + 1) <= dim <= p:
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        return _named_classes(data, names, p, num_classes, dim, dtype)
+    if not -(p + 1) <= dim <= p:   # the classes axis as positional dim ``dim``
         raise AxisSpecError(f"one_hot: dim={dim} is out of range for a result with "
                             f"{p + 1} positional dims")
     d = len(names) + (dim + p + 1 if dim < 0 else dim)

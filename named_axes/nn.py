@@ -1,6 +1,6 @@
 """``nx.nn``: the ``jax.nn`` conveniences, over positional dims or axis names.
 
-Thin names over the dispatcher: activations act elementwise; ``softmax``,
+Thin names over the dispatcher: activations (torch's own) act elementwise; ``softmax``,
 ``log_softmax``, ``logsumexp``, ``standardize`` and ``one_hot`` take ``axis`` as an
 int, an axis name, or a tuple mixing both.  Defaults follow ``jax.nn``
 (``gelu(approximate=True)``, ``axis=-1``).
@@ -9,6 +9,8 @@ int, an axis name, or a tuple mixing both.  Defaults follow ``jax.nn``
 >>> x = nx.named(torch.zeros(4, 2), {0: 'classes'})
 >>> nx.positional(nx.nn.softmax(x, axis='classes'), {0: 'classes'})[:, 0]
 tensor([0.2500, 0.2500, 0.2500, 0.2500])
+>>> nx.nn.relu(torch.tensor([-1., 2.]))
+tensor([0., 2.])
 """
 from __future__ import annotations
 
@@ -26,62 +28,21 @@ __all__ = ["relu", "relu6", "gelu", "silu", "swish", "sigmoid", "softplus", "log
            "standardize", "normalize", "one_hot", "functional_call"]
 
 
-def relu(x: Any) -> Any:
-    """max(x, 0), elementwise.
-
-    >>> import torch, named_axes as nx
-    >>> nx.nn.relu(torch.tensor([-1., 2.]))
-    tensor([0., 2.])
-    """
-    return torch.relu(x)
-
-
-def relu6(x: Any) -> Any:
-    """min(max(x, 0), 6), elementwise."""
-    return F.relu6(x)
-
-
-def gelu(x: Any, approximate: bool = True) -> Any:
-    """GELU; ``approximate=True`` (jax's default) is the tanh form."""
-    return F.gelu(x, approximate="tanh" if approximate else "none")
-
-
-def silu(x: Any) -> Any:
-    """x * sigmoid(x)."""
-    return F.silu(x)
-
-
+# the elementwise activations are torch's own, which the dispatcher runs on NamedTensors
+relu, sigmoid, tanh = torch.relu, torch.sigmoid, torch.tanh
+relu6, silu, softplus, log_sigmoid = F.relu6, F.silu, F.softplus, F.logsigmoid
+elu, leaky_relu = F.elu, F.leaky_relu
 swish = silu
 
 
-def sigmoid(x: Any) -> Any:
-    """1 / (1 + exp(-x))."""
-    return torch.sigmoid(x)
+def gelu(x: Any, approximate: bool = True) -> Any:
+    """GELU; ``approximate=True`` (jax's default) is the tanh form.
 
-
-def softplus(x: Any) -> Any:
-    """log(1 + exp(x))."""
-    return F.softplus(x)
-
-
-def log_sigmoid(x: Any) -> Any:
-    """log(sigmoid(x))."""
-    return F.logsigmoid(x)
-
-
-def elu(x: Any, alpha: float = 1.0) -> Any:
-    """ELU with scale ``alpha``."""
-    return F.elu(x, alpha)
-
-
-def leaky_relu(x: Any, negative_slope: float = 0.01) -> Any:
-    """x if x >= 0 else negative_slope * x."""
-    return F.leaky_relu(x, negative_slope)
-
-
-def tanh(x: Any) -> Any:
-    """Hyperbolic tangent."""
-    return torch.tanh(x)
+    >>> import torch, named_axes as nx
+    >>> nx.nn.gelu(torch.tensor([0.]))
+    tensor([0.])
+    """
+    return F.gelu(x, approximate="tanh" if approximate else "none")
 
 
 def _several(axis: Any) -> bool:
