@@ -92,18 +92,14 @@ def _layouts(values, key: list) -> None:
         elif type(v) is dict:
             key.append(tuple(v))
             _layouts(v.values(), key)
+        elif type(v) is _NT:
+            key.append((_NT, v._names, tuple(v._data.shape), v._data.dtype, v._data.device))
+        elif isinstance(v, torch.Tensor):
+            key.append((type(v), tuple(v.shape), v.dtype, v.device))
+        elif v is None or isinstance(v, (str, bool, int, float, complex)):
+            key.append(v)
         else:
-            key.append(_layout_of(v))
-
-
-def _layout_of(v: Any) -> Any:
-    if type(v) is _NT:
-        return (_NT, v._names, tuple(v._data.shape), v._data.dtype, v._data.device)
-    if isinstance(v, torch.Tensor):
-        return (type(v), tuple(v.shape), v.dtype, v.device)
-    if v is None or isinstance(v, (str, bool, int, float, complex)):
-        return v
-    return (type(v), id(v))
+            key.append((type(v), id(v)))
 
 
 def abstract(op: str, fn: Callable, *args: Any) -> Any:
