@@ -27,7 +27,7 @@ from .._errors import AxisSizeError, AxisSpecError, fmt_named_shape, fmt_names
 from .._layout import align, expand_to
 from .._tensor import NamedTensor
 from ._common import (_as_named, _axis_names, _check_bound_size, _engine_method, _no_groups,
-                      _norm, _out, _shows_axes)
+                      _norm, _shows_axes)
 
 __all__ = ["pshuffle", "ppermute", "all_gather", "all_to_all", "psum_scatter", "axis_index"]
 
@@ -89,7 +89,7 @@ def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: i
                             f"concatenate along (named_shape {fmt_named_shape(x.named_shape)})")
     a = _norm(axis, p if tiled else p + 1, op, "axis")
     out = _ops.collective("all_gather", data, 0, len(rest) + a, bool(tiled))
-    return _out(out, rest, all_gather)
+    return result(out, rest, all_gather)
 
 
 def _check_split(call: str, size: int, dim: int, sizes: list, names: tuple,

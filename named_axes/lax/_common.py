@@ -15,7 +15,6 @@ from typing import Any, Callable, Hashable
 import torch
 import torch.fx.traceback as fx_traceback
 
-from .._dispatch import result
 from .._env import _state as _env_state
 from .._env import bound_axes, current_frame
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
@@ -115,15 +114,6 @@ def _as_named(x: Any, op: str, what: str = "the argument") -> NamedTensor:
         return NamedTensor._wrap(torch.as_tensor(x), ())
     raise AxisTypeError(f"{op}: {what} must be a tensor, NamedTensor or number, got "
                         f"{type(x).__name__}")
-
-
-def _out(data: torch.Tensor, names: tuple, op) -> Any:
-    """A NamedTensor, or a plain tensor when no named axis is left."""
-    if not names:
-        return data
-    if type(data) is torch.Tensor and not _env_state.conflicts:
-        return NamedTensor._wrap(data, names)
-    return result(data, names, op)
 
 
 def _check_bound_size(x: NamedTensor, name: Hashable, op: str) -> None:

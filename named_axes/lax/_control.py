@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import torch
 
+from .._dispatch import result
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from .._engine import handed
 from .._layout import align, union_names
@@ -34,7 +35,6 @@ from .._tape import taped
 from .._torch_private import tree_flatten, tree_map, tree_unflatten
 from ._common import _as_named
 from ._reductions import pmax
-from ._slicing import _done
 from ._static_axes import (UNKNOWN, abstract, call_key, fixed_point, named_axes_of, settles,
                            union_axes, with_axes)
 
@@ -62,7 +62,8 @@ def select(pred: Any, on_true: Any, on_false: Any) -> Any:
     if t._data.dtype != f._data.dtype or p._data.dtype.is_floating_point:
         raise AxisTypeError(f"select: the cases need one dtype and pred a boolean one, got "
                             f"{t.dtype}, {f.dtype}, pred {p.dtype}; torch.where promotes")
-    return torch.where(_on(p, t._data.device) != 0, _done(t, select), _done(f, select))
+    return torch.where(_on(p, t._data.device) != 0, result(t._data, t._names, select),
+                       result(f._data, f._names, select))
 
 
 def _on(p: Any, device: torch.device) -> Any:
@@ -71,7 +72,7 @@ def _on(p: Any, device: torch.device) -> Any:
     p = _as_named(p, "select", "pred")
     if p._data.device != device:
         p = NamedTensor._wrap(p._data.to(device), p._names)
-    return _done(p, select)
+    return result(p._data, p._names, select)
 
 
 @taped("constant")
@@ -379,7 +380,7 @@ def _at(a: Any, i: Any) -> Any:
     x = _as_named(a, "scan", "xs")
     k, d = len(x._names), x._data
     d = d.new_zeros(d.shape[:k] + d.shape[k + 1:]) if i is None else d.select(k, i)
-    return _done(NamedTensor._wrap(d, x._names), scan)
+    return result(d, x._names, scan)
 
 
 def _stack(vals: list, empty: bool) -> Any:
@@ -392,7 +393,7 @@ def _stack(vals: list, empty: bool) -> Any:
     data = [align(handed(v._data, v._names, U), v._names, p, U, p) for v in nts]
     shape = torch.broadcast_shapes(*(d.shape for d in data))
     out = torch.stack([d.expand(shape) for d in data], len(U))
-    return _done(NamedTensor._wrap(out.narrow(len(U), 0, 0) if empty else out, U), scan)
+    return result(out.narrow(len(U), 0, 0) if empty else out, U, scan)
 
 
 def _length(flat: list, length: Any) -> int:

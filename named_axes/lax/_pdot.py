@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import torch
 
 from . import _ops
+from .._dispatch import result
 from .._engine import handed
 from .._env import INNER, axis_size, bound_axes
 from .._env import _state as _env_state
@@ -20,7 +21,7 @@ from .._errors import AxisSizeError, AxisSpecError
 from .._layout import union_names
 from .._plancache import PlanCache
 from .._tensor import RECORDERS, NamedTensor
-from ._common import (_as_named, _axis_names, _check_bound_size, _engine_method, _norm, _out,
+from ._common import (_as_named, _axis_names, _check_bound_size, _engine_method, _norm,
                       _shows_axes)
 from ._reductions import _size
 
@@ -73,7 +74,7 @@ def _pdot_run(plan: tuple, x: NamedTensor, y: NamedTensor, names: tuple) -> Any:
         data = data * factor
     if RECORDERS:
         data = _transposed_as_jax(data, names)
-    return _out(data, out_names, pdot)
+    return result(data, out_names, pdot)
 
 
 def _transposed_as_jax(data: torch.Tensor, names: tuple) -> torch.Tensor:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from . import _ops
+from .._dispatch import result
 from .._engine import engine_for
 from .._env import _state as _env_state
 from .._env import axis_size
@@ -24,7 +25,7 @@ from .._errors import AxisSizeError, AxisSpecError
 from .._tensor import NamedTensor
 from .._torch_private import tree_map
 from ._opdefs import REDUCE_METHOD
-from ._common import (_as_named, _axis_names, _check_bound_size, _engine_method, _no_groups, _out,
+from ._common import (_as_named, _axis_names, _check_bound_size, _engine_method, _no_groups,
                       _shows_axes)
 
 __all__ = ["psum", "pmean", "pmax", "pmin"]
@@ -113,7 +114,7 @@ def _reduce_named(x: NamedTensor, names: tuple, op: str) -> Any:
         data = _replicated_in_graph(data, missing, op)
     elif op == "psum" and factor != 1:
         data = data * factor
-    return _out(data, tuple(n for n in x._names if n not in carried), _OPS[op])
+    return result(data, tuple(n for n in x._names if n not in carried), _OPS[op])
 
 
 def _replicated_in_graph(data: torch.Tensor, missing: list, op: str):
@@ -138,7 +139,7 @@ def _reduce_one(x: NamedTensor, name: str, op: str) -> Any:
     if op == "pmean":
         data = _floating(data)
     data = _ops.collective(op, data, [i])
-    return _out(data, names[:i] + names[i + 1:], _OPS[op])
+    return result(data, names[:i] + names[i + 1:], _OPS[op])
 
 
 def _reduce_tree(x: Any, axis_name: Any, op: str, groups: Any) -> Any:

@@ -37,11 +37,6 @@ __all__ = ["dynamic_slice", "dynamic_slice_in_dim", "dynamic_index_in_dim",
 _NT = NamedTensor
 
 
-def _done(x: NamedTensor, op) -> Any:
-    """The result: a NamedTensor, or a plain tensor when no named axis is left."""
-    return result(x._data, x._names, op) if x._names else x._data
-
-
 def _index(s: Any, op: str, d: int) -> Any:
     """One start index: a Python int, or an integer 0-d NamedTensor (maybe without names)."""
     if isinstance(s, numbers.Integral) and not isinstance(s, bool):
@@ -122,7 +117,7 @@ def dynamic_slice(operand: Any, start_indices: Sequence, slice_sizes: Sequence[i
                 x = NamedTensor._wrap(data, x._names)
         else:
             x = _take(x, d, s, size)
-    return _done(x, dynamic_slice)
+    return result(x._data, x._names, dynamic_slice)
 
 
 def _in_dim(operand: Any, start: Any, axis: int, op: str) -> tuple:
@@ -191,8 +186,7 @@ def dynamic_update_slice(operand: Any, update: Any, start_indices: Sequence) -> 
         xd = align(x._data, x._names, p, U, p)
         lead = torch.broadcast_shapes(xd.shape[:len(U)], g.shape[:len(U)],
                                       *(align(s._data, s._names, 0, U, 0).shape for _, s in named))
-        return _done(NamedTensor._wrap(xd.expand(lead + xd.shape[len(U):]).clone(), U),
-                     dynamic_update_slice)
+        return result(xd.expand(lead + xd.shape[len(U):]).clone(), U, dynamic_update_slice)
     mask = torch.ones((), dtype=torch.bool, device=g.device)
     for d, s in enumerate(starts):          # g: the update placed at the start along dim d
         n, m = shape[d], u.shape[d]
@@ -204,8 +198,8 @@ def dynamic_update_slice(operand: Any, update: Any, start_indices: Sequence) -> 
             rel = torch.arange(n, device=g.device) - _clamp(s, U, n, m, g.device).unsqueeze(-1)
             g = torch.take_along_dim(g, _along(rel.clamp(0, m - 1), d, p), len(U) + d)
         mask = mask & _along((rel >= 0) & (rel < m), d, p)
-    return _done(NamedTensor._wrap(torch.where(mask, g, align(x._data, x._names, p, U, p)), U),
-                 dynamic_update_slice)
+    return result(torch.where(mask, g, align(x._data, x._names, p, U, p)), U,
+                  dynamic_update_slice)
 
 
 @taped("linear")
@@ -265,7 +259,7 @@ def squeeze(array: Any, dimensions: Sequence[int]) -> Any:
                             f"positional shape {tuple(x.shape)} and dimensions {tuple(dimensions)}")
     k = len(x._names)
     data = x._data.squeeze(tuple(k + d for d in dims)) if dims else x._data
-    return _done(NamedTensor._wrap(data, x._names), squeeze)
+    return result(data, x._names, squeeze)
 
 
 @taped("linear")
@@ -281,4 +275,4 @@ def expand_dims(array: Any, dimensions: Sequence[int]) -> Any:
     data, k = x._data, len(x._names)
     for d in sorted(dims):
         data = data.unsqueeze(k + d)
-    return _done(NamedTensor._wrap(data, x._names), expand_dims)
+    return result(data, x._names, expand_dims)
