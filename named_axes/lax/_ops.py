@@ -1,15 +1,10 @@
 """The collectives as differentiable functions on *physical* tensors.
 
-Each collective is a ``torch.library`` custom op (``named_axes::psum`` …, defined with
-its fake kernel and vmap rule in :mod:`._opdefs`) acting on physical dims, wrapped here
-in an ``autograd.Function`` whose backward is the collective's transpose.  The wrapper,
-not ``register_autograd``, carries the gradient because torch.func.grad accepts only
-autograd.Functions with ``setup_context``.  So every collective is
-differentiable, appears by name in traced graphs (``named_axes.psum.default``), and a
-partitioning engine can replace it.
-
-Unless a graph is being built (:func:`_tracing`) :func:`collective` runs the op's plain
-torch function instead: autograd and torch.func derive its gradient and batching.
+Each collective's custom op (:mod:`._opdefs`) is wrapped here in an ``autograd.Function``
+whose backward is the collective's transpose: the wrapper, not ``register_autograd``,
+carries the gradient because torch.func.grad accepts only autograd.Functions with
+``setup_context``.  Unless a graph is being built (:func:`_tracing`) :func:`collective`
+runs the op's plain torch function instead: autograd and torch.func derive the rest.
 
 >>> import torch
 >>> from named_axes.lax._ops import collective
@@ -34,15 +29,11 @@ _Fn = torch.autograd.Function
 def _tracing() -> bool:
     """Whether a graph is being built that must show the collective as a named op.
 
-    make_fx (and the tracing inside nx.jit / torch.export / AOT autograd) pushes a
-    dispatch mode.  Plain eager code, torch.func transforms and XLA tensors see none, and
-    there the plain op computes the same values.  Modes that run ops on real values
-    (``runs_values``: nx.jit's warm-up and identifying runs) build no graph.
-
-    Under ``torch.compile`` (dynamo's trace, or an xmap that its graph holds as one
-    call: :func:`named_axes._modes.lowering_for_compile`) the plain op is used as well:
-    dynamo then traces the positional program a person would write, which inductor
-    fuses better than an opaque custom op.  A mesh engine is asked before this point.
+    make_fx (nx.jit, torch.export, AOT autograd) pushes a dispatch mode that builds one
+    (:func:`named_axes._modes.building_graph`).  Under ``torch.compile``
+    (:func:`named_axes._modes.lowering_for_compile`) the plain op is used as well: dynamo
+    then traces the positional program a person would write, which inductor fuses better
+    than an opaque custom op.
     """
     if lowering_for_compile():
         return False

@@ -12,6 +12,7 @@ tensor(15.)
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -149,9 +150,8 @@ def _reduce_tree(x: Any, axis_name: Any, op: str, groups: Any) -> Any:
     if type(x) is _NT or isinstance(x, (torch.Tensor, int, float, complex)):
         return _reduce(x, axis_name, op)
     engine = engine_for(_axis_names(axis_name, op, positional=True)[0])
-    if engine is None:
-        return tree_map(lambda v: _reduce(v, axis_name, op), x)
-    with engine.tree():   # an engine that replays (SerialLoop) reduces all leaves in one pass
+    # (an engine that replays, a SerialLoop, reduces all leaves in one pass)
+    with engine.tree() if engine is not None else contextlib.nullcontext():
         return tree_map(lambda v: _reduce(v, axis_name, op), x)
 
 
