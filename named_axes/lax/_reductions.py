@@ -47,6 +47,9 @@ def _reduce_positional(x: Any, pos: tuple, axis_name: Any, op: str) -> Any:
         dims.append(k + d % p)
     if len(set(dims)) != len(dims):
         raise AxisSpecError(f"{op}(x, {axis_name!r}): names one positional axis twice")
+    if op in ("pmax", "pmin") and any(data.shape[d] == 0 for d in dims):
+        raise AxisSizeError(f"{op}(x, {axis_name!r}): a positional axis of size 0 has no "
+                            f"entry to take the {op[1:]}imum of (shape {tuple(data.shape[k:])})")
     if op == "pmean":
         data = _floating(data)
     data = getattr(data, REDUCE_METHOD[op])(dims)
