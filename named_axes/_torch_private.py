@@ -1,11 +1,11 @@
 """The private torch APIs named_axes uses, each with why and the public one considered.
 
-Every private torch name the library reaches goes through this module, so a torch
-upgrade that moves one breaks here, loudly, in one place (tests/test_private_torch.py
-checks that no other module names one, and that none is reached under ``except
-Exception``).  Each entry says **Why** it is needed and the **Public** alternative
-considered.  Names of modules that torch imports anyway are bound at import; the others
-(inductor, dynamo, DTensor, functional collectives) only when called.
+Every private torch name goes through this module, so a torch upgrade that moves one
+breaks here, loudly, in one place (tests/test_private_torch.py checks that no other
+module names one, and that none is reached under ``except Exception``).  Each entry says
+**Why** it is needed and the **Public** alternative considered.  Modules torch imports
+anyway are bound at import; the others (inductor, dynamo, DTensor, functional
+collectives) only when called.
 
 >>> from named_axes import _torch_private
 >>> _torch_private.functorch_level() is None      # no torch.func transform running
@@ -26,29 +26,23 @@ from torch.utils._pytree import tree_flatten
 
 __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
            "functorch_transform_kinds", "is_functorch_wrapped", "functorch_unwrapped",
-           "functorch_disabled", "dispatch_depth", "dispatch_modes",
-           "disable_dispatch_modes", "TorchDispatchMode", "EagerDispatchMode",
-           "tracing_mode_active",
-           "tensor_version",
+           "functorch_disabled", "dispatch_depth", "dispatch_modes", "disable_dispatch_modes",
+           "TorchDispatchMode", "EagerDispatchMode", "tracing_mode_active", "tensor_version",
            "tree_flatten", "tree_unflatten", "tree_map", "tree_leaves",
            "native_batch_norm_legit", "softmax_backward_data", "softmax_backward_data_op",
-           "functional_all_reduce",
-           "functional_all_gather", "functional_reduce_scatter",
+           "functional_all_reduce", "functional_all_gather", "functional_reduce_scatter",
            "FakeTensor", "FakeTensorMode", "DataDependentOutputException",
-           "DynamicOutputShapeException", "op_schema",
-           "tensor_guards",
-           "no_autograd_cache", "uncached_fake_mode", "inductor_compile_fx",
-           "inductor_mode_options", "aoti_package",
+           "DynamicOutputShapeException", "op_schema", "tensor_guards", "no_autograd_cache",
+           "uncached_fake_mode", "inductor_compile_fx", "inductor_mode_options", "aoti_package",
            "aoti_package_loader", "dynamo_loaded", "is_functional_collective",
-           "dynamo_operator_tables",
-           "dynamo_forget_handlers", "xla_graph_runtime"]
+           "dynamo_operator_tables", "dynamo_forget_handlers", "xla_graph_runtime"]
 
 
 # -- torch.func's levels and wrappers -----------------------------------------------------
-# Whether any torch.func transform is active: the cheap test done on every named value
+# Whether any torch.func transform is active: the cheap test made on every named value
 # built (dynamo traces it inside its torch.func operators, unlike the interpreter stack).
 # Why: named values must not silently change meaning under a torch.func transform that
-# named_axes did not open.  Public alternative considered: none.
+# named_axes did not open.  Public: none.
 functorch_active = torch._C._are_functorch_transforms_active
 
 
@@ -60,8 +54,8 @@ def _interpreters() -> list:
 def functorch_level() -> int | None:
     """The innermost active torch.func transform's level, or None.
 
-    Why: the level tells the transforms named_axes opened from a user's.  Public
-    alternative considered: none (torch.func exposes no level)."""
+    Why: the level tells the transforms named_axes opened from a user's.  Public: none
+    (torch.func exposes no level)."""
     if not functorch_active():
         return None
     stack = _interpreters()
@@ -73,33 +67,29 @@ def functorch_transform_kinds() -> tuple:
     ``"Jvp"``, ``"Vmap"``, ``"Functionalize"``).
 
     Why: only differentiating transforms give named values another meaning, and the
-    DTensor local-shard path runs under ``grad`` only.  Public alternative considered:
-    none (``torch._functorch.pyfunctorch.retrieve_all_functorch_interpreters`` wraps
-    the same stack, privately too)."""
+    DTensor local-shard path runs under ``grad`` only.  Public: none
+    (``torch._functorch.pyfunctorch``'s wrappers of the same stack are private too)."""
     return tuple(i.key().name for i in _interpreters())
 
 
 def functorch_transform_kind() -> str | None:
-    """The innermost active torch.func transform's kind (``"Grad"``, ``"Jvp"``,
-    ``"Vmap"``, ``"Functionalize"``), or None.
-
-    Why and public alternative: as :func:`functorch_transform_kinds`."""
+    """The innermost active torch.func transform's kind, or None (why and public: as
+    :func:`functorch_transform_kinds`)."""
     kinds = functorch_transform_kinds()
     return kinds[-1] if kinds else None
 
 
-# Whether a tensor is one of torch.func's wrappers (a batched or grad-tracking tensor).
-# Why: a value check on a copy of the values, and SerialLoop's comparison of chunks, need
-# the plain tensor.  Public alternative considered: none.
+# Whether a tensor is one of torch.func's wrappers (batched or grad-tracking).  Why: a
+# value check on a copy of the values, and SerialLoop's comparison of chunks, need the
+# plain tensor.  Public: none.
 is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 
 
 def functorch_unwrapped(t: torch.Tensor) -> torch.Tensor:
-    """``t`` out of torch.func's wrappers (``grad``, ``vmap``: each batch dim moved to the
-    front), so values computed under ``vmap`` can be compared, every batch entry at once.
+    """``t`` out of torch.func's wrappers (each ``vmap`` batch dim moved to the front).
 
-    Why: SerialLoop checks that chunks computed the same value.  Public alternative
-    considered: none (``torch.func`` unwraps only at a transform's exit)."""
+    Why: SerialLoop checks that chunks computed the same value, every batch entry at
+    once.  Public: none (``torch.func`` unwraps only at a transform's exit)."""
     while torch._C._functorch.is_functorch_wrapped_tensor(t):
         bdim = torch._C._functorch.maybe_get_bdim(t)   # -1: not a batched tensor
         t = torch._C._functorch.get_unwrapped(t)
@@ -110,22 +100,22 @@ def functorch_unwrapped(t: torch.Tensor) -> torch.Tensor:
 
 # A context manager that turns every torch.func transform off.  Why: SerialLoop draws its
 # chunks' seed (one number for the whole call) past an enclosing vmap's randomness check.
-# Public alternative considered: none (vmap(randomness=...) is the caller's choice).
+# Public: none (vmap(randomness=...) is the caller's choice).
 functorch_disabled = torch._C._DisableFuncTorch
 
 
 # -- Dispatch modes -----------------------------------------------------------------------
 # How many torch dispatch modes are active (a C function: called on hot paths).  Why: a
 # mode that does not run values (make_fx, FakeTensorMode) changes what the library may
-# compute.  Public alternative considered: none.
+# compute.  Public: none.
 dispatch_depth = torch._C._len_torch_dispatch_stack
 
 
 def dispatch_modes() -> list:
     """The active torch dispatch modes, innermost last.
 
-    Why: see :data:`dispatch_depth`; the library's own modes are told apart by a flag.
-    Public alternative considered: none."""
+    Why: as :data:`dispatch_depth`; the library's own modes are told apart by a flag.
+    Public: none."""
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
     return _get_current_dispatch_mode_stack()
 
@@ -133,24 +123,22 @@ def dispatch_modes() -> list:
 def disable_dispatch_modes():
     """A context manager running its body without the active dispatch modes.
 
-    Why: nx.jit's trace probe runs an optimizer's real step outside make_fx.  Public
-    alternative considered: none."""
+    Why: nx.jit's trace probe runs an optimizer's real step outside make_fx.  Public:
+    none."""
     return _disable_current_modes()
 
 
-# TorchDispatchMode (imported above): the base class of the library's own dispatch
-# modes (nx.jit's trace probe and program recorder).  Why: they observe every aten op of
-# a traced program.  Public alternative considered: ``torch.overrides.TorchFunctionMode``
-# (public) sees torch functions, not the aten ops make_fx records.
+# TorchDispatchMode (imported above): the base of the library's own dispatch modes (nx.jit's
+# trace probe and program recorder).  Why: they observe every aten op of a traced program.
+# Public: ``torch.overrides.TorchFunctionMode`` sees torch functions, not make_fx's aten ops.
 
 
 class EagerDispatchMode(TorchDispatchMode):
     """A TorchDispatchMode that runs only on real values, outside any compile.
 
-    Why: TorchDispatchMode's default ``_should_skip_dynamo`` wraps the mode's calls so
-    that dynamo skips them, which imports dynamo (~1 s) on first use; a mode that never
-    runs under dynamo says so here.  Public alternative considered: none (torch offers
-    no public switch for it)."""
+    Why: TorchDispatchMode's default ``_should_skip_dynamo`` imports dynamo (slow) on
+    first use, to make dynamo skip the mode's calls; a mode never run under dynamo says
+    so here.  Public: none (no public switch)."""
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -158,31 +146,29 @@ class EagerDispatchMode(TorchDispatchMode):
 
 
 def tracing_mode_active() -> bool:
-    """Whether make_fx's proxy mode or a FakeTensorMode is active.  Why: under a trace the
-    mesh engine skips its input check (no values) and gathers full outputs itself (no
-    DTensor in the graph).  Public alternative considered: ``torch.compiler.is_dynamo_compiling()``
-    (public; checked too) misses make_fx."""
+    """Whether make_fx's proxy mode or a FakeTensorMode is active.
+
+    Why: under a trace the mesh engine skips its input check (no values) and gathers
+    full outputs itself (no DTensor in the graph).  Public:
+    ``torch.compiler.is_dynamo_compiling()`` (checked too) misses make_fx."""
     if not torch._C._len_torch_dispatch_stack():
         return False
     from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode
     return any(isinstance(m, (FakeTensorMode, ProxyTorchDispatchMode)) for m in dispatch_modes())
 
 
-# -- Autograd internals -------------------------------------------------------------------
 def tensor_version(t: torch.Tensor) -> int:
     """``t``'s version counter (bumped by each in-place write).
 
-    Why: detect writes into tensors shared by a named op's instances.  Public
-    alternative considered: none."""
+    Why: detect writes into tensors shared by a named op's instances.  Public: none."""
     return t._version
 
 
 # -- Pytrees ------------------------------------------------------------------------------
 # tree_flatten (imported above).  Why: named_axes walks arguments as torch does (a type
-# registered with torch's pytree is a container for nx.xmap, nx.jit...).  Public
-# alternative considered: none (torch 2.9-2.13 have no public pytree module); the
-# functions below, and the lax loops' leaf paths, are built on it and the TreeSpec's
-# own methods.
+# registered with torch's pytree is a container for nx.xmap, nx.jit...).  Public: none
+# (torch 2.9-2.13 have no public pytree module); the functions below, and the lax loops'
+# leaf paths, are built on it and the TreeSpec's own methods.
 
 
 def tree_unflatten(leaves, spec):
@@ -201,41 +187,39 @@ def tree_leaves(tree, is_leaf: Callable | None = None) -> list:
     return tree_flatten(tree, is_leaf=is_leaf)[0]
 
 
-# -- Aten ops with private names, kernels, tensors' and modules' internals ----------------
-# Why: batch norm's functional form calls it (rules.nn gives it named shapes; its
-# batching rule gives wrong values, so it is looped).  Public alternative considered:
-# ``torch.native_batch_norm`` (public, also listed) is not what F.batch_norm calls.
+# -- Aten ops with private names ----------------------------------------------------------
+# Why: F.batch_norm calls it (rules.nn gives it named shapes; its batching rule gives
+# wrong values, so it is looped).  Public: ``torch.native_batch_norm`` (also listed) is
+# not what F.batch_norm calls.
 native_batch_norm_legit = torch._native_batch_norm_legit
-# Why: softmax's backward; its batching rule is wrong with one operand batched.  Public
-# alternative considered: none.  (The torch function, None on a torch without it, and
-# the op packet: ``softmax_backward_data_op.default`` is its overload.)
+# Why: softmax's backward; its batching rule is wrong with one operand batched.  Public:
+# none.  (The torch function, None on a torch without it, and the op packet, whose
+# ``.default`` is its overload.)
 softmax_backward_data = getattr(torch, "_softmax_backward_data", None)
 softmax_backward_data_op = torch.ops.aten._softmax_backward_data
 
 
 # -- DTensor and collectives --------------------------------------------------------------
+# Why (the three functional_*): out-of-place collectives, as DTensor issues them
+# (CommDebugMode counts them; make_fx traces them into graphs inductor compiles).
+# Public: ``torch.distributed``'s collectives write in place, and make_fx cannot trace them.
 def _waited(out: torch.Tensor) -> torch.Tensor:
-    """A functional collective's result, waited for: eager calls return torch's
-    ``AsyncCollectiveTensor`` (its public ``wait()``), traced ones a tensor already
-    waited in the graph."""
+    """A functional collective's result, waited for (eager calls return an
+    ``AsyncCollectiveTensor``; traced ones a tensor already waited in the graph)."""
     wait = getattr(out, "wait", None)
     return out if wait is None else wait()
 
 
 def functional_all_reduce(x: torch.Tensor, op: str, group) -> torch.Tensor:
-    """``x`` all-reduced over ``group`` with functional collectives, waited for.  Why:
-    out-of-place collectives, as DTensor issues them (CommDebugMode counts them; make_fx
-    traces them into graphs inductor compiles).  Public alternative considered:
-    ``torch.distributed``'s (public) write in place, and make_fx cannot trace them."""
+    """``x`` all-reduced over ``group`` with functional collectives, waited for."""
     from torch.distributed._functional_collectives import all_reduce
     return _waited(all_reduce(x, op, group))
 
 
 def _old_name(collective: Callable, *args) -> torch.Tensor:
     """``collective(*args)`` waited for, without the FutureWarning torch 2.13 gives its
-    ``*_tensor`` name (deprecated for a ``*_single`` name torch 2.9 lacks; the warning
-    is about the name only, and torch gives none under dynamo, which traces no
-    ``catch_warnings``)."""
+    ``*_tensor`` name (deprecated for a ``*_single`` name torch 2.9 lacks; dynamo traces
+    no ``catch_warnings``, and torch does not warn under it)."""
     if torch.compiler.is_dynamo_compiling():
         return _waited(collective(*args))
     with warnings.catch_warnings():
@@ -245,38 +229,36 @@ def _old_name(collective: Callable, *args) -> torch.Tensor:
 
 
 def functional_all_gather(x: torch.Tensor, dim: int, group) -> torch.Tensor:
-    """``x`` of every rank of ``group`` concatenated along ``dim`` (as above)."""
+    """``x`` of every rank of ``group`` concatenated along ``dim``, waited for."""
     from torch.distributed._functional_collectives import all_gather_tensor
     return _old_name(all_gather_tensor, x, dim, group)
 
 
 def functional_reduce_scatter(x: torch.Tensor, dim: int, group) -> torch.Tensor:
-    """``x`` summed over ``group``, each rank keeping its block along ``dim`` (as above)."""
+    """``x`` summed over ``group``, each rank keeping its block along ``dim``, waited for."""
     from torch.distributed._functional_collectives import reduce_scatter_tensor
     return _old_name(reduce_scatter_tensor, x, "sum", dim, group)
 
 
 def is_functional_collective(op) -> bool:
-    """Whether ``op`` (an fx node's target) is one of torch.distributed's functional
-    collectives (a mesh program's communication in a traced graph).
+    """Whether ``op`` (an fx node's target) is a functional collective.
 
-    Why: nx.jit compiles mesh programs apart.  Public alternative considered: none (the
-    ops live in the private ``_c10d_functional`` namespace)."""
+    Why: nx.jit compiles mesh programs apart.  Public: none (the ops live in the private
+    ``_c10d_functional`` namespace)."""
     return getattr(op, "namespace", None) == "_c10d_functional"
 
 
 # -- Tracing and compiling ----------------------------------------------------------------
 # FakeTensor, FakeTensorMode and its two exceptions (imported above).  Why: nx.eval_shape
 # runs programs on fake tensors, and nx.jit gives inductor fake inputs with a shape
-# environment (its caches need one).  Public alternative considered: none.
+# environment (its caches need one).  Public: none.
 
 
 def op_schema(func):
     """The schema of an aten op (``OpOverload``), or None for anything else.
 
-    Why: which arguments an op writes.  Public alternative considered:
-    ``torch.fx.Node.is_impure()`` (public) answers for graph nodes only, and also for
-    ops that write nothing."""
+    Why: which arguments an op writes.  Public: ``torch.fx.Node.is_impure()`` answers for
+    graph nodes only, and also for ops that write nothing."""
     return getattr(func, "_schema", None)
 
 
@@ -284,23 +266,22 @@ def tensor_guards(leaves: list):
     """Dynamo's C++ guard passing tensors with the sizes, strides, dtypes, devices,
     dispatch keys and ``requires_grad`` of ``leaves``.
 
-    Why: nx.jit's fast call path checks its arguments in one C call.  Public alternative
-    considered: comparing each tensor's metadata in Python (slower per call)."""
+    Why: nx.jit's fast call path checks its arguments in one C call.  Public: comparing
+    each tensor's metadata in Python (slower per call)."""
     from torch._C._dynamo.guards import TensorGuards
     return TensorGuards(*leaves, dynamic_dims_sizes=[list(a.shape) for a in leaves],
                         dynamic_dims_strides=[list(a.stride()) for a in leaves])
 
 
 def uncached_fake_mode() -> FakeTensorMode:
-    """A FakeTensorMode as ``make_fx(tracing_mode="fake")`` builds its own (static
-    shapes, a shape environment, non-fake inputs allowed), without the fake-tensor
-    dispatch cache.
+    """A FakeTensorMode as ``make_fx(tracing_mode="fake")`` builds its own, without the
+    fake-tensor dispatch cache.
 
-    Why: with the cache, a second trace of a ``jacfwd`` over a view past storage
-    offset 0 (a rank's shard) hits forward AD's internal assert "tangent have the same
-    layout as primal" (torch 2.13); nx.jit traces such a program again without it.
-    Public alternative considered: none (``torch._dynamo.config.fake_tensor_cache_enabled``
-    is process-wide; make_fx takes a fake mode only through its inputs)."""
+    Why: with the cache, a second trace of a ``jacfwd`` over a view past storage offset
+    0 (a rank's shard) hits forward AD's internal assert "tangent have the same layout as
+    primal"; nx.jit traces such a program again without it.  Public: none
+    (``torch._dynamo.config.fake_tensor_cache_enabled`` is process-wide; make_fx takes a
+    fake mode only through its inputs)."""
     from torch._functorch.config import patch
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
@@ -314,8 +295,7 @@ def uncached_fake_mode() -> FakeTensorMode:
 def no_autograd_cache():
     """A context manager turning AOT autograd's cache off.
 
-    Why: a cache hit would skip the inner compile nx.jit watches.  Public alternative
-    considered: none."""
+    Why: a cache hit would skip the inner compile nx.jit watches.  Public: none."""
     from torch._functorch.config import patch
     return patch(enable_autograd_cache=False)
 
@@ -323,8 +303,8 @@ def no_autograd_cache():
 def inductor_compile_fx() -> tuple:
     """Inductor's ``(compile_fx, compile_fx_inner)``.
 
-    Why: nx.jit compiles whole traced programs (aten graphs) with inductor.  Public
-    alternative considered: ``torch.compile`` (public) traces with dynamo again."""
+    Why: nx.jit compiles whole traced programs (aten graphs) with inductor.  Public:
+    ``torch.compile`` traces with dynamo again."""
     from torch._inductor.compile_fx import compile_fx, compile_fx_inner
     return compile_fx, compile_fx_inner
 
@@ -332,19 +312,18 @@ def inductor_compile_fx() -> tuple:
 def inductor_mode_options(mode: str) -> dict:
     """Inductor's options for a ``torch.compile`` mode (``"max-autotune"`` ...).
 
-    Why: nx.jit takes torch.compile's modes.  Public alternative considered: none
-    (``torch.compile``'s documentation points to this function)."""
+    Why: nx.jit takes torch.compile's modes.  Public: none (``torch.compile``'s
+    documentation points to this function)."""
     from torch._inductor import list_mode_options
     return list_mode_options(mode)
 
 
 def aoti_package(graph, example: tuple, package_path: str) -> str:
-    """``graph`` exported (``torch.export``) and compiled by AOTInductor into the package
-    ``package_path`` (a ``.pt2`` file); returns its path.
+    """``graph`` exported and compiled by AOTInductor into the ``.pt2`` package
+    ``package_path``; returns its path.
 
-    Why: nx.jit's program store keeps compiled programs on disk.  Public alternative
-    considered: none; this is torch's documented AOTInductor packaging (``torch.export``
-    then ``aoti_compile_and_package``), whose home module is private."""
+    Why: nx.jit's program store keeps compiled programs on disk.  Public: none; this is
+    torch's documented AOTInductor packaging, whose home module is private."""
     from torch._inductor import aoti_compile_and_package
     exported = torch.export.export(graph, example, strict=False)
     return aoti_compile_and_package(exported, package_path=package_path)
@@ -354,29 +333,29 @@ def aoti_package_loader():
     """AOTInductor's package loader class (``(path, "model", False, 1, -1)`` loads a
     ``.pt2`` package; ``.run(inputs)`` runs it), or None on a torch without it.
 
-    Why: load a stored program.  Public alternative considered:
-    ``torch._inductor.aoti_load_package`` (private too) imports inductor and dynamo
-    (~0.7 s), which the store exists to avoid; this is the class it constructs."""
+    Why: load a stored program.  Public: ``torch._inductor.aoti_load_package`` (private
+    too) imports inductor and dynamo, which the store exists to avoid; this is the class
+    it constructs."""
     aoti = getattr(torch._C, "_aoti", None)
     return getattr(aoti, "AOTIModelPackageLoader", None)
 
 
 def dynamo_loaded() -> bool:
     """Whether dynamo has been imported in this process (``import named_axes`` never
-    imports it: ~0.6 s).
+    imports it: it is slow to import).
 
     Why: an xmap is registered with ``torch.compiler.allow_in_graph`` (which imports
-    dynamo) only once dynamo is there.  Public alternative considered: none."""
+    dynamo) only once dynamo is there.  Public: none."""
     return "torch._dynamo" in sys.modules
 
 
 # -- Dynamo's operator tables (nx.enable_dynamo_matmul, an explicit opt-in) ---------------
 def dynamo_operator_tables() -> tuple:
     """Dynamo's reverse-operator table and its binop table (``None`` where this torch
-    has neither), for :func:`named_axes.enable_dynamo_matmul`.
+    has neither).
 
-    Why: dynamo's tables lack ``matmul`` (``_compile_compat``).  Public alternative
-    considered: none; the fix is an explicit opt-in, never applied at import."""
+    Why: dynamo's tables lack ``matmul`` (``_compile_compat``).  Public: none; the fix
+    is an explicit opt-in, never applied at import."""
     from torch._dynamo.variables import builtin
     populate = getattr(builtin, "populate_builtin_to_tensor_fn_map", None)
     reverse = getattr(builtin, "BUILTIN_TO_TENSOR_RFN_MAP", None)
@@ -388,11 +367,11 @@ def dynamo_operator_tables() -> tuple:
 
 def dynamo_forget_handlers(ops: tuple) -> None:
     """Drop dynamo's cached handlers for the operators ``ops``, so that a table entry
-    added or removed after dynamo traced them takes effect.
+    changed after dynamo traced them takes effect.
 
-    Why: dynamo caches the handlers it derives from its tables (``_binop_handlers``
-    and ``call_function_handler_cache``).  Public alternative considered:
-    ``torch._dynamo.reset()`` clears compiled frames, not these."""
+    Why: dynamo caches the handlers it derives from its tables (``_binop_handlers`` and
+    ``call_function_handler_cache``).  Public: ``torch._dynamo.reset()`` clears compiled
+    frames, not these."""
     from torch._dynamo.variables import builtin
     cls = builtin.BuiltinVariable
     handlers = getattr(cls, "_binop_handlers", None)
@@ -411,9 +390,8 @@ def xla_graph_runtime() -> tuple:
 
     Why: :func:`named_axes.parallel._xla.run_graph` binds each graph hash to the IR it
     ran, since torch-xla 2.9 keys compiled graphs by a hash that does not see which input
-    feeds which op (a silent wrong answer otherwise).  Public alternative considered:
-    ``torch_xla.sync()`` runs every live tensor, so the graph it runs is not the one
-    whose hash was checked."""
+    feeds which op (a silent wrong answer otherwise).  Public: ``torch_xla.sync()`` runs
+    every live tensor, so the graph it runs is not the one whose hash was checked."""
     import torch_xla
 
     xla = torch_xla._XLAC
