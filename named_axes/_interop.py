@@ -1,13 +1,6 @@
-"""NamedTensor in the torch ecosystem: DataLoader collation, torch.save / torch.load
-(``weights_only=True``), ``copy.deepcopy``, state dicts, numpy.
-
-- ``DataLoader(..., collate_fn=nx.collate)`` stacks named examples along a new
-  positional dim 0 (torch's default collation is left as it is: it refuses them).
-- Pickling reduces a NamedTensor to ``(data, names)``; the rebuild function is a torch
-  safe global, so ``torch.load(path)`` (``weights_only=True``, torch's default) loads it.
-- numpy: ``np.asarray(x)`` works for a value without named axes (an ``AxisTypeError``
-  otherwise); numpy arrays act as tensors in operators with NamedTensors
-  (``ndarray + x``, ``x * ndarray``) and numpy ufuncs run as torch ops.
+"""NamedTensor in the torch ecosystem: DataLoader collation (:func:`collate`),
+torch.save / torch.load (``weights_only=True``: :func:`install`), numpy ufuncs and
+operators (:func:`array_ufunc`); ``copy.deepcopy`` and pickling are NamedTensor's own.
 
 A NamedTensor is not a ``torch.Tensor``, so it cannot be an ``nn.Parameter`` or a
 registered buffer; keep the positional tensor there and name it in ``forward``, or put
@@ -132,8 +125,8 @@ def _other_ufunc(ufunc, method: str, inputs: tuple, kwargs: dict) -> Any:
     return getattr(ufunc, method)(*plain, **kwargs)
 
 
-def array_ufunc(ufunc, method: str, inputs: tuple, kwargs: dict) -> Any:
-    """numpy's ``__array_ufunc__`` protocol for NamedTensors: numpy arrays become tensors
+def array_ufunc(self, ufunc, method: str, *inputs, **kwargs) -> Any:
+    """NamedTensor's ``__array_ufunc__`` (numpy's protocol): numpy arrays become tensors
     and the ufunc runs as the torch function of the same name; the result is a NamedTensor.
     In-place forms (``arr += x``) write into the array when the result carries no named
     axes, and raise otherwise (an ndarray cannot hold named axes: write ``arr = arr + x``).

@@ -1,22 +1,11 @@
 """PyTorch's named-tensor vocabulary on NamedTensors: ``rename``, ``refine_names``,
 ``align_to`` / ``align_as``, ``flatten`` / ``unflatten`` by name, and indexing by name.
 
-PyTorch's named tensors named *dims* of one tensor; here named
-axes are a separate, order-free set beside the positional dims.  The verbs keep their
-PyTorch spelling and do what fits that model (``docs/migrating.md`` has the table):
-
-- ``x.names``: the named axes, then ``None`` per positional dim.
-- ``x.rename(batch='b')`` / ``x.rename({'batch': 'b'})``: rename named axes.
-- ``x.refine_names('seq', ...)``: name positional dims (like ``nx.named(x, [...])``).
-- ``x.align_to('batch', ...)``: place named axes as positional dims (like
-  ``nx.positional``); ``x.align_as(y)``: lay ``x`` out to broadcast against
-  ``nx.positional(y)``.
-- ``x.flatten(['c', 'h'], 'f')`` / ``x.unflatten('f', (('c', 2), ('h', 3)))``.
-- ``x[{'batch': 3}]``, ``x[{'seq': slice(0, 4)}]``, ``x[{'batch': idx}]`` (a 1-D index
-  tensor or list); int keys index positional dims.
-
-Axes bound by an enclosing ``xmap`` cannot be renamed, merged, split or indexed inside it:
-their layout belongs to the xmap (and to ``axis_resources``); use collectives there.
+PyTorch's named tensors named *dims* of one tensor; here named axes are a separate,
+order-free set beside the positional dims.  The verbs keep their PyTorch spelling and do
+what fits that model (``docs/migrating.md`` has the table).  Axes bound by an enclosing
+``xmap`` cannot be renamed, merged, split or indexed inside it: their layout belongs to
+the xmap (and to ``axis_resources``); use collectives there.
 
 >>> import torch, named_axes as nx
 >>> x = nx.named(torch.arange(24.).reshape(2, 3, 4), 'batch seq ...')
@@ -33,14 +22,16 @@ from typing import Any
 
 import torch
 
+from ._dispatch import dispatch
 from ._env import bound_axes
 from ._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape
-from ._parsing import check_identifier
+from ._layout import insert_named, named
+from ._parsing import check_identifier, parse_mapping
 from ._tensor import NamedTensor
 from ._tape import taped
 
 __all__ = ["rename", "refine_names", "align_to", "align_as", "flatten", "unflatten",
-           "getitem", "setitem"]
+           "getitem", "setitem", "__getitem__", "__setitem__"]
 
 
 def _axes(x: NamedTensor) -> str:
@@ -136,8 +127,6 @@ def refine_names(x: NamedTensor, *names) -> NamedTensor:
     >>> nx.named(torch.zeros(2, 3), {}).refine_names(None, 'c').named_shape
     {'c': 3}
     """
-    from ._layout import named
-
     names = _ellipsis(names)
     mapping = _from_list(names, x.ndim, "Tensor.refine_names")
     return named(x, mapping) if mapping else x
@@ -164,9 +153,6 @@ def align_to(x: NamedTensor, *names):
     >>> x.align_to(..., 'b', 'new').shape
     torch.Size([3, 2, 1])
     """
-    from ._layout import insert_named
-    from ._parsing import parse_mapping
-
     op = "Tensor.align_to"
     names = _ellipsis(names)
     if Ellipsis not in names and x.ndim:
@@ -235,9 +221,7 @@ def flatten(x: NamedTensor, *args, **kwargs):
     out_dim = args[1] if len(args) > 1 else kwargs.get("out_dim")
     if not (isinstance(dims, (list, tuple)) and dims and all(_is_name(d) for d in dims)
             and _is_name(out_dim)):
-        from ._tensor import _dispatch
-
-        return _dispatch(torch.Tensor.flatten, (x, *args), kwargs)
+        return dispatch(torch.Tensor.flatten, (x, *args), kwargs)
     op = "Tensor.flatten"
     dims = list(dims)
     if len(set(dims)) != len(dims):
@@ -269,23 +253,21 @@ def unflatten(x: NamedTensor, *args, **kwargs):
     tensor([[0., 1., 2.],
             [3., 4., 5.]])
     """
+    op = "Tensor.unflatten"
     dim = args[0] if args else kwargs.get("dim")
     sizes = args[1] if len(args) > 1 else kwargs.get("sizes")
     pairs = None
-    if _is_name(dim) and dim not in x._names:
-        _not_bound([dim], "Tensor.unflatten")
-        _has(x, dim, "Tensor.unflatten")   # raises: the value has no named axis `dim`
     if _is_name(dim):
+        if dim not in x._names:
+            _not_bound([dim], op)
+            _has(x, dim, op)   # raises: the value has no named axis `dim`
         if isinstance(sizes, dict):
             pairs = list(sizes.items())
         elif isinstance(sizes, (list, tuple)) and sizes and all(
                 isinstance(p, (list, tuple)) and len(p) == 2 for p in sizes):
             pairs = [tuple(p) for p in sizes]
     if pairs is None:
-        from ._tensor import _dispatch
-
-        return _dispatch(torch.Tensor.unflatten, (x, *args), kwargs)
-    op = "Tensor.unflatten"
+        return dispatch(torch.Tensor.unflatten, (x, *args), kwargs)
     new = [n for n, _ in pairs]
     for n in new:
         check_identifier(n, where=op)
@@ -441,3 +423,16 @@ def setitem(x: NamedTensor, index, value) -> None:
     view = NamedTensor._wrap(x._data[tuple(basic)], kept)
     pidx = _positional_index(view, pos)
     view[... if pidx is None else pidx] = value
+
+
+def __getitem__(self, index):
+    """Positional indexing as torch's; a dict selects along named axes (:func:`getitem`)."""
+    if type(index) is dict or type(index) is str:
+        return getitem(self, index)
+    return dispatch(torch.Tensor.__getitem__, (self, index), {})
+
+
+def __setitem__(self, index, value) -> None:
+    if type(index) is dict or type(index) is str:
+        return setitem(self, index, value)
+    dispatch(torch.Tensor.__setitem__, (self, index, value), {})
