@@ -99,11 +99,8 @@ class NamedTensor:
 
     @property
     def names(self) -> tuple:
-        """PyTorch's ``Tensor.names``, read in this model: the named axes (in storage
-        order, which carries no meaning), then ``None`` for each positional dim.
-
-        It is the ``names`` PyTorch's named tensors gave ``x.align_to(*named, ...)``;
-        compare ``named_shape`` (order-free) rather than this tuple.
+        """PyTorch's ``Tensor.names`` in this model: the named axes (in storage order, which
+        carries no meaning: compare ``named_shape``), then ``None`` per positional dim.
 
         >>> import torch, named_axes as nx
         >>> nx.named(torch.zeros(2, 3), 'batch ...').names
@@ -359,28 +356,11 @@ def _dispatch(func, args, kwargs):
     raise RuntimeError("named_axes._dispatch was not imported")
 
 
-def _make_operator(name: str):
-    method = getattr(_Tensor, name)
-    if name in ("__neg__", "__pos__", "__abs__", "__invert__"):
-        def op(self):
-            return _dispatch(method, (self,), {})
-    else:
-        def op(self, other):
-            return _dispatch(method, (self, other), {})
-    op.__name__ = op.__qualname__ = name
-    return op
-
-
-# Python looks operators up on the class, never through __getattr__.
-for _name in """__add__ __radd__ __sub__ __rsub__ __mul__ __rmul__ __truediv__ __rtruediv__
-__floordiv__ __rfloordiv__ __mod__ __rmod__ __pow__ __rpow__ __matmul__ __rmatmul__ __and__
-__rand__ __or__ __ror__ __xor__ __rxor__ __lshift__ __rlshift__ __rshift__ __rrshift__ __eq__
-__ne__ __lt__ __le__ __gt__ __ge__ __neg__ __pos__ __abs__ __invert__ __iadd__ __isub__
-__imul__ __itruediv__ __ifloordiv__ __imod__ __ipow__ __iand__ __ior__ __ixor__ __ilshift__
-__irshift__ __imatmul__ __div__ __rdiv__ __idiv__""".split():
-    if hasattr(_Tensor, _name):
-        setattr(NamedTensor, _name, _make_operator(_name))
-del _name
+# Python's operators ("", reflected "r" and in-place "i" forms), bound as the methods are
+_OPERATORS = frozenset(
+    [f"__{form}{op}__" for op in "add sub mul truediv floordiv mod pow matmul and or xor lshift "
+     "rshift div".split() for form in ("", "r", "i")]
+    + [f"__{op}__" for op in "eq ne lt le gt ge neg pos abs invert".split()])
 
 
 def _make_method(name: str, method):
@@ -392,11 +372,12 @@ def _make_method(name: str, method):
 
 
 def _bind_tensor_methods() -> None:
-    """Every public Tensor method becomes a NamedTensor method that goes through the
-    dispatcher: one class attribute each, so calls need no __getattr__ round trip and
+    """Every public Tensor method and operator becomes a NamedTensor method that goes
+    through the dispatcher: one class attribute each, so calls need no __getattr__ round
+    trip (Python looks operators up on the class, never through __getattr__) and
     torch.compile sees ordinary methods."""
     for name in dir(_Tensor):
-        if name.startswith("_") or name in NamedTensor.__dict__:
+        if (name.startswith("_") and name not in _OPERATORS) or name in NamedTensor.__dict__:
             continue
         method = getattr(_Tensor, name, None)
         if callable(method) and not isinstance(method, type):
