@@ -89,37 +89,6 @@ _OVER_NOTHING = {"sum", "mean", "prod", "amax", "amin", "logsumexp", "var", "std
                  "any"}
 
 
-def _make_reduction(torch_fn, fname: str, doc: str):
-    def reduction(x, dim=None, keepdim: bool = False, *, axis=None, **kwargs):
-        if type(x) is NamedTensor and x._names and (type(dim) is str or type(dim) is int) \
-                and not keepdim and axis is None and not kwargs:
-            # torch_fn(x, dim): the rule's fast lane (one memoised dim translation)
-            return _unwrap(dispatch(torch_fn, (x, dim), {}))
-        dim = _resolve_dim(dim, axis, fname)
-        if _no_axes(dim) and fname in _OVER_NOTHING:
-            return _over_nothing(torch_fn, x, fname, kwargs)
-        return _over(torch_fn, fname, x, (), dim, keepdim, kwargs)
-    return _public(reduction, fname, doc)
-
-
-def _make_dimwise(torch_fn, fname: str, doc: str):
-    def dimwise(x, dim=_NO_DIM, *, axis=None, **kwargs):
-        dim = _resolve_dim(dim, axis, fname)
-        if dim is _NO_DIM:
-            dim = -1
-        if _no_axes(dim):   # over no axis: softmax gives ones, log_softmax zeros (as JAX)
-            return _over_nothing(torch_fn, x, fname, kwargs, squeeze=True)
-        return _unwrap(dispatch(torch_fn, (_prepare(x, fname), dim), kwargs))
-    return _public(dimwise, fname, doc)
-
-
-def _public(f, fname: str, doc: str):
-    """``f`` as ``nx.<fname>``: its name and docstring, taped along the axes it reduces."""
-    f.__name__ = f.__qualname__ = fname
-    f.__doc__ = doc
-    return taped(along=True)(f)
-
-
 _DOC = """{what} over ``dim`` (ints, axis names, or a tuple mixing both; ``axis=`` alias).
 
 Like ``torch.{name}`` with an int dim; a reduced named axis leaves ``named_shape``.
@@ -129,30 +98,77 @@ Like ``torch.{name}`` with an int dim; a reduced named axis leaves ``named_shape
 >>> nx.{name}(x, 'b').shape
 torch.Size([3])
 """
-
-sum = _make_reduction(torch.sum, "sum", _DOC.format(what="Sum", name="sum"))
-mean = _make_reduction(torch.mean, "mean", _DOC.format(what="Mean", name="mean"))
-prod = _make_reduction(torch.prod, "prod", _DOC.format(what="Product", name="prod"))
-amax = _make_reduction(torch.amax, "amax", _DOC.format(what="Maximum", name="amax"))
-amin = _make_reduction(torch.amin, "amin", _DOC.format(what="Minimum", name="amin"))
-argmax = _make_reduction(torch.argmax, "argmax", _DOC.format(what="Index of the maximum", name="argmax"))
-argmin = _make_reduction(torch.argmin, "argmin", _DOC.format(what="Index of the minimum", name="argmin"))
-logsumexp = _make_reduction(torch.logsumexp, "logsumexp", _DOC.format(what="log(sum(exp))", name="logsumexp"))
-var = _make_reduction(torch.var, "var", _DOC.format(what="Variance", name="var"))
-std = _make_reduction(torch.std, "std", _DOC.format(what="Standard deviation", name="std"))
-all = _make_reduction(torch.all, "all", _DOC.format(what="Logical and", name="all").replace("arange(6.)", "arange(6)"))
-any = _make_reduction(torch.any, "any", _DOC.format(what="Logical or", name="any").replace("arange(6.)", "arange(6)"))
-
 _MAXDOC = """{what} over one ``dim`` (an int or an axis name); with a dim, returns
-``(values, indices)`` like ``torch.{name}(x, 0)``; with none, the {what2} of all positional entries.
+``(values, indices)`` like ``torch.{name}(x, 0)``; with none, over all positional entries.
 
 >>> import torch, named_axes as nx
 >>> x = nx.named(torch.arange(6.).reshape(2, 3), {{0: 'b'}})
 >>> nx.{name}(x, 'b').values.shape
 torch.Size([3])
 """
-max = _make_reduction(torch.max, "max", _MAXDOC.format(what="Maximum", what2="maximum", name="max"))
-min = _make_reduction(torch.min, "min", _MAXDOC.format(what="Minimum", what2="minimum", name="min"))
+_SOFTDOC = """{what} along ``dim`` (an int, an axis name, or a tuple of them: one {name}
+over all those axes together; default -1).
+
+>>> import torch, named_axes as nx
+>>> x = nx.named(torch.zeros(2, 4), {{0: 'classes'}})
+>>> nx.{name}(x, 'classes').named_shape
+{{'classes': 2}}
+"""
+
+
+def _reduction(torch_fn, what: str, doc: str = _DOC):
+    """``nx.<name>`` for the torch reduction ``torch_fn``, documented from ``doc``."""
+    fname = torch_fn.__name__
+
+    def reduction(x, dim=None, keepdim: bool = False, *, axis=None, **kwargs):
+        if type(x) is NamedTensor and x._names and (type(dim) is str or type(dim) is int) \
+                and not keepdim and axis is None and not kwargs:
+            # torch_fn(x, dim): the rule's fast lane (one memoised dim translation)
+            return _unwrap(dispatch(torch_fn, (x, dim), {}))
+        dim = _resolve_dim(dim, axis, fname)
+        if _no_axes(dim) and fname in _OVER_NOTHING:
+            return _over_nothing(torch_fn, x, fname, kwargs)
+        return _over(torch_fn, fname, x, (), dim, keepdim, kwargs)
+    return _public(reduction, fname, doc.format(what=what, name=fname))
+
+
+def _dimwise(torch_fn, what: str):
+    """``nx.<name>`` for the torch function ``torch_fn`` that works along ``dim``."""
+    fname = torch_fn.__name__
+
+    def dimwise(x, dim=_NO_DIM, *, axis=None, **kwargs):
+        dim = _resolve_dim(dim, axis, fname)
+        if dim is _NO_DIM:
+            dim = -1
+        if _no_axes(dim):   # over no axis: softmax gives ones, log_softmax zeros (as JAX)
+            return _over_nothing(torch_fn, x, fname, kwargs, squeeze=True)
+        return _unwrap(dispatch(torch_fn, (_prepare(x, fname), dim), kwargs))
+    return _public(dimwise, fname, _SOFTDOC.format(what=what, name=fname))
+
+
+def _public(f, fname: str, doc: str):
+    """``f`` as ``nx.<fname>``: its name and docstring, taped along the axes it reduces."""
+    f.__name__ = f.__qualname__ = fname
+    f.__doc__ = doc
+    return taped(along=True)(f)
+
+
+sum = _reduction(torch.sum, "Sum")
+mean = _reduction(torch.mean, "Mean")
+prod = _reduction(torch.prod, "Product")
+amax = _reduction(torch.amax, "Maximum")
+amin = _reduction(torch.amin, "Minimum")
+argmax = _reduction(torch.argmax, "Index of the maximum")
+argmin = _reduction(torch.argmin, "Index of the minimum")
+logsumexp = _reduction(torch.logsumexp, "log(sum(exp))")
+var = _reduction(torch.var, "Variance")
+std = _reduction(torch.std, "Standard deviation")
+all = _reduction(torch.all, "Logical and")
+any = _reduction(torch.any, "Logical or")
+max = _reduction(torch.max, "Maximum", _MAXDOC)
+min = _reduction(torch.min, "Minimum", _MAXDOC)
+softmax = _dimwise(torch.softmax, "Softmax")
+log_softmax = _dimwise(torch.log_softmax, "Log-softmax")
 
 
 @taped("nonlinear", along=True)
@@ -181,20 +197,3 @@ def norm(x, p="fro", dim=None, keepdim: bool = False, *, axis=None, ord=None, **
         return _over_nothing(torch.norm, x, "norm", kwargs, before=(2 if p == "fro" else p,))
     return _over(torch.norm, "norm", x, (p,), dim, keepdim, kwargs)
 
-
-softmax = _make_dimwise(torch.softmax, "softmax", """Softmax along ``dim`` (an int, an axis name, or a tuple of them: one
-softmax over all those axes together; default -1).
-
->>> import torch, named_axes as nx
->>> x = nx.named(torch.zeros(2, 4), {0: 'classes'})
->>> nx.softmax(x, 'classes').named_shape
-{'classes': 2}
-""")
-log_softmax = _make_dimwise(torch.log_softmax, "log_softmax", """Log-softmax along ``dim`` (an int, an axis name, or a tuple of them;
-default -1).
-
->>> import torch, named_axes as nx
->>> x = nx.named(torch.zeros(2, 4), {0: 'classes'})
->>> nx.log_softmax(x, 'classes').shape
-torch.Size([4])
-""")

@@ -13,7 +13,7 @@ torch.Size([3, 2])
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable, Mapping
+from typing import Any, Hashable, Mapping
 
 import numpy as np
 import torch
@@ -29,27 +29,27 @@ from ._tape import taped
 __all__ = ["align", "align_to", "named", "positional", "to_named", "to_named_perm", "insert_named",
            "insert_plan", "apply_insert", "union_names"]
 
-_IDENTITY = object()
 
-
-def _make_plan(names: tuple, p: int, U: tuple, P: int):
+def align_plan(names: tuple, p: int, U: tuple, P: int):
+    """How :func:`align` lays out a value named ``names`` with ``p`` positional dims as
+    ``[U..., P positional]``: None for no change, else ``(perm or None, template or None)``
+    for :func:`apply_align` (for callers that cache it with their own plans)."""
     order = [u for u in U if u in names]
     perm = None
     if tuple(order) != names:
         src = {n: i for i, n in enumerate(names)}
         perm = tuple([src[n] for n in order] + list(range(len(names), len(names) + p)))
     pos_of = {n: i for i, n in enumerate(order)}
-    template = [pos_of.get(u, -1) for u in U] + [-1] * (P - p) + list(
-        range(len(order), len(order) + p)
-    )
+    template = ([pos_of.get(u, -1) for u in U] + [-1] * (P - p)
+                + list(range(len(order), len(order) + p)))
     if len(template) == len(names) + p and perm is None:
-        return _IDENTITY
+        return None
     if all(t >= 0 for t in template) and template == sorted(template):
         template = None
     return perm, template
 
 
-_ALIGN_PLANS = PlanCache("align", _make_plan)
+_ALIGN_PLANS = PlanCache("align", align_plan)
 
 
 def align(data: torch.Tensor, names: tuple, p: int, U: tuple, P: int) -> torch.Tensor:
@@ -58,14 +58,7 @@ def align(data: torch.Tensor, names: tuple, p: int, U: tuple, P: int) -> torch.T
     Names of U missing from ``names`` and missing leading positional dims get size 1.
     """
     plan = _ALIGN_PLANS(names, p, U, P)
-    return data if plan is _IDENTITY else apply_align(data, plan)
-
-
-def align_plan(names: tuple, p: int, U: tuple, P: int):
-    """``align``'s plan for callers that cache it with their own: None for no change,
-    else ``(perm or None, template or None)`` for :func:`apply_align`."""
-    plan = _make_plan(names, p, U, P)
-    return None if plan is _IDENTITY else plan
+    return data if plan is None else apply_align(data, plan)
 
 
 def apply_align(data: torch.Tensor, plan) -> torch.Tensor:
@@ -270,7 +263,8 @@ def positional(nt: Any, axes: Any = ...) -> torch.Tensor:
                 if engine is not None:
                     engine.check_named_op("positional()", (n,))
             except NeedsWholeAxes as e:   # (the DTensor engine's local path: on the whole)
-                return e.engine.whole(positional, (nt, axes), {}, e.names, run=_call)
+                return e.engine.whole(positional, (nt, axes), {}, e.names,
+                                      run=lambda f, args, kwargs: f(*args, **kwargs))
             raise AxisResourceError(
                 f"positional(): axis {n!r} is computed in chunks here (this chunk holds "
                 f"{size} of its {sizes[n]} indices, axis_resources maps it to a SerialLoop); "
@@ -279,10 +273,6 @@ def positional(nt: Any, axes: Any = ...) -> torch.Tensor:
     sizes.update(physical)
     return insert_named(nt, mapping, sizes=sizes, what="positional()",
                         strict_names=set(nt._names))
-
-
-def _call(func: Callable, args: tuple, kwargs: dict) -> Any:
-    return func(*args, **kwargs)
 
 
 def _as_tensor(t: Any, *, what: str) -> torch.Tensor:
