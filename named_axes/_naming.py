@@ -38,15 +38,6 @@ def _axes(x: NamedTensor) -> str:
     return fmt_named_shape(x.named_shape)
 
 
-def _has(x: NamedTensor, name: Any, op: str) -> int:
-    """The physical dim of named axis ``name`` of ``x`` (an error if ``x`` lacks it)."""
-    try:
-        return x._names.index(name)
-    except ValueError:
-        raise AxisSpecError(
-            f"{op}: the value has no named axis {name!r} (named_shape {_axes(x)})") from None
-
-
 def _not_bound(names, op: str) -> None:
     bound = bound_axes()
     for n in names:
@@ -107,7 +98,7 @@ def rename(x: NamedTensor, *args, **rename_map) -> NamedTensor:
                 f"renamed by keyword or dict (x.rename(old='new'), x.rename({{old: new}})) and "
                 f"positional dims are named with x.refine_names(...)")
     for old, new in rename_map.items():
-        _has(x, old, op)
+        x._named_dim(old, op)
         check_identifier(new, where=op)
     _not_bound(list(rename_map) + list(rename_map.values()), op)
     names = tuple(rename_map.get(n, n) for n in x._names)
@@ -180,12 +171,9 @@ def align_as(x: NamedTensor, other) -> torch.Tensor:
     torch.Size([2, 1, 3])
     """
     op = "Tensor.align_as"
-    if isinstance(other, NamedTensor):
-        onames, ondim = other._names, other.ndim
-    elif isinstance(other, torch.Tensor):
-        onames, ondim = (), other.dim()
-    else:
+    if not isinstance(other, (NamedTensor, torch.Tensor)):
         raise AxisTypeError(f"{op}: expected a NamedTensor or tensor, got {type(other).__name__}")
+    onames, ondim = (other._names if isinstance(other, NamedTensor) else ()), other.dim()
     extra = [n for n in x._names if n not in onames]
     if extra:
         raise AxisSpecError(
@@ -226,7 +214,7 @@ def flatten(x: NamedTensor, *args, **kwargs):
     dims = list(dims)
     if len(set(dims)) != len(dims):
         raise AxisSpecError(f"{op}: {dims!r} lists an axis twice")
-    idx = [_has(x, d, op) for d in dims]
+    idx = [x._named_dim(d, op) for d in dims]
     check_identifier(out_dim, where=op)
     rest = [i for i, n in enumerate(x._names) if i not in idx]
     if out_dim in [x._names[i] for i in rest]:
@@ -260,7 +248,7 @@ def unflatten(x: NamedTensor, *args, **kwargs):
     if _is_name(dim):
         if dim not in x._names:
             _not_bound([dim], op)
-            _has(x, dim, op)   # raises: the value has no named axis `dim`
+            x._named_dim(dim, op)   # raises: the value has no named axis `dim`
         if isinstance(sizes, dict):
             pairs = list(sizes.items())
         elif isinstance(sizes, (list, tuple)) and sizes and all(
@@ -333,7 +321,7 @@ def _split(x: NamedTensor, index: dict, op: str):
         if type(key) is int:
             pos[key] = sel
             continue
-        i = _has(x, key, op)
+        i = x._named_dim(key, op)
         if _is_int(sel):
             s = int(sel)
             n = x._data.shape[i]

@@ -32,6 +32,7 @@ from ._torch_private import functorch_active as _functorch_active
 __all__ = ["NamedTensor", "data_and_names"]
 
 _Tensor = torch.Tensor
+_INTS = "; ints index positional dims"
 
 
 def _record(value: "NamedTensor") -> None:
@@ -42,6 +43,14 @@ def _record(value: "NamedTensor") -> None:
         for i, n in enumerate(names):
             if n not in rec:
                 rec[n] = shape[i]
+
+
+def _conversion(what: str, convert):
+    """A conversion that needs a single value: ``convert`` of the physical tensor of a
+    value with no named axes (see :meth:`NamedTensor._scalar`)."""
+    def method(self, *args, **kwargs):
+        return convert(self._scalar(what), *args, **kwargs)
+    return method
 
 
 class NamedTensor:
@@ -119,7 +128,7 @@ class NamedTensor:
             return self.shape
         if isinstance(dim, int):
             return self.shape[dim]
-        return self._data.shape[self._named_dim(dim, "size")]
+        return self._data.shape[self._named_dim(dim, f"Tensor.size({dim!r})", _INTS)]
 
     def stride(self, dim: Any = None):
         """Strides of the positional dims, as torch's; ``x.stride(name)``: the stride of a
@@ -135,15 +144,15 @@ class NamedTensor:
             return self._data.stride()[k:]
         if isinstance(dim, int):
             return self._data.stride()[k:][dim]
-        return self._data.stride(self._named_dim(dim, "stride"))
+        return self._data.stride(self._named_dim(dim, f"Tensor.stride({dim!r})", _INTS))
 
-    def _named_dim(self, name: Any, method: str) -> int:
+    def _named_dim(self, name: Any, op: str, hint: str = "") -> int:
+        """The physical dim of named axis ``name`` (an error saying ``op`` if none)."""
         try:
             return self._names.index(name)
         except ValueError:
-            raise AxisSpecError(
-                f"Tensor.{method}({name!r}): the value has no named axis {name!r} (named_shape "
-                f"{fmt_named_shape(self.named_shape)}); ints index positional dims") from None
+            raise AxisSpecError(f"{op}: the value has no named axis {name!r} (named_shape "
+                                f"{fmt_named_shape(self.named_shape)}){hint}") from None
 
     def numel(self) -> int:
         """The number of positional elements (per instance of the named axes, as under
@@ -218,26 +227,13 @@ class NamedTensor:
             )
         return self._data
 
-    def __bool__(self) -> bool:
-        return bool(self._scalar("bool()"))
-
-    def __float__(self) -> float:
-        return float(self._scalar("float()"))
-
-    def __int__(self) -> int:
-        return int(self._scalar("int()"))
-
-    def __index__(self) -> int:
-        return self._scalar("index").__index__()
-
-    def item(self):
-        return self._scalar(".item()").item()
-
-    def tolist(self):
-        return self._scalar(".tolist()").tolist()
-
-    def numpy(self, *args, **kwargs):
-        return self._scalar(".numpy()").numpy(*args, **kwargs)
+    __bool__ = _conversion("bool()", bool)
+    __float__ = _conversion("float()", float)
+    __int__ = _conversion("int()", int)
+    __index__ = _conversion("index", lambda t: t.__index__())
+    item = _conversion(".item()", lambda t: t.item())
+    tolist = _conversion(".tolist()", lambda t: t.tolist())
+    numpy = _conversion(".numpy()", lambda t, *args, **kwargs: t.numpy(*args, **kwargs))
 
     def __array__(self, dtype=None, copy=None):
         arr = self._scalar("numpy conversion").detach().cpu().numpy()

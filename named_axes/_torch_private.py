@@ -21,7 +21,8 @@ import torch
 from torch._subclasses.fake_tensor import (DataDependentOutputException,
                                            DynamicOutputShapeException, FakeTensor,
                                            FakeTensorMode)
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils._python_dispatch import (TorchDispatchMode, _disable_current_modes,
+                                         _get_current_dispatch_mode_stack)
 from torch.utils._pytree import tree_flatten
 
 __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
@@ -111,21 +112,12 @@ functorch_disabled = torch._C._DisableFuncTorch
 dispatch_depth = torch._C._len_torch_dispatch_stack
 
 
-def dispatch_modes() -> list:
-    """The active torch dispatch modes, innermost last.
-
-    Why: as :data:`dispatch_depth`; the library's own modes are told apart by a flag.
-    Public: none."""
-    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
-    return _get_current_dispatch_mode_stack()
-
-
-def disable_dispatch_modes():
-    """A context manager running its body without the active dispatch modes.
-
-    Why: nx.jit's trace probe runs an optimizer's real step outside make_fx.  Public:
-    none."""
-    return _disable_current_modes()
+# The active torch dispatch modes, innermost last (a list).  Why: as dispatch_depth; the
+# library's own modes are told apart by a flag.  Public: none.
+dispatch_modes = _get_current_dispatch_mode_stack
+# A context manager running its body without the active dispatch modes.  Why: nx.jit's
+# trace probe runs an optimizer's real step outside make_fx.  Public: none.
+disable_dispatch_modes = _disable_current_modes
 
 
 # TorchDispatchMode (imported above): the base of the library's own dispatch modes (nx.jit's
