@@ -174,20 +174,13 @@ def insert_plan(names: tuple, p: int, mapping: AxisMapping, *, what: str) -> tup
     placed = mapping.names
     keep = tuple(n for n in names if n not in placed)
     missing = tuple(n for n in placed if n not in names)
-    full = missing + names
-    # physical order first becomes [kept..., placed (in mapping order)..., positional]
+    full = missing + names   # the physical dims' names once the missing ones are in front
     src = {n: i for i, n in enumerate(full)}
-    grouped = [src[n] for n in keep + placed] + list(range(len(full), len(full) + p))
-    final_ndim = p + len(placed)
-    resolved = mapping.resolve(final_ndim, what=what)
-    k = len(keep)
-    by_pos = {pos: name for pos, name in resolved}
-    placed_at = {name: k + i for i, name in enumerate(placed)}
-    pos_iter = iter(range(k + len(placed), k + final_ndim))
-    order = list(range(k))
-    for pos in range(final_ndim):
-        order.append(placed_at[by_pos[pos]] if pos in by_pos else next(pos_iter))
-    perm = [grouped[i] for i in order]
+    by_pos = dict(mapping.resolve(p + len(placed), what=what))
+    positional = iter(range(len(full), len(full) + p))
+    # [kept..., then each result dim: a placed axis or the next positional dim]
+    perm = [src[n] for n in keep] + [src[by_pos[i]] if i in by_pos else next(positional)
+                                     for i in range(p + len(placed))]
     return missing, (None if perm == list(range(len(perm))) else tuple(perm)), keep
 
 

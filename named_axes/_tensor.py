@@ -128,7 +128,8 @@ class NamedTensor:
             return self.shape
         if isinstance(dim, int):
             return self.shape[dim]
-        return self._data.shape[self._named_dim(dim, f"Tensor.size({dim!r})", _INTS)]
+        self._named_dim(dim, f"Tensor.size({dim!r})", _INTS)
+        return self.named_shape[dim]   # (a SerialLoop chunk holds part of the axis)
 
     def stride(self, dim: Any = None):
         """Strides of the positional dims, as torch's; ``x.stride(name)``: the stride of a

@@ -1,0 +1,23 @@
+"""Regressions found while cutting NamedTensor's modules (_tensor, _layout, _naming)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import named_axes as nx
+from named_axes.parallel import SerialLoop
+
+X = torch.arange(8.).reshape(4, 2)
+
+
+def _run(fn, chunks):
+    kw = {} if chunks is None else {"axis_resources": {"i": SerialLoop(chunks)}}
+    return nx.xmap(fn, in_axes=["i", ...], out_axes=[...], **kw)(X)
+
+
+@pytest.mark.parametrize("chunks", [None, 2])
+def test_size_of_a_named_axis_is_its_size_not_a_serial_loop_chunks(chunks):
+    # x.size('i') read the physical tensor: a SerialLoop chunk's 2 of the 4 entries,
+    # while x.named_shape['i'] said 4 (a value that depended on axis_resources)
+    out = _run(lambda x: torch.ones(()) * x.size("i") + 10 * x.named_shape["i"], chunks)
+    assert out.item() == 44.0
