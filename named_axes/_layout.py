@@ -13,11 +13,12 @@ torch.Size([3, 2])
 """
 from __future__ import annotations
 
-from typing import Any, Hashable, Mapping
+from typing import Any, Callable, Hashable, Mapping
 
 import numpy as np
 import torch
 
+from ._engine import NeedsWholeAxes, engine_for
 from ._env import INNER, axis_size, bound_axes
 from ._errors import AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape
 from ._parsing import AxisMapping, check_identifier, parse_mapping
@@ -245,27 +246,36 @@ def positional(nt: Any, axes: Any = ...) -> torch.Tensor:
     if axes is ...:
         axes = list(nt._names) + [...]
     mapping = parse_mapping(axes)
+    try:
+        check_whole(nt, nt._names, "positional()")
+    except NeedsWholeAxes as e:   # (the DTensor engine's local path: on the whole)
+        return e.engine.whole(positional, (nt, axes), {}, e.names, run=call)
     sizes = dict(bound_axes())
-    physical = dict(zip(nt._names, nt._data.shape))
-    for n, size in physical.items():
-        if sizes.get(n, size) != size:   # a SerialLoop chunk: the rest of the axis is not here
-            from ._engine import NeedsWholeAxes, engine_for
-
-            engine = engine_for((n,))
-            try:
-                if engine is not None:
-                    engine.check_named_op("positional()", (n,))
-            except NeedsWholeAxes as e:   # (the DTensor engine's local path: on the whole)
-                return e.engine.whole(positional, (nt, axes), {}, e.names,
-                                      run=lambda f, args, kwargs: f(*args, **kwargs))
-            raise AxisResourceError(
-                f"positional(): axis {n!r} is computed in chunks here (this chunk holds "
-                f"{size} of its {sizes[n]} indices, axis_resources maps it to a SerialLoop); "
-                f"a value positional along it would need every chunk. Reduce over it with "
-                f"nx.lax (psum, pmax, ...) or let xmap's out_axes place it")
-    sizes.update(physical)
+    sizes.update(zip(nt._names, nt._data.shape))
     return insert_named(nt, mapping, sizes=sizes, what="positional()",
                         strict_names=set(nt._names))
+
+
+def check_whole(nt: NamedTensor, names, what: str) -> None:
+    """Refuse to place the named axes ``names`` of ``nt`` as positional dims where this
+    holds a SerialLoop chunk's share of one (a value positional along it would need every
+    chunk); :class:`NeedsWholeAxes` where the engine computes the op on whole axes."""
+    bound = bound_axes()
+    for n, size in zip(nt._names, nt._data.shape):
+        if n in names and bound.get(n, size) != size:
+            engine = engine_for((n,))
+            if engine is not None:
+                engine.check_named_op(what, (n,))
+            raise AxisResourceError(
+                f"{what}: axis {n!r} is computed in chunks here (this chunk holds "
+                f"{size} of its {bound[n]} indices, axis_resources maps it to a SerialLoop); "
+                f"a value positional along it would need every chunk. Reduce over it with "
+                f"nx.lax (psum, pmax, ...) or let xmap's out_axes place it")
+
+
+def call(func: Callable, args: tuple, kwargs: dict) -> Any:
+    """``func(*args, **kwargs)``: how an engine runs a whole-axes op that is not a torch op."""
+    return func(*args, **kwargs)
 
 
 def _as_tensor(t: Any, *, what: str) -> torch.Tensor:

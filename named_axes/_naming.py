@@ -25,7 +25,8 @@ import torch
 from ._dispatch import dispatch
 from ._env import bound_axes
 from ._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape
-from ._layout import insert_named, named
+from ._engine import NeedsWholeAxes
+from ._layout import call, check_whole, insert_named, named
 from ._parsing import check_identifier, parse_mapping
 from ._tensor import NamedTensor
 from ._tape import taped
@@ -154,10 +155,12 @@ def align_to(x: NamedTensor, *names):
     if any(n is None for n in names):
         raise AxisSpecError(f"{op}: None is not an axis name; '...' stands for positional dims")
     placed = [n for n in names if n is not Ellipsis]
-    rank = x.ndim + len(placed)
-    mapping = _from_list(tuple(names), rank, op)
+    mapping = _from_list(tuple(names), x.ndim + len(placed), op)
+    try:
+        check_whole(x, placed, op)
+    except NeedsWholeAxes as e:   # (the DTensor engine's local path: on the whole)
+        return e.engine.whole(align_to, (x, *names), {}, e.names, run=call)
     sizes = {n: 1 for n in placed if n not in x._names}
-    sizes.update(x.named_shape)
     return insert_named(x, parse_mapping(mapping), sizes=sizes, what=op)
 
 

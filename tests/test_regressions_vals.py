@@ -21,3 +21,16 @@ def test_size_of_a_named_axis_is_its_size_not_a_serial_loop_chunks(chunks):
     # while x.named_shape['i'] said 4 (a value that depended on axis_resources)
     out = _run(lambda x: torch.ones(()) * x.size("i") + 10 * x.named_shape["i"], chunks)
     assert out.item() == 44.0
+
+
+def test_align_to_a_serial_loop_axis_raises_as_positional_does():
+    # x.align_to('i', ...) placed only the chunk's share of a SerialLoop axis (a shape
+    # that depended on axis_resources, silently); nx.positional refused it
+    assert _run(lambda x: torch.ones(()) * x.align_to("i", ...).shape[0], None).item() == 4.0
+    with pytest.raises(nx.AxisResourceError, match="Tensor.align_to over axis 'i'"):
+        _run(lambda x: torch.ones(()) * x.align_to("i", ...).shape[0], 2)
+    with pytest.raises(nx.AxisResourceError, match="positional\\(\\) over axis 'i'"):
+        _run(lambda x: torch.ones(()) * nx.positional(x, ["i", ...]).shape[0], 2)
+    # an axis left named may stay a chunk's share
+    out = _run(lambda x: nx.lax.psum(x.align_to(...), "i").sum(), 2)
+    assert out.item() == X.sum().item()
