@@ -52,32 +52,27 @@ def collate(batch):
         return torch.stack(list(batch), 0)
     if not _holds_named(elem):
         return default_collate(batch)
-    if isinstance(elem, Mapping):
-        parts = {key: collate([d[key] for d in batch]) for key in elem}
-        if isinstance(elem, MutableMapping):
-            clone = copy.copy(elem)
-            clone.update(parts)
-            return clone
-        try:
-            return type(elem)(parts)
-        except TypeError:   # a mapping that cannot be built from a dict
-            return parts
     if isinstance(elem, tuple) and hasattr(elem, "_fields"):   # namedtuple
         return type(elem)(*(collate(list(s)) for s in zip(*batch)))
-    if any(len(e) != len(elem) for e in batch):
-        raise RuntimeError("each element in list of batch should be of equal size")
-    columns = [collate(list(s)) for s in zip(*batch)]
-    if isinstance(elem, tuple):
-        return columns   # as default_collate: a tuple's columns come back as a list
-    if isinstance(elem, MutableSequence):
+    if isinstance(elem, Mapping):
+        parts = {key: collate([d[key] for d in batch]) for key in elem}
+        mutable, items = isinstance(elem, MutableMapping), parts.items()
+    else:
+        if any(len(e) != len(elem) for e in batch):
+            raise RuntimeError("each element in list of batch should be of equal size")
+        parts = [collate(list(s)) for s in zip(*batch)]
+        if isinstance(elem, tuple):
+            return parts   # as default_collate: a tuple's columns come back as a list
+        mutable, items = isinstance(elem, MutableSequence), enumerate(parts)
+    if mutable:   # as default_collate: a copy of the container, holding the parts
         clone = copy.copy(elem)
-        for i, column in enumerate(columns):
-            clone[i] = column
+        for key, part in items:
+            clone[key] = part
         return clone
     try:
-        return type(elem)(columns)
-    except TypeError:
-        return columns
+        return type(elem)(parts)
+    except TypeError:   # a container that cannot be built from its parts
+        return parts
 
 
 def _holds_named(x) -> bool:
