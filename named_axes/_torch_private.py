@@ -143,7 +143,7 @@ def tracing_mode_active() -> bool:
     Why: under a trace the mesh engine skips its input check (no values) and gathers
     full outputs itself (no DTensor in the graph).  Public:
     ``torch.compiler.is_dynamo_compiling()`` (checked too) misses make_fx."""
-    if not torch._C._len_torch_dispatch_stack():
+    if not dispatch_depth():
         return False
     from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode
     return any(isinstance(m, (FakeTensorMode, ProxyTorchDispatchMode)) for m in dispatch_modes())
