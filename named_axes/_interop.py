@@ -158,9 +158,7 @@ def install() -> None:
     """Allow NamedTensor in the weights_only unpickler (torch's own extension point,
     idempotent).  DataLoader's default collation is left as torch has it: pass
     ``collate_fn=nx.collate``."""
-    add = getattr(torch.serialization, "add_safe_globals", None)
-    if add is not None:
-        add([NamedTensor, _rebuild_named])
+    torch.serialization.add_safe_globals([NamedTensor, _rebuild_named])
 
 
 install()
