@@ -287,11 +287,8 @@ class NamedTensor:
         head = (f"NamedTensor(shape={tuple(self.shape)}, "
                 f"named_shape={fmt_named_shape(self.named_shape)}"
                 + "".join(", " + e for e in extras) + ")")
-        try:
-            values = _preview(self._data.detach(), self._names)
-        except Exception:  # fake/meta/proxy tensors have no values to show
-            return head
-        return head + "\n" + values
+        values = _preview(self)
+        return head if values is None else head + "\n" + values
 
     def _repr_html_(self) -> str:
         rows = "".join(
@@ -301,10 +298,8 @@ class NamedTensor:
             f"<tr><td>positional</td><td>{i}</td><td>{s}</td></tr>"
             for i, s in enumerate(self.shape)
         )
-        try:
-            preview = html.escape(_preview(self._data.detach(), self._names))
-        except Exception:
-            preview = "(no values: symbolic tensor)"
+        values = _preview(self)
+        preview = "(no values: symbolic tensor)" if values is None else html.escape(values)
         return (
             "<div class='named-axes-tensor'><b>NamedTensor</b> "
             f"<code>{html.escape(str(self._data.dtype))}</code> on "
@@ -333,17 +328,21 @@ def _rebuild_named(data: torch.Tensor, names: tuple) -> NamedTensor:
     return NamedTensor(data, names)
 
 
-def _preview(data: torch.Tensor, names: tuple) -> str:
-    if data.is_meta or type(data) is not torch.Tensor:
-        raise TypeError("no values")
+def _preview(value: NamedTensor) -> str | None:
+    """``value``'s values laid out as stored, or None where there are none to show."""
+    data, names = value._data, value._names
+    if type(data) is not torch.Tensor or data.is_meta:
+        return None
     order = " × ".join([repr(n) for n in names] + [str(s) for s in data.shape[len(names):]])
     # torch's own repr, under the user's print options, less `tensor(` and what follows
     # the values (`, dtype=...)`); its lines after the first are indented for `tensor(`
-    text, lead = repr(data), len("tensor(")
-    if data.ndim:
-        body = text[lead:text.rindex("]") + 1]
-    else:
-        body = text[lead:].split(",")[0].rstrip(")")
+    lead = len("tensor(")
+    try:
+        text = repr(data.detach())
+        body = text[lead:text.rindex("]") + 1] if data.ndim else \
+            text[lead:].split(",")[0].rstrip(")")
+    except Exception:   # fake, proxy or functorch-wrapped tensors have no values to show
+        return None
     body = "\n".join([line[lead:] if i else line for i, line in enumerate(body.split("\n"))])
     return f"values laid out as [{order}]:\n{body}"
 
