@@ -28,6 +28,7 @@ from ._env import _state as _env_state
 from ._errors import AxisSpecError, AxisTypeError, ShapeError, fmt_named_shape
 from ._levels import check_foreign as _check_foreign
 from ._torch_private import functorch_active as _functorch_active
+from ._torch_private import is_functorch_wrapped as _functorch_wrapped
 
 __all__ = ["NamedTensor", "data_and_names"]
 
@@ -331,8 +332,8 @@ def _rebuild_named(data: torch.Tensor, names: tuple) -> NamedTensor:
 def _preview(value: NamedTensor) -> str | None:
     """``value``'s values laid out as stored, or None where there are none to show."""
     data, names = value._data, value._names
-    if type(data) is not torch.Tensor or data.is_meta:
-        return None
+    if type(data) is not torch.Tensor or data.is_meta or _functorch_wrapped(data):
+        return None   # (a torch.func wrapper's repr is not torch's `tensor(...)`)
     order = " × ".join([repr(n) for n in names] + [str(s) for s in data.shape[len(names):]])
     # torch's own repr, under the user's print options, less `tensor(` and what follows
     # the values (`, dtype=...)`); its lines after the first are indented for `tensor(`

@@ -34,3 +34,19 @@ def test_align_to_a_serial_loop_axis_raises_as_positional_does():
     # an axis left named may stay a chunk's share
     out = _run(lambda x: nx.lax.psum(x.align_to(...), "i").sum(), 2)
     assert out.item() == X.sum().item()
+
+
+def test_repr_under_torch_func_shows_no_mangled_values():
+    # the repr of a functorch-wrapped tensor ("GradTrackingTensor(lvl=1, value=...") was
+    # cut as if it were "tensor(...", printing fragments of it as the values
+    from named_axes._tensor import NamedTensor
+
+    seen = []
+
+    def f(t):
+        seen.append(repr(NamedTensor._wrap(t.unsqueeze(0), ("a",))))
+        return t.sum()
+
+    torch.func.grad(f)(torch.ones(2))
+    torch.func.vmap(f)(torch.ones(3, 2))
+    assert all("Tensor(lvl" not in s and "values laid out" not in s for s in seen), seen
