@@ -314,7 +314,8 @@ _INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64)
 
 
 def _split(x: NamedTensor, index: dict, op: str):
-    """(basic physical index, [(dim, index tensor, name)], kept names, positional index)."""
+    """(basic physical index, [(dim, index tensor, name)], kept names, positional index
+    or None): named indexing keeps the positional dims, so the last is ``x``'s."""
     if type(index) is str:
         raise _str_index(x, index)
     basic: list = [slice(None)] * len(x._names)
@@ -348,7 +349,7 @@ def _split(x: NamedTensor, index: dict, op: str):
                                 f"index, got {type(sel).__name__}")
     _not_bound([k for k in index if type(k) is not int], op)
     kept = tuple(n for n, b in zip(x._names, basic) if not isinstance(b, int))
-    return basic, gathers, kept, pos
+    return basic, gathers, kept, _positional_index(x, pos)
 
 
 def _positional_index(x: NamedTensor, pos: dict):
@@ -378,7 +379,7 @@ def getitem(x: NamedTensor, index):
     >>> nx.positional(x[{'b': 1}])
     tensor([3., 4., 5.])
     """
-    basic, gathers, kept, pos = _split(x, index, "NamedTensor[{...}]")
+    basic, gathers, kept, pidx = _split(x, index, "NamedTensor[{...}]")
     data = x._data
     for i, t, key in gathers:
         try:   # (as torch's indexing: negative indices count from the end)
@@ -389,7 +390,6 @@ def getitem(x: NamedTensor, index):
     if any(b != slice(None) for b in basic):
         data = data[tuple(basic)]
     out = NamedTensor._wrap(data, kept)
-    pidx = _positional_index(out, pos)
     if pidx is not None:
         out = out[pidx]
     # no named axis left: a plain tensor, as every op returns one (guide §1)
@@ -406,13 +406,12 @@ def setitem(x: NamedTensor, index, value) -> None:
     >>> nx.positional(x).sum().item()
     3.0
     """
-    basic, gathers, kept, pos = _split(x, index, "NamedTensor[{...}] = ...")
+    basic, gathers, kept, pidx = _split(x, index, "NamedTensor[{...}] = ...")
     if gathers:
         raise AxisTypeError("NamedTensor[{...}] = ...: assignment takes ints and slices per "
                             "named axis (index tensors: use index_copy_ on the positional "
                             "value)")
     view = NamedTensor._wrap(x._data[tuple(basic)], kept)
-    pidx = _positional_index(view, pos)
     view[... if pidx is None else pidx] = value
 
 
