@@ -2,24 +2,15 @@
 which its cotangent will: decided from the program, never from the values.
 
 The grad family broadcasts the differentiated inputs along the named axes of the
-computation (``added``) so that autodiff gives one cotangent per instance
-(:mod:`named_axes.transforms._instances`).  JAX computes those inputs once: a value
-derived from them carries an added axis only where an op brought it in from a value
-that really carries it.  While the differentiated function runs, a :class:`Tape` notes
-every op on named values (the dispatcher, ``nx.lax``, ``nx.einsum``...) with
-
-- the added axes its outputs really carry: those of their operands, or made by the op
-  (JAX's abstract evaluation of named shapes), and
-- one edge per operand: the axes the op's derivative with respect to that operand
-  *reads* (the named axes of the other factors of a product, of an index, of the
-  operand of a nonlinear function) and the axes it *removes* (a ``psum``).
-
-Walking the edges back from the loss gives each input's cotangent axes as JAX's
-transpose rules give them: the seed carries none; an op's transpose adds the axes it
-reads and drops the axes it reduces.  A value built where the tape cannot see (a
-NamedTensor made in the region from a value that requires grad, by code that noted no
-op) makes the tape *opaque*: every copy is then kept, a named shape larger than JAX's,
-never a different value.
+computation (``added``, :mod:`named_axes.transforms._instances`); JAX computes them
+once.  While the differentiated function runs, a :class:`Tape` notes every op on named
+values (the dispatcher, ``nx.lax``, ``nx.einsum``...) with the added axes its outputs
+really carry (those of their operands, or made by the op) and, per operand, the axes
+the op's derivative *reads* (the other factor of a product, an index, the operand of a
+nonlinear function) and *removes* (a ``psum``).  Walking the edges back from the loss
+gives each input's cotangent axes as JAX's transpose rules give them.  A value built
+where the tape cannot see makes it *opaque*: every copy is kept, a named shape larger
+than JAX's, never a different value.
 
 >>> import torch
 >>> from named_axes._tensor import NamedTensor
@@ -326,11 +317,10 @@ def note_call(func, args: tuple, kwargs: dict, out) -> None:
         # dynamo traces no str method on a function's name (nor hashes every function):
         # the kinds of the names torch and nx.lax spell, nonlinear (reads all) otherwise
         kind = _KIND_BY_NAME.get(getattr(func, "__name__", None), "nonlinear")
-        note_result(kind, args, kwargs, out, along=True)
-        return
-    kind = _KINDS.get(func)
-    if kind is None:
-        kind = _KINDS[func] = kind_of(getattr(func, "__name__", ""))
+    else:
+        kind = _KINDS.get(func)
+        if kind is None:
+            kind = _KINDS[func] = kind_of(getattr(func, "__name__", ""))
     note_result(kind, args, kwargs, out, along=True)
 
 

@@ -6,18 +6,15 @@ Autodiff and batching are torch.func's; this package only carries names across.
 """
 from __future__ import annotations
 
-from ._vmap import vmap
-from ._forward import jvp, linearize
-from ._grad import grad, value_and_grad
-from ._vjp import linear_transpose, vjp
-from ._jacobian import hessian, jacfwd, jacrev
+from ._vmap import vectorize, vmap
+from ._forward import hessian, jacfwd, jacrev, jvp, linearize
+from ._grad import grad, linear_transpose, value_and_grad, vjp
 from ._graph import NamedGraphModule, make_graph, named_call
 from ._jit import disable_jit, jit
 from ._store import set_program_store
 from ._custom import closure_convert, custom_jvp, custom_vjp
 from ._remat import checkpoint, remat
 from ._shapes import ShapeDtypeStruct, eval_shape
-from ._vectorize import vectorize
 
 __all__ = ["vmap", "grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfwd", "jacrev",
            "hessian", "linear_transpose", "make_graph", "named_call", "NamedGraphModule",

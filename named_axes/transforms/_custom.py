@@ -17,7 +17,9 @@ tensor([1., 1.])
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import operator
 from typing import Any, Callable, Sequence
 
 import torch
@@ -25,13 +27,12 @@ import torch
 from .._engine import split_over_ranks
 from .._env import bound_axes, frames, within
 from .._errors import AxisSpecError, AxisTypeError
-from .._layout import align
 from .._tensor import NamedTensor
 from .._tape import TAPES, aliased, noted_rule, suspended, transposed
 from .._levels import ORIGINAL as _functorch
-from .._torch_private import tree_flatten, tree_map
+from .._torch_private import tree_flatten
 from . import _instances
-from ._tree import rebox, unbox
+from ._tree import align_like, rebox, unbox
 
 __all__ = ["custom_vjp", "custom_jvp", "closure_convert"]
 
@@ -39,24 +40,16 @@ _NT = NamedTensor
 
 
 def _like(g: Any, like: torch.Tensor, names: tuple | None, what: str):
-    """A gradient laid out as the physical tensor ``like`` (named ``names``)."""
-    if g is None:
-        return None
-    names = names or ()
-    if isinstance(g, _NT):
-        extra = [n for n in g._names if n not in names]
-        if extra:
-            raise AxisSpecError(f"{what}: the gradient has named axis {extra[0]!r} that the "
-                                f"input (named axes {names}) lacks")
-        g = align(g._data, g._names, g.ndim, names, like.dim() - len(names))
-    g = torch.as_tensor(g, dtype=like.dtype, device=like.device)
-    return g.expand(like.shape) if g.shape != like.shape else g
+    """A gradient or tangent laid out as the physical tensor ``like`` (named ``names``),
+    in its dtype (:func:`._tree.align_like`)."""
+    g = align_like(g, like, names, what)
+    return None if g is None else torch.as_tensor(g, dtype=like.dtype, device=like.device)
 
 
 def _per_instance(g: torch.Tensor, names: tuple, axes: dict) -> NamedTensor:
     """A cotangent summed over the instances of ``axes`` that its output lacks, as each
     instance's share: divided by their number, one copy per instance."""
-    lack = _instances.lacking(axes, names)
+    lack = {n: s for n, s in axes.items() if n not in names}
     if not lack:
         return g
     sizes = tuple(lack.values())
@@ -68,28 +61,24 @@ def _summed_back(g: Any, names: tuple, axes: dict, inner_mode: bool) -> Any:
     """A ``bwd`` result for an input named ``names``, in the physical convention: its
     instances of the axes the input lacks summed (a replicated result, inside a
     differentiated region, counting once per instance)."""
-    if not isinstance(g, _NT):
-        if inner_mode and isinstance(g, torch.Tensor):
-            scale = _instances.instance_count(axes, names)
-            return g * scale if scale != 1 else g
-        return g
-    extra = tuple(n for n in g._names if n not in names)
-    # the instances on other ranks too, where a mesh splits an axis (the input is the
-    # same there: its cotangent is the whole on each)
-    split = tuple(n for n in extra if split_over_ranks(n))
-    if split:
-        from ..lax import psum
+    extra = ()
+    if isinstance(g, _NT):
+        extra = tuple(n for n in g._names if n not in names)
+        # the instances on other ranks too, where a mesh splits an axis (the input is the
+        # same there: its cotangent is the whole on each)
+        split = tuple(n for n in extra if split_over_ranks(n))
+        if split:
+            from ..lax import psum
 
-        g = psum(g, split)
-    rest = tuple(n for n in extra if n not in split)
-    if rest:
-        dims = [g._names.index(n) for n in rest]
-        g = NamedTensor._wrap(g._data.sum(dims), tuple(n for n in g._names if n not in rest))
-    if inner_mode:
-        scale = _instances.instance_count(axes, names, extra)
-        if scale != 1:
-            g = NamedTensor._wrap(g._data * scale, g._names)
-    return g
+            g = psum(g, split)
+        rest = tuple(n for n in extra if n not in split)
+        if rest:
+            g = NamedTensor._wrap(g._data.sum([g._names.index(n) for n in rest]),
+                                  tuple(n for n in g._names if n not in rest))
+    scale = _instances.instance_count(axes, names, extra) if inner_mode else 1
+    if scale == 1 or not isinstance(g, (_NT, torch.Tensor)):
+        return g
+    return NamedTensor._wrap(g._data * scale, g._names) if type(g) is _NT else g * scale
 
 
 class _CustomRule:
@@ -149,28 +138,19 @@ def _apply(function, call) -> Any:
 
     Under dynamo no tape sees inside: dynamo traces the Function's forward and backward
     as subgraphs, where the tapes' Python state must not change.  The tape does not know
-    the call's results then, and keeps every copy (``_tape._derived``)."""
-    inputs = _traced_inputs(call.leaves)
-    if torch.compiler.is_dynamo_compiling() and TAPES:
-        with suspended():
-            *out, o = function.apply(call, *inputs)
-    else:
+    the call's results then, and keeps every copy (``_tape._derived``).  The inputs are
+    fresh views there: dynamo keeps ``requires_grad=False`` for the tensors that
+    ``torch.func.grad`` differentiates, and traces an ``autograd.Function`` applied to
+    such a tensor as its plain forward, dropping the rule without a word
+    (pytorch/pytorch#193279); a view of it requires grad as it should.
+    """
+    inputs = call.leaves
+    compiling = torch.compiler.is_dynamo_compiling()
+    if compiling:
+        inputs = [t.view_as(t) if isinstance(t, torch.Tensor) else t for t in inputs]
+    with suspended() if compiling and TAPES else contextlib.nullcontext():
         *out, o = function.apply(call, *inputs)
     return rebox(out, o.spec, o.names)
-
-
-def _traced_inputs(leaves: list) -> list:
-    """The physical inputs handed to a rule's ``autograd.Function``.
-
-    Under dynamo, fresh views: dynamo keeps ``requires_grad=False`` for the tensors that
-    ``torch.func.grad`` (``nx.grad``'s engine) differentiates, and traces an
-    ``autograd.Function`` applied to such a tensor as its plain forward, dropping the
-    rule without a word (pytorch/pytorch#193279); a view of it requires grad as it
-    should, and costs nothing in the compiled graph.
-    """
-    if not torch.compiler.is_dynamo_compiling():
-        return leaves
-    return [t.view_as(t) if isinstance(t, torch.Tensor) else t for t in leaves]
 
 
 class _Out:
@@ -206,8 +186,9 @@ class _Call:
         o_leaves, o_spec, o_names = unbox(out)
         return (*o_leaves, _Out(o_spec, o_names, extra))
 
-    def rebuild(self, phys) -> list:
-        call = list(self.args)
+    def rebuild(self, phys, base: list | None = None) -> list:
+        """``base`` (default: the arguments) with the differentiable ones from ``phys``."""
+        call = list(self.args if base is None else base)
         for i, a in zip(self.diff_pos, rebox(phys, self.spec, self.names)):
             call[i] = a
         return call
@@ -216,20 +197,14 @@ class _Call:
         """A custom_jvp rule's output tangent, physical, laid out as the forward's
         ``out``; with ``tan_phys`` None its primal output instead, the tangents zero (a
         function of the primals)."""
-        prim = self.rebuild(prim_phys)
-        tan = [None] * len(self.args)
-        if tan_phys is None:
-            for i in self.diff_pos:
-                tan[i] = tree_map(lambda a: a * 0 if isinstance(a, (torch.Tensor, _NT)) else a,
-                                  prim[i], is_leaf=lambda a: isinstance(a, _NT))
-        else:
-            for i, a in zip(self.diff_pos, rebox(tan_phys, self.spec, self.names)):
-                tan[i] = a
-        p_out, t_out = self.me.rule(tuple(prim), tuple(tan))
-        data = unbox(out.extra)[0]
+        primal = tan_phys is None
+        if primal:
+            tan_phys = [a * 0 if isinstance(a, torch.Tensor) else a for a in prim_phys]
+        p_out, t_out = self.me.rule(tuple(self.rebuild(prim_phys)),
+                                    tuple(self.rebuild(tan_phys, [None] * len(self.args))))
         return tuple(_like(t, d, n, f"custom_jvp({self.me.__name__}) rule")
-                     for t, d, n in zip(tree_flatten(p_out if tan_phys is None else t_out)[0],
-                                        data, out.names))
+                     for t, d, n in zip(tree_flatten(p_out if primal else t_out)[0],
+                                        unbox(out.extra)[0], out.names))
 
 
 class _VjpFunction(torch.autograd.Function):
@@ -240,12 +215,9 @@ class _VjpFunction(torch.autograd.Function):
         # grad off, as autograd runs every forward (dynamo inlines the forward of a
         # Function whose inputs do not require grad with grad on): fwd may call the
         # function itself, which then gives its value
-        with torch.no_grad():
-            if not torch.compiler.is_dynamo_compiling() and TAPES:   # noted as a whole, not op by op
-                with suspended():
-                    out, res = call.me.fwd(*call.rebuild(phys))
-            else:
-                out, res = call.me.fwd(*call.rebuild(phys))
+        noted = not torch.compiler.is_dynamo_compiling() and TAPES   # as a whole, not op by op
+        with torch.no_grad(), suspended() if noted else contextlib.nullcontext():
+            out, res = call.me.fwd(*call.rebuild(phys))
         return call.keep(out, res)
 
     @staticmethod
@@ -299,13 +271,8 @@ class custom_jvp(_CustomRule):
 
         def rule(primals, tangents):
             out = fun(*primals)
-            total = None
-            for f, t in zip(fns, tangents):
-                if f is None:
-                    continue
-                part = f(t, out, *primals)
-                total = part if total is None else total + part
-            return out, total if total is not None else out * 0
+            parts = [f(t, out, *primals) for f, t in zip(fns, tangents) if f is not None]
+            return out, functools.reduce(operator.add, parts) if parts else out * 0
         self.rule = rule
 
     def __call__(self, *args):
@@ -359,13 +326,13 @@ class _JvpReverse(torch.autograd.Function):
     @staticmethod
     def forward(call, *phys):
         args = call.rebuild(phys)
-        if not TAPES:   # (dynamo: no tape open, nothing written on call)
-            out = call.me.fun(*args)
-            return call.keep(out, out)
-        # fun's ops are noted: its inputs are the call's, as other objects (a torch.func
-        # transform hands forward its inputs unwrapped)
-        aliased(tree_flatten(call.args)[0], tree_flatten(args)[0])
-        out = call.fun_out = call.me.fun(*args)
+        if TAPES:   # (dynamo: no tape open, nothing written on call)
+            # fun's ops are noted: its inputs are the call's, as other objects (a
+            # torch.func transform hands forward its inputs unwrapped)
+            aliased(tree_flatten(call.args)[0], tree_flatten(args)[0])
+        out = call.me.fun(*args)
+        if TAPES:
+            call.fun_out = out
         return call.keep(out, out)
 
     @staticmethod
@@ -384,9 +351,9 @@ class _JvpReverse(torch.autograd.Function):
             # differentiated: JAX differentiates the jvp'd program, whose primal output
             # here the rule's own code computed
             _, pull = _functorch["vjp"](lambda *p: ctx.call.rule_phys(list(p), None, o), *prim)
-            return (None,) + tuple(pull(tuple(gs[:-1])))
-        zeros = [torch.zeros_like(p) if isinstance(p, torch.Tensor) else p for p in prim]
-        _, pull = _functorch["vjp"](lambda *t: ctx.call.rule_phys(prim, list(t), o), *zeros)
+        else:
+            zeros = [torch.zeros_like(p) if isinstance(p, torch.Tensor) else p for p in prim]
+            _, pull = _functorch["vjp"](lambda *t: ctx.call.rule_phys(prim, list(t), o), *zeros)
         return (None,) + tuple(pull(tuple(gs[:-1])))
 
 

@@ -1,16 +1,19 @@
-"""The grad family on torch.func, understanding named values: ``grad`` and
-``value_and_grad`` here, ``vjp`` and ``linear_transpose`` in :mod:`._vjp`.
+"""Reverse mode on torch.func, understanding named values: ``grad``, ``value_and_grad``,
+``vjp`` and ``linear_transpose``.
 
 Named inputs cross into torch.func as their physical tensors and come back named
-(:mod:`._tree`).  Inside a named program, a scalar loss that carries named axes gives
-*per-example* gradients: every differentiated input is first broadcast along the named
-axes the arguments carry and it lacks, so torch.func differentiates one copy per named
-index; axes listed in ``reduce_axes`` are not broadcast, so their per-example gradients
-are summed (JAX's ``reduce_axes``).  Autodiff itself is torch.func's.
+(:mod:`._tree`).  Inside a named program, the differentiated inputs are first broadcast
+along the named axes the computation involves (not along ``reduce_axes``, whose
+per-instance gradients are thus summed, JAX's ``reduce_axes``), so autodiff gives one
+cotangent per instance (:mod:`._instances`): a scalar loss carrying named axes gives
+*per-example* gradients.  Autodiff itself is torch.func's.
 
 >>> import torch, named_axes as nx
 >>> nx.grad(lambda x: (x ** 2).sum())(torch.tensor([1., 2.]))
 tensor([2., 4.])
+>>> out, f_vjp = nx.vjp(lambda x: 3 * x, torch.ones(2))
+>>> f_vjp(torch.ones(2))
+(tensor([3., 3.]),)
 """
 from __future__ import annotations
 
@@ -19,18 +22,19 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from .._engine import engine_for
+from .._env import bound_axes
 from .._errors import AxisSpecError, AxisTypeError, fmt_named_shape
 from .._modes import building_graph
 from .._tensor import NamedTensor
-from ._instances import Redo, Region, fold_copies, static_tape
+from ._instances import Region, fold_copies, fold_pullback, rerun_on_redo, static_tape
 from ._jit import on_mesh_under_dynamo, run_jitted
 from ._jit_sharded import is_dtensor
-from ._tree import box_leaf, expand_over, named_axes_of, rebox, unbox
-from ._vjp import _chunked, _sum_over_chunks
+from ._tree import align_like, box_leaf, expand_over, mapped_over, named_axes_of, rebox, unbox
 from .._levels import ORIGINAL as _functorch
 from .._torch_private import functorch_active, tree_flatten, tree_map
 
-__all__ = ["grad", "value_and_grad"]
+__all__ = ["grad", "value_and_grad", "vjp", "linear_transpose"]
 
 _NT = NamedTensor
 _Tensor = torch.Tensor
@@ -66,42 +70,88 @@ def _named_sizes(args: Sequence) -> dict:
     return sizes
 
 
-def _prepare(args: Sequence, nums: tuple, sizes: dict, reduce_axes) -> list:
-    """Per differentiated argument: (physical leaves, spec, names), broadcast along
-    ``sizes`` (except ``reduce_axes``) so there is one copy per instance."""
-    prepared = []
-    for i in nums:
-        a = args[i]
-        t = type(a)
-        if t is _Tensor or t is _Parameter or t is _NT:   # one leaf: no pytree
-            leaf = expand_over(a, sizes, reduce_axes) if sizes else a
-            if type(leaf) is _NT:
-                prepared.append(([leaf._data], _LEAF, [leaf._names]))
-            else:
-                prepared.append(([leaf], _LEAF, [None]))
-            continue
-        arg = tree_map(lambda leaf: expand_over(leaf, sizes, reduce_axes), a)
-        prepared.append(unbox(arg))
-    return prepared
-
-
 def _rebox(leaves: Sequence, spec: Any, names: list) -> Any:
     if spec is _LEAF:
         return box_leaf(leaves[0], names[0])
     return rebox(leaves, spec, names)
 
 
-def _call(fun, args, nums, prepared, phys, tape=None):
-    """``fun`` on args where argument ``nums[k]`` is rebuilt from ``phys[k]``; the
-    rebuilt leaves are the roots of ``tape``."""
-    call = list(args)
-    for i, (_, spec, names), leaves in zip(nums, prepared, phys):
-        # a leaf with no named axes goes in as a plain tensor (torch APIs such as
-        # torch.func.functional_call accept nothing else)
-        call[i] = _rebox(leaves, spec, [n or None for n in names])
-        if tape is not None:
-            tape.roots(call[i], args[i])
-    return fun(*call)
+def _chunked(axes: dict, reduce_axes: tuple) -> dict:
+    """The ``reduce_axes`` this call sees only a chunk of (a ``SerialLoop`` axis): name ->
+    the size of a chunk's part of it (``axis_index`` steps through a chunk's part before
+    the next chunk's).  Over a mesh alone there is nothing to add: the gradient of a value
+    lacking the axis is summed over the ranks already (its cotangent is the whole on
+    each); a chunk's part split over a mesh too is counted with every rank's share."""
+    bound = bound_axes() if reduce_axes else {}
+    out = {}
+    for n in reduce_axes:
+        if n in axes and n in bound:
+            engine = engine_for((n,))   # (over ranks, one instance stands for every rank's)
+            ranks = engine.seed_size(n, 1) if engine is not None else 1
+            if axes[n] * ranks != bound[n]:
+                out[n] = axes[n] * ranks
+    return out
+
+
+def _sum_over_chunks(g: Any, chunked: dict) -> Any:
+    """A gradient summed over this chunk's instances of the ``chunked`` axes, summed over
+    every chunk: one instance per chunk's part holds the chunk's sum (on a mesh, the
+    first rank's: every rank's gradient is the sum over the ranks already), ``psum``
+    (which the loop engine replays chunk by chunk) adds them."""
+    if not isinstance(g, (torch.Tensor, _NT)):
+        return g
+    from ..lax import axis_index, psum
+    named = type(g) is _NT
+    for n in [n for n in chunked if not (named and n in g._names)]:
+        first = (axis_index(n) % chunked[n] == 0).to(g._data.dtype if named else g.dtype)
+        g = psum(g * first, n)
+    if named and type(g) is not _NT:   # psum left no named axis: keep the type the
+        g = _NT._wrap(g, ())           # gradient has without a loop (a NamedTensor)
+    return g
+
+
+class _Run:
+    """One run of a reverse-mode call: the differentiated arguments ``nums`` broadcast
+    along ``sizes`` except ``reduce_axes`` (one copy per instance), the :class:`Region`
+    recording the axes met and the tape deciding the results' named shapes."""
+
+    def __init__(self, fun, args, nums, sizes, reduce_axes, first_run, own_level=False):
+        self.fun, self.args, self.nums, self.first_run = fun, args, nums, first_run
+        self.reduce_axes = reduce_axes
+        self.boxes = []   # per differentiated argument: (physical leaves, spec, names)
+        for i in nums:
+            a = args[i]
+            if type(a) in (_Tensor, _Parameter, _NT):   # one leaf: no pytree
+                leaf = expand_over(a, sizes, reduce_axes) if sizes else a
+                named = type(leaf) is _NT
+                self.boxes.append(([leaf._data if named else leaf], _LEAF,
+                                   [leaf._names if named else None]))
+            else:
+                self.boxes.append(unbox(tree_map(
+                    lambda leaf: expand_over(leaf, sizes, reduce_axes), a)))
+        self.region = Region(sizes, reduce_axes)
+        self.tape = static_tape(tuple(n for n in sizes if n not in reduce_axes), own_level)
+
+    def call(self, phys, plain_unnamed: bool = True) -> Any:
+        """``fun`` with argument ``nums[k]`` rebuilt from ``phys[k]`` (the tape's roots; a
+        leaf with no named axes a plain tensor with ``plain_unnamed``: torch APIs such as
+        torch.func.functional_call accept nothing else), the region settled after."""
+        call = list(self.args)
+        for i, (_, spec, names), leaves in zip(self.nums, self.boxes, phys):
+            call[i] = _rebox(leaves, spec, [n or None for n in names] if plain_unnamed
+                             else names)
+            self.tape.roots(call[i], self.args[i])
+        out = self.fun(*call)
+        self.region.settle(self.first_run)
+        return out
+
+    def grads(self, phys: Sequence, lead: tuple = ()) -> tuple:
+        """The gradients (one leaf list per argument) named as the arguments, behind the
+        batch axes ``lead``; a SerialLoop chunk's sums added over the other chunks."""
+        grads = tuple(_rebox(g, spec, [lead + (m or ()) for m in names] if lead else names)
+                      for g, (_, spec, names) in zip(phys, self.boxes))
+        chunked = _chunked(self.region.axes, self.reduce_axes)
+        return tree_map(lambda g: _sum_over_chunks(g, chunked), grads) if chunked else grads
 
 
 def _scalar_phys(out: Any, what: str) -> torch.Tensor:
@@ -152,155 +202,95 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         nums = nums_for.get(len(args))
         if nums is None:
             nums = nums_for[len(args)] = _argnums(argnums, len(args), what)
-        sizes = _named_sizes(args)
-        once = (fun, argnums, has_aux, reduce_axes, what, args, nums)
-        try:
-            return _value_and_grad_once(*once, sizes, True)
-        except Redo as redo:   # a closed-over value carries axes the arguments lack
-            return _value_and_grad_once(*once, {**sizes, **redo.args[0]}, False)
+        return rerun_on_redo(lambda sizes, first: _value_and_grad_once(
+            _Run(fun, args, nums, sizes, reduce_axes, first), has_aux, what,
+            isinstance(argnums, int)), _named_sizes(args))
 
     return run
 
 
-def _value_and_grad_once(fun, argnums, has_aux, reduce_axes, what, args, nums, sizes,
-                         first_run):
-    """One run of :func:`value_and_grad`'s ``fun`` with the differentiated arguments
-    broadcast along ``sizes``; :class:`Redo` when a first run meets more axes."""
-    prepared = _prepare(args, nums, sizes, reduce_axes)
-    out_names: list = []
-    aux_box: list = []
-    added = tuple(n for n in sizes if n not in reduce_axes)
-    region = Region(sizes, reduce_axes)
-    tape = static_tape(added)
-    phys_fun = _loss_fun(fun, args, nums, prepared, has_aux, what, region, first_run,
-                         out_names, aux_box, tape)
-    with region, tape:
-        g, value, aux_tensors = _grad_and_value(phys_fun, prepared)
-    grads = tuple([_rebox(gl, spec, names) for gl, (_, spec, names) in zip(g, prepared)])
-    chunked = _chunked(region.axes, reduce_axes)
-    if chunked:   # a SerialLoop chunk summed its own instances: add the other chunks'
-        grads = tree_map(lambda gr: _sum_over_chunks(gr, chunked), grads)
-    value = box_leaf(value, out_names[0])
-    trees = [value] + list(grads)
-    if has_aux:
-        trees.append(_aux_tree(aux_box, aux_tensors))
-    if added:   # fold the copies made by the broadcast along axes JAX never added
-        trees = fold_copies(trees, tape)
-    value, grads = trees[0], tuple(trees[1:1 + len(nums)])
-    grads = grads[0] if isinstance(argnums, int) else grads
-    if has_aux:
-        return (value, trees[-1]), grads
-    return value, grads
+def _value_and_grad_once(r: _Run, has_aux: bool, what: str, single: bool) -> tuple:
+    """One run of :func:`value_and_grad`'s ``fun``: the loss seeded as the sum of every
+    instance's loss, the results folded to the named shapes the tape decides."""
+    out_names, aux_box = [None], [None]
 
-
-def _loss_fun(fun, args, nums, prepared, has_aux, what, region, first_run, out_names,
-              aux_box, tape) -> Callable:
-    """``fun`` as a function of the differentiated arguments' physical leaves, returning
-    ``(seed, (loss, aux tensors))``: the seed is the sum of every instance's loss.  The
-    loss's names go to ``out_names``, the aux structure to ``aux_box``; ``tape`` decides
-    the named shapes of the results from the program."""
     def phys_fun(*phys):
-        out = _call(fun, args, nums, prepared, phys, tape)
-        loss, aux = out if has_aux else (out, None)
+        out = r.call(phys)
         if has_aux and not (isinstance(out, tuple) and len(out) == 2):
             raise AxisTypeError(f"{what}: has_aux=True needs fun to return (loss, aux)")
+        loss, aux = out if has_aux else (out, None)
         data = _scalar_phys(loss, what)
-        names = loss._names if isinstance(loss, _NT) else ()
-        out_names[:] = [loss._names if isinstance(loss, _NT) else None]
-        region.settle(first_run)
-        tape.decide(loss, aux)
+        out_names[0] = loss._names if isinstance(loss, _NT) else None
+        r.tape.decide(loss, aux)
         total = data.sum() if data.dim() else data   # per-instance losses: their sum
-        scale = region.seed_scale(names)
+        scale = r.region.seed_scale(out_names[0] or ())
         if scale != 1:   # a loss lacking a relevant axis counts once per instance
             total = total * scale
         if not has_aux:
             return total, (data, [])
-        aux_leaves, aux_spec, aux_names = unbox(aux)
-        aux_box[:] = [aux_leaves, aux_spec, aux_names]
+        aux_box[0] = unbox(aux)
         # torch.func unwraps tensors only: other aux leaves stay in aux_box
-        return total, (data, [a for a in aux_leaves if isinstance(a, torch.Tensor)])
+        return total, (data, [a for a in aux_box[0][0] if isinstance(a, torch.Tensor)])
 
-    return phys_fun
-
-
-def _grad_and_value(phys_fun: Callable, prepared: list) -> tuple:
-    """``(grads, loss, aux tensors)`` of ``phys_fun`` at the prepared leaves: by plain
-    autograd where it computes what torch.func would, else by torch.func."""
-    if _autograd_ok(prepared):
-        g, (value, aux_tensors) = _autograd_grad_and_value(phys_fun, prepared)
-    else:
-        g, (_, (value, aux_tensors)) = _functorch["grad_and_value"](
-            phys_fun, argnums=tuple(range(len(prepared))), has_aux=True)(
-                *[p[0] for p in prepared])
-    return g, value, aux_tensors
-
-
-def _aux_tree(aux_box: list, aux_tensors: list) -> Any:
-    """The aux tree back, its tensor leaves the ones torch.func returned."""
-    aux_leaves, aux_spec, aux_names = aux_box
-    it = iter(aux_tensors)
-    aux_leaves = [next(it) if isinstance(a, torch.Tensor) else a for a in aux_leaves]
-    return rebox(aux_leaves, aux_spec, aux_names)
+    with r.region, r.tape:
+        if _autograd_ok(r.boxes):
+            g, (value, aux_tensors) = _autograd_grad_and_value(phys_fun, r.boxes)
+        else:
+            g, (_, (value, aux_tensors)) = _functorch["grad_and_value"](
+                phys_fun, argnums=tuple(range(len(r.boxes))), has_aux=True)(
+                    *[b[0] for b in r.boxes])
+    grads = r.grads(g)
+    trees = [box_leaf(value, out_names[0]), *grads]
+    if has_aux:   # the aux tree back, its tensor leaves the ones torch.func returned
+        aux_leaves, aux_spec, aux_names = aux_box[0]
+        it = iter(aux_tensors)
+        trees.append(rebox([next(it) if isinstance(a, torch.Tensor) else a
+                            for a in aux_leaves], aux_spec, aux_names))
+    # fold the copies made by the broadcast along axes JAX never added
+    trees = fold_copies(trees, r.tape)
+    value, grads = trees[0], tuple(trees[1:1 + len(grads)])
+    grads = grads[0] if single else grads
+    return ((value, trees[-1]), grads) if has_aux else (value, grads)
 
 
-def _autograd_ok(prepared: list) -> bool:
-    """Whether plain ``torch.autograd`` computes what ``torch.func.grad`` would.
-
-    Yes when nothing traces or transforms around us (no torch.func level to nest in,
-    no make_fx / dynamo / graph-building dispatch mode) and every differentiated leaf is a plain
-    floating tensor.  Eagerly this is much cheaper: no functorch level, no wrapper
-    tensors, no per-call ``autograd.Function`` classes.
-    """
+def _autograd_ok(boxes: list) -> bool:
+    """Whether plain ``torch.autograd`` computes what ``torch.func.grad`` would (much
+    cheaper eagerly: no functorch level, no wrapper tensors): nothing traces or
+    transforms around us and every differentiated leaf is a floating tensor."""
     if functorch_active():
         return False
     if building_graph():
         # (a DTensor under nx.jit's trace -- a sharded parameter -- must stay one for the
         # mesh engine, and torch.func's wrapper hides it: plain autograd, traced)
         if torch.compiler.is_dynamo_compiling() or not any(
-                is_dtensor(x) for leaves, _, _ in prepared for x in leaves):
+                is_dtensor(x) for leaves, _, _ in boxes for x in leaves):
             return False
-    if torch.is_inference_mode_enabled():
+    if torch.is_inference_mode_enabled():   # (after: dynamo cannot trace it)
         return False
-    for leaves, _, _ in prepared:
-        for x in leaves:
-            # plain tensors, and subclasses such as DTensor (whose engine saves tensors
-            # for the backward through saved-tensor hooks, which torch.func refuses)
-            if not (isinstance(x, _Tensor) and (x.is_floating_point() or x.is_complex())):
-                return False
-    return True
+    # plain tensors, and subclasses such as DTensor (whose engine saves tensors for the
+    # backward through saved-tensor hooks, which torch.func refuses)
+    return all(isinstance(x, _Tensor) and (x.is_floating_point() or x.is_complex())
+               for leaves, _, _ in boxes for x in leaves)
 
 
-def _autograd_grad_and_value(phys_fun: Callable, prepared: list) -> tuple:
-    """``torch.func.grad_and_value(phys_fun, has_aux=True)`` by ``torch.autograd.grad``.
-
-    ``phys_fun(*leaf_lists)`` returns ``(loss, (value, aux_tensors))``.  Returns
-    ``(grads, (value, aux_tensors))`` with ``grads`` one list per argument.  When the
-    loss also depends on tensors outside that require grad (grad on), the results stay
-    connected to them, as torch.func's do (the backward is then recorded).
-    """
+def _autograd_grad_and_value(phys_fun: Callable, boxes: list) -> tuple:
+    """``torch.func.grad_and_value(phys_fun, has_aux=True)`` by ``torch.autograd.grad``:
+    ``(grads, (value, aux_tensors))``, ``grads`` one list per argument.  When the loss
+    also depends on tensors outside that require grad (grad on), the results stay
+    connected to them, as torch.func's do (the backward is then recorded)."""
     outer = torch.is_grad_enabled()
-    inputs, connected = [], False
-    for leaves, _, _ in prepared:
-        mine = []
-        for x in leaves:
-            if outer and x.requires_grad:   # keep the link to the outer graph
-                mine.append(x.view_as(x))
-                connected = True
-            else:
-                mine.append(x.detach().requires_grad_())
-        inputs.append(mine)
+    # (a leaf requiring grad keeps its link to the outer graph)
+    inputs = [[x.view_as(x) if outer and x.requires_grad else x.detach().requires_grad_()
+               for x in leaves] for leaves, _, _ in boxes]
     flat = [x for mine in inputs for x in mine]
-    if outer:
+    with torch.enable_grad():
         loss, (value, aux_tensors) = phys_fun(*inputs)
-        connected = connected or _reaches_outside(loss, flat)
-        grads = _grads(loss, flat, connected)
-    else:
-        with torch.enable_grad():
-            loss, (value, aux_tensors) = phys_fun(*inputs)
-            grads = _grads(loss, flat, False)
-    for i, (g, x) in enumerate(zip(grads, flat)):
-        if g is None:
-            grads[i] = torch.zeros_like(x, requires_grad=False)
+    connected = outer and (any(x.requires_grad for leaves, _, _ in boxes for x in leaves)
+                           or _reaches_outside(loss, flat))
+    grads = [None] * len(flat)
+    if loss.requires_grad:   # (else the loss does not depend on the inputs)
+        grads = torch.autograd.grad(loss, flat, allow_unused=True, create_graph=connected)
+    grads = [torch.zeros_like(x) if g is None else g for g, x in zip(grads, flat)]
     if not connected:
         value = value.detach()
         aux_tensors = [a.detach() for a in aux_tensors]
@@ -308,39 +298,23 @@ def _autograd_grad_and_value(phys_fun: Callable, prepared: list) -> tuple:
     return [[next(it) for _ in mine] for mine in inputs], (value, aux_tensors)
 
 
-def _accumulate_grad_type() -> type:
-    leaf = torch.zeros((), requires_grad=True)
-    return type((leaf * 1).grad_fn.next_functions[0][0])
-
-
-_ACCUMULATE = _accumulate_grad_type()
-
-
-def _grads(loss: torch.Tensor, inputs: list, create_graph: bool) -> list:
-    if not loss.requires_grad:   # the loss does not depend on the inputs
-        return [None] * len(inputs)
-    return list(torch.autograd.grad(loss, inputs, allow_unused=True,
-                                    create_graph=create_graph))
+_ACCUMULATE = type((torch.zeros((), requires_grad=True) * 1).grad_fn.next_functions[0][0])
 
 
 def _reaches_outside(loss: torch.Tensor, mine: list) -> bool:
     """Whether ``loss``'s autograd graph reaches a leaf requiring grad other than ``mine``."""
-    root = loss.grad_fn
-    if root is None:
-        return False
     ours = {id(x) for x in mine}
-    seen = {root}
-    stack = [root]
+    seen = {loss.grad_fn}
+    stack = [loss.grad_fn] if loss.grad_fn is not None else []
     while stack:
         for nxt, _ in stack.pop().next_functions:
             if nxt is None or nxt in seen:
                 continue
             seen.add(nxt)
-            if type(nxt) is _ACCUMULATE:   # a leaf
-                if id(nxt.variable) not in ours:
-                    return True
-            else:
+            if type(nxt) is not _ACCUMULATE:
                 stack.append(nxt)
+            elif id(nxt.variable) not in ours:   # a leaf
+                return True
     return False
 
 
@@ -364,3 +338,109 @@ def grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False,
         return (g, value[1]) if has_aux else g
 
     return run
+
+
+def vjp(fun: Callable, *primals: Any, has_aux: bool = False, reduce_axes: Sequence = ()):
+    """``(fun(*primals), vjp_fn)`` (plus ``aux``); ``vjp_fn(cotangent)`` returns a tuple.
+
+    Cotangents of named outputs may be NamedTensors (aligned by name) or plain tensors
+    (broadcast along the output's named axes).  Inside a named program the cotangent
+    is per instance, as in JAX: an output lacking a named axis that the computation
+    involves receives the given cotangent in every instance.
+
+    >>> import torch, named_axes as nx
+    >>> out, f_vjp = nx.vjp(torch.sin, torch.zeros(2))
+    >>> f_vjp(torch.ones(2))
+    (tensor([1., 1.]),)
+    """
+    reduce_axes, nums = tuple(reduce_axes), tuple(range(len(primals)))
+    what = f"vjp({getattr(fun, '__name__', 'fun')})"
+    return rerun_on_redo(lambda sizes, first: _vjp_once(
+        _Run(fun, primals, nums, sizes, reduce_axes, first, not functorch_active()),
+        has_aux, what), named_axes_of(primals))
+
+
+def _vjp_once(r: _Run, has_aux: bool, what: str) -> tuple:
+    out_box, aux_box = [], []
+
+    def target(*phys):
+        out = r.call(phys, plain_unnamed=False)
+        if has_aux:
+            out, aux = out
+            aux_box[:] = unbox(aux)
+        r.tape.decide(out, grads=False)
+        leaves, spec, names = unbox(out)
+        out_box[:] = [spec, names]
+        return tuple(leaves)
+
+    with r.region, r.tape:
+        out_leaves, vjp_phys = _functorch["vjp"](target, *[b[0] for b in r.boxes])[:2]
+    spec, names = out_box
+    # copies of a value JAX computes once (the cotangents still align to the physical
+    # outputs)
+    out = fold_copies([rebox(out_leaves, spec, names)], r.tape)[0]
+    forward_axes = set(bound_axes())
+
+    def vjp_fn(cotangent):
+        cts = tree_flatten(cotangent)[0]
+        if len(cts) != len(out_leaves):
+            raise AxisSpecError(f"{what}: the cotangent has {len(cts)} leaves but the output "
+                                f"has {len(out_leaves)}")
+        # axes the cotangent carries and the output does not, bound since the forward (a
+        # vmap over the pullback, as jacrev does): the pullback is mapped over them
+        batch: dict = {}
+        for c, n in zip(cts, names):
+            for b, size in (zip(c._names, c._data.shape) if type(c) is _NT else ()):
+                if b not in (n or ()) and b not in forward_axes and b in bound_axes():
+                    batch.setdefault(b, size)
+        lead = tuple(batch)
+        if r.region.transposed and len(lead) != 1 and torch.compiler.is_dynamo_compiling():
+            _refuse_transposed_rule(what, r.region.transposed[0])
+        phys = []
+        for i, (c, o, n) in enumerate(zip(cts, out_leaves, names)):
+            ct = align_like(c, o, n, f"{what} cotangent {i}", lead, tuple(batch.values()))
+            scale = r.region.seed_scale(n or ())
+            phys.append(ct * scale if scale != 1 else ct)   # once per instance
+        with r.region:
+            grads = mapped_over(vjp_phys, len(lead))(tuple(phys))
+        grads = r.grads(grads, lead)
+        # copies along the axes no cotangent meets (see _instances)
+        return grads if lead else fold_pullback(grads, r.tape, cts)
+
+    return (out, vjp_fn, rebox(*aux_box)) if has_aux else (out, vjp_fn)
+
+
+def _refuse_transposed_rule(what: str, rule: str) -> None:
+    """A custom_jvp's reverse rule transposes its JVP rule with ``torch.func.vjp`` inside
+    the backward.  Dynamo traces that backward where the forward calls the rule and keeps
+    the functorch levels it had there; a pullback replays it after the forward's level
+    closed, which only lines up when the pullback is mapped over one axis (as jacrev's
+    is): otherwise torch fails an internal assert."""
+    raise AxisTypeError(
+        f"{what}: {rule}'s reverse rule (its JVP rule transposed with torch.func.vjp in "
+        f"the backward) cannot run in this pullback under torch.compile: dynamo replays "
+        f"that backward at the functorch level of the forward. Take the "
+        f"gradient with nx.grad / nx.value_and_grad, or compile the step with nx.jit")
+
+
+def linear_transpose(fun: Callable, *primals: Any, reduce_axes: Sequence = ()) -> Callable:
+    """The transpose of a linear ``fun``; ``primals`` give shapes and dtypes only.
+
+    Returns a function from an output cotangent to a tuple shaped like ``primals``.
+
+    >>> import torch, named_axes as nx
+    >>> t = nx.linear_transpose(lambda x, y: 0.5 * x - 0.5 * y, torch.tensor(0.), torch.tensor(0.))
+    >>> t(torch.tensor(1.))
+    (tensor(0.5000), tensor(-0.5000))
+    """
+    def zero(leaf):
+        if isinstance(leaf, _NT):
+            return NamedTensor._wrap(torch.zeros_like(leaf._data), leaf._names)
+        if isinstance(leaf, torch.Tensor):
+            return torch.zeros_like(leaf)
+        if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+            from ._shapes import materialize
+            return materialize(leaf, torch.zeros)
+        return leaf
+
+    return vjp(fun, *(tree_map(zero, p) for p in primals), reduce_axes=reduce_axes)[1]

@@ -4,34 +4,21 @@ Inside a named program every value is one value *per instance* of the named axes
 value lacking an axis is replicated along it), and so is every cotangent: the gradient
 of a differentiated input is, per instance, the derivative of the sum of all instances'
 losses with respect to that instance's copy of the input; ``psum`` transposes to
-``psum``.  However a value entered the function (argument, closure, intermediate), the
-rule is the same (docs/guide.md §4).
+``psum`` (docs/guide.md §4).  A value lacking axis ``a`` has one physical cotangent
+where JAX has ``size(a)``; the grad family makes that exact in four steps, all here
+(docs/architecture.md tells the whole story):
 
-Physically a NamedTensor stores one slice per named index of the axes it carries, so a
-value that lacks axis ``a`` has one cotangent where JAX has ``size(a)`` of them.  The
-grad family makes that exact with four steps, all decided here:
-
-1. *Which axes matter* — a :class:`Region` records the named axes of every value built
-   while the differentiated function runs (``NamedTensor._wrap`` notes them), except
-   axes bound by frames opened inside it (a nested xmap's own axes).  The
-   differentiated inputs are broadcast along those axes (not along ``reduce_axes``) so
-   autodiff sees one copy per instance; if the first run meets an axis it did not
-   broadcast along (a closed-over named value), it is run again with it.
-2. *The seed* — the loss is summed over all instances: a loss lacking a relevant axis
-   counts once per index of it (``loss.sum() * size``).  With plain derivative rules for
-   the collectives this is JAX's transpose convention (``psum`` of a replicated value
-   is ``size * value``, ``pmean`` of a per-instance one is their mean).
-3. *User rules* — a :class:`~named_axes.custom_vjp` whose output lacks a relevant axis
-   receives the sum of the instances' cotangents; its ``bwd`` sees each instance's
-   share (the sum divided by the size, per instance), and its results are summed back
-   (a replicated result counts once per instance).  Exact for rules linear in the
-   cotangent and uniform across instances (``f_psum``/``g_psum``, clipping by a
-   constant...), which is what JAX code writes.
-4. *Named shapes* — a :class:`GradTape` (:mod:`named_axes._tape`) follows the program
-   while it runs: the value and aux keep the broadcast axes they really carry, each
-   gradient the axes its cotangent gains by JAX's transpose rules; the other copies are
-   dropped.  Decided from the program, never from the values, so the same program has
-   the same named shapes on any data, traced or not, on a mesh or in a loop.
+1. *Which axes matter*: a :class:`Region` records the named axes of the values built
+   while the differentiated function runs (not a nested xmap's own); the inputs are
+   broadcast along them except ``reduce_axes``, and a first run that meets a new axis
+   (a closed-over value) runs again (:func:`rerun_on_redo`).
+2. *The seed*: a loss lacking a relevant axis counts once per index of it.
+3. *User rules*: a ``custom_vjp`` ``bwd`` sees each instance's share of a summed
+   cotangent and its results are summed back (exact for rules linear in the cotangent
+   and uniform across instances, which is what JAX code writes).
+4. *Named shapes*: a :class:`GradTape` (:mod:`named_axes._tape`) decides from the
+   program, never from the values, which broadcast axes each result keeps; the other
+   copies are dropped (:func:`fold_copies`).
 
 >>> import torch, named_axes as nx
 >>> xb = nx.named(torch.tensor([[1., 2.], [3., 4.]]), {0: 'b'})
@@ -43,6 +30,7 @@ tensor([[1., 2.],
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -55,8 +43,8 @@ from .._tensor import RECORDERS, NamedTensor
 from .._tape import Tape
 from .._torch_private import is_functorch_wrapped, tree_flatten, tree_unflatten
 
-__all__ = ["Region", "REGIONS", "Redo", "current", "lacking", "instance_count", "GradTape",
-           "static_tape", "without", "fold_copies", "fold_pullback"]
+__all__ = ["Region", "REGIONS", "Redo", "rerun_on_redo", "current", "instance_count",
+           "GradTape", "static_tape", "without", "fold_copies", "fold_pullback"]
 
 _is_wrapped = is_functorch_wrapped
 
@@ -154,13 +142,17 @@ def instance_count(axes: dict, names: tuple, skip: tuple = ()) -> int:
     return count
 
 
+def rerun_on_redo(once, sizes: dict):
+    """``once(sizes, True)``, run again as ``once(more sizes, False)`` when that first run
+    met axes its inputs were not broadcast along (a closed-over value carries them)."""
+    try:
+        return once(sizes, True)
+    except Redo as redo:
+        return once({**sizes, **redo.args[0]}, False)
+
+
 def current() -> Region | None:
     return REGIONS[-1] if REGIONS else None
-
-
-def lacking(axes: dict, names: tuple) -> dict:
-    """The axes of ``axes`` (name -> size) that ``names`` lacks."""
-    return {n: s for n, s in axes.items() if n not in names}
 
 
 class GradTape(Tape):
@@ -171,21 +163,17 @@ class GradTape(Tape):
 
     def __init__(self, added: tuple) -> None:
         super().__init__(added)
-        self.root_leaves: list = []   # per differentiated argument: [(leaf, own names)]
+        self.root_leaves: list = []   # per differentiated argument: its leaves
         self.keep: list | None = None   # per result tree: per leaf, the added axes kept
-        self.forward: tuple = ()
         self.grads = False
-        self.sink_nodes: list = []
 
     def roots(self, rebuilt, orig) -> None:
         """Note the leaves of ``rebuilt`` (an argument broadcast along the added axes)
         as inputs; ``orig``: the argument as given."""
-        mine = []
-        for leaf, o in zip(tree_flatten(rebuilt)[0], tree_flatten(orig)[0]):
-            own = o._names if type(o) is NamedTensor else ()
+        mine = tree_flatten(rebuilt)[0]
+        for leaf, o in zip(mine, tree_flatten(orig)[0]):
             if type(leaf) is NamedTensor:
-                self.root(leaf, own)
-            mine.append((leaf, self.added.intersection(own)))
+                self.root(leaf, o._names if type(o) is NamedTensor else ())
         self.root_leaves.append(mine)
 
     def decide(self, loss, aux=None, grads: bool = True) -> None:
@@ -195,21 +183,18 @@ class GradTape(Tape):
         or, for ``vjp``, :meth:`pullback_keep`."""
         value = [self.true(v) if _is_tensor(v) else _EMPTY for v in tree_flatten(loss)[0]]
         aux = [self.true(v) if _is_tensor(v) else _EMPTY for v in tree_flatten(aux)[0]]
-        self.forward = (value, aux)
-        self.keep = [value, aux]
-        self.grads = grads
+        self.keep, self.grads = [value, aux], grads
         self.sink_nodes = [self.follow(loss)] if grads else []
         self.out_nodes = [self.follow(v) for v in tree_flatten(loss)[0]]
-        self.root_nodes = [[(self.node(leaf), own) for leaf, own in mine]
-                           for mine in self.root_leaves]
+        self.root_nodes = [[self.node(leaf) for leaf in mine] for mine in self.root_leaves]
         self.root_leaves = []
         if not grads:   # a pullback may outlive the call: keep the nodes only
             self.forget_values()
 
     def settle_gradients(self) -> None:
         """``keep`` for the gradients: the axes of their cotangents."""
-        seeds = [(n, _EMPTY) for n in self.sink_nodes]
-        self.keep = [self.forward[0], *self._gradient_axes(seeds), self.forward[1]]
+        value, aux = self.keep
+        self.keep = [value, *self._gradient_axes([(n, _EMPTY) for n in self.sink_nodes]), aux]
         self.forget_values()
 
     def pullback_keep(self, cts: list) -> list:
@@ -223,25 +208,18 @@ class GradTape(Tape):
         # JAX's: a cotangent may lack its input's own axes (grad of psum(x, 'i')); one
         # that no seed reaches is a zero with no named axis
         ct = None if self.opaque else self.cotangent_axes(seeds)
-        return [[self.added if ct is None else ct.get(n, _EMPTY) for n, _ in nodes]
+        return [[self.added if ct is None else ct.get(n, _EMPTY) for n in nodes]
                 for nodes in self.root_nodes]
 
 
-class _NoTape:
+class _NoTape(contextlib.nullcontext):
     """Stands for a :class:`GradTape` where none is needed (no added axis)."""
     keep = None
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
+    def roots(self, *args, **kwargs) -> None:
         pass
 
-    def roots(self, rebuilt, orig) -> None:
-        pass
-
-    def decide(self, loss, aux=None, grads: bool = True) -> None:
-        pass
+    decide = roots
 
 
 _EMPTY = frozenset()
@@ -282,7 +260,7 @@ def without(value, axes) -> object:
         return value
     for n in drop:
         d = names.index(n)
-        if _CHECK and _concrete(data):
+        if _CHECK:
             _check_copies(data, d, n)
         engine = engine_for((n,))
         data = data.select(d, 0) if engine is None else engine.first_copy(data, d, n)
@@ -290,13 +268,10 @@ def without(value, axes) -> object:
     return NamedTensor._wrap(data, names)
 
 
-def _concrete(t) -> bool:
-    """Whether ``t`` holds real values we may read (not traced, fake or batched)."""
-    return (not torch.compiler.is_dynamo_compiling() and isinstance(t, torch.Tensor)
-            and not _is_wrapped(t) and _modes_run_values())
-
-
 def _check_copies(data: torch.Tensor, d: int, name) -> None:
+    if (torch.compiler.is_dynamo_compiling() or not isinstance(data, torch.Tensor)
+            or _is_wrapped(data) or not _modes_run_values()):
+        return   # no real values to read (traced, fake or batched)
     first = data.narrow(d, 0, 1)
     if hasattr(data, "full_tensor"):   # a DTensor: compare its values
         data, first = data.full_tensor(), first.full_tensor()

@@ -60,7 +60,6 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Any = None,
         # inputs; a NamedTensor would be an opaque constant to it)
         leaves, spec, names = unbox((args, kwargs))
         out_box: list = []
-
         scope = list(frames())   # recomputation runs in this axis environment
 
         def phys_fun(*phys):

@@ -1,20 +1,10 @@
 """``eval_shape``: the shapes, dtypes and named shapes of a program's results, no FLOPs.
 
-The program runs on fake tensors (``FakeTensorMode``): every op computes metadata
-only.  Arguments may be tensors, NamedTensors, :class:`ShapeDtypeStruct` or any object
-with ``shape`` and ``dtype`` (a torch or numpy dtype; ``named_shape`` optional), as in
-JAX.
-
-Slices at per-instance starts are shaped too
-(``nx.lax.dynamic_slice_in_dim(x, nx.lax.axis_index('i') * 2, 2)``, ``torch.narrow``
-with a named start): a value an op reads as a Python number (``.item()``, one instance
-of the vmap fallback's loop) becomes a symbol with no value (the fake mode has a
-``ShapeEnv``), which is all an op whose shape does not depend on it needs.  A program
-whose result *shapes* depend on values (``torch.nonzero``, ``torch.zeros(int(t))``) is
-refused with :class:`~named_axes.AxisTypeError`, as JAX refuses it (a
-``ConcretizationTypeError``).  The mode is marked ``shapes_only``: control flow whose
-number of steps depends on values (``while_loop``) may read the mark and give the
-carry's shapes without running the steps.
+The program runs on fake tensors (``FakeTensorMode`` with a ``ShapeEnv``, marked
+``shapes_only``): every op computes metadata only, and a Python number read from a
+tensor is a symbol with no value -- all an op whose shape does not depend on it needs
+(a slice at a per-instance start).  Control flow whose number of steps depends on
+values (``while_loop``) may read the mark and give the carry's shapes without running.
 
 >>> import torch, named_axes as nx
 >>> nx.eval_shape(lambda x: x.sum(0), nx.ShapeDtypeStruct((5, 3), torch.float32, {'b': 2}))
@@ -95,10 +85,8 @@ def _describe(x: Any) -> Any:
 def eval_shape(fun: Callable, *args: Any, **kwargs: Any) -> Any:
     """The :class:`ShapeDtypeStruct` of every tensor ``fun(*args)`` would return.
 
-    ``fun`` runs on fake tensors: no FLOPs, no values.  Ops whose result shape does not
-    depend on the values they read (a slice at a per-instance start, ``torch.narrow``
-    with a named start, ``nx.lax.dynamic_slice`` / ``dynamic_update_slice``, ``cond``
-    and ``scan``) are shaped as they run.
+    Arguments may be tensors, NamedTensors, :class:`ShapeDtypeStruct` or any object with
+    ``shape`` and ``dtype`` (a torch or numpy dtype; ``named_shape`` optional), as in JAX.
 
     Raises:
         AxisTypeError: ``fun`` is not callable, or a result's shape (or a Python number
@@ -134,14 +122,11 @@ def _fakes(mode: FakeTensorMode, tree: Any) -> Any:
     """``tree`` with its tensors, NamedTensors, ShapeDtypeStructs and duck-typed arrays
     as fake tensors of ``mode`` (which must be active: new tensors are made in it)."""
     def struct(x):
-        if isinstance(x, ShapeDtypeStruct):
-            return materialize(x)
-        if _duck_array(x):
-            return materialize(ShapeDtypeStruct(tuple(x.shape), _torch_dtype(x.dtype),
-                                                getattr(x, "named_shape", None) or {}))
-        return x
-    leaf = lambda x: isinstance(x, ShapeDtypeStruct) or _duck_array(x)  # noqa: E731
-    return tree_map(struct, fake_tree(mode, tree), is_leaf=leaf)
+        if not _duck_array(x):
+            return x
+        return materialize(ShapeDtypeStruct(tuple(x.shape), _torch_dtype(x.dtype),
+                                            getattr(x, "named_shape", None) or {}))
+    return tree_map(struct, fake_tree(mode, tree), is_leaf=_duck_array)
 
 
 def _value_needed(name: str, e: Exception) -> AxisTypeError:

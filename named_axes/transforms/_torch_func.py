@@ -1,21 +1,13 @@
-"""``torch.func`` and named values: the library's own calls, and an opt-in for users.
+"""``torch.func`` and named values: an explicit opt-in.
 
-functorch accepts plain tensors only (``torch.func.grad(f)(w)`` on a NamedTensor raises
-torch's ``Thing passed to transform API must be Tensor``), and a named value that a
-closure brings into a ``torch.func`` transform would be differentiated positionally --
-the sum over its instances, not JAX's per-instance cotangents (docs/guide.md §4).
-So:
-
-* :data:`named_axes._levels.ORIGINAL` holds torch's transforms as the library calls
-  them: each records the functorch level it opens, so named values know the transforms
-  that are ours, and :func:`named_axes._levels.check_foreign` (called where named
-  values are built) refuses a named value under a differentiating ``torch.func``
-  transform that named_axes did not open, with an error pointing to ``nx.grad`` and
-  :func:`enable_torch_func`.
-* :func:`enable_torch_func` is the explicit opt-in that makes ``torch.func``'s
-  transforms (and ``torch.vmap``) run their ``nx`` counterparts on named values, with
-  torch's argument and result conventions; :func:`disable_torch_func` undoes it.
-  ``import named_axes`` changes nothing in ``torch.func``.
+functorch accepts plain tensors only, and a named value that a closure brings into a
+``torch.func`` transform would be differentiated positionally -- the sum over its
+instances, not JAX's per-instance cotangents (docs/guide.md §4).  So the library calls
+torch's transforms through :data:`named_axes._levels.ORIGINAL`, which records the levels
+that are ours (:func:`named_axes._levels.check_foreign` refuses a named value under any
+other differentiating transform), and :func:`enable_torch_func` makes ``torch.func``'s
+transforms (and ``torch.vmap``) run their ``nx`` counterparts on named values.
+``import named_axes`` changes nothing in ``torch.func``.
 
 >>> import torch, named_axes as nx
 >>> nx.enable_torch_func()
@@ -41,10 +33,8 @@ from .._levels import TORCH_VMAP as _TORCH_VMAP
 from .._tensor import NamedTensor
 from .._torch_private import tree_flatten
 from ..nn import functional_call
-from ._grad import grad, value_and_grad
-from ._vjp import vjp
-from ._forward import jvp
-from ._jacobian import hessian, jacfwd, jacrev
+from ._grad import grad, value_and_grad, vjp
+from ._forward import hessian, jacfwd, jacrev, jvp
 from ._vmap import vmap
 
 __all__ = ["enable_torch_func", "disable_torch_func"]
@@ -97,9 +87,7 @@ def _jac(transform: Callable) -> Callable:
 
 
 def _vjp(func: Callable, *primals: Any, has_aux: bool = False):
-    if _named(primals):
-        return vjp(func, *primals, has_aux=has_aux)
-    return _TORCH["vjp"](func, *primals, has_aux=has_aux)
+    return (vjp if _named(primals) else _TORCH["vjp"])(func, *primals, has_aux=has_aux)
 
 
 def _jvp(func: Callable, primals: Any, tangents: Any, *, strict: bool = False,

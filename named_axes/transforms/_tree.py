@@ -13,17 +13,33 @@ tensor; its names travel beside it (they are static) and are put back on the far
 """
 from __future__ import annotations
 
-from typing import Any, Hashable, Iterable
+from typing import Any, Callable, Hashable, Iterable
 
 import torch
 
 from .._engine import handed
+from .._errors import AxisSpecError
+from .._layout import align
+from .._levels import ORIGINAL as _functorch
 from .._tensor import NamedTensor
 from .._torch_private import tree_flatten, tree_unflatten
 
-__all__ = ["unbox", "rebox", "box_leaf", "named_axes_of", "expand_over", "is_named"]
+__all__ = ["unbox", "rebox", "box_leaf", "named_axes_of", "expand_over", "is_named",
+           "align_like", "mapped_over", "Hidden"]
 
 _NT = NamedTensor
+
+
+class Hidden:
+    """An axis name no user can write: unique per object, shown as ``label``."""
+
+    __slots__ = ("label",)
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def __repr__(self) -> str:
+        return self.label
 
 
 def is_named(tree: Any) -> bool:
@@ -83,3 +99,35 @@ def expand_over(leaf: Any, sizes: dict, skip: Iterable[Hashable] = ()) -> Any:
     data = handed(data, names, extra + names)   # (a mesh engine's sums, :mod:`.._engine`)
     data = data.expand(tuple(sizes[n] for n in extra) + tuple(data.shape))
     return NamedTensor._wrap(data, extra + names)
+
+
+def align_like(value: Any, like: torch.Tensor, names: tuple | None, what: str,
+               lead: tuple = (), lead_sizes: tuple = ()) -> Any:
+    """A (co)tangent laid out like the physical tensor ``like`` named ``names`` (behind
+    the batch axes ``lead`` of sizes ``lead_sizes``, when mapped over); None stays None."""
+    if value is None:
+        return None
+    names = names or ()
+    shape = tuple(lead_sizes) + tuple(like.shape)
+    if isinstance(value, NamedTensor):
+        extra = [n for n in value._names if n not in names and n not in lead]
+        if extra:
+            raise AxisSpecError(f"{what}: the value has named axis {extra[0]!r} that the "
+                                f"primal/output (named axes {names}) lacks")
+        own = tuple(value._names)
+        data = align(value._data, own, value.ndim, tuple(lead) + names, like.dim() - len(names))
+    else:
+        data, own = torch.as_tensor(value, dtype=like.dtype, device=like.device), ()
+    # on a mesh, a (co)tangent lacking an axis split over ranks meets the primal's split
+    # instances here: its own gradient (an outer derivative) sums their parts over the
+    # ranks (Engine.broadcast)
+    data = handed(data, own, tuple(lead) + names)
+    return data.expand(shape) if data.shape != shape else data
+
+
+def mapped_over(fn: Callable, depth: int) -> Callable:
+    """``fn`` mapped (``torch.func.vmap``) over ``depth`` leading dims of every argument:
+    the batch axes a pullback or a jvp is mapped over (one level per axis)."""
+    for _ in range(depth):
+        fn = _functorch["vmap"](fn)
+    return fn

@@ -1,4 +1,5 @@
-"""``vmap`` with torch.func's signature, plus JAX's ``axis_name``/``axis_size``.
+"""``vmap`` with torch.func's signature, plus JAX's ``axis_name``/``axis_size``; and
+``vectorize``, NumPy-style generalized ufuncs mapped with it.
 
 Plain tensors with no axis name go straight to :func:`torch.func.vmap`.  Otherwise the
 mapped dims become a named axis (bound in the axis environment, like xmap does), so
@@ -9,12 +10,16 @@ that lacks it (e.g. after ``psum``) is broadcast along it, as in JAX.
 >>> import torch, named_axes as nx
 >>> nx.vmap(lambda x: x / x.sum(), axis_name='i')(torch.ones(3, 2)).shape
 torch.Size([3, 2])
+>>> dot = nx.vectorize(lambda a, b: (a * b).sum(), signature='(n),(n)->()')
+>>> dot(torch.ones(4, 3), torch.ones(3)).shape
+torch.Size([4])
 """
 from __future__ import annotations
 
 import functools
 import itertools
-from typing import Any, Callable, Hashable
+import re
+from typing import Any, Callable, Hashable, Iterable
 
 import torch
 
@@ -23,25 +28,13 @@ from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from .._layout import insert_named
 from .._parsing import parse_mapping
 from .._tensor import NamedTensor
-from ._tree import is_named
+from ._tree import Hidden, is_named
 from .._levels import ORIGINAL as _functorch
 from .._torch_private import tree_flatten, tree_unflatten
 
-__all__ = ["vmap"]
+__all__ = ["vmap", "vectorize"]
 
 _counter = itertools.count()
-
-
-class _Anon:
-    """The hidden name of an unnamed vmap axis (unique per call)."""
-
-    __slots__ = ("n",)
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __repr__(self) -> str:
-        return f"<vmap axis {self.n}>"
 
 
 def _spread(dims: Any, tree: Any, what: str) -> list:
@@ -68,10 +61,8 @@ def _to_named(leaf: Any, dim: int | None, name: Hashable, what: str) -> tuple[An
     if not isinstance(leaf, (torch.Tensor, NamedTensor)):
         raise AxisTypeError(f"{what}: in_dims={dim} for a {type(leaf).__name__}, which has no "
                             f"dims; use None for it")
-    if isinstance(leaf, NamedTensor):
-        data, names, p = leaf._data, leaf._names, leaf.ndim
-    else:
-        data, names, p = leaf, (), leaf.dim()
+    named = isinstance(leaf, NamedTensor)
+    data, names, p = (leaf._data, leaf._names, leaf.ndim) if named else (leaf, (), leaf.dim())
     if not -p <= dim < p:
         raise AxisSpecError(f"{what}: in_dim={dim} for an input with {p} positional dims "
                             f"(shape {tuple(data.shape[len(names):])})")
@@ -137,7 +128,7 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
                 and not _env.bound_axes():
             return plain(*args)
         what = f"{spelling}(<inputs>)"
-        name = _Anon(next(_counter)) if axis_name is None else axis_name
+        name = Hidden(f"<vmap axis {next(_counter)}>") if axis_name is None else axis_name
         if name in _env.bound_axes():
             raise AxisSpecError(f"{what}: axis {name!r} is already bound by an enclosing "
                                 f"xmap/vmap; use a new name")
@@ -190,21 +181,21 @@ def _finish(out, out_dims, name, size, what):
 
 def _chunked(fun, call_args, name, size, chunk_size, out_dims, what):
     """Run in serial chunks of the (anonymous, so collective-free) mapped axis."""
-    outs = []
+    leaves, spec = tree_flatten(call_args)
+    flats = []
     for start in range(0, size, chunk_size):
         n = min(chunk_size, size - start)
-        sliced = tree_unflatten([
-            NamedTensor._wrap(x._data.narrow(0, start, n), x._names)
-            if isinstance(x, NamedTensor) and x._names[:1] == (name,) else x
-            for x in tree_flatten(call_args)[0]], tree_flatten(call_args)[1])
+        sliced = [NamedTensor._wrap(x._data.narrow(0, start, n), x._names)
+                  if isinstance(x, NamedTensor) and x._names[:1] == (name,) else x
+                  for x in leaves]
         with _env.bind({name: n}, kind="vmap"):
-            outs.append(_finish(fun(*sliced), out_dims, name, n, what))
-    flats = [tree_flatten(o)[0] for o in outs]
-    spec = tree_flatten(outs[0])[1]
-    dims = _spread(out_dims, outs[0], f"{what}: out_dims")
+            out = _finish(fun(*tree_unflatten(sliced, spec)), out_dims, name, n, what)
+        flat, out_spec = tree_flatten(out)
+        flats.append(flat)
+        if len(flats) == 1:
+            dims = _spread(out_dims, out, f"{what}: out_dims")
     joined = []
-    for i, d in enumerate(dims):
-        parts = [f[i] for f in flats]
+    for parts, d in zip(zip(*flats), dims):
         if d is None:
             joined.append(parts[0])
         elif isinstance(parts[0], NamedTensor):
@@ -213,4 +204,108 @@ def _chunked(fun, call_args, name, size, chunk_size, out_dims, what):
                 parts[0]._names))
         else:
             joined.append(torch.cat(parts, d))
-    return tree_unflatten(joined, spec)
+    return tree_unflatten(joined, out_spec)
+
+
+_DIMS = r"\(\s*(?:\w+(?:\s*,\s*\w+)*)?\s*\)"
+_SIG = re.compile(rf"^\s*{_DIMS}(?:\s*,\s*{_DIMS})*\s*->\s*{_DIMS}(?:\s*,\s*{_DIMS})*\s*$")
+
+
+def parse_signature(signature: str) -> tuple[list, list]:
+    """``'(m,n),(n)->(m)'`` -> ``([('m','n'), ('n',)], [('m',)])``."""
+    if not _SIG.match(signature):
+        raise AxisSpecError(f"vectorize: signature {signature!r} is not a gufunc signature "
+                            f"like '(m,n),(n)->(m)'")
+    ins, outs = signature.split("->")
+    parse = lambda part: [tuple(d.strip() for d in grp.split(",") if d.strip())
+                          for grp in re.findall(r"\(([^)]*)\)", part)]
+    return parse(ins), parse(outs)
+
+
+def vectorize(pyfunc: Callable, *, excluded: Iterable = frozenset(),
+              signature: str | None = None) -> Callable:
+    """Vectorize ``pyfunc`` over the leading dims of its arguments.
+
+    Args:
+        pyfunc: acts on the core dims (all dims without a signature: a scalar function).
+        excluded: positions (ints) of arguments passed through unchanged.
+        signature: a gufunc signature; without one, every argument's core is 0-d.
+
+    Raises:
+        AxisSpecError: a malformed signature, or an argument with too few dims.
+        AxisSizeError: a core dim with two sizes, or loop dims that do not broadcast.
+
+    >>> import torch, named_axes as nx
+    >>> nx.vectorize(lambda x: x ** 2)(torch.tensor([1., 2.]))
+    tensor([1., 4.])
+    """
+    if not callable(pyfunc):
+        raise AxisTypeError(f"vectorize: pyfunc must be callable, got {type(pyfunc).__name__}")
+    excluded = frozenset(excluded)
+    if any(not isinstance(e, int) for e in excluded):
+        raise AxisTypeError(f"vectorize: excluded takes argument positions (ints), got "
+                            f"{sorted(map(repr, excluded))}")
+    in_core, out_core = parse_signature(signature) if signature else (None, None)
+
+    @functools.wraps(pyfunc)
+    def run(*args):
+        what = f"vectorize({getattr(pyfunc, '__name__', 'fun')}, signature={signature!r})"
+        pos = [i for i in range(len(args)) if i not in excluded]
+        tensors = [_as_tensor(args[i]) for i in pos]
+        cores = in_core if in_core is not None else [()] * len(pos)
+        if len(cores) != len(pos):
+            raise AxisSpecError(f"{what}: the signature has {len(cores)} inputs, the call "
+                                f"passes {len(pos)} (excluding {sorted(excluded)})")
+        loops = _loop_shapes(what, tensors, cores, pos)
+        loop, tensors = _broadcast_loops(what, tensors, loops)
+
+        def core_fun(*ts):
+            call = list(args)
+            for i, t in zip(pos, ts):
+                call[i] = t
+            return pyfunc(*call)
+
+        f = core_fun
+        for _ in loop:
+            f = vmap(f, in_dims=0, out_dims=0)
+        out = f(*tensors)
+        if out_core is not None and len(out_core) > 1 and not isinstance(out, tuple):
+            raise AxisSpecError(f"{what}: the signature has {len(out_core)} outputs but "
+                                f"pyfunc returned one value")
+        return out
+
+    return run
+
+
+def _loop_shapes(what: str, tensors: list, cores: list, pos: list) -> list:
+    """Each argument's loop (leading) dims, its core dims checked against the signature:
+    enough dims, one size per core dim name across the arguments."""
+    sizes: dict = {}
+    loops = []
+    for k, (t, core) in enumerate(zip(tensors, cores)):
+        if t.ndim < len(core):
+            raise AxisSpecError(f"{what}: argument {pos[k]} has {t.ndim} dims but its "
+                                f"core {core} needs {len(core)}")
+        for d, s in zip(core, t.shape[t.ndim - len(core):]):
+            if sizes.setdefault(d, s) != s:
+                raise AxisSizeError(f"{what}: inconsistent sizes for core dim {d!r}: "
+                                    f"{sizes[d]} vs {s} (argument {pos[k]})")
+        loops.append(tuple(t.shape[:t.ndim - len(core)]))
+    return loops
+
+
+def _broadcast_loops(what: str, tensors: list, loops: list) -> tuple:
+    """``(loop, tensors)``: the broadcast loop shape, each tensor expanded to it."""
+    try:
+        loop = torch.broadcast_shapes(*loops) if loops else ()
+    except RuntimeError:
+        raise AxisSizeError(f"{what}: loop dims {loops} of the arguments do not "
+                            f"broadcast") from None
+    return loop, [t.expand(*loop, *t.shape[len(l):]) if tuple(t.shape[:len(l)]) != loop
+                  else t for t, l in zip(tensors, loops)]
+
+
+def _as_tensor(x: Any):
+    if isinstance(x, (torch.Tensor, NamedTensor)):
+        return x
+    return torch.as_tensor(x)
