@@ -232,22 +232,22 @@ class _VjpFunction(torch.autograd.Function):
         g = rebox([_per_instance(gi, ni or (), axes) for gi, ni in zip(gs, o.names)],
                   o.spec, [ni if ni is not None else () for ni in o.names])
         nondiff = [call.args[i] for i in call.nd]
-        with within(call.scope):
+        with within(call.scope):   # (the summing back reads the mesh's engine too)
             grads = transposed(call.noted, tree_flatten(g)[0],
                                lambda: me.bwd(*nondiff, o.extra, g))
-        if not isinstance(grads, (tuple, list)):
-            raise AxisTypeError(f"custom_vjp({me.__name__}): bwd must return a tuple "
-                                f"with one entry per differentiable argument")
-        flat = tree_flatten(list(grads), is_leaf=lambda x: x is None)[0]
-        if len(flat) != len(call.leaves):
-            raise AxisSpecError(f"custom_vjp({me.__name__}): bwd returned "
-                                f"{len(flat)} cotangents for {len(call.leaves)} "
-                                f"differentiable inputs")
-        return (None,) + tuple(
-            _like(_summed_back(gi, ni or (), axes, inner_mode), li, ni,
-                  f"custom_vjp({me.__name__}) bwd")
-            if isinstance(li, torch.Tensor) else None
-            for gi, li, ni in zip(flat, call.leaves, call.names))
+            if not isinstance(grads, (tuple, list)):
+                raise AxisTypeError(f"custom_vjp({me.__name__}): bwd must return a tuple "
+                                    f"with one entry per differentiable argument")
+            flat = tree_flatten(list(grads), is_leaf=lambda x: x is None)[0]
+            if len(flat) != len(call.leaves):
+                raise AxisSpecError(f"custom_vjp({me.__name__}): bwd returned "
+                                    f"{len(flat)} cotangents for {len(call.leaves)} "
+                                    f"differentiable inputs")
+            return (None,) + tuple(
+                _like(_summed_back(gi, ni or (), axes, inner_mode), li, ni,
+                      f"custom_vjp({me.__name__}) bwd")
+                if isinstance(li, torch.Tensor) else None
+                for gi, li, ni in zip(flat, call.leaves, call.names))
 
 
 class custom_jvp(_CustomRule):
