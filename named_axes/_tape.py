@@ -270,12 +270,9 @@ def transposed(noted: list, cts: Iterable, run):
             none.root(c, ())
             every.root(c, tape.added)
         subs.append((tape, operands, outputs, none, every))
-    saved = TAPES[:]   # the backward's values are not the forward's: only these see it
-    TAPES[:] = [t for *_, none, every in subs for t in (none, every)]
-    try:
+    # the backward's values are not the forward's: only these see it
+    with suspended([t for *_, none, every in subs for t in (none, every)]):
         results = run()
-    finally:
-        TAPES[:] = saved
     flat = tree_flatten(list(results), is_leaf=lambda x: x is None)[0]
     for tape, operands, outputs, none, every in subs:
         edges = tuple((n, none.true(g), tape.added - every.true(g))
@@ -297,12 +294,15 @@ def aliased(values: Iterable, others: Iterable) -> None:
 
 
 class suspended:
-    """No tape sees the ops run inside (a custom rule's own forward: the call is
-    noted as a whole, :func:`noted_rule`)."""
+    """Only ``tapes`` (default: none) see the ops run inside (a custom rule's own
+    forward: the call is noted as a whole, :func:`noted_rule`)."""
+
+    def __init__(self, tapes: list = ()) -> None:
+        self.tapes = list(tapes)
 
     def __enter__(self) -> None:
         self.saved = TAPES[:]
-        TAPES.clear()
+        TAPES[:] = self.tapes
 
     def __exit__(self, *exc) -> None:
         TAPES[:] = self.saved

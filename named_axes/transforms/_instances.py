@@ -161,8 +161,9 @@ class GradTape(Tape):
     added axes each result keeps -- the value and aux: the ones they really carry; each
     gradient: its input's own, and its cotangent's."""
 
-    def __init__(self, added: tuple) -> None:
+    def __init__(self, added: tuple, own_level: bool) -> None:
         super().__init__(added)
+        self.own_level = own_level
         self.root_leaves: list = []   # per differentiated argument: its leaves
         self.keep: list | None = None   # per result tree: per leaf, the added axes kept
         self.grads = False
@@ -235,9 +236,7 @@ def static_tape(added: tuple, own_level: bool = False):
     (``own_level``: see ``Tape.own_level``)."""
     if not added or not _DYNAMO_TRACES_TAPE and torch.compiler.is_dynamo_compiling():
         return _NoTape()
-    tape = GradTape(added)
-    tape.own_level = own_level
-    return tape
+    return GradTape(added, own_level)
 
 
 def _is_tensor(v) -> bool:

@@ -24,7 +24,7 @@ from .._levels import ORIGINAL as _functorch
 from .._tensor import NamedTensor
 from .._torch_private import tree_flatten, tree_unflatten
 
-__all__ = ["unbox", "rebox", "box_leaf", "named_axes_of", "expand_over", "is_named",
+__all__ = ["unbox", "rebox", "box_leaf", "named_axes_of", "expand_over",
            "align_like", "mapped_over", "Hidden"]
 
 _NT = NamedTensor
@@ -40,11 +40,6 @@ class Hidden:
 
     def __repr__(self) -> str:
         return self.label
-
-
-def is_named(tree: Any) -> bool:
-    """Whether any leaf of ``tree`` is a NamedTensor."""
-    return any(type(leaf) is _NT for leaf in tree_flatten(tree)[0])
 
 
 def unbox(tree: Any) -> tuple[list, Any, list]:

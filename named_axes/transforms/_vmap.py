@@ -28,7 +28,7 @@ from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from .._layout import insert_named
 from .._parsing import parse_mapping
 from .._tensor import NamedTensor
-from ._tree import Hidden, is_named
+from ._tree import Hidden
 from .._levels import ORIGINAL as _functorch
 from .._torch_private import tree_flatten, tree_unflatten
 
@@ -124,8 +124,8 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
     def mapped(*args):
         # plain inputs outside a named program: torch's own (inside one, fun may close over
         # named values and return them, which torch.func.vmap cannot)
-        if axis_name is None and axis_size is None and not is_named(args) \
-                and not _env.bound_axes():
+        if axis_name is None and axis_size is None and not _env.bound_axes() and not any(
+                type(leaf) is NamedTensor for leaf in tree_flatten(args)[0]):
             return plain(*args)
         what = f"{spelling}(<inputs>)"
         name = Hidden(f"<vmap axis {next(_counter)}>") if axis_name is None else axis_name
