@@ -1,6 +1,8 @@
 """Regressions found while merging the autodiff transforms (transforms/_grad.py, _custom.py).
 
-A custom_vjp's backward, run by autograd after the xmap on a mesh returned, sums its
+A custom_vjp's backward, run by autograd after the xmap on a mesh returned, runs in the
+call's axis environment, as a custom_jvp's transposed rule does (its collectives ran
+without the mesh's engine: a wrong first derivative), and sums its
 results back in the call's axis environment: a result carrying an axis split over the
 ranks that its input lacks is summed over every rank (it was summed over the local
 shard only: a first derivative differing per rank), and a result lacking a split axis
@@ -42,9 +44,21 @@ def _times(x, w):
 _times.defvjp(lambda x, w: (x * w, (x, w)), lambda r, g: (g * r[1], g * r[0]))
 
 
+@nx.custom_jvp
+def _psummed(x):
+    return x * nx.lax.psum(x, "m")
+
+
+@_psummed.defjvp
+def _psummed_rule(primals, tangents):   # transposed in the backward: its psums too
+    (x,), (t,) = primals, tangents
+    return _psummed(x), t * nx.lax.psum(x, "m") + x * nx.lax.psum(t, "m")
+
+
 def _body(x, w):
     y = _summed_cotangent(x * w)
-    return nx.lax.psum((y * x * w).sum(), "m") + nx.lax.psum((_times(x, w) ** 2).sum(), "m")
+    return nx.lax.psum((y * x * w).sum() + (_times(x, w) ** 2).sum()
+                       + (_psummed(x * w) * x).sum(), "m")
 
 
 def _first_and_second(xs, run) -> list:

@@ -123,7 +123,6 @@ class custom_vjp(_CustomRule):
         call.inner_mode = region is not None
         call.axes = (region.axes_for_rule(f"custom_vjp({self.__name__})")
                      if region is not None else bound_axes())
-        call.scope = list(frames())   # bwd runs in this environment, wherever autograd is
         out = _apply(_VjpFunction, call)
         if not torch.compiler.is_dynamo_compiling() and TAPES:   # inside nx.grad: what bwd does
             # to named axes decides named shapes
@@ -179,6 +178,7 @@ class _Call:
         self.diff_pos = [i for i in range(len(args)) if i not in self.nd]
         self.leaves, self.spec, self.names = unbox(tuple(args[i] for i in self.diff_pos))
         self.noted: list = []   # the tapes that noted this call (named_axes._tape)
+        self.scope = list(frames())   # the backward runs here, wherever autograd runs it
 
     @staticmethod
     def keep(out, extra) -> tuple:
@@ -345,16 +345,17 @@ class _JvpReverse(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *gs):
-        prim, o = list(ctx.inputs), ctx.out
-        if ctx.region is not None and ctx.region not in FORWARD_REGIONS:
-            # applied under an nx.jvp that has returned, and now its outputs are
-            # differentiated: JAX differentiates the jvp'd program, whose primal output
-            # here the rule's own code computed
-            _, pull = _functorch["vjp"](lambda *p: ctx.call.rule_phys(list(p), None, o), *prim)
-        else:
-            zeros = [torch.zeros_like(p) if isinstance(p, torch.Tensor) else p for p in prim]
-            _, pull = _functorch["vjp"](lambda *t: ctx.call.rule_phys(prim, list(t), o), *zeros)
-        return (None,) + tuple(pull(tuple(gs[:-1])))
+        prim, o, call = list(ctx.inputs), ctx.out, ctx.call
+        with within(call.scope):
+            if ctx.region is not None and ctx.region not in FORWARD_REGIONS:
+                # applied under an nx.jvp that has returned, and now its outputs are
+                # differentiated: JAX differentiates the jvp'd program, whose primal
+                # output here the rule's own code computed
+                _, pull = _functorch["vjp"](lambda *p: call.rule_phys(list(p), None, o), *prim)
+            else:
+                zeros = [torch.zeros_like(p) if isinstance(p, torch.Tensor) else p for p in prim]
+                _, pull = _functorch["vjp"](lambda *t: call.rule_phys(prim, list(t), o), *zeros)
+            return (None,) + tuple(pull(tuple(gs[:-1])))
 
 
 class _JvpFunction(_JvpReverse):
