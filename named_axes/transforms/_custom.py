@@ -133,16 +133,12 @@ class custom_vjp(_CustomRule):
 
 def _apply(function, call) -> Any:
     """The output of ``function.apply`` (a rule's ``autograd.Function``) on the call's
-    inputs.
-
-    Under dynamo no tape sees inside: dynamo traces the Function's forward and backward
-    as subgraphs, where the tapes' Python state must not change.  The tape does not know
-    the call's results then, and keeps every copy (``_tape._derived``).  The inputs are
-    fresh views there: dynamo keeps ``requires_grad=False`` for the tensors that
-    ``torch.func.grad`` differentiates, and traces an ``autograd.Function`` applied to
-    such a tensor as its plain forward, dropping the rule without a word
-    (pytorch/pytorch#193279); a view of it requires grad as it should.
-    """
+    inputs.  Under dynamo, which traces the Function's forward and backward as subgraphs
+    where the tapes' Python state must not change, no tape sees inside (the tape keeps
+    every copy, ``_tape._derived``); and the inputs are fresh views: dynamo keeps
+    ``requires_grad=False`` for the tensors ``torch.func.grad`` differentiates and traces
+    a Function applied to one as its plain forward, dropping the rule without a word
+    (pytorch/pytorch#193279); a view requires grad as it should."""
     inputs = call.leaves
     compiling = torch.compiler.is_dynamo_compiling()
     if compiling:

@@ -53,21 +53,6 @@ def _argnums(argnums, n: int, what: str) -> tuple:
 
 
 _LEAF = tree_flatten(0)[1]   # the spec of an argument that is a single tensor
-_SCALARS = (int, float, bool, complex, str, type(None))
-
-
-def _named_sizes(args: Sequence) -> dict:
-    """``named_axes_of(args)``, without the pytree walk for tensor and scalar arguments."""
-    sizes: dict = {}
-    for a in args:
-        t = type(a)
-        if t is _NT:
-            for n, size in zip(a._names, a._data.shape):
-                sizes.setdefault(n, size)
-        elif not (t is _Tensor or t is _Parameter or t in _SCALARS):
-            for n, size in named_axes_of(a).items():
-                sizes.setdefault(n, size)
-    return sizes
 
 
 def _rebox(leaves: Sequence, spec: Any, names: list) -> Any:
@@ -204,7 +189,7 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
             nums = nums_for[len(args)] = _argnums(argnums, len(args), what)
         return rerun_on_redo(lambda sizes, first: _value_and_grad_once(
             _Run(fun, args, nums, sizes, reduce_axes, first), has_aux, what,
-            isinstance(argnums, int)), _named_sizes(args))
+            isinstance(argnums, int)), named_axes_of(args))
 
     return run
 
@@ -395,7 +380,17 @@ def _vjp_once(r: _Run, has_aux: bool, what: str) -> tuple:
                     batch.setdefault(b, size)
         lead = tuple(batch)
         if r.region.transposed and len(lead) != 1 and torch.compiler.is_dynamo_compiling():
-            _refuse_transposed_rule(what, r.region.transposed[0])
+            # a custom_jvp's reverse rule transposes its JVP rule with torch.func.vjp in
+            # the backward, which dynamo traces where the forward calls the rule, keeping
+            # the functorch levels it had there; a pullback replays it after that level
+            # closed, which only lines up mapped over one axis (jacrev's): otherwise
+            # torch fails an internal assert
+            raise AxisTypeError(
+                f"{what}: {r.region.transposed[0]}'s reverse rule (its JVP rule transposed "
+                f"with torch.func.vjp in the backward) cannot run in this pullback under "
+                f"torch.compile: dynamo replays that backward at the functorch level of the "
+                f"forward. Take the gradient with nx.grad / nx.value_and_grad, or compile "
+                f"the step with nx.jit")
         phys = []
         for i, (c, o, n) in enumerate(zip(cts, out_leaves, names)):
             ct = align_like(c, o, n, f"{what} cotangent {i}", lead, tuple(batch.values()))
@@ -408,19 +403,6 @@ def _vjp_once(r: _Run, has_aux: bool, what: str) -> tuple:
         return grads if lead else fold_pullback(grads, r.tape, cts)
 
     return (out, vjp_fn, rebox(*aux_box)) if has_aux else (out, vjp_fn)
-
-
-def _refuse_transposed_rule(what: str, rule: str) -> None:
-    """A custom_jvp's reverse rule transposes its JVP rule with ``torch.func.vjp`` inside
-    the backward.  Dynamo traces that backward where the forward calls the rule and keeps
-    the functorch levels it had there; a pullback replays it after the forward's level
-    closed, which only lines up when the pullback is mapped over one axis (as jacrev's
-    is): otherwise torch fails an internal assert."""
-    raise AxisTypeError(
-        f"{what}: {rule}'s reverse rule (its JVP rule transposed with torch.func.vjp in "
-        f"the backward) cannot run in this pullback under torch.compile: dynamo replays "
-        f"that backward at the functorch level of the forward. Take the "
-        f"gradient with nx.grad / nx.value_and_grad, or compile the step with nx.jit")
 
 
 def linear_transpose(fun: Callable, *primals: Any, reduce_axes: Sequence = ()) -> Callable:

@@ -65,13 +65,20 @@ def rebox(leaves: Iterable, spec: Any, names: list) -> Any:
     return tree_unflatten([box_leaf(x, n) for x, n in zip(leaves, names)], spec)
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter, int, float, bool, complex, str, type(None))
+
+
 def named_axes_of(tree: Any) -> dict:
-    """Union of the named shapes of the NamedTensor leaves of ``tree`` (first seen order)."""
+    """Union of the named shapes of the NamedTensor leaves of ``tree`` (first seen order;
+    a tuple's tensor and scalar members need no pytree walk)."""
     sizes: dict = {}
-    for leaf in tree_flatten(tree)[0]:
-        if type(leaf) is _NT:
-            for n, s in zip(leaf._names, leaf._data.shape):
-                sizes.setdefault(n, s)
+    for a in tree if type(tree) is tuple else (tree,):
+        if type(a) in _PLAIN:
+            continue
+        for leaf in (a,) if type(a) is _NT else tree_flatten(a)[0]:
+            if type(leaf) is _NT:
+                for n, s in zip(leaf._names, leaf._data.shape):
+                    sizes.setdefault(n, s)
     return sizes
 
 

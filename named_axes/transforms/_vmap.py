@@ -116,7 +116,9 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
     """
     if not callable(fun):
         raise AxisTypeError(f"vmap: fun must be callable, got {type(fun).__name__}")
-    spelling = _spelling(fun, in_dims, out_dims, axis_name)
+    spelling = (f"vmap({getattr(fun, '__name__', 'fun')}, in_dims={in_dims!r}, "
+                f"out_dims={out_dims!r}"
+                + (f", axis_name={axis_name!r}" if axis_name is not None else "") + ")")
     plain = _functorch["vmap"](fun, in_dims, out_dims, randomness=randomness,
                             chunk_size=chunk_size)
 
@@ -140,13 +142,6 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
         return _finish(out, out_dims, name, size, what)
 
     return mapped
-
-
-def _spelling(fun: Callable, in_dims: Any, out_dims: Any, axis_name: Hashable) -> str:
-    """How the call to ``vmap`` was written, for error messages."""
-    return (f"vmap({getattr(fun, '__name__', 'fun')}, in_dims={in_dims!r}, "
-            f"out_dims={out_dims!r}" + (f", axis_name={axis_name!r}" if axis_name is not None
-                                        else "") + ")")
 
 
 def _name_mapped(args: tuple, in_dims: Any, name: Hashable, axis_size: int | None,
