@@ -46,8 +46,6 @@ from .._torch_private import is_functorch_wrapped, tree_flatten, tree_unflatten
 __all__ = ["Region", "REGIONS", "Redo", "rerun_on_redo", "current", "instance_count",
            "GradTape", "static_tape", "without", "fold_copies", "fold_pullback"]
 
-_is_wrapped = is_functorch_wrapped
-
 REGIONS: list = []  # open regions, innermost last
 
 
@@ -71,7 +69,7 @@ class Region:
         self.reduce = reduce_axes
         self.axes: dict = dict(expanded)
         self.early: list = []   # (rule, axes) read by custom rules before the region settled
-        self.transposed: list = []   # custom_jvp rules dynamo traced here (_vjp.vjp)
+        self.transposed: list = []   # custom_jvp rules dynamo traced here (_grad.vjp)
 
     def __enter__(self) -> "Region":
         RECORDERS.append(self.seen)
@@ -269,7 +267,7 @@ def without(value, axes) -> object:
 
 def _check_copies(data: torch.Tensor, d: int, name) -> None:
     if (torch.compiler.is_dynamo_compiling() or not isinstance(data, torch.Tensor)
-            or _is_wrapped(data) or not _modes_run_values()):
+            or is_functorch_wrapped(data) or not _modes_run_values()):
         return   # no real values to read (traced, fake or batched)
     first = data.narrow(d, 0, 1)
     if hasattr(data, "full_tensor"):   # a DTensor: compare its values
