@@ -130,12 +130,15 @@ class _Run:
         self.region.settle(self.first_run)
         return out
 
-    def grads(self, phys: Sequence, lead: tuple = ()) -> tuple:
+    def chunked(self) -> dict:
+        """Once the function ran, where it ran: see :func:`_chunked`."""
+        return _chunked(self.region.axes, self.reduce_axes)
+
+    def grads(self, phys: Sequence, chunked: dict, lead: tuple = ()) -> tuple:
         """The gradients (one leaf list per argument) named as the arguments, behind the
         batch axes ``lead``; a SerialLoop chunk's sums added over the other chunks."""
         grads = tuple(_rebox(g, spec, [lead + (m or ()) for m in names] if lead else names)
                       for g, (_, spec, names) in zip(phys, self.boxes))
-        chunked = _chunked(self.region.axes, self.reduce_axes)
         return tree_map(lambda g: _sum_over_chunks(g, chunked), grads) if chunked else grads
 
 
@@ -224,7 +227,7 @@ def _value_and_grad_once(r: _Run, has_aux: bool, what: str, single: bool) -> tup
             g, (_, (value, aux_tensors)) = _functorch["grad_and_value"](
                 phys_fun, argnums=tuple(range(len(r.boxes))), has_aux=True)(
                     *[b[0] for b in r.boxes])
-    grads = r.grads(g)
+    grads = r.grads(g, r.chunked())
     trees = [box_leaf(value, out_names[0]), *grads]
     if has_aux:   # the aux tree back, its tensor leaves the ones torch.func returned
         aux_leaves, aux_spec, aux_names = aux_box[0]
@@ -364,7 +367,7 @@ def _vjp_once(r: _Run, has_aux: bool, what: str) -> tuple:
     # copies of a value JAX computes once (the cotangents still align to the physical
     # outputs)
     out = fold_copies([rebox(out_leaves, spec, names)], r.tape)[0]
-    forward_axes = set(bound_axes())
+    forward_axes, chunked = set(bound_axes()), r.chunked()
 
     def vjp_fn(cotangent):
         cts = tree_flatten(cotangent)[0]
@@ -398,7 +401,7 @@ def _vjp_once(r: _Run, has_aux: bool, what: str) -> tuple:
             phys.append(ct * scale if scale != 1 else ct)   # once per instance
         with r.region:
             grads = mapped_over(vjp_phys, len(lead))(tuple(phys))
-        grads = r.grads(grads, lead)
+        grads = r.grads(grads, chunked, lead)
         # copies along the axes no cotangent meets (see _instances)
         return grads if lead else fold_pullback(grads, r.tape, cts)
 
