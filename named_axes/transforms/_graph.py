@@ -28,7 +28,17 @@ from .._errors import AxisSpecError, AxisTypeError
 from ..lax._common import LABEL_AXES
 from ._tree import rebox, unbox
 
-__all__ = ["make_graph", "named_call", "NamedGraphModule", "trace_flat"]
+__all__ = ["make_graph", "named_call", "NamedGraphModule", "trace_flat", "TENSOR"]
+
+
+class _TensorLeaf:
+    """The mark of a tensor among a traced result's constants (None is a constant too)."""
+
+    def __repr__(self) -> str:   # (stable: the program store's records print it)
+        return "TENSOR"
+
+
+TENSOR = _TensorLeaf()
 
 
 class NamedGraphModule(torch.fx.GraphModule):
@@ -73,7 +83,8 @@ def trace_flat(fun: Callable, args: tuple, *, axis_env: Sequence = (), mode: str
 
     Returns ``(graph_module, leaves, (spec, names), out_info)`` where ``out_info`` is
     ``[out_spec, out_names, out_consts]``: how to rebuild the result from the graph's
-    flat tensor outputs (non-tensor output leaves are constants kept in ``out_consts``).
+    flat tensor outputs (non-tensor output leaves are constants kept in ``out_consts``,
+    :data:`TENSOR` marking the tensors).
     ``fake_mode``: with ``mode="fake"``, the FakeTensorMode to trace in (make_fx's own
     otherwise).
     """
@@ -87,7 +98,7 @@ def trace_flat(fun: Callable, args: tuple, *, axis_env: Sequence = (), mode: str
             call[i] = t
         out = fun(*rebox(call, spec, names))
         o_leaves, o_spec, o_names = unbox(out)
-        consts = [None if isinstance(o, torch.Tensor) else o for o in o_leaves]
+        consts = [TENSOR if isinstance(o, torch.Tensor) else o for o in o_leaves]
         out_info[:] = [o_spec, o_names, consts]
         return [o for o in o_leaves if isinstance(o, torch.Tensor)]
 
@@ -133,7 +144,7 @@ def rebuild_output(flat_out: Sequence, out_info: list) -> Any:
     """The result of a traced program from its graph's flat outputs."""
     o_spec, o_names, consts = out_info
     it = iter(flat_out)
-    leaves = [next(it) if c is None else c for c in consts]
+    leaves = [next(it) if c is TENSOR else c for c in consts]
     return rebox(leaves, o_spec, o_names)
 
 
@@ -166,7 +177,7 @@ def make_graph(fun: Callable, *, axis_env: Sequence | None = None) -> Callable:
         out = NamedGraphModule(gm, gm.graph, class_name=f"named_graph_"
                                f"{getattr(fun, '__name__', 'fun').strip('<>')}")
         out.in_names = [names[i] for i in tensor_pos]
-        out.out_names = [n for n, c in zip(out_info[1], out_info[2]) if c is None]
+        out.out_names = [n for n, c in zip(out_info[1], out_info[2]) if c is TENSOR]
         return out
 
     return build

@@ -61,6 +61,7 @@ import torch
 from .._torch_private import (EagerDispatchMode, aoti_package, aoti_package_loader,
                               tree_flatten)
 from .._version import __version__
+from ._graph import TENSOR
 from ._trace_probe import preserving_writes, storage_key, written_tensors
 from ._tree import unbox
 
@@ -272,8 +273,8 @@ def identify(fun: Callable, args: tuple, leaves: list, call_key: Any) -> Identit
         return None
     if any(o.startswith(("i", "c")) for o in origins):   # a result aliasing an input
         return None
-    consts = [None if isinstance(o, torch.Tensor) else o for o in o_leaves]
-    is_tensor = [c is None and isinstance(o, torch.Tensor) for c, o in zip(consts, o_leaves)]
+    consts = [TENSOR if isinstance(o, torch.Tensor) else o for o in o_leaves]
+    is_tensor = [c is TENSOR for c in consts]
     record = "\n".join([_environment(), repr(call_key), repr(o_spec), repr(o_names),
                         repr(consts), ",".join(origins)] + recorder.lines)
     digest = hashlib.sha256(record.encode()).hexdigest()
