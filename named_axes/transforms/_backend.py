@@ -1,13 +1,12 @@
-"""The ``"named_axes"`` torch.compile backend: inductor, with the collectives inlined.
+"""The ``"named_axes"`` torch.compile backend, and how ``nx.jit`` compiles its graphs.
 
 Each ``nx.lax`` collective is a ``torch.library`` custom op (``named_axes::psum`` …):
 opaque to inductor, which would call it as an external kernel.  On one device its
 meaning is plain tensor code (its own implementation), so this backend writes those
 implementations into the graph (:func:`inline_collectives`) before inductor sees it;
-the collective then fuses with its neighbours.  ``nx.jit`` compiles with it when
-``backend='inductor'``.  torch finds the name through the package's
-``torch_dynamo_backends`` entry point (setup.cfg), so nothing is registered at run time
-(importing this module imports neither dynamo nor inductor).
+the collective then fuses with its neighbours.  torch finds the name through the
+package's ``torch_dynamo_backends`` entry point (setup.cfg), so nothing is registered at
+run time (importing this module imports neither dynamo nor inductor).
 
 >>> import torch, named_axes as nx
 >>> f = torch.compile(lambda x: (x * 2).sum(), backend="named_axes", fullgraph=True)
@@ -24,29 +23,40 @@ import torch
 from .._torch_private import (FakeTensorMode, inductor_compile_fx, inductor_mode_options,
                               no_autograd_cache, op_schema)
 
-__all__ = ["compile_named", "compile_flat", "compile_boxed", "Backend",
-           "collective_decompositions", "BACKEND_NAME"]
-
-BACKEND_NAME = "named_axes"
+__all__ = ["compile_named", "compile_flat", "compile_boxed", "Backend", "inline_collectives",
+           "constants", "outputs"]
 
 
-def collective_decompositions() -> dict:
-    """``{OpOverload: implementation}`` for every registered ``named_axes::`` custom op."""
-    from ..lax._opdefs import PLAIN_CODE
-    return {getattr(torch.ops.named_axes, name).default: fn for name, fn in PLAIN_CODE.items()}
+class Backend(NamedTuple):
+    """Which compiler ``nx.jit`` hands its graphs to: ``torch.compile``'s backend name,
+    and for inductor its ``mode`` and ``options``."""
+    name: str
+    mode: Any = None
+    options: tuple = ()   # sorted (key, value) pairs: hashable, part of no cache key
+
+
+def constants(gm: torch.fx.GraphModule) -> list:
+    """The tensors the graph closed over (parameters, buffers, other tensors)."""
+    attrs = (getattr(gm, n.target, None) for n in gm.graph.nodes if n.op == "get_attr")
+    return [v for v in attrs if isinstance(v, torch.Tensor)]
+
+
+def outputs(gm: torch.fx.GraphModule) -> list:
+    """The nodes the graph returns (a traced program returns a list of tensors)."""
+    return list(next(n for n in gm.graph.nodes if n.op == "output").args[0])
 
 
 def inline_collectives(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """``gm`` with each ``named_axes::`` collective node, in it and in its subgraphs,
     calling its plain-torch implementation instead (in place; recompiled).
 
-    A traced graph holds the collectives as custom ops: opaque to inductor and
-    AOTInductor, and their gradient lives in the ``autograd.Function`` wrappers above
-    them, so AOT autograd cannot differentiate them.  Their implementations (sums,
-    means, gathers) are ordinary positional code that AOT autograd traces into aten ops,
-    differentiates and hands to inductor with its own decompositions.
+    Their custom ops are opaque to inductor and AOTInductor, and their gradient lives in
+    the ``autograd.Function`` wrappers above them; their implementations (sums, means,
+    gathers) are ordinary code that AOT autograd traces, differentiates and lowers.
     """
-    table = collective_decompositions()
+    from ..lax._opdefs import PLAIN_CODE
+
+    table = {getattr(torch.ops.named_axes, name).default: fn for name, fn in PLAIN_CODE.items()}
     for module in gm.modules():
         if not isinstance(module, torch.fx.GraphModule):
             continue
@@ -66,33 +76,56 @@ def compile_named(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callabl
     return compile_fx(inline_collectives(gm), list(example_inputs))
 
 
+def compile_boxed(gm: torch.fx.GraphModule, example: list, backend: Backend,
+                  values: bool = False) -> Callable:
+    """A *boxed* compiled function of ``gm``: it takes the list of flat input tensors and
+    returns the outputs.
+
+    With grad on and example inputs (or constants) that require grad the result is
+    differentiable: inductor goes through AOT autograd (a compiled forward and backward
+    in one autograd node), as ``torch.compile`` does; the collectives are then their
+    plain code whatever the backend (their custom ops carry no autograd formula).
+    ``values``: the program computes its gradients itself, so it is compiled and run
+    with grad disabled, its results values.
+    """
+    if values:
+        with torch.no_grad():
+            return _without_grad(compile_boxed(gm, [t.detach() for t in example], backend))
+    if backend.name == "inductor":   # (compile_flat inlines the collectives itself)
+        return compile_flat(gm, example, mode=backend.mode, options=dict(backend.options))
+    if _differentiable(gm, example):
+        gm = inline_collectives(gm)
+    if backend.name == "eager":
+        return lambda args: gm(*args)
+    compiled = torch.compile(gm, backend=backend.name, fullgraph=True, dynamic=False)
+    return lambda args: compiled(*args)
+
+
+def _without_grad(compiled: Callable) -> Callable:
+    set_grad = torch.set_grad_enabled
+
+    def call(args):
+        prev = torch.is_grad_enabled()
+        set_grad(False)
+        try:
+            return compiled(args)
+        finally:
+            set_grad(prev)
+    return call
+
+
 def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
-                 grad_off: bool = False, mode: str | None = None,
-                 options: dict | None = None) -> Callable:
-    """Compile a whole traced program (an aten graph returning a list of tensors).
+                 mode: str | None = None, options: dict | None = None) -> Callable:
+    """Compile a whole traced program (an aten graph returning a list of tensors) with
+    inductor, as a boxed function (it empties the list it takes).
 
-    Returns a *boxed* function: it takes a list of the input tensors (and empties it)
-    and returns the tuple of outputs.  ``nx.jit``'s graphs are already the whole
-    forward+backward step, so AOT autograd has nothing to add at run time: when its
-    runtime wrapper would be a no-op (:func:`_plain_program`: no op writes, no output
-    aliases an input; no input deduplicated), inductor's compiled graph is called
-    directly, without that wrapper.  Otherwise (or on a torch whose internals differ)
-    the full ``compile_fx`` result is used.
-
-    ``mode`` and ``options`` are ``torch.compile``'s (``mode="max-autotune"`` turns on
-    inductor's own GEMM autotuning); kernels are inductor's choice.
-
-    The caller guarantees that every call passes tensors with the example inputs'
-    sizes and strides (``nx.jit`` keys its cache on them), so inductor's per-call size
-    and stride asserts are left out.
-
-    With grad enabled and example inputs (or graph constants) that require grad, the
-    result is AOT autograd's differentiable function (compiled forward and backward in
-    one autograd node), called through its wrapper.  ``grad_off``: the caller runs the
-    result with grad disabled (then constants requiring grad do not matter).
+    ``nx.jit``'s graphs are already the whole forward+backward step, so when AOT
+    autograd's runtime wrapper would be a no-op (:func:`_plain_program`) inductor's
+    compiled graph is called directly.  The caller guarantees that every call passes the
+    example inputs' sizes and strides (``nx.jit`` keys its cache on them), so inductor's
+    per-call size asserts are left out.  ``mode`` and ``options`` are ``torch.compile``'s.
     """
     compile_fx, compile_fx_inner = inductor_compile_fx()
-
     example = list(example_inputs)
     plain = _plain_program(gm, example)   # (read before inductor's passes edit the graph)
     gm = inline_collectives(gm)
@@ -103,35 +136,26 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
         captured.append((out, len(inputs)))
         return out
 
-    # (size_asserts: an inductor option in every torch this library supports, >= 2.9)
-    patches = {**_mode_options(mode), **(options or {}), "size_asserts": False}
+    patches = {**(inductor_mode_options(mode) if mode not in (None, "default") else {}),
+               **(options or {}), "size_asserts": False}
     # AOT autograd's own cache would skip ``inner`` on a hit (and with it the direct
     # call below); inductor's FX-graph cache under it still saves the code generation.
     with no_autograd_cache():
         full = compile_fx(gm, _fake_inputs(example), inner_compile=inner,
                           config_patches=patches)
-    differentiable = _differentiable(gm, example, grad_off)
-    direct = None if differentiable or not plain else _direct_callable(captured, example)
-    if direct is not None:
-        return direct
+    if plain and not _differentiable(gm, example) and len(captured) == 1:
+        out, n_inputs = captured[0]
+        if n_inputs == len(example) and getattr(out, "current_callable", None) is not None:
+            out(list(example))   # (its first call finishes compile-time bookkeeping)
+            return out.current_callable
     return lambda args: full(*args)
 
 
-def _mode_options(mode: str | None) -> dict:
-    """Inductor's options for a ``torch.compile`` mode (``"max-autotune"`` ...)."""
-    if mode in (None, "default"):
-        return {}
-    return inductor_mode_options(mode)
-
-
 def _fake_inputs(example: list) -> list:
-    """The example inputs as fake tensors of a fake mode with a shape environment.
-
-    Inductor's FX-graph cache and AOT autograd's cache are used only when the compile
-    sees a shape environment (dynamo's backends always do); a graph traced by ``nx.jit``
-    has none, so without this every process would recompile from scratch.  Static
-    shapes: the guards on sizes are the ones ``nx.jit``'s own cache key already checks.
-    """
+    """The example inputs as fake tensors of a fake mode with a shape environment:
+    inductor's FX-graph cache and AOT autograd's cache are used only when the compile
+    sees one (dynamo's backends always do), so without it every process would recompile
+    from scratch.  Static shapes: ``nx.jit``'s own cache key checks the sizes."""
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
@@ -176,63 +200,13 @@ def _plain_program(gm: torch.fx.GraphModule, example: list) -> bool:
     return False
 
 
-def _differentiable(gm: torch.fx.GraphModule, example: list,
-                    grad_off: bool = False) -> bool:
+def _differentiable(gm: torch.fx.GraphModule, example: list) -> bool:
     """Whether the compiled ``gm`` must be differentiable: grad is on and an example
-    input, or (unless the caller runs it with grad off) a constant, requires grad."""
+    input or a constant requires grad."""
     return torch.is_grad_enabled() and (
-        any(t.requires_grad for t in example) or (not grad_off and _grad_constants(gm)))
+        any(t.requires_grad for t in example) or grad_constants(gm))
 
 
-def _grad_constants(gm: torch.fx.GraphModule) -> bool:
+def grad_constants(gm: torch.fx.GraphModule) -> bool:
     """Whether the graph holds constants (closed-over tensors) that require grad."""
-    for v in list(gm.parameters()) + list(gm.buffers()):
-        if v.requires_grad:
-            return True
-    for node in gm.graph.nodes:
-        if node.op == "get_attr":
-            v = getattr(gm, node.target, None)
-            if isinstance(v, torch.Tensor) and v.requires_grad:
-                return True
-    return False
-
-
-def _direct_callable(captured: list, example: list) -> Callable | None:
-    if len(captured) != 1:
-        return None
-    out, n_inputs = captured[0]
-    call = getattr(out, "current_callable", None)
-    if n_inputs != len(example) or call is None:
-        return None
-    # run once through the OutputCode (its first call finishes compile-time bookkeeping)
-    out(list(example))
-    return out.current_callable
-
-
-class Backend(NamedTuple):
-    """Which compiler ``nx.jit`` hands its graphs to: ``torch.compile``'s backend name,
-    and for inductor its ``mode`` and ``options``."""
-    name: str
-    mode: Any = None
-    options: tuple = ()   # sorted (key, value) pairs: hashable, part of no cache key
-
-
-def compile_boxed(gm: torch.fx.GraphModule, example: list, backend: Backend,
-                  grad_off: bool = False) -> Callable:
-    """A *boxed* compiled function: it takes the list of flat input tensors.
-
-    With example inputs that require grad (grad on) the result is differentiable: the
-    inductor path goes through AOT autograd (a compiled forward and backward in one
-    autograd node), as ``torch.compile`` does; the collectives are then their plain
-    torch code, whatever the backend (their custom ops carry no autograd formula).
-    ``grad_off``: the caller runs it with grad disabled.
-    """
-    if backend.name == "inductor":   # (compile_flat inlines the collectives itself)
-        return compile_flat(gm, example, grad_off=grad_off, mode=backend.mode,
-                            options=dict(backend.options))
-    if _differentiable(gm, example, grad_off):
-        gm = inline_collectives(gm)
-    if backend.name == "eager":
-        return lambda args: gm(*args)
-    compiled = torch.compile(gm, backend=backend.name, fullgraph=True, dynamic=False)
-    return lambda args: compiled(*args)
+    return any(v.requires_grad for v in [*gm.parameters(), *gm.buffers(), *constants(gm)])

@@ -3,8 +3,7 @@
 The program (names, xmap, torch.func transforms and all) is traced with ``make_fx``:
 ``jit(value_and_grad(xmap(loss)))`` becomes one graph holding the forward *and* the
 backward, compiled by inductor (or any ``torch.compile`` backend by name).  Compiled
-programs are cached on the shapes, dtypes, devices and named shapes of the inputs, the
-static arguments and the bound axes (``_jit_keys``); a cached call only flattens the
+programs are cached on the call's key (``_jit_keys``); a cached call only flattens the
 arguments, builds the key and calls the compiled function.  This module holds the
 calls and the cache; ``_jit_program`` traces and compiles each program.
 
@@ -15,7 +14,7 @@ Gradients.  Calls whose inputs (or closed-over tensors such as a module's
   AOT autograd, like ``torch.compile``: its result is differentiable, and
   ``.backward()`` runs the compiled backward (gradients reach ``param.grad``); on a
   mesh, whose collectives AOT autograd cannot differentiate, the program is traced
-  with its backward and cut into a forward and a backward program (``_jit_joint``);
+  with its backward and cut into a forward and a backward program (``_jit_program``);
 * a program that runs a backward while it is traced (``jit(value_and_grad(f))``, a
   whole training step) already *is* its forward and backward: it compiles as it
   is and runs with grad disabled, so its results (loss, gradients, updated
@@ -54,11 +53,9 @@ from .._modes import building_graph
 from .._torch_private import dispatch_depth, functorch_transform_kind
 from . import _store
 from ._backend import Backend
-from ._fast_call import structure_reader, tensor_guard
-from ._jit_keys import call_key, detached, numpy_as_tensors, split_static
-from ._jit_joint import outside_dynamo
-from ._jit_program import Program, compile_program, load_stored, stored_ok
-from ._jit_sharded import has_dtensors, is_dtensor, local_program, on_local_shards
+from ._jit_keys import call_key, detached, fast_lane, numpy_as_tensors, split_static
+from ._jit_program import Program, compile_program, load_stored, outside_dynamo, stored_ok
+from ._jit_sharded import is_dtensor, local_program, on_local_shards
 
 # the key under which a call's meshes in scope join its bound axes (an axis name never)
 _RESOURCES = object()
@@ -107,25 +104,6 @@ def _in_transform() -> bool:
     return _peek_functorch is not None and _peek_functorch() is not None
 
 
-def _sharded_only(leaves: list) -> bool:
-    """Whether the tensor subclasses among these leaves are all DTensors (or
-    NamedTensors over them): a call compiled for the rank's shards (``_jit_sharded``)."""
-    return has_dtensors(leaves) and all(
-        type(t) is _Tensor or type(t) is _Parameter or is_dtensor(t) for t in leaves
-        if isinstance(t, _Tensor))
-
-
-def _must_inline(leaves: list) -> bool:
-    """Whether a call with these leaves runs the program inline (outside any transform):
-    one with tensor subclasses (other than ``nn.Parameter``), which the compiled code
-    cannot take.  (Tensors wrapped by torch.func exist only while its transform runs.)
-    """
-    for t in leaves:
-        if type(t) is not _Tensor and type(t) is not _Parameter and isinstance(t, _Tensor):
-            return True
-    return False
-
-
 def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
         donate_argnums: int | Sequence[int] = (), backend: str = "inductor",
         mode: str | None = None, options: dict | None = None) -> Callable:
@@ -146,28 +124,18 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
         The compiled function; ``.cache_size()`` tells how many programs it holds,
         ``.stats()`` how many calls ran compiled (``fast_lane``: of those, how many
         repeated the previous call's signature and skipped the cache key) and how many
-        inline.
-        Compiled code is also kept in inductor's on-disk cache
+        inline.  Compiled code is also kept in inductor's on-disk cache
         (``TORCHINDUCTOR_CACHE_DIR``), so a second process compiles the same program
         faster (tracing still runs).  With a program store (opt-in:
         ``nx.set_program_store(dir)`` or ``NAMED_AXES_PROGRAM_STORE=dir``) a CPU program
-        whose results are values is also compiled, when the process exits, into a
-        library that a later process loads without tracing: the first
-        call of each signature then runs the program once eagerly to identify it
-        (``transforms/_store.py`` says what it stores and what it refuses);
-        ``.stats()`` counts ``store_loaded`` and ``store_saved``.
+        whose results are values is also compiled, at exit, into a library that a later
+        process loads without tracing (``transforms/_store.py``); ``.stats()`` counts
+        ``store_loaded`` and ``store_saved``.
 
-    Gradients and side effects (in full: this module's docstring): a program that
-    computes no gradients itself compiles through AOT autograd, its result
-    differentiable; one that runs a backward while traced (``jit(value_and_grad(f))``)
-    returns values.  Tensor operations are replayed on every call, Python numbers the
-    trace read are baked in, and what a compiled program could not carry (an optimizer
-    step, a ``.backward()`` inside) raises a ``NamedAxisError``.
-
-    Calls made under another trace or transform (``make_fx``, dynamo, ``torch.func``,
-    ``nx.grad`` ...), with tensor subclasses other than ``nn.Parameter``, or inside
-    ``disable_jit()`` run ``fun`` inline, uncompiled, so ``grad(jit(f))``
-    differentiates ``f``.
+    Gradients and side effects: this module's docstring.  Calls made under another
+    trace or transform (``make_fx``, dynamo, ``torch.func``, ``nx.grad`` ...), with
+    tensor subclasses other than ``nn.Parameter``, or inside ``disable_jit()`` run
+    ``fun`` inline, uncompiled, so ``grad(jit(f))`` differentiates ``f``.
 
     >>> import torch, named_axes as nx
     >>> loss = lambda w, x: (x @ w).tanh().sum('b')
@@ -177,15 +145,6 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
     >>> float(v), g.shape
     (0.0, torch.Size([3]))
     """
-    static, donate, backend_ = _checked_options(fun, static_argnums, donate_argnums,
-                                                backend, mode, options)
-    return _jitted(_ProgramCache(fun, static, donate, backend_))
-
-
-def _checked_options(fun: Callable, static_argnums: int | Sequence[int],
-                     donate_argnums: int | Sequence[int], backend: str, mode: str | None,
-                     options: dict | None) -> tuple:
-    """``(static, donate, Backend)`` from ``jit``'s arguments, which it checks."""
     if not callable(fun):
         raise AxisTypeError(f"jit: fun must be callable, got {type(fun).__name__}")
     static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
@@ -194,7 +153,8 @@ def _checked_options(fun: Callable, static_argnums: int | Sequence[int],
         raise AxisTypeError(f"jit: backend must be a string, got {backend!r}")
     if (mode is not None or options) and backend != "inductor":
         raise AxisTypeError(f"jit: mode= and options= are inductor's; backend={backend!r}")
-    return static, donate, Backend(backend, mode, tuple(sorted((options or {}).items())))
+    backend_ = Backend(backend, mode, tuple(sorted((options or {}).items())))
+    return _jitted(_ProgramCache(fun, static, donate, backend_))
 
 
 def _alike_on_every_rank(build: Callable, name: str) -> Program:
@@ -235,17 +195,14 @@ class _ProgramCache:
         self.fun, self.static, self.donate, self.backend = fun, static, donate, backend
         self.name = getattr(fun, "__name__", "fun")
         self.programs: dict = {}   # call key -> Program
-        # The fast lane (_fast_call): the last call's reader of its tensor leaves (its
-        # arguments are pytrees of plain tensors, parameters or NamedTensors of those), a
-        # C++ guard checking the leaves' sizes, strides, dtypes, devices and grad flags in
-        # one call, its entry and the grad mode it was made under.
+        # the fast lane (_jit_keys.fast_lane): the last call's reader, guard, entry and
+        # the grad mode it was made under
         self.fast: list = [None, None, None, None]
         # calls run compiled, run inline, compiled by the fast lane; programs loaded from
         # the program store, saved to it
         self.counts = [0, 0, 0, 0, 0]
         self.lanes: dict = {}  # call key -> its fast lane's (reader, guard)
-        self.sharded: Callable | None = None   # on_shards() and its programs
-        self.sharded_programs: _ProgramCache | None = None
+        self.sharded: _ProgramCache | None = None   # on_shards()'s programs
 
     def add(self, args: tuple, dyn_args: tuple, st_vals: tuple, bound: dict, key: tuple,
             leaves: list, tied: bool) -> Program:
@@ -274,32 +231,40 @@ class _ProgramCache:
         cache[key] = entry
         return entry
 
+    def take_lane(self, key: tuple, args: tuple, entry: Program, grad_on: bool) -> None:
+        """Make the fast lane this call's (it missed the lane, or the lane was another's)."""
+        lane = self.lanes.get(key)
+        if lane is None:
+            lane = self.lanes[key] = fast_lane(args)
+        self.fast[:] = [lane[0], lane[1], entry, grad_on] if lane[1] is not None else [
+            None, None, None, None]
+
     def on_shards(self) -> Callable:
         """The jitted program of this function on local shards, for calls taking
         DTensors (``_jit_sharded``; made on first use): their layouts its argument 0."""
         if self.sharded is None:
             shift = tuple(i + 1 if i >= 0 else i for i in self.static)
             donate = tuple(i + 1 if i >= 0 else i for i in self.donate)
-            self.sharded_programs = _ProgramCache(local_program(self.fun), (0, *shift), donate,
-                                                  self.backend)
-            self.sharded = _jitted(self.sharded_programs)
-        return self.sharded
+            self.sharded = _ProgramCache(local_program(self.fun), (0, *shift), donate,
+                                         self.backend)
+            self.sharded.run = _jitted(self.sharded)
+        return self.sharded.run
 
     def n_programs(self) -> int:
         return len({id(e) for e in self.programs.values()}) + (
-            0 if self.sharded_programs is None else self.sharded_programs.n_programs())
+            0 if self.sharded is None else self.sharded.n_programs())
 
     def clear(self) -> None:
         self.programs.clear()
         self.lanes.clear()
         self.fast[:] = [None, None, None, None]
-        if self.sharded_programs is not None:
-            self.sharded_programs.clear()
+        if self.sharded is not None:
+            self.sharded.clear()
 
     def stats(self) -> dict:
         counts = self.counts
         if self.sharded is not None:   # (calls taking DTensors: on_shards)
-            counts = [a + b for a, b in zip(counts, self.sharded_programs.counts)]
+            counts = [a + b for a, b in zip(counts, self.sharded.counts)]
         return {"compiled": counts[0], "inline": counts[1], "fast_lane": counts[2],
                 "programs": self.n_programs(), "store_loaded": counts[3],
                 "store_saved": counts[4]}
@@ -309,7 +274,7 @@ def _jitted(programs: _ProgramCache) -> Callable:
     """The jitted function: a call repeating the last one's signature takes the fast
     lane; others look their key up, and a miss adds a program (or runs inline)."""
     fun, static, donate, name = programs.fun, programs.static, programs.donate, programs.name
-    cache, fast, counts, lanes = programs.programs, programs.fast, programs.counts, programs.lanes
+    cache, fast, counts = programs.programs, programs.fast, programs.counts
 
     @functools.wraps(fun)
     def run(*args):
@@ -341,21 +306,20 @@ def _jitted(programs: _ProgramCache) -> Callable:
             raise AxisTypeError(f"jit({name}): static arguments must be hashable, got "
                                 f"{st_vals!r}") from None
         if entry is None:
-            if not _must_inline(leaves):
+            # tensor subclasses (but nn.Parameter), which the compiled code cannot take,
+            # run inline; DTensors on a mesh compile for the rank's shards
+            others = [t for t in leaves if type(t) is not _Tensor
+                      and type(t) is not _Parameter and isinstance(t, _Tensor)]
+            if not others:
                 entry = programs.add(args, dyn_args, st_vals, bound, key, leaves, tied)
-            elif _env.resources() and _sharded_only(leaves):   # on the rank's shards
+            elif _env.resources() and all(is_dtensor(t) for t in others):
                 return on_local_shards(programs.on_shards(), args)
         compiled, tensor_pos, rebuild, pure = entry[:4] if entry else (None,) * 4
         if compiled is None:   # tensor subclasses, or a differentiable mesh program not
-            counts[1] += 1     # cut in two (_jit_program.build): inline
+            counts[1] += 1     # cut in two (_jit_program): inline
             return fun(*args)
         if pure and tensor_pos is None and not (static or bound or tied):
-            # this call missed the lane (or it was another's): the lane is now this key's
-            lane = lanes.get(key)
-            if lane is None:
-                lane = lanes[key] = _fast_lane(args)
-            fast[:] = [lane[0], lane[1], entry, grad_on] if lane[1] is not None else [
-                None, None, None, None]
+            programs.take_lane(key, args, entry, grad_on)
         if tensor_pos is not None:
             leaves = [leaves[i] for i in tensor_pos]
         counts[0] += 1
@@ -372,14 +336,6 @@ def _bound() -> dict:
     the program) under a key no axis name is."""
     bound = _env.bound_axes()
     return {**bound, _RESOURCES: _env.resources()} if _env.resources() else bound
-
-
-def _fast_lane(args: tuple) -> tuple:
-    """``(reader, guard)`` passing calls with ``args``' structure and tensor properties
-    (``(None, None)`` when such calls must take the full key)."""
-    read = structure_reader(args)
-    guard = None if read is None else tensor_guard(read(args))
-    return (read, guard) if guard is not None else (None, None)
 
 
 def on_mesh_under_dynamo(program: Callable) -> bool:

@@ -5,6 +5,13 @@ device and ``requires_grad`` (and a NamedTensor's names), its static arguments, 
 axes bound around it and the grad mode; a tensor passed twice also keys which
 arguments repeat it, since the trace ties them into one input.
 
+A jitted training step is called with the same pytree of tensors every step, and
+building its full key walks the tree in Python and hashes a tuple per tensor.  Its fast
+lane (:func:`fast_lane`) instead keeps the previous call's *reader* -- generated code
+that checks the containers' types and lengths (and dicts' keys) and returns the tensor
+leaves -- and a C++ guard (``TensorGuards``, dynamo's) that checks every leaf's sizes,
+strides, dtype, device and ``requires_grad`` in one call.
+
 >>> import torch
 >>> x = torch.zeros(2)
 >>> key, leaves, tied = call_key((x, 3), (), {}, False)
@@ -14,21 +21,29 @@ arguments repeat it, since the trace ties them into one input.
 True
 >>> call_key((x, x), (), {}, False)[2]                      # one tensor passed twice
 True
+>>> args = (torch.zeros(2), (torch.ones(3), [torch.ones(1)]), {"lr": torch.ones(())})
+>>> read = structure_reader(args)
+>>> [tuple(t.shape) for t in read(args)]
+[(2,), (3,), (1,), ()]
+>>> read((torch.zeros(2), (torch.ones(3),), {"lr": torch.ones(())})) is None
+True
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from .._errors import AxisSpecError
 from .._tensor import NamedTensor
-from .._torch_private import tree_flatten, tree_map
+from .._torch_private import tensor_guards, tree_flatten, tree_map
 
-__all__ = ["call_key", "flatten_key", "split_static", "detached", "numpy_as_tensors"]
+__all__ = ["call_key", "flatten_key", "split_static", "detached", "numpy_as_tensors",
+           "structure_reader", "tensor_guard", "fast_lane"]
 
 _NT = NamedTensor
 _Tensor = torch.Tensor
+_Parameter = torch.nn.Parameter
 
 
 def flatten_key(tree: Any, leaves: list) -> Any:
@@ -77,16 +92,10 @@ def call_key(dyn_args: Any, st_vals: tuple, bound: dict, grad_on: bool) -> tuple
     key = (struct, grad_on, st_vals, tuple(bound.items())) if bound or st_vals else (
         struct, grad_on)
     tied = len(leaves) > 1 and len(set(map(id, leaves))) != len(leaves)
-    if tied:   # the trace ties repeated tensors
-        key = (key, _repeats(leaves))
+    if tied:   # per leaf, the index of its first occurrence: the trace ties repeats
+        first: dict = {}
+        key = (key, tuple([first.setdefault(id(x), i) for i, x in enumerate(leaves)]))
     return key, leaves, tied
-
-
-def _repeats(leaves: list) -> tuple:
-    """Per leaf, the index of its first occurrence: a trace fed the same tensor twice
-    uses one input for both, so that program serves only calls repeating it alike."""
-    first: dict = {}
-    return tuple([first.setdefault(id(x), i) for i, x in enumerate(leaves)])
 
 
 def split_static(args: tuple, static: tuple, donate: tuple, name: str) -> tuple:
@@ -122,3 +131,81 @@ def numpy_as_tensors(args: tuple) -> tuple | None:
     if not any(isinstance(v, np.ndarray) for v in tree_flatten(args)[0]):
         return None
     return tree_map(lambda v: torch.from_numpy(v) if isinstance(v, np.ndarray) else v, args)
+
+
+def fast_lane(args: tuple) -> tuple:
+    """``(reader, guard)`` passing calls with ``args``' structure and tensor properties
+    (``(None, None)`` when such calls must take the full key)."""
+    read = structure_reader(args)
+    guard = None if read is None else tensor_guard(read(args))
+    return (read, guard) if guard is not None else (None, None)
+
+
+def structure_reader(args: tuple) -> Callable[[tuple], list | None] | None:
+    """A function from a call's ``args`` to its tensor leaves (pytree order) if the
+    call has ``args``' structure -- the same containers (tuple, list, dict with the
+    same keys in the same order), lengths and tensor positions -- else to None.
+
+    A NamedTensor leaf gives its data, when its names are the same.  None when
+    ``args`` hold anything but plain tensors, ``nn.Parameter``s, NamedTensors of those,
+    tuples, lists and dicts (those calls take the full key).  The leaves' own
+    properties are the guard's to check (:func:`tensor_guard`).
+    """
+    keys: list = []
+    names: list = []
+    lines: list[str] = []
+
+    def leaves_of(x: Any, expr: str) -> list[str] | None:
+        t = type(x)
+        if t is _Tensor or t is _Parameter:
+            return [expr]
+        if t is not _NT and t is not tuple and t is not list and t is not dict:
+            return None
+        name = f"v{len(lines)}"
+        lines.append(f"    {name} = {expr}")
+        if t is _NT:   # its data, when its names are the same
+            if type(x._data) is not _Tensor and type(x._data) is not _Parameter:
+                return None
+            names.append(x._names)
+            lines.append(f"    if type({name}) is not NT or {name}._names != N[{len(names) - 1}]:"
+                         " return None")
+            return [f"{name}._data"]
+        test = f"type({name}) is not {t.__name__} or len({name}) != {len(x)}"
+        if t is dict:
+            if not all(type(k) is str for k in x):   # pytree order of other keys
+                return None
+            keys.append(tuple(x))
+            test += f" or tuple({name}) != K[{len(keys) - 1}]"
+            items = [(f"{name}[{k!r}]", v) for k, v in x.items()]
+        else:
+            items = [(f"{name}[{i}]", v) for i, v in enumerate(x)]
+        lines.append(f"    if {test}: return None")
+        out: list[str] = []
+        for sub_expr, v in items:
+            sub = leaves_of(v, sub_expr)
+            if sub is None:
+                return None
+            out += sub
+        return out
+
+    leaves = leaves_of(tuple(args), "a")
+    if not leaves:
+        return None
+    source = "def read(a):\n" + "\n".join(lines) + f"\n    return [{', '.join(leaves)}]\n"
+    env: dict = {"K": keys, "N": names, "NT": NamedTensor}
+    exec(source, env)  # noqa: S102 - code built above from the arguments' structure
+    return env["read"]
+
+
+def tensor_guard(leaves: list) -> Any:
+    """A guard passing exactly plain tensors like ``leaves`` (None when unavailable):
+    ``guard.check(*others)`` is True when ``others`` have their sizes, strides, dtypes,
+    devices, dispatch keys and ``requires_grad``."""
+    if not all(type(a) is _Tensor or type(a) is _Parameter for a in leaves):
+        return None
+    try:
+        guard = tensor_guards(leaves)
+        return guard if guard.check(*leaves) else None
+    # a torch without this (private) guard, or tensors without strides (sparse, nested)
+    except (ImportError, AttributeError, TypeError, RuntimeError):  # pragma: no cover
+        return None

@@ -7,6 +7,20 @@ it may mutate its inputs), refuses what a compiled program could not carry
 turns its flat outputs back into the function's result.  :func:`load_stored` gives a
 program from the program store instead (``transforms/_store.py``).
 
+A differentiable program that communicates (a mesh call's rank program, holding
+torch.distributed's functional collectives) is compiled as a forward and a backward
+program.  The collectives' transposes live in the local-shard path's autograd Functions
+(``parallel/_local_comms``: the backward of a ``psum`` hands the cotangent on, that of a
+replicated weight meeting a split batch all-reduces it), not in the aten ops, so AOT
+autograd, differentiating the traced graph anew, would get them wrong.  Such a program
+is traced once *with* its backward (:func:`joint_function`), the joint graph cut in two
+(:func:`split_joint`), and :class:`_Joint` runs the forward program in its forward and
+the backward program in its backward -- what AOT autograd does, with the Functions' own
+backward.  Closed-over tensors that require grad, programs that mutate a tensor, that
+return an input as it is, or whose traced backward meets a meta tensor of torch's
+ZeroTensor fallback (forward mode inside) run inline.  The compiled backward is
+first-order only, as ``torch.compile``'s compiled backward is.
+
 >>> import torch
 >>> from named_axes.transforms._backend import Backend
 >>> p = compile_program(lambda x: {'y': x * 2, 'n': None}, (torch.ones(2),), (),
@@ -19,29 +33,38 @@ program from the program store instead (``transforms/_store.py``).
 from __future__ import annotations
 
 import types
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from .._tensor import NamedTensor
 from .._torch_private import (is_functional_collective, op_schema, tree_flatten, tree_unflatten,
                               uncached_fake_mode)
 from . import _store
-from ._backend import Backend, _differentiable, _grad_constants, compile_boxed
-from ._graph import trace_flat
-from ._jit_joint import joint_program
+from ._backend import (Backend, _differentiable, compile_boxed, constants, grad_constants,
+                       outputs)
+from ._graph import TENSOR, rebuild_output, trace_flat
 from ._trace_probe import (TraceProbe, check_grads_untouched, check_no_stale_numbers,
                            refusing_optimizer_steps)
+from ._tree import unbox
 
-__all__ = ["Program", "compile_program", "build", "stored_ok", "load_stored"]
+__all__ = ["Program", "compile_program", "stored_ok", "load_stored", "split_joint",
+           "outside_dynamo"]
 
 _NT = NamedTensor
 _Tensor = torch.Tensor
 
 
 class Program(NamedTuple):
-    """One compiled program of a jitted function (see :func:`build`; ``compiled`` None:
-    calls with its key run the function inline)."""
+    """One compiled program of a jitted function (``compiled`` None: calls with its key
+    run the function inline).
+
+    ``tensor_pos`` picks the tensor leaves out of the flat leaves (None: all of them);
+    ``rebuild`` turns the compiled function's flat outputs into the function's result;
+    ``pure``: the program mutates nothing; ``values``: it ran a backward while traced
+    (it computes its own gradients), so it runs with grad disabled and serves calls
+    whatever their inputs' ``requires_grad``."""
     compiled: Callable | None
     tensor_pos: Any
     rebuild: Callable
@@ -50,61 +73,33 @@ class Program(NamedTuple):
     stored: bool = False   # loaded from the program store, or handed to it
 
 
-class Traced(NamedTuple):
-    """A checked trace (see :func:`_trace`)."""
-    gm: torch.fx.GraphModule
-    leaves: list
-    tensor_pos: list
-    out_info: list
-    is_tensor: list   # per output leaf: a tensor (else a constant, None included)
-    values: bool      # the program ran a backward while traced
-
-
 def compile_program(fun: Callable, args: tuple, static: tuple, backend: Backend,
                     ident: Any = None) -> Program:
-    """:func:`build` under the compile lock."""
-    with _store.compile_lock:
-        return build(fun, args, static, backend, ident)
-
-
-def build(fun: Callable, args: tuple, static: tuple, backend: Backend,
-          ident: Any = None) -> Program:
-    """Trace and compile ``fun`` into a :class:`Program`.
-
-    ``tensor_pos`` picks the tensor leaves out of the flat leaves (None: all of them);
-    ``rebuild`` turns the compiled function's flat outputs into ``fun``'s result;
-    ``pure``: the program mutates nothing; ``values``: it ran a backward while traced
-    (it computes its own gradients), so it runs with grad disabled and serves calls
-    whatever their inputs' ``requires_grad``.  ``ident``: the call's identity in the
+    """Trace and compile ``fun`` for ``args`` (positions ``static`` baked in) into a
+    :class:`Program`, under the compile lock.  ``ident``: the call's identity in the
     program store (``_store.identify``); a program whose results are values, that
-    mutates nothing and closes over no tensor the trace made is compiled into it.
-    """
+    mutates nothing and closes over no tensor the trace made is compiled into it."""
     dyn_fun, dyn_args = _bind_static(fun, args, static)
-    tr = _trace(getattr(fun, "__name__", "fun"), dyn_fun, dyn_args)
-    gm, leaves, tensor_pos = tr.gm, tr.leaves, tr.tensor_pos
-    example = [leaves[i] for i in tensor_pos]
-    rebuild = _output_builder(tr.out_info, tr.is_tensor)
-    differentiable = not tr.values and _differentiable(gm, example)
-    positions = None if ident is None else _store.closed_over_positions(_constants(gm), ident)
-    stored = (positions is not None and not differentiable and _pure(gm)
-              and _same_output(tr.out_info, tr.is_tensor, ident))
-    if stored:   # compiled for later processes at exit
-        _store.save_later(gm, example, ident, positions)
-    all_tensors = len(tensor_pos) == len(leaves)
-    if differentiable and _communicates(gm):
-        # AOT autograd would differentiate the rank's program anew, and torch.distributed's
-        # functional collectives have no gradient there (the path's own Functions do):
-        # traced with its backward and cut in two (_jit_joint), or else run inline
-        joint = None
-        if _pure(gm) and not _grad_constants(gm):
-            joint = joint_program(dyn_fun, dyn_args, example, _results(gm),
-                                  lambda g, ex: _compile_graph(g, ex, backend, True))
-        if joint is None:
-            return Program(None, None, rebuild, False, False)
-        return Program(joint, None if all_tensors else tensor_pos, rebuild, True, False)
-    compiled = _compile_graph(gm, example, backend, tr.values)
-    return Program(compiled, None if all_tensors else tensor_pos, rebuild, _pure(gm),
-                   tr.values, stored)
+    with _store.compile_lock:
+        gm, leaves, tensor_pos, out_info, values = _trace(
+            getattr(fun, "__name__", "fun"), dyn_fun, dyn_args)
+        example = [leaves[i] for i in tensor_pos]
+        pos = None if len(tensor_pos) == len(leaves) else tensor_pos
+        rebuild, pure = _output_builder(out_info), _pure(gm)
+        differentiable = not values and _differentiable(gm, example)
+        if differentiable and _communicates(gm):   # cut in two, or else run inline
+            joint = None
+            if pure and not grad_constants(gm):
+                joint = _joint_program(dyn_fun, dyn_args, example, gm, backend)
+            return Program(joint, pos, rebuild, joint is not None, False)
+        where = None if ident is None else _store.closed_over_positions(constants(gm), ident)
+        stored = (where is not None and not differentiable and pure
+                  and out_info[:2] == ident.out_info[:2]
+                  and repr(out_info[2]) == repr(ident.out_info[2]))
+        if stored:   # compiled for later processes at exit
+            _store.save_later(gm, example, ident, where)
+        return Program(compile_boxed(gm, example, backend, values), pos, rebuild, pure,
+                       values, stored)
 
 
 def _bind_static(fun: Callable, args: tuple, static: tuple) -> tuple:
@@ -123,75 +118,42 @@ def _bind_static(fun: Callable, args: tuple, static: tuple) -> tuple:
     return dyn_fun, tuple(a for i, a in enumerate(args) if i not in st)
 
 
-def _trace(name: str, dyn_fun: Callable, dyn_args: tuple) -> Traced:
-    """``dyn_fun`` traced on fake tensors (tracing must not run the program: it may
-    mutate its inputs), with what a compiled program could not carry refused: an
-    optimizer step, a backward writing ``.grad``, a number read from updated state.
+def _trace(name: str, dyn_fun: Callable, dyn_args: tuple, fake_mode: Any = None) -> tuple:
+    """``(gm, leaves, tensor_pos, out_info, values)``: ``dyn_fun`` traced on fake tensors
+    (``trace_flat``), with what a compiled program could not carry refused: an optimizer
+    step, a backward writing ``.grad``, a number read from updated state; ``values``: a
+    backward ran while traced.
 
     A trace that fails on forward AD's internal layout assert (a torch bug with the
     fake-tensor dispatch cache) is traced once more without that cache
     (:func:`uncached_fake_mode`; not always without it: forward mode's zero Hessians
     then come back as meta tensors)."""
-    try:
-        return _trace_once(name, dyn_fun, dyn_args, None)
-    except (RuntimeError, ValueError) as e:   # (a NamedAxisError may carry torch's message)
-        if "has_fw_view" not in str(e):
-            raise
-    return _trace_once(name, dyn_fun, dyn_args, uncached_fake_mode())
-
-
-def _trace_once(name: str, dyn_fun: Callable, dyn_args: tuple, fake_mode) -> Traced:
-    result: list = []
-    traced_inputs: list = []
     probe = TraceProbe()
-
+    inputs: list = []
     had: dict = {}   # id(input) -> the .grad it came with (a fake copy of its real one)
 
     def traced(*a):
-        traced_inputs[:] = [x._data if type(x) is _NT else x for x in tree_flatten(a)[0]
-                            if type(x) is _NT or isinstance(x, _Tensor)]
-        had.update((id(t), t.grad) for t in traced_inputs if t.is_leaf)
+        inputs[:] = [x._data if type(x) is _NT else x for x in tree_flatten(a)[0]
+                     if type(x) is _NT or isinstance(x, _Tensor)]
+        had.update((id(t), t.grad) for t in inputs if t.is_leaf)
         with probe:
-            result[:] = [dyn_fun(*a)]
-        return result[0]
+            return dyn_fun(*a)
 
     try:
         with refusing_optimizer_steps(name):
-            gm, leaves, (_, _, tensor_pos), out_info = trace_flat(traced, dyn_args,
-                                                                   mode="fake",
-                                                                   fake_mode=fake_mode)
+            gm, leaves, (_, _, tensor_pos), out_info = trace_flat(
+                traced, dyn_args, mode="fake", fake_mode=fake_mode)
+    except (RuntimeError, ValueError) as e:   # (a NamedAxisError may carry torch's message)
+        if fake_mode is not None or "has_fw_view" not in str(e):
+            raise
+        gm = None
     finally:
         probe.restore()
-    is_tensor = [type(x) is _NT or isinstance(x, _Tensor) for x in tree_flatten(result[0])[0]]
-    result.clear()
-    check_grads_untouched(name, traced_inputs + _constants(gm), had)
-    traced_inputs.clear()
+    if gm is None:
+        return _trace(name, dyn_fun, dyn_args, uncached_fake_mode())
+    check_grads_untouched(name, inputs + constants(gm), had)
     check_no_stale_numbers(name, probe)
-    return Traced(gm, leaves, tensor_pos, out_info, is_tensor, probe.ran)
-
-
-def _compile_graph(gm: torch.fx.GraphModule, example: list, backend: Backend,
-                   values: bool) -> Callable:
-    """The boxed compiled function of ``gm`` (see :func:`build` for ``values``)."""
-    if values:   # the program computes its gradients itself: its results are values
-        with torch.no_grad():
-            return _no_grad_call(compile_boxed(gm, [t.detach() for t in example], backend,
-                                               grad_off=True))
-    return compile_boxed(gm, example, backend)
-
-
-def _no_grad_call(compiled: Callable) -> Callable:
-    """``compiled`` run with grad disabled (its results are values)."""
-    set_grad = torch.set_grad_enabled
-
-    def call(args):
-        prev = torch.is_grad_enabled()
-        set_grad(False)
-        try:
-            return compiled(args)
-        finally:
-            set_grad(prev)
-    return call
+    return gm, leaves, tensor_pos, out_info, probe.ran
 
 
 def stored_ok(backend: Backend, bound: dict, tied: bool) -> bool:
@@ -209,26 +171,7 @@ def load_stored(ident: Any, leaves: list) -> Program | None:
         return None
     pos = [i for i, x in enumerate(leaves) if isinstance(x, _Tensor)]
     return Program(compiled, None if len(pos) == len(leaves) else pos,
-                   _output_builder(ident.out_info, ident.is_tensor), True, False, True)
-
-
-def _same_output(out_info: list, is_tensor: list, ident: Any) -> bool:
-    """Whether the traced result has the structure the identifying eager call returned."""
-    spec, names, consts = ident.out_info
-    return (is_tensor == ident.is_tensor and out_info[0] == spec and out_info[1] == names
-            and repr(out_info[2]) == repr(consts))
-
-
-def _results(gm: torch.fx.GraphModule) -> list:
-    """The traced (fake) values of the graph's tensor outputs."""
-    out = next(n for n in gm.graph.nodes if n.op == "output")
-    return [n.meta["val"] for n in out.args[0]]
-
-
-def _constants(gm: torch.fx.GraphModule) -> list:
-    """The tensors the graph closed over (parameters, buffers, other tensors)."""
-    attrs = (getattr(gm, n.target, None) for n in gm.graph.nodes if n.op == "get_attr")
-    return [v for v in attrs if isinstance(v, torch.Tensor)]
+                   _output_builder(ident.out_info), True, False, True)
 
 
 def _communicates(gm: torch.fx.GraphModule) -> bool:
@@ -252,56 +195,208 @@ def _pure(gm: torch.fx.GraphModule) -> bool:
     return True
 
 
-def _output_builder(out_info: list, is_tensor: list) -> Callable:
-    """A function from the compiled flat outputs to the program's result.
-
-    Generated once per cache entry as one expression (``lambda o: (o[0], (o[1], o[2]))``)
-    for results made of tuples, lists and dicts; other containers use the pytree.
-    """
+def _output_builder(out_info: list) -> Callable:
+    """A function from the compiled flat outputs to the program's result (``trace_flat``'s
+    ``out_info``), generated once as one expression (``lambda o: (o[0], (o[1], o[2]))``)
+    for results made of tuples, lists and dicts; other containers take the pytree."""
     o_spec, o_names, consts = out_info
-    tensor_index: dict = {}
-    for i, flag in enumerate(is_tensor):
-        if flag:
-            tensor_index[i] = len(tensor_index)
-
-    def box(i: int, flat: Sequence) -> Any:
-        if not is_tensor[i]:
-            return consts[i]
-        x = flat[tensor_index[i]]
-        return x if o_names[i] is None else NamedTensor._wrap(x, o_names[i])
-
-    skeleton = tree_unflatten(list(range(len(consts))), o_spec)
+    index: dict = {}   # leaf -> its position among the tensor outputs
+    for i, c in enumerate(consts):
+        if c is TENSOR:
+            index[i] = len(index)
     keys: list = []
 
     def expr(node: Any) -> str | None:
         t = type(node)
         if t is int:
-            if not is_tensor[node]:
+            if node not in index:
                 return f"C[{node}]"
-            k = tensor_index[node]
+            k = index[node]
             return f"o[{k}]" if o_names[node] is None else f"W(o[{k}], N[{node}])"
         if node is None:
             return "None"
-        if t is tuple or t is list:
-            parts = [expr(x) for x in node]
-            if any(p is None for p in parts):
-                return None
-            body = ", ".join(parts)
-            if t is list:
-                return f"[{body}]"
-            return f"({body},)" if parts else "()"
+        if t is not tuple and t is not list and t is not dict:
+            return None
+        parts = [expr(x) for x in (node.values() if t is dict else node)]
+        if None in parts:
+            return None
         if t is dict:
-            parts = [expr(x) for x in node.values()]
-            if any(p is None for p in parts):
-                return None
             keys.append(list(node))
             j = len(keys) - 1
             return "{" + ", ".join(f"K[{j}][{m}]: {p}" for m, p in enumerate(parts)) + "}"
-        return None
+        body = ", ".join(parts)
+        return f"[{body}]" if t is list else f"({body},)" if parts else "()"
 
-    code = expr(skeleton)
+    code = expr(tree_unflatten(list(range(len(consts))), o_spec))
     if code is None:
-        n = len(consts)
-        return lambda flat: tree_unflatten([box(i, flat) for i in range(n)], o_spec)
+        return lambda flat: rebuild_output(flat, out_info)
     env = {"W": NamedTensor._wrap, "C": consts, "N": o_names, "K": keys}
     return eval(f"lambda o: {code}", env)  # noqa: S307 - code built above from indices
+
+
+def joint_function(fun: Callable, n_args: int, diff_outs: list) -> Callable:
+    """``fun`` with its backward: ``joint(*args, cotangents)`` returns ``(outputs,
+    gradients)`` -- the tensor outputs of ``fun(*args)`` and, for every tensor leaf of
+    ``args`` that requires grad, its gradient for those cotangents (zeros where none
+    reaches it).  ``diff_outs`` is filled with whether each output requires grad."""
+    def joint(*a):
+        args, cts = a[:n_args], a[n_args]
+        wrt = [x for x in unbox(args)[0] if isinstance(x, _Tensor) and x.requires_grad]
+        with torch.enable_grad():
+            outs = [o for o in unbox(fun(*args))[0] if isinstance(o, _Tensor)]
+            diff_outs[:] = [o.requires_grad for o in outs]
+            pairs = [(o, c) for o, c in zip(outs, cts) if o.requires_grad]
+            grads = torch.autograd.grad([o for o, _ in pairs], wrt, [c for _, c in pairs],
+                                        allow_unused=True) if pairs else [None] * len(wrt)
+        return outs, [torch.zeros_like(x) if g is None else g for g, x in zip(grads, wrt)]
+
+    return joint
+
+
+def split_joint(gm: torch.fx.GraphModule, n_in: int, n_out: int) -> tuple:
+    """``(forward, backward, saved_inputs)`` from a joint graph whose placeholders are
+    ``n_in`` inputs then the cotangents and whose outputs are ``n_out`` results then the
+    gradients: the backward is every node that reads a cotangent; the forward all
+    others, returning the results and the values the backward reads of it.  The
+    backward's placeholders: the inputs at ``saved_inputs``, those values, the
+    cotangents.
+
+    >>> g = torch.fx.symbolic_trace(lambda x, ct: (x.sin(), ct * x.cos()))
+    >>> fwd, bwd, saved_inputs = split_joint(g, n_in=1, n_out=1)
+    >>> [n.name for n in fwd.graph.nodes]     # the result, and cos(x) for the backward
+    ['x', 'sin', 'cos', 'output']
+    >>> [n.name for n in bwd.graph.nodes], saved_inputs   # (x itself is not read there)
+    (['saved_cos', 'saved_ct', 'mul', 'output'], [])
+    """
+    g = gm.graph
+    placeholders = [n for n in g.nodes if n.op == "placeholder"]
+    inputs, cts = placeholders[:n_in], placeholders[n_in:]
+    results, grads = outputs(gm)[:n_out], outputs(gm)[n_out:]
+    back = set(cts)
+    for n in g.nodes:
+        if n.op not in ("placeholder", "output") and any(a in back for a in n.all_input_nodes):
+            back.add(n)
+    read = {a for n in back for a in n.all_input_nodes if a not in back}
+    read |= {n for n in grads if n not in back}
+    saved_inputs = [inputs.index(n) for n in inputs if n in read]
+    saved = [n for n in g.nodes if n in read and n.op not in ("placeholder", "get_attr")]
+
+    fwd, env = torch.fx.Graph(), {}
+    for n in g.nodes:
+        if n in inputs:
+            env[n] = fwd.placeholder(n.name)
+            env[n].meta = dict(n.meta)
+        elif n.op not in ("placeholder", "output") and n not in back:
+            env[n] = fwd.node_copy(n, env.__getitem__)
+    fwd.output([env[n] for n in results + saved])
+
+    bwd, benv = torch.fx.Graph(), {}
+    for n in [inputs[i] for i in saved_inputs] + saved + cts:
+        benv[n] = bwd.placeholder(f"saved_{n.name}")
+        benv[n].meta = dict(n.meta)
+    for n in g.nodes:   # (the constants it reads: read in place)
+        if (n in back and n.op != "placeholder") or (n in read and n.op == "get_attr"):
+            benv[n] = bwd.node_copy(n, benv.__getitem__)
+    bwd.output([benv[n] for n in grads])
+    fwd.eliminate_dead_code()
+    bwd.eliminate_dead_code()
+    return torch.fx.GraphModule(gm, fwd), torch.fx.GraphModule(gm, bwd), saved_inputs
+
+
+_OUTSIDE_DYNAMO: list = []   # _call under torch.compiler.disable, made on first use
+#                             (so that importing named_axes imports no dynamo)
+
+
+def outside_dynamo(fn: Callable, *args):
+    """``fn(*args)``, which dynamo does not trace (a graph break where it meets it).
+
+    For compiled code, which is not dynamo's to trace (a ``.backward()`` that dynamo
+    leaves to run eagerly would trace a compiled backward's Python wrapper, in-place
+    collectives and all), and for a mesh call under torch.compile (``_jit.run_jitted``).
+    Made on first use; under dynamo that first use is itself a graph break.
+
+    >>> outside_dynamo(max, 1, 2)
+    2
+    """
+    if not _OUTSIDE_DYNAMO:
+        _OUTSIDE_DYNAMO.append(torch.compiler.disable(_call))
+    return _OUTSIDE_DYNAMO[0](fn, *args)
+
+
+def _call(fn: Callable, *args):
+    return fn(*args)
+
+
+class _Joint(torch.autograd.Function):
+    """Runs a joint program (:func:`_joint_program`): its forward program in the forward,
+    its backward program in the backward."""
+
+    @staticmethod
+    def forward(ctx, prog, *xs):
+        res = outside_dynamo(prog.forward, list(xs))
+        outs, saved = res[:prog.n_out], res[prog.n_out:]
+        ctx.prog = prog
+        ctx.save_for_backward(*[xs[i] for i in prog.saved_inputs], *saved)
+        ctx.mark_non_differentiable(*[o for o, d in zip(outs, prog.diff_outs) if not d])
+        return tuple(outs)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *cts):
+        prog = ctx.prog
+        # the compiled backward assumes the traced layouts (nx.jit keys calls on them)
+        ins = [t if t.stride() == st else torch.empty_strided(
+            t.shape, st, dtype=t.dtype, device=t.device).copy_(t)
+            for t, st in zip([*ctx.saved_tensors, *cts], prog.strides)]
+        out: list = [None] * prog.n_in
+        for i, g in zip(prog.wrt, outside_dynamo(prog.backward, ins)):
+            out[i] = g
+        return (None, *out)
+
+
+def _example(v) -> _Tensor:
+    """Zeros shaped like the traced value ``v``, with its strides where they address
+    exactly its elements (a permutation of a contiguous layout), else contiguous (the
+    backward copies such a value into that layout before it runs)."""
+    dense, expect = True, 1
+    for st, sz in sorted((st, sz) for st, sz in zip(v.stride(), v.shape) if sz != 1):
+        dense = dense and st == expect
+        expect *= sz
+    stride = v.stride() if dense else torch.empty(v.shape).stride()
+    return torch.zeros(v.shape, dtype=v.dtype, device=v.device).as_strided(v.shape, stride)
+
+
+def _joint_program(dyn_fun: Callable, dyn_args: tuple, example: list,
+                   gm: torch.fx.GraphModule, backend: Backend) -> Callable | None:
+    """The boxed compiled forward and backward of ``dyn_fun`` (its tensor inputs
+    ``example``, ``gm`` its traced forward), or None where it is not cut (the module
+    docstring)."""
+    cts = [torch.zeros(r.shape, dtype=r.dtype, device=r.device)
+           for r in (n.meta["val"] for n in outputs(gm))]
+    diff_outs: list = []
+    try:
+        joint = trace_flat(joint_function(dyn_fun, len(dyn_args), diff_outs),
+                           (*dyn_args, cts), mode="fake")[0]
+    except RuntimeError as e:
+        if "meta" not in str(e):
+            raise
+        # torch's ZeroTensor fallback (forward mode: linearize, jvp) runs ops on meta
+        # tensors, and the backward traced here met one beside a fake input: run inline
+        return None
+    devices = {x.device for x in example}
+    if any(v.device not in devices for v in constants(joint)):
+        return None   # a meta tensor an engine path handed the fake trace as a value
+    if any(n.op == "placeholder" for n in outputs(joint)[:len(cts)]):
+        return None   # a result is an input as it is
+    fwd, bwd, saved_inputs = split_joint(joint, len(example), len(cts))
+    traced = [n.meta.get("val") for n in bwd.graph.nodes if n.op == "placeholder"]
+    if not all(isinstance(v, _Tensor) for v in traced):
+        return None   # a value the backward reads is no tensor traced with its shape
+    back_example = [_example(v) for v in traced]
+    prog = types.SimpleNamespace(
+        forward=compile_boxed(fwd, example, backend, values=True),
+        backward=compile_boxed(bwd, back_example, backend, values=True),
+        saved_inputs=saved_inputs, n_in=len(example), n_out=len(cts),
+        wrt=[i for i, x in enumerate(example) if x.requires_grad],
+        diff_outs=list(diff_outs), strides=[x.stride() for x in back_example])
+    return lambda xs: _Joint.apply(prog, *xs)

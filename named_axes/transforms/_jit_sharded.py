@@ -11,7 +11,7 @@ The program holds the rank's local computation and its collectives, nothing of
 DTensor's dispatch.
 
 >>> import torch
->>> has_dtensors([torch.ones(2), {'w': torch.zeros(1)}])
+>>> is_dtensor(torch.ones(2))
 False
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 from .._tensor import NamedTensor
 from .._torch_private import tree_map
 
-__all__ = ["has_dtensors", "is_dtensor", "local_program", "on_local_shards"]
+__all__ = ["is_dtensor", "local_program", "on_local_shards"]
 
 _NT = NamedTensor
 
@@ -31,11 +31,6 @@ _NT = NamedTensor
 def is_dtensor(x: Any) -> bool:
     """Whether ``x`` is a DTensor (or a NamedTensor over one)."""
     return type(x._data if type(x) is _NT else x).__name__ == "DTensor"
-
-
-def has_dtensors(leaves: list) -> bool:
-    """Whether any of these leaves is a DTensor (or a NamedTensor over one)."""
-    return any(is_dtensor(x) for x in leaves)
 
 
 class Layout:

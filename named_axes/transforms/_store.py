@@ -205,11 +205,10 @@ class _Recorder(EagerDispatchMode):
 
 class Identity(NamedTuple):
     """A program identified by its eager call: ``digest`` names it in the store;
-    ``out_info`` / ``is_tensor`` rebuild its result from the flat tensor outputs;
+    ``out_info`` (``trace_flat``'s) rebuilds its result from the flat tensor outputs;
     ``closed_over``: the tensors it read from outside, in the order it met them."""
     digest: str
     out_info: list
-    is_tensor: list
     closed_over: list
 
 
@@ -274,11 +273,10 @@ def identify(fun: Callable, args: tuple, leaves: list, call_key: Any) -> Identit
     if any(o.startswith(("i", "c")) for o in origins):   # a result aliasing an input
         return None
     consts = [TENSOR if isinstance(o, torch.Tensor) else o for o in o_leaves]
-    is_tensor = [c is TENSOR for c in consts]
     record = "\n".join([_environment(), repr(call_key), repr(o_spec), repr(o_names),
                         repr(consts), ",".join(origins)] + recorder.lines)
     digest = hashlib.sha256(record.encode()).hexdigest()
-    return Identity(digest, [o_spec, o_names, consts], is_tensor, recorder.closed_over)
+    return Identity(digest, [o_spec, o_names, consts], recorder.closed_over)
 
 
 def load(ident: Identity, directory: str | None = None) -> Callable | None:

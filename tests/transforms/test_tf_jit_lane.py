@@ -1,4 +1,4 @@
-"""nx.jit's fast lane for pytrees of tensors (transforms/_fast_call.py): calls repeating
+"""nx.jit's fast lane for pytrees of tensors (transforms/_jit_keys.py): calls repeating
 the previous call's structure and tensor properties skip the cache key; any change --
 a container's type or length, a dict's keys or their order, a leaf's shape, strides,
 dtype or grad flag, a non-tensor leaf -- takes the full key.  Every call is checked
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import named_axes as nx
-from named_axes.transforms._fast_call import structure_reader, tensor_guard
+from named_axes.transforms._jit_keys import structure_reader, tensor_guard
 
 
 def weighted_sum(*args):
