@@ -2,17 +2,11 @@
 
 Dynamo traces a binary operator whose left operand is not a tensor but has
 ``__torch_function__`` by swapping the operands and calling the *reverse* Tensor
-method -- but its reverse table has no entry for ``matmul`` (it is skipped when the
-table is built), so ``n @ w`` is traced as ``w @ n``, and ``n @ m`` between two
-NamedTensors is refused.  Both calls reach our dispatcher as
-``Tensor.__matmul__(w, n)``, the same call as a ``w @ n`` the user wrote, so the
-dispatcher cannot undo the swap: without the fix it refuses a plain-by-named ``@``
-under dynamo (with an error naming :func:`enable_dynamo_matmul`) rather than return
-a product with its operands swapped.
-
-:func:`enable_dynamo_matmul` is the explicit opt-in that adds the two missing table
-entries (``Tensor.__rmatmul__`` in the reverse table, which our dispatcher handles like
-any reverse operator; ``__matmul__`` in the binop table); ``import named_axes`` changes
+method -- but its reverse table has no entry for ``matmul``, so ``n @ w`` is traced as
+``w @ n`` (the same call as a ``w @ n`` the user wrote: the dispatcher cannot undo the
+swap, and refuses it under dynamo with an error naming :func:`enable_dynamo_matmul`),
+and ``n @ m`` between two NamedTensors is refused.  :func:`enable_dynamo_matmul` is the
+explicit opt-in that adds the missing table entries; ``import named_axes`` changes
 nothing in dynamo.  ``torch.matmul(n, w)`` needs no fix.
 
 >>> import torch, named_axes as nx
@@ -41,11 +35,10 @@ def matmul_is_fixed() -> bool:
 
 
 def enable_dynamo_matmul() -> None:
-    """Make dynamo trace ``named @ tensor`` and ``named @ named`` correctly (idempotent).
-
-    Adds ``operator.matmul`` to the two dynamo tables that lack it (see the module
-    docstring); :func:`disable_dynamo_matmul` removes exactly what was added.
-    """
+    """Make dynamo trace ``named @ tensor`` and ``named @ named`` correctly (idempotent):
+    ``Tensor.__rmatmul__`` in its reverse table (our dispatcher handles it like any
+    reverse operator), ``__matmul__`` in its binop table; :func:`disable_dynamo_matmul`
+    removes exactly what was added."""
     with _lock:
         if _state["added"] is not None:
             return

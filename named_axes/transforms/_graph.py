@@ -108,7 +108,8 @@ def trace_flat(fun: Callable, args: tuple, *, axis_env: Sequence = (), mode: str
             stack.enter_context(_env.bind(env, kind="make_graph"))
         if label_axes:   # collectives record their axis names in node.meta (make_graph)
             stack.enter_context(fx_traceback.preserve_node_meta())
-            stack.enter_context(_labelling())
+            stack.callback(LABEL_AXES.__setitem__, 0, LABEL_AXES[0])
+            LABEL_AXES[0] = True
         # closed-over real tensors (parameters) are constants of the graph, also when faking
         inputs = [leaves[i] for i in tensor_pos]
         if fake_mode is not None:   # (make_fx traces in the fake mode of its inputs)
@@ -120,24 +121,10 @@ def trace_flat(fun: Callable, args: tuple, *, axis_env: Sequence = (), mode: str
     # meta tensors, and the trace records those -- a graph run as it is then executes
     # them, and mixed dtypes there raise (a float32 zero times a Python scalar on 'meta').
     # named_call's profiler nodes stay too (torch 2.9 does not count them as impure).
-    if gm.graph.eliminate_dead_code(is_impure_node=_kept):
+    if gm.graph.eliminate_dead_code(is_impure_node=lambda node: node.is_impure() or getattr(
+            node.target, "namespace", None) == "profiler"):
         gm.recompile()
     return gm, leaves, (spec, names, tensor_pos), out_info
-
-
-def _kept(node: torch.fx.Node) -> bool:
-    """Whether dead-code elimination keeps ``node``: side effects, randomness, profiler."""
-    return node.is_impure() or getattr(node.target, "namespace", None) == "profiler"
-
-
-@contextlib.contextmanager
-def _labelling():
-    before = LABEL_AXES[0]
-    LABEL_AXES[0] = True
-    try:
-        yield
-    finally:
-        LABEL_AXES[0] = before
 
 
 def rebuild_output(flat_out: Sequence, out_info: list) -> Any:

@@ -1,14 +1,12 @@
-"""``nx.jit`` of calls taking DTensors: sharded state (parameters, optimizer-facing
-gradients, inputs laid out by a ``NamedSharding``) on a mesh.
+"""``nx.jit`` of calls taking DTensors (sharded parameters, inputs laid out by a
+``NamedSharding``) on a mesh: compiled for each rank's local shards.
 
-A compiled program takes plain tensors, so such a call, made inside a mesh's scope, is
-compiled for each rank's local shards: every DTensor leaf goes in as its local tensor,
-its layout (device mesh, placements, global shape and strides) a static argument of the
-program; inside the trace the DTensor is rebuilt around the traced shard, so the mesh
-engine sees what it sees eagerly, and a DTensor the program returns (a sharded
-parameter's gradient) comes out as its shard and its layout, rebuilt after the call.
-The program holds the rank's local computation and its collectives, nothing of
-DTensor's dispatch.
+A compiled program takes plain tensors, so every DTensor leaf goes in as its local
+tensor, its :class:`Layout` a static argument of the program; inside the trace the
+DTensor is rebuilt around the traced shard, so the mesh engine sees what it sees
+eagerly, and a DTensor the program returns comes out as its shard and its layout,
+rebuilt after the call.  The program holds the rank's local computation and its
+collectives, nothing of DTensor's dispatch.
 
 >>> import torch
 >>> is_dtensor(torch.ones(2))
@@ -16,6 +14,7 @@ False
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import torch
@@ -33,24 +32,14 @@ def is_dtensor(x: Any) -> bool:
     return type(x._data if type(x) is _NT else x).__name__ == "DTensor"
 
 
+@dataclasses.dataclass(frozen=True)
 class Layout:
     """Where a DTensor's shards live: hashable (a program's static argument) and a pytree
     leaf (a constant among a traced program's outputs)."""
-
-    __slots__ = ("mesh", "placements", "shape", "stride")
-
-    def __init__(self, d: Any):
-        self.mesh, self.placements = d.device_mesh, tuple(d.placements)
-        self.shape, self.stride = tuple(d.shape), tuple(d.stride())
-
-    def _key(self) -> tuple:
-        return (self.mesh, self.placements, self.shape, self.stride)
-
-    def __eq__(self, other: Any) -> bool:
-        return type(other) is Layout and self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
+    mesh: Any
+    placements: tuple
+    shape: tuple
+    stride: tuple
 
     def rebuild(self, local: torch.Tensor) -> Any:
         """The DTensor of this layout around ``local`` (this rank's shard)."""
@@ -70,14 +59,14 @@ def _split(tree: Any) -> tuple:
         if not is_dtensor(d):
             layouts.append(None)
             return x
-        layouts.append(Layout(d))
+        layouts.append(Layout(d.device_mesh, tuple(d.placements), tuple(d.shape),
+                              tuple(d.stride())))
         # differentiable: a gradient of the shard reaches the DTensor (and a program run
         # inline keeps its results' autograd graph)
         shard = d.to_local()
         return _NT._wrap(shard, x._names) if type(x) is _NT else shard
 
-    out = tree_map(local, tree)
-    return out, tuple(layouts)
+    return tree_map(local, tree), tuple(layouts)
 
 
 def _joined(tree: Any, layouts: tuple) -> Any:

@@ -1,40 +1,32 @@
 """nx.jit's program store: compiled programs kept on disk, found again by what they do.
 
-A second process that calls the same jitted program would trace it again (``make_fx``'s
-tracer imports inductor and dynamo) before inductor's on-disk cache can help.  With a
-program store (opt-in, like JAX's persistent compilation cache:
-``NAMED_AXES_PROGRAM_STORE=DIR`` or :func:`set_program_store`), ``nx.jit`` identifies a
-program without tracing it, by one eager call under a dispatch mode that records every
-tensor operation (:class:`_Recorder`):
-the operator, its non-tensor arguments, where each tensor argument came from (which
-argument or earlier result) and each result's shape and dtype, plus the call's input
-signature, its result's structure and the versions of torch, this library and the CPU.
-The digest of that record names an AOTInductor package (``<digest>.pt2``: the traced
-graph exported with ``torch.export`` and compiled by ``aoti_compile_and_package``, torch's
-own packaging) made in an earlier process; loading it imports neither inductor nor
-dynamo, and its C++ wrapper calls the kernels with less overhead than inductor's Python
-wrapper.
+A second process calling the same jitted program would trace it again (``make_fx``
+imports inductor and dynamo) before inductor's on-disk cache can help.  With a program
+store (opt-in, like JAX's persistent compilation cache: ``NAMED_AXES_PROGRAM_STORE=DIR``
+or :func:`set_program_store`), ``nx.jit`` identifies a program without tracing it, by
+one eager call under a dispatch mode that records every tensor operation
+(:class:`_Recorder`): the operator, its non-tensor arguments, where each tensor argument
+came from (which argument or earlier result) and each result's shape and dtype, plus
+the call's input signature, its result's structure and the versions of torch, this
+library and the CPU.  The digest of that record names an AOTInductor package
+(``<digest>.pt2``, torch's own packaging) made in an earlier process; loading it imports
+neither inductor nor dynamo.
 
 Two programs with the same record run the same operations on inputs of the same
-signature, so they compute the same function: the stored package is exactly what
-tracing would compile.  What a record cannot pin down is not stored (the call compiles
-as usual): a program that reads a tensor's value into Python (``.item()``, an ``if`` on a
-tensor), draws random numbers, updates a tensor that existed before the call, returns an
-input, or runs on another device than the CPU.  Tensors the program closes over (a
-module's weights) are recorded by their dtype, shape and strides (small ones, up to
-``_MAX_CONSTANT`` elements, by value too) and handed to the package as extra inputs on
-every call, as the regular compiled program reads its constants: updated weights are
-seen.  Only programs compiled with ``backend='inductor'`` whose results are values (no
-autograd graph: grad off, inputs that do not require grad, or a program computing its
-own gradients such as ``jit(value_and_grad(f))``) are stored.
+signature, so they compute the same function.  What a record cannot pin down is not
+stored (the call compiles as usual): a program that reads a tensor's value into Python,
+draws random numbers, updates a tensor that existed before the call, returns an input,
+or runs on another device than the CPU.  Tensors the program closes over (a module's
+weights) are recorded by their dtype, shape and strides (small ones by value too) and
+handed to the package as extra inputs on every call: updated weights are seen.  Only
+programs compiled with ``backend='inductor'`` whose results are values are stored.
 
 The identifying call is an extra eager call on the first call of each signature: its
 in-place updates of existing tensors, ``.grad`` changes and CPU random state are undone;
 Python side effects (prints, appends) happen once more.  Programs are saved when the
 process exits (or at :func:`flush`), not on a thread beside the program: torch's
-tracing and compiling keep process-wide state that the program would see.  The store
-holds compiled code that later processes load and run: like inductor's cache, it must
-be a directory only its user can write.
+tracing and compiling keep process-wide state that the program would see.  Like
+inductor's cache, the store must be a directory only its user can write.
 
 >>> import named_axes.transforms._store as store
 >>> store.set_program_store(None) is None or True
@@ -360,13 +352,8 @@ _pending: list = []   # programs to save: (graph, input specs, identity, directo
 def save_later(gm: torch.fx.GraphModule, example: list, ident: Identity,
                positions: list) -> None:
     """Compile ``gm`` into the store under ``ident`` when the process exits (or at
-    :func:`flush`).
-
-    The call that traced it has its program already (inductor's usual compile): the
-    package serves later processes.  Not on a thread: torch's tracing and compiling keep
-    process-wide state (fx's tracing flags, node-meta annotations) that a compile running
-    beside the program would let it see.
-    """
+    :func:`flush`): the call that traced it has its program already, the package serves
+    later processes."""
     if not _pending:
         atexit.register(flush)
     _pending.append((gm, [(t.shape, t.stride(), t.dtype) for t in example], ident,
@@ -385,14 +372,13 @@ def flush() -> None:
 
 def _save(gm: torch.fx.GraphModule, specs: list, ident: Identity, positions: list,
           directory: str) -> None:
-    example = [torch.empty_strided(shape, stride, dtype=dtype) for shape, stride, dtype in specs]
     try:
-        with compile_lock, warnings.catch_warnings():
+        with compile_lock, warnings.catch_warnings(), torch.no_grad():
             # AOTInductor deep-copies its own graph, whose input spec holds a LeafSpec,
             # and copying one warns of LeafSpec's deprecation (torch-internal)
             warnings.filterwarnings("ignore", message=r".isinstance\(treespec, LeafSpec\)",
                                     category=FutureWarning)
-            compile_and_save(gm, example, ident, positions, directory)
+            _compile_into(gm, specs, ident, positions, directory)
     except _Unstorable as e:
         warnings.warn(f"named_axes: the program store cannot hold a program: {e}; later "
                       "processes will compile it again", RuntimeWarning, stacklevel=1)
@@ -401,28 +387,24 @@ def _save(gm: torch.fx.GraphModule, specs: list, ident: Identity, positions: lis
                       "later processes will compile it again", RuntimeWarning, stacklevel=1)
 
 
-def compile_and_save(gm: torch.fx.GraphModule, example: list, ident: Identity,
-                     positions: list, directory: str) -> None:
+def _compile_into(gm: torch.fx.GraphModule, specs: list, ident: Identity, positions: list,
+                  directory: str) -> None:
     """Compile ``gm`` with AOTInductor into the store ``directory`` under ``ident``
-    (:class:`_Unstorable` when the compiler cannot take it); ``positions``: see
-    :func:`closed_over_positions`."""
-
+    (``positions``: see :func:`closed_over_positions`)."""
     gm, constants = _lifted(gm)
-    example = [t.detach() for t in example] + [
-        torch.empty_strided(t.shape, t.stride(), dtype=t.dtype) for t in constants]
-    with torch.no_grad():
-        graph = _aoti_graph(gm, example)
-        os.makedirs(directory, exist_ok=True)
-        work = tempfile.mkdtemp(prefix=".compiling-", dir=directory)
-        try:
-            built = aoti_package(graph, tuple(example), os.path.join(work, "program.pt2"))
-            # atomic, the package last: a reader sees the whole program or none
-            with open(os.path.join(work, "program.json"), "w") as f:
-                json.dump({"closed_over": positions}, f)
-            os.replace(os.path.join(work, "program.json"),
-                       os.path.join(directory, ident.digest + ".json"))
-            os.replace(built, os.path.join(directory, ident.digest + ".pt2"))
-            totals["saved"] += 1
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-
+    example = [torch.empty_strided(shape, stride, dtype=dtype) for shape, stride, dtype in specs]
+    example += [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype) for t in constants]
+    graph = _aoti_graph(gm, example)
+    os.makedirs(directory, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=".compiling-", dir=directory)
+    try:
+        built = aoti_package(graph, tuple(example), os.path.join(work, "program.pt2"))
+        # atomic, the package last: a reader sees the whole program or none
+        with open(os.path.join(work, "program.json"), "w") as f:
+            json.dump({"closed_over": positions}, f)
+        os.replace(os.path.join(work, "program.json"),
+                   os.path.join(directory, ident.digest + ".json"))
+        os.replace(built, os.path.join(directory, ident.digest + ".pt2"))
+        totals["saved"] += 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

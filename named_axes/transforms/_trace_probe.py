@@ -1,21 +1,14 @@
 """What ``nx.jit``'s trace of a program saw: a backward, and side effects it cannot keep.
 
 A compiled program replays the traced tensor operations only, not the trace's Python
-side effects.  Two of those would train wrongly without an error:
-
-* ``loss.backward()`` inside the program would set each parameter's ``.grad`` once, to
-  a tracing placeholder, and never again;
-* a ``torch.optim`` optimizer's ``step()`` would create its state (step counts,
-  moments) once, as tracing placeholders, and bake its step count into the update as a
-  Python number: the compiled update would restart from step 1 on every call.
-
-So both raise: :func:`refusing_optimizer_steps` makes an optimizer step inside
-the trace raise before it touches its state, and :func:`check_grads_untouched` finds
-the ``.grad`` a backward set on the program's inputs or closed-over tensors (resets it
-to None, as it was: a real ``.grad`` stays real under fake tensors) and raises.  The
-:class:`TraceProbe` also undoes ``make_fx``'s real updates of one-element constants
-(a counter advanced twice on the first call) and refuses a tensor the program updates
-in place and reads as a Python number (:func:`check_no_stale_numbers`).
+side effects.  Two of those would train wrongly without an error, so both raise:
+``loss.backward()`` inside the program would set each parameter's ``.grad`` once, to a
+tracing placeholder (:func:`check_grads_untouched` finds it, resets it and raises);
+a ``torch.optim`` step would create its state once, as placeholders, and bake its step
+count in as a number (:func:`refusing_optimizer_steps` raises before it touches its
+state).  The :class:`TraceProbe` also undoes ``make_fx``'s real updates of one-element
+constants and refuses a tensor the program updates in place and reads as a Python number
+(:func:`check_no_stale_numbers`).
 
 >>> import torch
 >>> w = torch.nn.Parameter(torch.ones(2))
@@ -53,7 +46,23 @@ _ADVICE = ("Compute gradients with nx.grad / nx.value_and_grad and update the pa
            "runs a compiled forward and backward.")
 
 
-class TraceProbe(TorchDispatchMode):
+class _Keeper:
+    """Keeps the values of tensors about to be written in place, to put them back."""
+
+    def _keep(self, t: torch.Tensor) -> None:
+        if id(t) not in self._kept:
+            with disable_dispatch_modes():
+                self._kept[id(t)] = (t, t.detach().clone())
+
+    def restore(self) -> None:
+        """Give the kept tensors their values back (latest first: a region kept twice
+        gets its first value)."""
+        with torch.no_grad():
+            for t, value in reversed(list(self._kept.values())):
+                t.copy_(value)
+
+
+class TraceProbe(_Keeper, TorchDispatchMode):
     """Notes whether an autograd backward ran while the program was traced (the program
     computes gradients itself: ``value_and_grad``, a training step), and keeps the
     values of the real one-element tensors the program updates in place.
@@ -75,32 +84,18 @@ class TraceProbe(TorchDispatchMode):
         if not self.ran and _BACKWARD.is_bw:
             self.ran = True
         for t in written_tensors(func, args, kwargs):
-            if _is_real(t) and id(t) not in self._kept and t.numel() <= CONSTANT_NUMEL_LIMIT:
-                with disable_dispatch_modes():
-                    self._kept[id(t)] = (t, t.detach().clone())
+            if _is_real(t) and t.numel() <= CONSTANT_NUMEL_LIMIT:
+                self._keep(t)
         if (torch.Tag.data_dependent_output in getattr(func, "tags", ()) and args
                 and _is_real(args[0])):
             self._read.setdefault(id(args[0]), args[0])
         return func(*args, **kwargs)
 
-    def stale_numbers(self) -> list:
-        """Real tensors the program both updated in place and read as Python numbers:
-        the trace baked the number in, so every later call would use it."""
-        return [t for i, t in self._read.items() if i in self._kept]
 
-    def restore(self) -> None:
-        """Give the real tensors the trace updated in place their values back."""
-        with torch.no_grad():
-            for t, value in self._kept.values():
-                t.copy_(value)
-
-
-class preserving_writes(EagerDispatchMode):
+class preserving_writes(_Keeper, EagerDispatchMode):
     """Run a call whose in-place updates of tensors that existed before it are undone
-    afterwards (the tensors made during the call are its own).
-
-    The program store's identifying run uses it: without it that run would advance the
-    program's closed-over state (a counter, BatchNorm's running statistics) once more.
+    afterwards (the tensors made during the call are its own): the program store's
+    identifying run would otherwise advance closed-over state once more.
 
     >>> import torch
     >>> counter = torch.zeros(())
@@ -120,9 +115,8 @@ class preserving_writes(EagerDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         for t in written_tensors(func, args, kwargs):
-            if storage_key(t) not in self._made and id(t) not in self._kept:
-                with disable_dispatch_modes():
-                    self._kept[id(t)] = (t, t.detach().clone())
+            if storage_key(t) not in self._made:
+                self._keep(t)
         given = {storage_key(a) for a in tree_leaves((args, kwargs))
                  if isinstance(a, torch.Tensor)}
         out = func(*args, **kwargs)
@@ -133,9 +127,7 @@ class preserving_writes(EagerDispatchMode):
 
     def __exit__(self, *exc):
         out = super().__exit__(*exc)
-        with torch.no_grad():   # latest first: a region kept twice gets its first value
-            for t, value in reversed(list(self._kept.values())):
-                t.copy_(value)
+        self.restore()
         self._kept.clear()
         return out
 
@@ -168,8 +160,9 @@ def _is_real(t) -> bool:
 
 
 def check_no_stale_numbers(name: str, probe: TraceProbe) -> None:
-    """Raise if the traced program read a tensor it updates in place as a Python number."""
-    stale = probe.stale_numbers()
+    """Raise if the traced program read a tensor it updates in place as a Python number:
+    the trace baked the number in, so every later call would use it."""
+    stale = [t for i, t in probe._read.items() if i in probe._kept]
     if stale:
         t = stale[0]
         raise NamedAxisError(
@@ -232,15 +225,11 @@ def check_grads_untouched(name: str, holders: Iterable[torch.Tensor], had: dict)
 
 def _reset_traced_grads(tensors: Iterable[torch.Tensor]) -> list:
     """Set to None each ``.grad`` the trace made; their tensors' shapes."""
-    touched = []
-    for t in tensors:
-        if not t.is_leaf:   # (backward fills leaves' .grad only)
-            continue
-        grad = t.grad
-        if grad is not None and _is_traced(grad):
-            touched.append(tuple(t.shape))
-            t.grad = None
-    return touched
+    # (backward fills leaves' .grad only)
+    touched = [t for t in tensors if t.is_leaf and t.grad is not None and _is_traced(t.grad)]
+    for t in touched:
+        t.grad = None
+    return [tuple(t.shape) for t in touched]
 
 
 def _is_traced(t: torch.Tensor) -> bool:

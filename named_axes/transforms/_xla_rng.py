@@ -46,21 +46,17 @@ def replaying(fun: Callable) -> Callable:
     return call
 
 
-def _xla():
-    """torch-xla's ``xla_model`` where torch-xla is in use (imported), else None."""
-    if "torch_xla" not in sys.modules:
-        return None
-    import torch_xla.core.xla_model as xm
-    return xm
-
-
 def _states() -> tuple:
-    xm = _xla()
-    return torch.get_rng_state(), (xm.get_rng_state() if xm is not None else None)
+    """The CPU generator's state, and XLA's where torch-xla is in use (imported)."""
+    if "torch_xla" not in sys.modules:
+        return torch.get_rng_state(), None
+    import torch_xla.core.xla_model as xm
+    return torch.get_rng_state(), xm.get_rng_state()
 
 
 def _set(states: tuple) -> None:
     cpu, xla = states
     torch.set_rng_state(cpu)
     if xla is not None:
-        _xla().set_rng_state(xla)
+        import torch_xla.core.xla_model as xm
+        xm.set_rng_state(xla)
