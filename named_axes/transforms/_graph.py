@@ -52,29 +52,22 @@ class NamedGraphModule(torch.fx.GraphModule):
     out_names: list
 
     def __str__(self) -> str:
-        head = (f"# inputs' named axes:  {self.in_names}\n"
-                f"# outputs' named axes: {self.out_names}")
-        return head + _with_axis_names(self)
+        """The code, each collective's line ending with the axis names it was called
+        with (``psum = torch.ops.named_axes.psum.default(mul, [0])  # psum over 'b'``)."""
+        labels = {}
+        for node in self.graph.nodes:
+            custom = node.meta.get("custom") or {}
+            if "axis_name" in custom and "named_axes." in str(node.target):
+                labels[node.name] = f"{custom['collective']} over {custom['axis_name']!r}"
+        lines = []
+        for line in self.code.split("\n"):
+            name = line.strip().split(" = ", 1)[0]
+            lines.append(f"{line}  # {labels[name]}" if name in labels and " = " in line else line)
+        return (f"# inputs' named axes:  {self.in_names}\n"
+                f"# outputs' named axes: {self.out_names}" + "\n".join(lines))
 
     def _repr_html_(self) -> str:
         return f"<pre>{html.escape(str(self))}</pre>"
-
-
-def _with_axis_names(gm: torch.fx.GraphModule) -> str:
-    """The graph's code, each collective's line ending with the axis names it was called
-    with (``psum = torch.ops.named_axes.psum.default(mul, [0])  # psum over 'b'``)."""
-    labels = {}
-    for node in gm.graph.nodes:
-        custom = node.meta.get("custom") or {}
-        if "axis_name" in custom and "named_axes." in str(node.target):
-            labels[node.name] = f"{custom['collective']} over {custom['axis_name']!r}"
-    if not labels:
-        return gm.code
-    lines = []
-    for line in gm.code.split("\n"):
-        name = line.strip().split(" = ", 1)[0]
-        lines.append(f"{line}  # {labels[name]}" if name in labels and " = " in line else line)
-    return "\n".join(lines)
 
 
 def trace_flat(fun: Callable, args: tuple, *, axis_env: Sequence = (), mode: str = "real",

@@ -123,14 +123,9 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
     Returns:
         The compiled function; ``.cache_size()`` tells how many programs it holds,
         ``.stats()`` how many calls ran compiled (``fast_lane``: of those, how many
-        repeated the previous call's signature and skipped the cache key) and how many
-        inline.  Compiled code is also kept in inductor's on-disk cache
-        (``TORCHINDUCTOR_CACHE_DIR``), so a second process compiles the same program
-        faster (tracing still runs).  With a program store (opt-in:
-        ``nx.set_program_store(dir)`` or ``NAMED_AXES_PROGRAM_STORE=dir``) a CPU program
-        whose results are values is also compiled, at exit, into a library that a later
-        process loads without tracing (``transforms/_store.py``); ``.stats()`` counts
-        ``store_loaded`` and ``store_saved``.
+        skipped the cache key), how many inline, and how many programs came from or
+        went to the program store (opt-in: ``nx.set_program_store``, ``_store``).
+        Compiled code is also kept in inductor's on-disk cache.
 
     Gradients and side effects: this module's docstring.  Calls made under another
     trace or transform (``make_fx``, dynamo, ``torch.func``, ``nx.grad`` ...), with
@@ -160,13 +155,11 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
 def _alike_on_every_rank(build: Callable, name: str) -> Program:
     """``build()``'s program, of the same kind on every rank when a mesh is in scope.
 
-    Each rank traces its own shards, and their programs hold collectives: a rank whose
-    trace failed, or that runs its program inline (eagerly: the engine's input check
-    first) while the others run compiled ones, would leave the others waiting in a
-    collective.  So the ranks exchange what they built (one small all-gather per new
-    program, after it is compiled: a rank whose trace failed waits meanwhile, within the
-    process group's timeout): if all failed, each raises its error; if some did, every
-    rank raises an AxisResourceError naming them; if any runs inline, all do."""
+    Each rank traces its own shards, and a rank whose trace failed, or that runs its
+    program inline while the others run compiled ones, would leave the others waiting
+    in a collective.  So the ranks exchange what they built (one small all-gather per
+    new program): if all failed, each raises its error; if some did, every rank raises
+    an AxisResourceError naming them; if any runs inline, all do."""
     agree = _env.rank_agreement()
     if agree is None:
         return build()

@@ -2,24 +2,20 @@
 
 :func:`compile_program` traces the function on fake tensors (tracing must not run it:
 it may mutate its inputs), refuses what a compiled program could not carry
-(``transforms/_trace_probe.py``), compiles the graph for the backend and returns a
-:class:`Program`: the compiled function of the flat tensor inputs, and the code that
-turns its flat outputs back into the function's result.  :func:`load_stored` gives a
-program from the program store instead (``transforms/_store.py``).
+(``_trace_probe``), compiles the graph (``_backend``) and returns a :class:`Program`:
+the compiled function of the flat tensor inputs, and the code that turns its flat
+outputs back into the function's result.  :func:`load_stored` gives a program from the
+program store instead (``_store``).
 
-A differentiable program that communicates (a mesh call's rank program, holding
-torch.distributed's functional collectives) is compiled as a forward and a backward
-program.  The collectives' transposes live in the local-shard path's autograd Functions
-(``parallel/_local_comms``: the backward of a ``psum`` hands the cotangent on, that of a
-replicated weight meeting a split batch all-reduces it), not in the aten ops, so AOT
-autograd, differentiating the traced graph anew, would get them wrong.  Such a program
-is traced once *with* its backward (:func:`joint_function`), the joint graph cut in two
-(:func:`split_joint`), and :class:`_Joint` runs the forward program in its forward and
-the backward program in its backward -- what AOT autograd does, with the Functions' own
-backward.  Closed-over tensors that require grad, programs that mutate a tensor, that
-return an input as it is, or whose traced backward meets a meta tensor of torch's
-ZeroTensor fallback (forward mode inside) run inline.  The compiled backward is
-first-order only, as ``torch.compile``'s compiled backward is.
+A differentiable program that communicates (a mesh call's rank program) is compiled as
+a forward and a backward program: its collectives' transposes live in the local-shard
+path's autograd Functions (``parallel/_local_comms``), not in the aten ops, so AOT
+autograd, differentiating the traced graph anew, would get them wrong.  It is traced
+once *with* its backward (:func:`joint_function`), the joint graph cut in two
+(:func:`split_joint`), and :class:`_Joint` runs the two programs as its forward and
+backward.  Closed-over tensors that require grad, programs that mutate a tensor, return
+an input as it is, or whose traced backward meets a meta tensor of torch's ZeroTensor
+fallback run inline.  The compiled backward is first-order only, as torch.compile's.
 
 >>> import torch
 >>> from named_axes.transforms._backend import Backend

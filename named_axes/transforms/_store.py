@@ -112,12 +112,12 @@ class _Recorder(EagerDispatchMode):
         self._refs: dict = {}
         self._outside_memory: set = set()   # storage_key of the inputs and closed-over
         for k, t in enumerate(inputs):
-            self._name(t, f"i{k}")
-            self._keep_grad(t)
-            self._outside_memory.add(storage_key(t))
+            self._from_outside(t, f"i{k}")
         self.why: str | None = None
 
-    def _keep_grad(self, t: torch.Tensor) -> None:
+    def _from_outside(self, t: torch.Tensor, name: str) -> None:
+        self._name(t, name)
+        self._outside_memory.add(storage_key(t))
         if t.is_leaf:   # only a leaf's .grad is set by a backward (and read without warning)
             self.outside.append((t, t.grad))
 
@@ -136,9 +136,7 @@ class _Recorder(EagerDispatchMode):
         if t.numel() <= _MAX_CONSTANT:   # a literal's value shapes the program
             spec += "," + repr(t.detach().contiguous().view(-1).tolist())
         name = f"c{k}({spec})"
-        self._name(t, name)
-        self._keep_grad(t)
-        self._outside_memory.add(storage_key(t))
+        self._from_outside(t, name)
         self.closed_over.append(t)
         return name
 
@@ -190,9 +188,6 @@ class _Recorder(EagerDispatchMode):
             described += ";" + ",".join(f"{k}={self._describe(v)}"
                                         for k, v in sorted(kwargs.items()))
         self.lines.append(f"{func}({described})")
-
-    def origins(self, tensors: list) -> list:
-        return [self._origin(t) for t in tensors]
 
 
 class Identity(NamedTuple):
@@ -259,7 +254,7 @@ def identify(fun: Callable, args: tuple, leaves: list, call_key: Any) -> Identit
     o_leaves, o_spec, o_names = unbox(result)
     outs = [o for o in o_leaves if isinstance(o, torch.Tensor)]
     try:
-        origins = recorder.origins(outs)
+        origins = [recorder._origin(o) for o in outs]
     except _Unstorable:
         return None
     if any(o.startswith(("i", "c")) for o in origins):   # a result aliasing an input
