@@ -72,10 +72,10 @@ LAYERS = (
      "_engine", "_modes"},
     {"_tensor", "_abstract", "_tape", "_registry", "_layout", "_dispatch", "_pointwise", "_writes", "_shape_errors",
      "_naming", "_interop", "_tensor_methods", "_compile_compat", "rules"},
-    {"_einsum", "_einsum2", "_einsum_run", "_one_hot", "_functions", "_einops", "nn", "lax"},
+    {"_einsum", "_einsum2", "_one_hot", "_functions", "_einops", "nn", "lax"},
     {"transforms"},
     {"parallel"},
-    {"", "_xmap", "_xmap_call", "_xmap_tree", "_xmap_graph", "_pmap", "_calibrate"},
+    {"", "_xmap", "_xmap_call", "_xmap_graph", "_pmap", "_calibrate"},
 )
 
 

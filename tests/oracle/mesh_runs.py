@@ -140,7 +140,7 @@ def run_on(prog: dict, res: dict, mesh, grads: bool = False, jit: bool = False) 
     ``torch.autograd`` outside the xmap (``"grads"``: arrays, None for an input the outputs
     do not depend on; or ``"grad_exc"``/``"grad_msg"``/``"grad_named_axis_error"``).
     With ``jit``, the xmap runs as ``nx.jit(backend='eager')``'s program (on a mesh,
-    with gradients: traced with its backward and cut in two, transforms/_jit_joint.py)."""
+    with gradients: traced with its backward and cut in two, transforms/_jit_program.py)."""
     be = torch_interp.TorchBackend()
     named: list = []
 

@@ -136,7 +136,7 @@ def test_nx_jit_of_a_mesh_loss_differentiated_outside_compiles(ranks, case, back
     """A jitted mesh loss whose .backward() is called outside: AOT autograd would
     differentiate the rank's aten graph anew and miss the collectives' transposes, so
     nx.jit traces it with its backward and compiles a forward and a backward program
-    (transforms/_jit_joint.py); three calls with new values, one program, every call
+    (transforms/_jit_program.py); three calls with new values, one program, every call
     compiled, values and gradients the vectorized run's."""
     for r, res in enumerate(ranks):
         got = res[f"jit_differentiated_outside_{case}_{backend}"]
