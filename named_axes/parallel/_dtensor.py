@@ -1,151 +1,118 @@
-"""The torch.distributed engine: named axes split over a ``DeviceMesh``.
+"""The torch.distributed engine: named axes split over a ``DeviceMesh``, one process per
+device (``torchrun``; gloo on CPU, nccl on GPU).
 
-One process per device, launched by ``torchrun`` (gloo on CPU, nccl on GPU).  Every rank
-runs the body on its own shards (:mod:`._dtensor_spmd`); this module holds what the engine
-does around that: the cross-rank input check (:mod:`._rank_check`, once per new input
-structure), the inputs that go through DTensors, and the outputs.
+As ``shard_map`` does, every rank runs the named program once on plain tensors -- its
+own slice of every axis the plan splits over the mesh -- and the collectives the program
+calls over those axes are explicit all-reduces over the mesh dims that split them
+(:mod:`._local_comms`).  Everything else is a local op: no DTensor dispatch, no sharding
+propagation.  It is the SerialLoop machinery (:mod:`._serial`) with one chunk per rank
+and real communication in place of the replay.  A SerialLoop axis also on the mesh
+(``('x', SerialLoop(2))``) runs each chunk here: the loop's engine is the body's frame
+engine and asks this one, its ``within``, for the mesh's part.
 
-Inputs are either full, global values (the same on every rank) or DTensors already sharded
-over the mesh (``nx.NamedSharding``, :mod:`._sharded`).  A DTensor laid out otherwise than
-the plan says is redistributed (counted in :data:`SUMMARY`) or refused
-(``Mesh(on_mismatch='error')``); its gradient comes back in its own layout
-(:class:`_KeepLayout`: no all-gather; partial sums over data-parallel axes share one flat
-all-reduce).  A full input on another device becomes a DTensor whose placements follow the
-plan (``Shard(d)`` on the mesh axes its named axes are mapped to, ``Replicate()``
-elsewhere; made from the rank's own slice, so nothing moves), its gradient full on every
-rank (:class:`_Distribute`: the partial sums in one flat all-reduce).  Outputs come back as
-full tensors on every rank (a collective: every rank must call), or as DTensors
-(``Mesh(outputs=...)``).
+Inputs are full values (the same on every rank: each keeps its slice, nothing moves) or
+DTensors (``nx.NamedSharding``, :mod:`._sharded`); a DTensor laid out otherwise than the
+plan says is redistributed (counted in :data:`SUMMARY`) or refused
+(``Mesh(on_mismatch='error')``).  The ranks' inputs are checked alike once per new input
+structure (:mod:`._rank_check`).  Outputs come back full on every rank, or as DTensors
+(``Mesh(outputs=...)``); gradients in the inputs' own layouts.
+
+Gradients follow the named shapes, as ``shard_map``'s do (:mod:`._local_comms`); where a
+replicated value meets values split over a mesh dim, :meth:`DTensorEngine.broadcast` puts
+the sum its cotangent needs on its path (:mod:`._dtensor_comms`).  A collective that moves
+values along a split axis, and a torch op along one (:meth:`DTensorEngine.whole`), gathers
+the axis whole, computes as if unsplit and keeps the rank's chunk.  Under ``nx.jit``'s
+trace the rank's slices, local ops and functional collectives make the graph.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import torch
 
-from .._engine import EngineBase
+from .._dispatch import dispatch
+from .._engine import NeedsWholeAxes, may_need_grad
 from .._errors import AxisResourceError
+from .._registry import is_inplace, op_name
+from .._tape import suspended
 from .._tensor import NamedTensor, data_and_names
-from .._torch_private import tracing_mode_active
-from ._dtensor_comms import SUMMARY, device_mesh, reduce_to
+from .._torch_private import (functorch_active, functorch_transform_kinds,
+                              tracing_mode_active, tree_map)
+from ._serial import SerialEngine, _as_tuple, _attaining, _names_of
+from ._dtensor_comms import (SUMMARY, FromLocal, FullInputs, ShardsOf, device_mesh,
+                             rewrap)
 from ._dtensor_comms import placements as _placements
-from ._dtensor_spmd import run_on_local_shards
-from ._rank_check import check_ranks_agree, structure_key
+from ._local_comms import (ChunkOfWhole, ExtremeOverRanks, FirstCopy, GatherOverRanks,
+                           ScatterSumOverRanks, SumOverRanks, Varying, all_reduce, extreme,
+                           mesh_groups, own_block)
+from ._rank_check import check_once
 
 __all__ = ["DTensorEngine", "device_mesh"]
 
 
-class _Distribute(torch.autograd.Function):
-    """Full tensors -> DTensors (this rank's slices); backward: the gradients -> full
-    tensors, all partial sums in one all-reduce (:func:`full_tensors`)."""
+def _transformed(out) -> bool:
+    """Whether a ``vmap`` runs around the call or the output ``out`` is a dual tensor of
+    forward-mode AD (a DTensor cannot hold batched or dual values: full outputs are
+    gathered by the path's own Functions)."""
+    from ..lax._ops import forward_mode
 
-    @staticmethod
-    def forward(dm, placements, *xs):
-        from torch.distributed.tensor import distribute_tensor
-
-        return tuple(distribute_tensor(x.detach().contiguous(), dm, p, src_data_rank=None)
-                     for x, p in zip(xs, placements))
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        pass
-
-    @staticmethod
-    def backward(ctx, *gs):
-        return (None, None, *full_tensors(gs))
-
-
-def distribute_many(xs: list, dm, placements: list) -> list:
-    """Split full tensors over ``dm`` per ``placements``, differentiably: one autograd node
-    for all that need a gradient, so their gradients are reduced together."""
-    from torch.distributed.tensor import distribute_tensor
-
-    out = list(xs)
-    grad = [i for i, x in enumerate(xs) if x.requires_grad] if torch.is_grad_enabled() else []
-    for i, x in enumerate(xs):
-        if i not in grad:   # contiguous: a DTensor keeps its input's global strides, and
-            # DTensor's decompositions (a 3-operand einsum's views) refuse a chunk's strides
-            out[i] = distribute_tensor(x.contiguous(), dm, placements[i], src_data_rank=None)
-    if grad:
-        dts = _Distribute.apply(dm, [placements[i] for i in grad], *[xs[i] for i in grad])
-        for i, dt in zip(grad, dts):
-            out[i] = dt
-    return out
-
-
-def _summable(placements) -> bool:
-    """Partial on some mesh axis and Replicate on the others: the local tensor has the
-    full shape and an all-reduce makes it full, so several can share one collective."""
-    return (any(p.is_partial() for p in placements)
-            and all(p.is_partial() or p.is_replicate() for p in placements))
-
-
-def full_tensors(xs) -> list:
-    """DTensors -> full tensors (other leaves as they are), with the partial sums that
-    share placements and dtype flattened into one buffer and all-reduced once; the rest
-    by ``full_tensor()``.  The order is the same on every rank (it is the leaves' order),
-    so the collectives pair up."""
-    out = list(xs)
-    groups: dict = {}
-    for i, x in enumerate(xs):
-        if type(x).__name__ != "DTensor":
-            continue
-        if _summable(x.placements):
-            groups.setdefault((tuple(x.placements), x.dtype, x.device_mesh), []).append(i)
-        else:
-            out[i] = x.full_tensor()
-    for (placements, _, dm), idx in groups.items():
-        if len(idx) == 1:
-            out[idx[0]] = xs[idx[0]].full_tensor()
-            continue
-        from torch.distributed.tensor import DTensor
-
-        local = [xs[i].to_local() for i in idx]
-        flat = torch.cat([t.reshape(-1) for t in local])
-        full = DTensor.from_local(flat, dm, placements, run_check=False).full_tensor()
-        for i, piece in zip(idx, full.split([t.numel() for t in local])):
-            out[i] = piece.view(xs[i].shape)
-    return out
-
-
-class _KeepLayout(torch.autograd.Function):
-    """DTensor inputs -> the same values; backward: each gradient -> its input's placements
-    (so the gradient of a sharded parameter is sharded like it: no all-gather), the partial
-    sums over data-parallel mesh axes reduced together (:func:`reduce_to`)."""
-
-    @staticmethod
-    def forward(dm, placements, *xs):
-        return tuple(x.view_as(x) for x in xs)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.dm, ctx.placements = inputs[0], inputs[1]
-        ctx.set_materialize_grads(False)   # an input the outputs ignore gets no gradient
-
-    @staticmethod
-    def backward(ctx, *gs):
-        return (None, None, *reduce_to(gs, ctx.placements, ctx.dm))
+    return forward_mode(out) or any(k != "Grad" for k in functorch_transform_kinds())
 
 
 def _fmt_place(placements) -> str:
     return "[" + ", ".join(str(p) for p in placements) + "]"
 
 
-_MAX_CHECKED = 256
-
-
-class DTensorEngine(EngineBase):
-    """Runs a named program on DTensors over the :class:`Mesh`'s ``DeviceMesh``."""
+class DTensorEngine(SerialEngine):
+    """Runs ``body`` once on this rank's shards (see the module docstring)."""
 
     def __init__(self, plan, mesh, *, outputs: str = "auto") -> None:
-        self.plan = plan
-        self.mesh = mesh
-        self.outputs = outputs
+        split = {n: plan.mesh_shards(n) for n in plan.mesh_axes if plan.mesh_shards(n) > 1}
+        super().__init__(split, plan.axis_sizes)
+        self.plan, self.mesh, self.outputs = plan, mesh, outputs
         self.on_mismatch = getattr(mesh, "on_mismatch", "redistribute")
-        self.device_mesh = device_mesh(mesh)
+        self.dm = device_mesh(mesh)
         self.sharded_in = False
-        self.device = torch.device(self.device_mesh.device_type, torch.cuda.current_device()) \
-            if self.device_mesh.device_type == "cuda" else torch.device("cpu")
+        self.device = torch.device("cuda", torch.cuda.current_device()) \
+            if self.dm.device_type == "cuda" else torch.device("cpu")
+        order = list(plan.mesh_axis_names)   # the DeviceMesh's dims, in order
+        self.mesh_dims = {n: tuple(order.index(a) for a in plan.mesh_axes[n]) for n in self.names}
+        # this rank's chunk of each split axis
+        self._chunk = tuple(own_block(mesh_groups(self.dm, self.mesh_dims[n]))[0]
+                            for n in self.names)
+
+    # -- running -------------------------------------------------------------------------
+    # (xmap hands a mesh call under torch.compile to nx.jit; should dynamo reach the
+    # engine otherwise, it runs eagerly, outside dynamo's graph)
+    @torch.compiler.disable
+    def run(self, body: Callable, leaves: list, engine: Any = None) -> list:
+        """``body`` on this rank's shards; in a chunk of the SerialLoop engine ``engine``,
+        that engine runs the body's frame and asks this one for the mesh's axes."""
+        SUMMARY.calls += 1
+        # the cross-rank input check, once per new input structure (SerialLoop chunks
+        # included: each rank runs the same chunks); a trace has no values to check
+        if not tracing_mode_active() and check_once(self.mesh._cache, leaves):
+            SUMMARY.input_checks += 1
+        self._parts: dict = {}    # id(an input's local value) -> (it, its part view, parts)
+        self._varying: dict = {}  # id(a value handed to split uses) -> (it, mesh dims)
+        self._broadcasts: dict = {}
+        self._same: dict = {}     # (names, axes made whole) -> _same_dims
+        self._whole: tuple = ()      # the split axes ops now run on whole (:meth:`whole`)
+        if engine is not None:
+            engine.within = self
+            for n in set(engine.loops) & set(self.loops):   # ('x', SerialLoop): the loop's
+                self.sizes[n] = engine.chunk_size(n)       # chunk, split over the ranks
+        try:
+            outs = body(self._to_local(leaves), engine=self if engine is None else engine)
+            outs = [self._to_output(o) for o in outs]
+        except NeedsWholeAxes as e:   # an op along a split axis the dispatcher did not see
+            raise AxisResourceError(
+                f"an op along the axes {e.names} split over the mesh ran outside the named "
+                f"dispatcher, which computes such ops on their whole; report this program"
+            ) from None
+        SUMMARY.local_shard_runs += 1
+        return outs
 
     def _check_names(self, names: tuple, what: str) -> None:
         self.plan.check_value(names, what)
@@ -157,139 +124,346 @@ class DTensorEngine(EngineBase):
                     f"axis order {self.plan.mesh_axis_names!r}; the DTensor engine splits a dim "
                     f"over several mesh axes in mesh order only: list them in that order")
 
-    def _mismatch(self, dt, want, names: tuple, what: str) -> str:
-        have = _fmt_place(dt.placements)
-        return (f"{what} (named axes {names!r}, global shape {tuple(dt.shape)}) is a DTensor "
+    def _laid_out(self, data: Any, names: tuple, what: str) -> Any:
+        """A DTensor input laid out as the plan says: redistributed where it is not
+        (differentiably: its gradient comes back in its own layout), or refused with
+        ``on_mismatch='error'``."""
+        if data.device_mesh != self.dm:
+            raise AxisResourceError(
+                f"{what} (named axes {names!r}) is a DTensor over mesh "
+                f"{data.device_mesh!r}, but this xmap runs on {self.dm!r}; "
+                f"make it over the mesh in scope (nx.NamedSharding(mesh, ...))")
+        want = _placements(self.plan, names, data.dim() - len(names))
+        if tuple(data.placements) == tuple(want):
+            SUMMARY.sharded_inputs += 1
+            return data
+        have = _fmt_place(data.placements)
+        if self.on_mismatch == "error":
+            raise AxisResourceError(
+                f"{what} (named axes {names!r}, global shape {tuple(data.shape)}) is a DTensor "
                 f"laid out {have} over mesh axes {self.plan.mesh_axis_names!r}, but "
-                f"axis_resources {self.plan.resources!r} places it {_fmt_place(want)}")
+                f"axis_resources {self.plan.resources!r} places it {_fmt_place(want)}; make "
+                f"it with that layout (nx.device_put(x, nx.NamedSharding(mesh, "
+                f"{dict(self.plan.resources)!r}), axes=...)) or use "
+                f"Mesh(..., on_mismatch='redistribute')")
+        SUMMARY.redistributed_inputs += 1
+        SUMMARY.redistributions.append((f"{what} {names!r}", have, _fmt_place(want)))
+        return data.redistribute(self.dm, want)
 
-    def to_dtensors(self, leaves: list) -> list:
-        """Input leaves -> NamedTensors over DTensors placed per the plan.  Full inputs are
-        split locally (each rank keeps its own slice: nothing moves); DTensor inputs whose
-        layout matches the plan are taken as they are; others are redistributed (counted
-        in :data:`SUMMARY`) or refused (``Mesh(on_mismatch='error')``)."""
-        out = list(leaves)
-        full_idx, full_data, full_place = [], [], []
-        sharded = []   # (i, names, dtensor, wanted placements)
+    def _to_local(self, leaves: list) -> list:
+        """This rank's shard of each input leaf: a full input's chunk (a view), a DTensor's
+        local shard (:meth:`_laid_out`).  Those that need a gradient go through
+        :class:`FullInputs` / :class:`ShardsOf`, the parts of all their gradients summed
+        in one flat all-reduce; a DTensor's gradient comes back laid out like it."""
+        out, full, laid_out = list(leaves), [], []
         for i, leaf in enumerate(leaves):
             pair = data_and_names(leaf)
             if pair is None:
                 continue
             data, names = pair
-            want = self._wanted(data, names, f"argument leaf {i}")
-            if type(data).__name__ == "DTensor":
-                sharded.append((i, names, data, want))
-                continue
-            if data.device != self.device:
+            self._check_names(names, f"argument leaf {i}")
+            dtensor = type(data).__name__ == "DTensor"
+            if dtensor:
+                data = self._laid_out(data, names, f"argument leaf {i}")
+                self.sharded_in = True
+            else:
                 data = data.to(self.device)
-            full_idx.append(i)
-            full_data.append(data)
-            full_place.append(want)
-        dts = distribute_many(full_data, self.device_mesh, full_place)
-        SUMMARY.distributed_inputs += len(full_idx)
-        for i, dt in zip(full_idx, dts):
-            out[i] = dt
-        if sharded:
-            self.sharded_in = True
-            for (i, _, _, _), d in zip(sharded, self._laid_out(sharded)):
-                out[i] = d
-        for i, leaf in enumerate(leaves):
-            if out[i] is not leaf and isinstance(leaf, NamedTensor):
-                out[i] = NamedTensor._wrap(out[i], leaf._names)
+                SUMMARY.distributed_inputs += 1
+            if data.requires_grad and torch.is_grad_enabled():
+                (laid_out if dtensor else full).append((i, data))
+            else:
+                out[i] = rewrap(leaf, data.to_local()) if dtensor else \
+                    self._slice(rewrap(leaf, data))
+        layouts = tuple(self._layout(getattr(leaves[i], "_names", ())) for i, _ in full)
+        for members, edge in ((full, lambda parts, *xs: FullInputs.apply(parts, layouts, *xs)),
+                              (laid_out, functools.partial(ShardsOf.apply, self.dm))):
+            if members:
+                parts = [(self.dm, set()) for _ in members]
+                views = edge(parts, *[data for _, data in members])
+                for j, (i, _) in enumerate(members):
+                    value, part = views[j], views[len(members) + j]
+                    self._parts[id(value)] = (value, part, parts[j])
+                    out[i] = rewrap(leaves[i], value)
         return out
 
-    def _wanted(self, data: Any, names: tuple, what: str) -> list:
-        """The placements the plan gives an input named ``names``, once its names and (a
-        DTensor's) mesh are checked."""
-        self._check_names(names, what)
-        want = _placements(self.plan, names, data.dim() - len(names))
-        if type(data).__name__ == "DTensor" and data.device_mesh != self.device_mesh:
-            raise AxisResourceError(
-                f"{what} (named axes {names!r}) is a DTensor over mesh "
-                f"{data.device_mesh!r}, but this xmap runs on {self.device_mesh!r}; "
-                f"make it over the mesh in scope (nx.NamedSharding(mesh, ...))")
-        return want
-
-    def _laid_out(self, sharded: list) -> list:
-        """The DTensor inputs ``(i, names, dtensor, wanted placements)`` laid out as the
-        plan says: those that differ are redistributed, or refused with
-        ``on_mismatch='error'``.  Their gradients come back in their own layouts."""
-        datas = [d for _, _, d, _ in sharded]
-        grad = ([k for k, d in enumerate(datas) if d.requires_grad]
-                if torch.is_grad_enabled() else [])
-        if grad:
-            kept = _KeepLayout.apply(self.device_mesh,
-                                     [tuple(datas[k].placements) for k in grad],
-                                     *[datas[k] for k in grad])
-            for k, d in zip(grad, kept):
-                datas[k] = d
-        laid = []
-        for (i, names, orig, want), d in zip(sharded, datas):
-            if tuple(d.placements) != tuple(want):
-                what = f"argument leaf {i}"
-                if self.on_mismatch == "error":
-                    raise AxisResourceError(
-                        self._mismatch(orig, want, names, what) + "; make it with that "
-                        f"layout (nx.device_put(x, nx.NamedSharding(mesh, "
-                        f"{dict(self.plan.resources)!r}), axes=...)) or use "
-                        f"Mesh(..., on_mismatch='redistribute')")
-                d = d.redistribute(self.device_mesh, want)
-                SUMMARY.redistributed_inputs += 1
-                SUMMARY.redistributions.append(
-                    (f"{what} {names!r}", _fmt_place(orig.placements), _fmt_place(want)))
-            else:
-                SUMMARY.sharded_inputs += 1
-            laid.append(d)
-        return laid
-
-    def _out_mode(self) -> str:
-        if self.outputs == "auto":
-            return "sharded" if self.sharded_in else "full"
-        return self.outputs
-
-    def from_dtensor(self, leaf: Any) -> Any:
-        mode = self._out_mode()
-        if mode == "dtensor":
-            return leaf
+    def _to_output(self, leaf: Any) -> Any:
+        """An output leaf as the engine returns it: full (a replicated one as it is, a
+        split one gathered, or through a DTensor), or a DTensor laid out per the plan;
+        ``Mesh(outputs='auto')``: full unless some input was a DTensor."""
         pair = data_and_names(leaf)
-        if pair is None or type(pair[0]).__name__ != "DTensor":
+        if pair is None:
             return leaf
         data, names = pair
+        mode = self.outputs
+        if mode == "auto":
+            mode = "sharded" if self.sharded_in else "full"
+        split = tuple(n for n in names if n in self.loops)
+        if mode == "full" and (not split or _transformed(data) or tracing_mode_active()):
+            SUMMARY.full_outputs += 1
+            if split:
+                data = self._gathered(NamedTensor._wrap(data, names), split)._data
+            return NamedTensor._wrap(data, names) if names else data
+        places = _placements(self.plan, names, data.dim() - len(names))
+        shape = list(data.shape)
+        for i, n in enumerate(names):
+            shape[i] *= self.loops.get(n, 1)
+        data = FromLocal.apply(data, self.dm, tuple(places), tuple(shape))
         if mode == "full":
             SUMMARY.full_outputs += 1
             data = data.full_tensor()   # (all-gather / all-reduce as the placements need)
-        else:
+        elif mode == "sharded":
             SUMMARY.sharded_outputs += 1
-            want = _placements(self.plan, names, data.dim() - len(names))
-            if tuple(data.placements) != tuple(want):
-                data = data.redistribute(self.device_mesh, want)
-        return NamedTensor._wrap(data, names) if isinstance(leaf, NamedTensor) else data
+        return NamedTensor._wrap(data, names) if names else data
 
-    def _check(self, leaves: list) -> None:
-        checked = self.mesh._cache.setdefault("checked_structures", set())
-        key = structure_key(leaves)
+    def _same_dims(self, names: tuple) -> frozenset:
+        """The mesh dims a value with ``names`` is the same along: those no name of it
+        is split over (an axis made whole for an op, :meth:`whole`, splits none)."""
+        key = (names, self._whole)
+        same = self._same.get(key)
+        if same is None:
+            split = {d for n in names if n not in self._whole
+                     for d in self.mesh_dims.get(n, ())}
+            same = self._same[key] = frozenset(range(self.dm.ndim)) - split
+        return same
+
+    def _layout(self, names: tuple) -> tuple:
+        """A full input named ``names`` on this rank (:class:`FullInputs`): ``(cuts,
+        gathers)`` -- ``(dim, start, size)`` of its chunk and ``(dim, groups)`` of each
+        split axis."""
+        gathers = tuple((i, mesh_groups(self.dm, self.mesh_dims[n]))
+                        for i, n in enumerate(names) if n in self.loops)
+        return self._cuts(names), gathers
+
+    def broadcast(self, data: Any, names: tuple, result: tuple) -> Any:
+        """``data`` (named ``names``), an operand of an op whose values carry the axes
+        ``result``: where those split it over mesh dims it is replicated on, the part of
+        its cotangent each rank computes must be summed over them -- an input's part view
+        (:mod:`._dtensor_comms`: summed at the edge with the others) when every such use
+        splits the same dims, else behind a :class:`Varying` (one per value and dims: its
+        uses share the sum)."""
+        if not isinstance(data, torch.Tensor) or not may_need_grad(data):
+            return data
+        dims = self._same_dims(names) - self._same_dims(result)
+        if not dims:
+            return data
+        seen = self._varying.get(id(data))
+        if seen is not None and seen[0] is data and dims <= seen[1]:
+            return data   # already handed to split uses (an op the dispatcher saw first)
+        hit = self._parts.get(id(data))
+        if hit is not None and hit[0] is data:
+            value, part, (_, parts) = hit
+            if not parts:
+                parts.update(dims)
+            if parts == dims:
+                self._varying[id(part)] = (part, dims)
+                return part
+        key = (id(data), dims)
+        hit = self._broadcasts.get(key)
+        if hit is not None and hit[0] is data:
+            return hit[1]
+        out = Varying.apply(data, mesh_groups(self.dm, tuple(sorted(dims))))
+        self._broadcasts[key] = (data, out)
+        self._varying[id(out)] = (out, dims)
+        return out
+
+    # -- the collectives -----------------------------------------------------------------
+    def _mean(self, total: Any, count: int) -> Any:
+        return rewrap(total, getattr(total, "_data", total) / count)
+
+    def _combine(self, op: str, axis_name: Any, names: tuple, operands: tuple,
+                 carried: list, partial: Any) -> Any:
+        """The collective over every rank, from this rank's ``partial`` over the
+        ``carried`` split axes: an all-reduce over the mesh dims that split them."""
+        self._check_one_axis_per_mesh_dim(op, operands)
+        groups = self._groups(carried)
+        data = getattr(partial, "_data", partial)
+        if op in ("psum", "pdot"):
+            return rewrap(partial, SumOverRanks.apply(data, groups))
+        return rewrap(partial, self._extreme(op, operands[0], partial, data, groups))
+
+    def _groups(self, names) -> list:
+        """The groups to reduce over: the mesh dims splitting any of ``names``, in order."""
+        dims = sorted({d for n in names for d in self.mesh_dims.get(n, ())})
+        return mesh_groups(self.dm, tuple(dims))
+
+    def sum_pieces(self, local: Callable, names: tuple, operands: tuple) -> Any:
+        """An einsum's result summed over the ranks, each rank contracting its chunk of
+        the split axes ``names`` (``local()``): the product never holds those axes."""
+        carried = [n for n in self.names if n in names and n not in self._whole]
+        return self._combine("psum", names, names, operands, carried, local())
+
+    def _extreme(self, op: str, x: NamedTensor, partial: Any, data: torch.Tensor,
+                 groups: list) -> torch.Tensor:
+        kind = "max" if op == "pmax" else "min"
+        out = extreme(data, kind, groups)
+        if not (torch.is_grad_enabled() and data.requires_grad) and not functorch_active():
+            return out
+        # the entries of x attaining the extreme, here and on all ranks (amax shares the
+        # cotangent evenly among them; this rank's partial extreme already shares its part)
+        here = _attaining(x, rewrap(partial, out.detach())).to(out.dtype)
+        total = all_reduce(here, groups, "sum")
+        share = here / total   # 0/0 where a NaN won: a NaN gradient, as amax's
+        return ExtremeOverRanks.apply(data, out, (share, groups))
+
+    def count_over_ranks(self, count: torch.Tensor, names: tuple) -> torch.Tensor:
+        """``count`` (a SerialLoop chunk's entries attaining its ``pmax``/``pmin`` over
+        ``names``) summed over the ranks of the mesh dims splitting those axes."""
+        groups = self._groups(names)
+        return all_reduce(count, groups, "sum") if groups else count
+
+    def _check_one_axis_per_mesh_dim(self, op: str, operands: tuple) -> None:
+        """Two split axes on one mesh dim in what a collective combines (an einsum's
+        intermediate, or pdot's two operands, may hold both): each rank holds one block of
+        their diagonal only, so a reduction over either would miss the other blocks or
+        add entries of different indices."""
+        seen: dict = {}
+        for n in {n for v in operands for n in _names_of(v) if n not in self._whole}:
+            for d in self.mesh_dims.get(n, ()):
+                if seen.setdefault(d, n) != n:
+                    raise AxisResourceError(
+                        f"{op}: named axes {seen[d]!r} and {n!r} are both split over mesh "
+                        f"dim {d} in what it combines, so each rank holds only the diagonal "
+                        f"block of the two; map them to different mesh axes")
+
+    def _check_not_differentiated(self, op: str, carried: list) -> None:
+        """Nothing to refuse: a derivative or vmap taken within the body (``grad``,
+        ``vjp``, ``jvp``, ``vmap`` there) goes through this path's collectives -- no
+        replay, their results are in its graph, and their Functions have transpose,
+        forward-mode and vmap rules."""
+
+    def _moving(self, op: str, x: NamedTensor, axis_name: Any, split: tuple, options: dict):
+        """A collective moving values along the split axes ``split`` (``all_gather``,
+        ``psum_scatter``, ``all_to_all``, ``ppermute``, ``pshuffle``): computed on the
+        axes' whole (:meth:`_gathered`), as if unsplit, and this rank's chunk kept
+        (:meth:`_own_chunk`)."""
+        self._check_one_axis_per_mesh_dim(op, (x,))
+        if op == "psum_scatter" and split == _as_tuple(axis_name):
+            out = self._scatter_sum(x, split, **options)
+            if out is not None:
+                return out
+        out = self._default(op, (self._gathered(x, split), axis_name), options, split)
+        return self._own_chunk(out, split)
+
+    def _scatter_sum(self, x: NamedTensor, names: tuple, scatter_dimension: int,
+                     tiled: bool) -> Any:
+        """``psum_scatter`` over one split axis ``x`` carries, without making it whole: the
+        sum over this rank's chunk, then a reduce-scatter over the ranks, each keeping the
+        blocks of its own indices (None where the sizes are wrong: the general path
+        raises the collective's own error)."""
+        name = names[0]
+        if len(names) != 1 or name not in x._names:
+            return None
+        data, k = x._data, len(x._names)
+        d = scatter_dimension + (data.dim() - k if scatter_dimension < 0 else 0)
+        n = self.sizes[name]
+        if not 0 <= d < data.dim() - k or data.shape[k + d] % n or (
+                not tiled and data.shape[k + d] != n):
+            return None
+        at = k - 1 + d   # the scatter dim once the axis is summed away
+        part = data.sum(x._names.index(name))
+        mine = ScatterSumOverRanks.apply(part, at, mesh_groups(self.dm, self.mesh_dims[name]))
+        mine = mine.unflatten(at, (self.chunk_size(name), -1))
+        if not tiled:
+            mine = mine.squeeze(at + 1)
+        rest = tuple(m for m in x._names if m != name)
+        return NamedTensor._wrap(mine.movedim(at, 0), (name,) + rest)
+
+    def _gathered(self, x: Any, names: tuple) -> Any:
+        """``x`` with each of the split axes ``names`` it carries made whole: gathered over
+        the mesh dims splitting it (:class:`GatherOverRanks`), the same on all those ranks."""
+        if not isinstance(x, NamedTensor):
+            return x
+        data = x._data
+        for n in (n for n in names if n in x._names):
+            groups = mesh_groups(self.dm, self.mesh_dims[n])
+            data = GatherOverRanks.apply(data, x._names.index(n), groups)
+        return NamedTensor._wrap(data, x._names)
+
+    def _own_chunk(self, x: Any, names: tuple) -> Any:
+        """``x``, holding the split axes ``names`` whole, cut to this rank's chunk of each."""
+        if not isinstance(x, NamedTensor):
+            return x   # (no named axis left: the same on every rank)
+        data = x._data
+        for n in (n for n in names if n in x._names):
+            i = x._names.index(n)
+            if data.shape[i] != self.sizes[n]:
+                raise AxisResourceError(
+                    f"a collective's result along {n!r} has size {data.shape[i]}, not the "
+                    f"axis size {self.sizes[n]}: it cannot be cut into the ranks' chunks")
+            data = ChunkOfWhole.apply(data, i, mesh_groups(self.dm, self.mesh_dims[n]))
+        return NamedTensor._wrap(data, x._names)
+
+    def whole(self, func: Callable, args: tuple, kwargs: dict, names: tuple,
+              run: Callable = None) -> Any:
+        """``func`` along the split axes ``names`` (``x.sum('batch')``, ``x.cumsum('i')``):
+        run on their whole (:meth:`_gathered`) by ``run(func, args, kwargs)`` (default:
+        the dispatcher), this rank's chunk kept of the result."""
+        if is_inplace(func):
+            raise AxisResourceError(
+                f"{op_name(func)}: an in-place op along the axes {names}, which are split "
+                f"over the mesh; compute it out of place (x = x.op(...))")
+        is_nt = lambda v: isinstance(v, NamedTensor)   # noqa: E731
+        args, kwargs = tree_map(lambda v: self._gathered(v, names), (args, kwargs),
+                                is_leaf=is_nt)
+        self._whole += names
         try:
-            if key in checked:
-                return
-        except TypeError:   # an unhashable leaf: check every call
-            key = None
-        check_ranks_agree(leaves, self.mesh._cache.get("check_group"))
-        SUMMARY.input_checks += 1
-        if key is not None:
-            if len(checked) >= _MAX_CHECKED:
-                checked.clear()
-            checked.add(key)
+            with suspended():   # the caller's dispatch notes the op as it was asked
+                out = (run or dispatch)(func, args, kwargs)
+        finally:
+            self._whole = self._whole[:-len(names)]
+        return tree_map(lambda v: self._own_chunk(v, names), out, is_leaf=is_nt)
 
-    # (xmap hands a mesh call under torch.compile to nx.jit; should dynamo reach the
-    # engine otherwise, it runs eagerly, outside dynamo's graph)
-    @torch.compiler.disable
-    def run(self, body: Callable, leaves: list, engine: Any = None) -> list:
-        """Run ``body`` on this rank's shards (:mod:`._dtensor_spmd`; ``engine``: the
-        SerialLoop engine whose chunk this is)."""
-        SUMMARY.calls += 1
-        # the cross-rank input check, once per new input structure (SerialLoop chunks
-        # included: each rank runs the same chunks, so the checks pair up); a trace has
-        # no values to check
-        if not tracing_mode_active():
-            self._check(leaves)
-        return run_on_local_shards(self, body, leaves, SUMMARY, loop=engine)
+    def check_named_op(self, op: str, names: tuple) -> None:
+        split = tuple(n for n in names if self.splits(n))
+        if split:
+            raise NeedsWholeAxes(self, split)
+
+    def check_contraction(self, held: tuple, contracted: tuple) -> None:
+        """The contracted split axes sharing a mesh dim with another split axis held
+        (``{'c': 'x', 'd': 'x'}`` in ``einsum('{c},n{d},{c}->n{c}')``): each rank holds
+        only the diagonal block of the two, so they are summed on their whole."""
+        dims = lambda n: set(self.mesh_dims[n]) if self.splits(n) else set()   # noqa: E731
+        clash = tuple(n for n in contracted if any(
+            dims(n) & dims(m) for m in held if m != n))
+        if clash:
+            raise NeedsWholeAxes(self, clash)
+
+    def _reducing(self, op: str, *args, **kwargs):
+        if op == "pdot":   # the operands may hold two split axes of one mesh dim
+            x, y = args[0], args[1]
+            names = _as_tuple(args[2])
+            held = tuple(set(_names_of(x)) | set(_names_of(y)))
+            try:
+                self.check_contraction(held, tuple(n for n in names if n in held))
+            except NeedsWholeAxes as e:
+                from .. import lax
+
+                return self.whole(lax.pdot, args, kwargs, e.names, run=_call)
+            # its chunk-local product runs where no engine is bound: hand the operands now
+            every = tuple(_names_of(x)) + tuple(n for n in _names_of(y) if n not in _names_of(x))
+            args = tuple(self._handed(v, every) for v in args[:2]) + tuple(args[2:])
+        return super()._reducing(op, *args, **kwargs)
+
+    def seed_size(self, name, local: int) -> int:
+        """A loss lacking the split axis ``name`` is the same on its ranks: a seed stands
+        for the instances of all of them (its cotangent is the whole on each)."""
+        return local * self.loops[name] if self.splits(name) else local
+
+    def first_copy(self, data: Any, dim: int, name) -> Any:
+        """The first of equal copies along ``name``: this rank's first, the cotangent
+        only where it is the axis's first index (summed over the ranks, it is the whole
+        once)."""
+        if not self.splits(name):
+            return data.select(dim, 0)
+        return FirstCopy.apply(data, dim, self._chunk[self.names.index(name)] == 0)
+
+    def _handed(self, v: Any, every: tuple) -> Any:
+        """:meth:`broadcast` on a NamedTensor or tensor operand ``v``."""
+        if isinstance(v, NamedTensor):
+            return NamedTensor._wrap(self.broadcast(v._data, v._names, every), v._names)
+        return self.broadcast(v, (), every)
+
+
+def _call(func: Callable, args: tuple, kwargs: dict) -> Any:
+    return func(*args, **kwargs)
+

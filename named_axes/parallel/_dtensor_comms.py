@@ -1,15 +1,21 @@
-"""The DTensor engine's own communication: one ``DeviceMesh`` per mesh, the placements
-of a plan, the gradient reductions to the inputs' layouts, and :data:`SUMMARY`, the count
-of what the engine moved beyond the program's collectives (``nx.parallel.comm_summary()``).
+"""The DTensor engine's own communication and edges (:mod:`._dtensor`): one
+``DeviceMesh`` per mesh, the placements of a plan, :data:`SUMMARY` (the count of what the
+engine moved beyond the program's collectives, ``nx.parallel.comm_summary()``), and the
+inputs onto each rank's shards and the outputs back, as autograd Functions.
 
-Both halves of the engine use these (:mod:`._dtensor`, the inputs and outputs that go
-through DTensors, and :mod:`._dtensor_spmd`, the body on each rank's local shards), so
-they sit below both.
-``torch.distributed`` is imported when first used.
+A replicated input's cotangent is whole on every rank (:mod:`._local_comms`), but the
+uses that broadcast it into values split over mesh dims (a weight meeting a batch split
+over the data-parallel dim) each hand it a part, which must be summed over those ranks.
+Rather than an all-reduce per use, each input comes in two views: the value itself, for
+uses that keep it replicated, and a *part* view (the engine hands it to such uses,
+:meth:`._dtensor.DTensorEngine.broadcast`) whose cotangents the edge's backward sums over
+the mesh dims its uses split -- one flat all-reduce for all inputs of a dtype
+(:func:`sum_partials`, as DDP buckets).  ``torch.distributed`` is imported when first used.
 
->>> from named_axes.parallel._dtensor_comms import SUMMARY
 >>> sorted(SUMMARY.as_dict())[:2]
 ['calls', 'distributed_inputs']
+>>> rewrap(3, torch.ones(1))   # a leaf without names stays a plain tensor
+tensor([1.])
 """
 from __future__ import annotations
 
@@ -18,11 +24,13 @@ from typing import Any
 import torch
 
 from .._errors import AxisResourceError
+from .._tensor import NamedTensor
 from .._torch_private import tracing_mode_active
-from ._local_comms import SumOverRanks
+from ._local_comms import GatherOverRanks, SumOverRanks, _leading
 from ._stall import bounded, over
 
-__all__ = ["device_mesh", "CommSummary", "SUMMARY", "placements", "reduce_to", "sum_partials"]
+__all__ = ["device_mesh", "CommSummary", "SUMMARY", "placements", "sum_partials", "FromLocal",
+           "FullInputs", "ShardsOf", "rewrap"]
 
 
 def device_mesh(m) -> Any:
@@ -87,7 +95,7 @@ class CommSummary:
             inputs' layouts (one flat all-reduce per group of partial sums).
         full_outputs / sharded_outputs: outputs returned full / as DTensors.
         local_shard_runs: calls whose body ran on each rank's shards
-            (:mod:`._dtensor_spmd`).
+            (:mod:`._dtensor`).
     """
 
     FIELDS = ("calls", "input_checks", "distributed_inputs", "sharded_inputs",
@@ -120,47 +128,6 @@ def placements(plan, names: tuple, ndim: int) -> list:
     from torch.distributed.tensor import Replicate, Shard
 
     return [Replicate() if d is None else Shard(d) for _, d in plan.placements(names, ndim)]
-
-
-def _partial_dims(have, want) -> tuple | None:
-    """The mesh dims where ``have`` is a partial sum and ``want`` replicated, if that is the
-    only difference (an all-reduce over those dims turns one into the other); else None."""
-    dims = []
-    for k, (a, b) in enumerate(zip(have, want)):
-        if a == b:
-            continue
-        if a.is_partial() and getattr(a, "reduce_op", "sum") == "sum" and b.is_replicate():
-            dims.append(k)
-        else:
-            return None
-    return tuple(dims)
-
-
-def reduce_to(gs, targets, dm) -> list:
-    """Gradients (DTensors) -> the given placements.  The partial sums that only need an
-    all-reduce share one flat buffer per dtype and one all-reduce per mesh dim (the
-    buffer is ordered so that each mesh dim's part is one contiguous slice); the rest
-    redistribute.  Nothing is all-gathered that the target keeps sharded."""
-    from torch.distributed.tensor import DTensor
-
-    out = list(gs)
-    groups: dict = {}
-    for i, (g, t) in enumerate(zip(gs, targets)):
-        if g is None or type(g).__name__ != "DTensor" or tuple(g.placements) == tuple(t):
-            continue
-        dims = _partial_dims(g.placements, t)
-        if dims is None:
-            out[i] = g.redistribute(dm, t)
-            SUMMARY.gradient_reductions += 1
-        else:
-            groups.setdefault(g.dtype, []).append((dims, i))
-    for members in groups.values():
-        summed = sum_partials([gs[i].to_local() for _, i in members],
-                              [dims for dims, _ in members], dm)
-        for (_, i), t in zip(members, summed):
-            out[i] = DTensor.from_local(t, dm, targets[i], run_check=False,
-                                        shape=gs[i].shape, stride=gs[i].stride())
-    return out
 
 
 def sum_partials(local: list, dims: list, dm, differentiable: bool = False) -> list:
@@ -206,3 +173,146 @@ def _runs(flags: list) -> list:
             runs.append((start, j))
             start = None
     return runs
+
+
+def rewrap(leaf: Any, data: torch.Tensor) -> Any:
+    """``data`` with ``leaf``'s names, if it has any."""
+    return NamedTensor._wrap(data, leaf._names) if isinstance(leaf, NamedTensor) else data
+
+
+def _views(xs) -> tuple:
+    """Each of ``xs`` twice over: the values, then their part views (module docstring)."""
+    return tuple(x.view_as(x) for x in xs) + tuple(x.view_as(x) for x in xs)
+
+
+def _with_parts(gs: tuple, parts: list, differentiable: bool) -> list:
+    """The whole cotangents ``gs[:k]`` plus the parts ``gs[k:]`` summed over the mesh
+    dims in ``parts[i]`` (``(DeviceMesh, set of dims)``, filled by the forward's uses):
+    one flat all-reduce per dtype."""
+    k = len(gs) // 2
+    out = list(gs[:k])
+    by_dtype: dict = {}
+    for i, (g, (dm, dims)) in enumerate(zip(gs[k:], parts)):
+        if g is not None and dims:
+            by_dtype.setdefault(g.dtype, []).append((i, g, tuple(sorted(dims))))
+    for members in by_dtype.values():
+        dm = parts[members[0][0]][0]
+        summed = sum_partials([g for _, g, _ in members], [d for _, _, d in members], dm,
+                              differentiable=differentiable)
+        for (i, _, _), t in zip(members, summed):
+            out[i] = t if out[i] is None else out[i] + t
+    return out
+
+
+def _chunks(xs, layouts) -> list:
+    """Each of ``xs`` cut to this rank's chunk of its split axes (``layouts[i][0]``:
+    ``(dim, start, size)`` per axis)."""
+    out = []
+    for x, (cuts, _) in zip(xs, layouts):
+        for dim, start, size in cuts:
+            x = x.narrow(dim, start, size)
+        out.append(x)
+    return out
+
+
+class FullInputs(torch.autograd.Function):
+    """Full inputs (the same on every rank) -> this rank's chunk of each (``layouts[i]``:
+    ``(cuts, gathers)``, no cut for a replicated input) and its part view (module
+    docstring); backward: each chunk's whole gradient, the parts summed over the ranks
+    (one flat all-reduce per dtype), gathered over the mesh dims of each split axis
+    (``gathers``: ``(dim, groups)``) -- the full gradient, the same on every rank;
+    differentiably (an outer derivative may differentiate this backward).  Traceable: no
+    DTensor is made (``nx.jit`` of a mesh call).  ``apply(parts, layouts, *xs)``."""
+
+    @staticmethod
+    def forward(parts, layouts, *xs):
+        return _views(_chunks(xs, layouts))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.parts, ctx.layouts = inputs[0], inputs[1]
+        ctx.set_materialize_grads(False)   # an input the outputs ignore gets no gradient
+
+    @staticmethod
+    def backward(ctx, *gs):
+        out = _with_parts(gs, ctx.parts, differentiable=True)
+        for i, (_, gathers) in enumerate(ctx.layouts):
+            for dim, groups in gathers:
+                if out[i] is not None:
+                    out[i] = GatherOverRanks.apply(out[i], dim, groups)
+        return (None, None, *out)
+
+    @staticmethod
+    def jvp(ctx, _, __, *ts):
+        return _views(_chunks(ts, ctx.layouts))
+
+    @staticmethod
+    def vmap(info, in_dims, parts, layouts, *xs):
+        xs = [_leading(x, d, info) for x, d in zip(xs, in_dims[2:])]
+        moved = tuple((tuple((d + 1, a, b) for d, a, b in cuts),
+                       tuple((d + 1, g) for d, g in gathers)) for cuts, gathers in layouts)
+        return FullInputs.apply(parts, moved, *xs), (0,) * (2 * len(xs))
+
+
+class ShardsOf(torch.autograd.Function):
+    """DTensors laid out as the plan wants -> their local shards and part views (module
+    docstring); backward: each local gradient, the parts summed, handed back as a
+    DTensor laid out like its input -- a sharded parameter's gradient stays sharded.
+    ``apply(dm, parts, *dtensors)``."""
+
+    @staticmethod
+    def forward(dm, parts, *xs):
+        return _views([x.to_local() for x in xs])   # (grad is off in a forward: no node)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.dm, ctx.parts = inputs[0], inputs[1]
+        ctx.specs = [(tuple(x.placements), x.shape, x.stride()) for x in inputs[2:]]
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, *gs):
+        from torch.distributed.tensor import DTensor
+
+        twice = torch.is_grad_enabled()   # create_graph: this backward is differentiated
+        out = _with_parts(gs, ctx.parts, differentiable=twice)
+        for i, (g, (places, shape, stride)) in enumerate(zip(out, ctx.specs)):
+            if g is None:
+                continue
+            if twice:
+                out[i] = FromLocal.apply(g, ctx.dm, places, tuple(shape))
+            else:
+                out[i] = DTensor.from_local(g.contiguous(), ctx.dm, places, run_check=False,
+                                            shape=shape, stride=stride)
+        return (None, None, *out)
+
+
+class FromLocal(torch.autograd.Function):
+    """This rank's shard of an output -> the DTensor laid out per the plan; backward: the
+    cotangent's local shard (a partial sum is summed first)."""
+
+    @staticmethod
+    def forward(local, dm, places, shape):
+        from torch.distributed.tensor import DTensor
+
+        local = local.contiguous()
+        stride = [1] * len(shape)
+        for i in range(len(shape) - 2, -1, -1):
+            stride[i] = stride[i + 1] * shape[i + 1]
+        return DTensor.from_local(local, dm, list(places), run_check=False,
+                                  shape=torch.Size(shape), stride=tuple(stride))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.dm, ctx.places = inputs[1], inputs[2]
+
+    @staticmethod
+    def backward(ctx, g):
+        from torch.distributed.tensor import DTensor, Replicate
+
+        if not isinstance(g, DTensor):   # a full cotangent: the same on every rank
+            g = DTensor.from_local(g, ctx.dm, [Replicate()] * ctx.dm.ndim, run_check=False)
+        want = [p if p.is_shard() else Replicate() for p in ctx.places]
+        if list(g.placements) != want:
+            g = g.redistribute(ctx.dm, want)
+        return g.to_local(), None, None, None

@@ -1,4 +1,4 @@
-"""The local-shard path's communication, as autograd Functions (see :mod:`._dtensor_spmd`):
+"""The local-shard path's communication, as autograd Functions (see :mod:`._dtensor`):
 each linear, so its forward-mode rule is the same Function applied to the tangent
 (differentiable in turn: a gradient of a ``jvp`` taken in the body reaches the inputs),
 and its vmap rule the same Function applied to the whole batch (``jacrev``'s vmapped

@@ -16,7 +16,7 @@ from .._errors import AxisResourceError
 from .._tensor import NamedTensor
 from ._stall import bounded
 
-__all__ = ["check_ranks_agree", "fingerprint", "structure_key", "gather_ints"]
+__all__ = ["check_ranks_agree", "check_once", "fingerprint", "gather_ints"]
 
 
 def gather_ints(value: int) -> list:
@@ -67,22 +67,21 @@ def _layout(x) -> str:
     return ""
 
 
-def structure_key(leaves: list) -> tuple:
-    """A cheap hashable key of the inputs' structure (what :func:`fingerprint` spells)."""
-    key = []
-    for x in leaves:
-        if isinstance(x, NamedTensor):
-            d = x._data
-            key.append((d.dtype, tuple(d.shape), x._names,
-                        tuple(d.placements) if type(d).__name__ == "DTensor" else None))
-        elif isinstance(x, torch.Tensor):
-            key.append((x.dtype, tuple(x.shape),
-                        tuple(x.placements) if type(x).__name__ == "DTensor" else None))
-        elif x is None or isinstance(x, (bool, int, float, complex, str)):
-            key.append((type(x), x))
-        else:
-            key.append(type(x))
-    return tuple(key)
+_MAX_CHECKED = 256
+
+
+def check_once(cache: dict, leaves: list) -> bool:
+    """:func:`check_ranks_agree` on the inputs of a call on the mesh whose ``_cache`` is
+    ``cache``, once per new input structure (its :func:`fingerprint`); whether it ran."""
+    desc = tuple(fingerprint(leaves))
+    checked = cache.setdefault("checked_structures", set())
+    if desc in checked:
+        return False
+    check_ranks_agree(leaves, cache.get("check_group"))
+    if len(checked) >= _MAX_CHECKED:
+        checked.clear()
+    checked.add(desc)
+    return True
 
 
 def check_ranks_agree(leaves: list, group, what: str = "xmap") -> None:

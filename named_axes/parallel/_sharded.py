@@ -44,8 +44,7 @@ from .._errors import AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeE
 from .._parsing import _leaves, match_prefix, path_str
 from .._tensor import NamedTensor
 from . import _devices
-from ._dtensor_comms import device_mesh
-from ._local_edges import rewrap
+from ._dtensor_comms import device_mesh, rewrap
 from ._mesh import Mesh
 
 __all__ = ["PartitionSpec", "NamedSharding", "make_array_from_process_local_data",
