@@ -119,28 +119,24 @@ def local_device_count(backend: str | None = None) -> int:
 
 def process_index(backend: str | None = None) -> int:
     """This process's index (its torch.distributed rank; 0 outside torchrun)."""
-    if _norm_backend(backend) == "xla":
-        import torch_xla.runtime as xr
-
-        return int(xr.process_index())
-    if dist_initialized():
-        import torch.distributed as dist
-
-        return dist.get_rank()
-    return 0
+    return _process(backend, "process_index", "get_rank", 0)
 
 
 def process_count(backend: str | None = None) -> int:
     """How many processes the job has (the torch.distributed world size; 1 outside torchrun)."""
+    return _process(backend, "process_count", "get_world_size", 1)
+
+
+def _process(backend: str | None, xla_name: str, dist_name: str, alone: int) -> int:
     if _norm_backend(backend) == "xla":
         import torch_xla.runtime as xr
 
-        return int(xr.process_count())
+        return int(getattr(xr, xla_name)())
     if dist_initialized():
         import torch.distributed as dist
 
-        return dist.get_world_size()
-    return 1
+        return getattr(dist, dist_name)()
+    return alone
 
 
 def as_device(d: Any) -> Device:

@@ -27,7 +27,7 @@ from .._env import enter_resource, exit_resource
 from .._errors import AxisResourceError, AxisTypeError
 from ._devices import as_device
 
-__all__ = ["Mesh", "mesh", "SerialLoop", "current_mesh", "mesh_stack"]
+__all__ = ["Mesh", "mesh", "SerialLoop", "current_mesh"]
 
 
 @dataclass(frozen=True)
@@ -49,22 +49,13 @@ class SerialLoop:
                                     f"a positive int")
 
 
-class _Stack(threading.local):
-    def __init__(self) -> None:
-        self.meshes: list[Mesh] = []
-
-
-_stack = _Stack()
-
-
-def mesh_stack() -> list:
-    """The meshes entered in this thread, outermost first."""
-    return _stack.meshes
+_stack = threading.local()   # .meshes: the meshes entered in this thread, outermost first
 
 
 def current_mesh() -> "Mesh | None":
     """The innermost mesh in scope in this thread, or None."""
-    return _stack.meshes[-1] if _stack.meshes else None
+    meshes = getattr(_stack, "meshes", None)
+    return meshes[-1] if meshes else None
 
 
 class Mesh:
@@ -161,12 +152,8 @@ class Mesh:
 
         return np.vectorize(lambda d: d.id, otypes=[int])(self.devices)
 
-    @property
-    def flat_devices(self) -> list:
-        return list(self.devices.reshape(-1))
-
     def __enter__(self) -> "Mesh":
-        _stack.meshes.append(self)
+        _stack.__dict__.setdefault("meshes", []).append(self)
         enter_resource(self.key())   # (nx.jit keys its programs by the meshes in scope)
         return self
 
