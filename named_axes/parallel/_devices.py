@@ -30,9 +30,9 @@ from .._torch_private import tree_flatten, tree_map, tree_unflatten
 
 __all__ = [
     "Device", "as_device", "devices", "local_devices", "device_count", "local_device_count",
-    "process_index", "process_count", "device_put", "device_put_replicated",
+    "process_index", "process_count", "device_put_replicated",
     "device_put_sharded", "device_get", "backend_device", "dist_initialized", "ensure_spmd",
-    "xla_device", "xla_devices",
+    "xla_device", "xla_devices", "target",
 ]
 
 
@@ -53,10 +53,6 @@ class Device:
             n = torch.cuda.device_count() or 1
             return torch.device("cuda", self.id % n)
         return torch.device("cpu")
-
-    def __repr__(self) -> str:
-        return (f"Device(id={self.id}, platform={self.platform!r}, "
-                f"process_index={self.process_index})")
 
 
 def dist_initialized() -> bool:
@@ -152,10 +148,8 @@ def as_device(d: Any) -> Device:
         td = torch.device(d)
         if td.type == "xla":
             return Device(td.index or 0, "xla", 0)
-        if td.type == "cuda":
-            return Device(td.index or 0, "cuda", process_index())
-        if td.type == "cpu":
-            return Device(td.index or 0, "cpu", process_index())
+        if td.type in ("cuda", "cpu"):
+            return Device(td.index or 0, td.type, process_index())
     raise AxisTypeError(f"Mesh: {d!r} is not a device; use entries of nx.devices(), int ranks "
                         f"or torch.device objects")
 
@@ -170,7 +164,8 @@ def backend_device(backend: str | None) -> torch.device | None:
     return torch.device(b)
 
 
-def _target(device: Any) -> torch.device | None:
+def target(device: Any) -> torch.device | None:
+    """The ``torch.device`` a :class:`Device`, a ``torch.device`` or its string names."""
     if device is None:
         return None
     if isinstance(device, Device):
@@ -178,24 +173,6 @@ def _target(device: Any) -> torch.device | None:
     if isinstance(device, str) and _norm_backend(device) == "xla":
         return backend_device("xla")
     return torch.device(device)
-
-
-def device_put(x: Any, device: Any = None) -> Any:
-    """Move every tensor in ``x`` (a pytree) to ``device`` (default: the first local
-    device); NamedTensors keep their names.  ``nx.device_put`` also takes an
-    ``nx.NamedSharding`` (:func:`._sharded.device_put`)."""
-    dev = _target(device) or local_devices()[0].torch_device
-
-    def put(v):
-        if isinstance(v, NamedTensor):
-            return NamedTensor._wrap(v._data.to(dev), v._names)
-        if isinstance(v, torch.Tensor):
-            return v.to(dev)
-        if type(v).__module__ == "numpy":
-            return torch.as_tensor(v, device=dev)
-        return v
-
-    return tree_map(put, x)
 
 
 def device_put_replicated(x: Any, devices: Sequence[Any]) -> Any:
@@ -206,7 +183,7 @@ def device_put_replicated(x: Any, devices: Sequence[Any]) -> Any:
     devs = list(devices)
     if not devs:
         raise ValueError("device_put_replicated: devices is empty")
-    dev = _target(as_device(devs[0]))
+    dev = target(as_device(devs[0]))
 
     def rep(v):
         if isinstance(v, torch.Tensor):
@@ -222,7 +199,7 @@ def device_put_sharded(shards: Sequence[Any], devices: Sequence[Any]) -> Any:
     if len(shards) != len(devs):
         raise ValueError(f"device_put_sharded: {len(shards)} shards for {len(devs)} devices; "
                          f"give one shard per device")
-    dev = _target(as_device(devs[0]))
+    dev = target(as_device(devs[0]))
     flats = [tree_flatten(s) for s in shards]
     spec = flats[0][1]
     cols = zip(*[f[0] for f in flats])

@@ -51,27 +51,37 @@ def _on_wire(x: torch.Tensor, move) -> torch.Tensor:
     return move(x.contiguous())
 
 
+def _each_group(x: torch.Tensor, groups: list, kind: str, collective) -> torch.Tensor:
+    """``collective(buffer, group)`` over each of ``groups`` in turn, each wait bounded."""
+    for g in groups:
+        x = _on_wire(x, lambda b: bounded(over(kind, g), [g], lambda: collective(b, g)))
+    return x
+
+
 def all_reduce(x: torch.Tensor, groups: list, op: str) -> torch.Tensor:
     """``x`` reduced (``op``: 'sum', 'max', 'min') over the ranks of every group in turn,
     with functional collectives (what DTensor issues: CommDebugMode counts them)."""
     from .._torch_private import functional_all_reduce
 
-    def move(buf):
-        for g in groups:
-            buf = bounded(over(f"all-reduce ({op})", g), [g],
-                          lambda: functional_all_reduce(buf, op, g))
-        return buf
-    return _on_wire(x.detach(), move)
+    return _each_group(x.detach(), groups, f"all-reduce ({op})",
+                       lambda b, g: functional_all_reduce(b, op, g))
 
 
 class _Linear(torch.autograd.Function):
-    """A linear collective over ``groups`` (``apply(x, groups)``, elementwise): its
-    forward-mode rule is itself on the tangent, its vmap rule itself on the batch."""
+    """A linear collective over ``groups`` (``apply(x, *args, groups)``): its backward is
+    its ``transpose`` class applied to the cotangent, its forward-mode rule itself on the
+    tangent, its vmap rule itself on the batch."""
+
+    transpose: type
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.args = inputs[1:]
         ctx.groups = inputs[-1]
+
+    @classmethod
+    def backward(cls, ctx, g):
+        return (cls.transpose.apply(g, *ctx.args),) + (None,) * len(ctx.args)
 
     @classmethod
     def jvp(cls, ctx, t, *_):
@@ -90,10 +100,6 @@ class SumOverRanks(_Linear):
     @staticmethod
     def forward(x, groups):
         return all_reduce(x, groups, "sum")
-
-    @staticmethod
-    def backward(ctx, g):
-        return Varying.apply(g, ctx.groups), None
 
 
 class Varying(_Linear):
@@ -165,10 +171,8 @@ def gather(x: torch.Tensor, dim: int, groups: list) -> torch.Tensor:
     split axis's chunks are."""
     from .._torch_private import functional_all_gather
 
-    for g in reversed(groups):
-        x = _on_wire(x, lambda b: bounded(over("all-gather", g), [g],
-                                          lambda: functional_all_gather(b, dim, g)))
-    return x
+    return _each_group(x, groups[::-1], "all-gather",
+                       lambda b, g: functional_all_gather(b, dim, g))
 
 
 def own_block(groups: list) -> tuple:
@@ -187,10 +191,6 @@ class GatherOverRanks(_AlongDim):
     def forward(x, dim, groups):
         return gather(x.detach(), dim, groups)
 
-    @staticmethod
-    def backward(ctx, g):
-        return ChunkOfWhole.apply(g, *ctx.args), None, None
-
 
 class ChunkOfWhole(_AlongDim):
     """A value replicated over the ranks of ``groups`` -> this rank's block along ``dim``
@@ -202,10 +202,6 @@ class ChunkOfWhole(_AlongDim):
         size = x.shape[dim] // count
         return x.narrow(dim, here * size, size)
 
-    @staticmethod
-    def backward(ctx, g):
-        return GatherOverRanks.apply(g, *ctx.args), None, None
-
 
 class ScatterSumOverRanks(_AlongDim):
     """Each rank's part summed over the ranks of ``groups``, each keeping its own block
@@ -216,24 +212,18 @@ class ScatterSumOverRanks(_AlongDim):
     def forward(x, dim, groups):
         from .._torch_private import functional_reduce_scatter
 
-        for grp in groups:
-            x = _on_wire(x.detach(), lambda b: bounded(
-                over("reduce-scatter", grp), [grp],
-                lambda: functional_reduce_scatter(b, dim, grp)))
-        return x
-
-    @staticmethod
-    def backward(ctx, g):
-        return GatherParts.apply(g, *ctx.args), None, None
+        return _each_group(x.detach(), groups, "reduce-scatter",
+                           lambda b, g: functional_reduce_scatter(b, dim, g))
 
 
 class GatherParts(GatherOverRanks):
     """:func:`gather` of values that differ per rank (a reduce-scatter's cotangent); the
     transpose is the reduce-scatter."""
 
-    @staticmethod
-    def backward(ctx, g):
-        return ScatterSumOverRanks.apply(g, *ctx.args), None, None
+
+SumOverRanks.transpose = Varying   # (Varying sums in its own backward, the identity without groups)
+GatherOverRanks.transpose, ChunkOfWhole.transpose = ChunkOfWhole, GatherOverRanks
+ScatterSumOverRanks.transpose, GatherParts.transpose = GatherParts, ScatterSumOverRanks
 
 
 class FirstCopy(torch.autograd.Function):

@@ -122,10 +122,7 @@ class Mesh:
         if len(platforms) > 1:
             raise AxisTypeError(f"Mesh(axis_names={axis_names!r}): devices of several platforms "
                                 f"{sorted(platforms)}; a mesh holds devices of one kind")
-        out = np.empty(arr.shape, dtype=object)
-        for i, d in enumerate(flat):
-            out.reshape(-1)[i] = d
-        self.devices = out
+        self.devices = np.array(flat, dtype=object).reshape(arr.shape)
         self.axis_names: tuple = axis_names
         self.platform: str = flat[0].platform
         self._cache: dict = {}  # engine objects (DeviceMesh, xs.Mesh), built lazily

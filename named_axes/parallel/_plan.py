@@ -33,6 +33,7 @@ The rules (docs/guide.md §5), each checked here with an :class:`AxisResourceErr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import combinations
 from math import prod
 from typing import Any, Hashable, Mapping
 
@@ -91,18 +92,11 @@ def resource_conflicts(axis_resources: Mapping) -> frozenset:
     """
     owners: dict = {}
     for name, res in axis_resources.items():
-        if isinstance(res, SerialLoop):
-            continue
         for r in (tuple(res) if isinstance(res, (tuple, list)) else (res,)):
             if isinstance(r, Hashable) and not isinstance(r, SerialLoop):
                 owners.setdefault(r, []).append(name)
-    pairs = set()
-    for names in owners.values():
-        for i, a in enumerate(names):
-            for b in names[i + 1:]:
-                if a != b:
-                    pairs.add(frozenset((a, b)))
-    return frozenset(pairs)
+    return frozenset(frozenset(pair) for names in owners.values()
+                     for pair in combinations(names, 2) if pair[0] != pair[1])
 
 
 @dataclass(frozen=True)

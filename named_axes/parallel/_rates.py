@@ -20,7 +20,7 @@ import json
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import torch
 
@@ -156,19 +156,16 @@ def _measure_link() -> dict:
 
 
 def _agreed(rates: dict) -> Rates:
-    """Every rank's figures made the slowest rank's (so the ranks choose alike)."""
+    """Every rank's figures made the slowest rank's (so the ranks choose alike): the
+    max over the ranks of each time, and of each rate's inverse."""
     if world_size() > 1:
-        slow = torch.tensor([1 / rates["flops_per_s"], 1 / rates["bytes_per_s"], rates["op_s"],
-                             1 / rates["link_bytes_per_s"], rates["link_latency_s"],
-                             rates.get("split_op_s", rates["op_s"]),
-                             rates.get("mesh_call_s", 0.0),
-                             rates.get("edge_gather_s", rates["link_latency_s"])],
+        rates = {"split_op_s": rates["op_s"], "mesh_call_s": 0.0,
+                 "edge_gather_s": rates["link_latency_s"], **rates}
+        names = [f.name for f in fields(Rates)]
+        slow = torch.tensor([1 / rates[k] if k.endswith("per_s") else rates[k] for k in names],
                             dtype=torch.float64)
         torch.distributed.all_reduce(slow, op=torch.distributed.ReduceOp.MAX)
-        s = slow.tolist()
-        rates = {"flops_per_s": 1 / s[0], "bytes_per_s": 1 / s[1], "op_s": s[2],
-                 "link_bytes_per_s": 1 / s[3], "link_latency_s": s[4], "split_op_s": s[5],
-                 "mesh_call_s": s[6], "edge_gather_s": s[7]}
+        rates = {k: 1 / v if k.endswith("per_s") else v for k, v in zip(names, slow.tolist())}
     return Rates(**rates)
 
 

@@ -171,7 +171,9 @@ class SerialEngine(EngineBase):
                 try:
                     with torch.random.fork_rng(devices=[]):
                         torch.manual_seed(seed + lin)
-                        outs.append(self._run_chunk(body, sliced))
+                        self._level = functorch_level()
+                        outs.append(body(sliced, engine=self) if self.inner is None
+                                    else self.inner.run(body, sliced, engine=self))
                 except _Pause:
                     paused = True
             if not paused:
@@ -183,12 +185,6 @@ class SerialEngine(EngineBase):
                 else:
                     known = {k: _extreme_of_chunks(v, kind) for k, v in self._pending[j].items()}
                 self._known.append(known)
-
-    def _run_chunk(self, body: Callable, sliced: list) -> list:
-        self._level = functorch_level()
-        if self.inner is not None:
-            return self.inner.run(body, sliced, engine=self)
-        return body(sliced, engine=self)
 
     def _assemble(self, outs: list, grid: list) -> list:
         if not outs:
@@ -216,14 +212,6 @@ class SerialEngine(EngineBase):
         return result
 
     # -- the engine interface (named_axes/_engine.py) ------------------------------------
-    @contextlib.contextmanager
-    def _bypassed(self):
-        self._bypass += 1
-        try:
-            yield
-        finally:
-            self._bypass -= 1
-
     def collective(self, op: str):
         if self._bypass:  # nx.lax computes the chunk-local result (over the mesh, ``within``)
             return self.within.collective(op) if self.within is not None else None
@@ -266,10 +254,12 @@ class SerialEngine(EngineBase):
         # this frame is the engine's own: a differentiated function running around it
         # must not take its names for axes bound inside that function
         saved = [(rec, set(rec[INNER]) if INNER in rec else None) for rec in RECORDERS]
+        self._bypass += 1
         try:
-            with self._bypassed(), bind(local, kind="serial-chunk"):
+            with bind(local, kind="serial-chunk"):
                 return getattr(lax, op)(*args, **kwargs)
         finally:
+            self._bypass -= 1
             for rec, inner in saved:
                 if inner is None:
                     rec.pop(INNER, None)

@@ -43,8 +43,9 @@ import torch
 from .._errors import AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError
 from .._parsing import _leaves, match_prefix, path_str
 from .._tensor import NamedTensor
+from .._torch_private import tree_map
 from . import _devices
-from ._dtensor_comms import device_mesh, rewrap
+from ._dtensor_comms import FromLocal, device_mesh, rewrap
 from ._mesh import Mesh
 
 __all__ = ["PartitionSpec", "NamedSharding", "make_array_from_process_local_data",
@@ -225,17 +226,23 @@ def _pairs(tree: Any, axes: Any, what: str) -> list:
     return match_prefix(axes, tree, _is_leaf, what=what)
 
 
-def _rebuild(tree: Any, axes: Any, new_leaves: list) -> Any:
-    """``tree`` with its leaves replaced, in :func:`_pairs`' order."""
-    it = iter(new_leaves)
+def _map_tensors(tree: Any, axes: Any, what: str, fn: Callable) -> Any:
+    """``tree`` with each tensor leaf ``x`` made ``fn(data, names, where)`` (its data,
+    its dims' names per ``axes`` or its own, and how to name it in errors), names kept."""
+    pairs = _pairs(tree, axes, what)
+    it = iter(pairs)
 
     def go(t):
-        if _is_leaf(t):
-            return next(it)
         if isinstance(t, dict):
             return type(t)((k, go(v)) for k, v in t.items())
-        items = [go(v) for v in t]
-        return type(t)(*items) if hasattr(t, "_fields") else type(t)(items)
+        if not _is_leaf(t):
+            items = [go(v) for v in t]
+            return type(t)(*items) if hasattr(t, "_fields") else type(t)(items)
+        path, leaf, mapping = next(it)
+        if not isinstance(leaf, (torch.Tensor, NamedTensor)):
+            return leaf
+        where = f"{what}: {_path(path)}"
+        return rewrap(leaf, fn(_data(leaf), _leaf_names(leaf, mapping, where), where))
 
     return go(tree)
 
@@ -253,17 +260,10 @@ def _coords(sharding: NamedSharding) -> dict:
 
 
 def _from_local(local: torch.Tensor, sharding: NamedSharding, names, shape, requires_grad):
-    from torch.distributed.tensor import DTensor
-
-    dm = device_mesh(sharding.mesh)
+    """A new DTensor leaf of global ``shape`` from this rank's shard ``local``."""
     place = sharding.placements(len(shape), names, as_str=False)
-    local = local.detach().contiguous()
-    stride = torch.empty(0).new_empty(tuple(shape), device="meta").stride()
-    dt = DTensor.from_local(local, dm, place, run_check=False, shape=torch.Size(shape),
-                            stride=stride)
-    if requires_grad:
-        dt = dt.detach().requires_grad_()
-    return dt
+    dt = FromLocal.apply(local.detach(), device_mesh(sharding.mesh), tuple(place), tuple(shape))
+    return dt.requires_grad_(requires_grad)
 
 
 def _data(leaf: Any) -> torch.Tensor:
@@ -289,28 +289,28 @@ def device_put(x: Any, device: Any = None, *, axes: Any = None) -> Any:
     if axes is not None:
         raise TypeError("device_put: axes= names dims for an nx.NamedSharding; got device "
                         f"{device!r}")
-    return _devices.device_put(x, device)
+    dev = _devices.target(device) or _devices.local_devices()[0].torch_device
+
+    def put(v):
+        if isinstance(v, (torch.Tensor, NamedTensor)):
+            return rewrap(v, _data(v).to(dev))
+        return torch.as_tensor(v, device=dev) if type(v).__module__ == "numpy" else v
+
+    return tree_map(put, x)
 
 
 def shard_put(x: Any, sharding: NamedSharding, axes: Any = None) -> Any:
     """``nx.device_put(x, sharding, axes=...)``: every tensor leaf of ``x`` (a full value,
     the same on every rank) -> this rank's shard, as a DTensor (nothing is sent).
     ``requires_grad`` is kept (the result is a new leaf)."""
-    out = []
-    for path, leaf, mapping in _pairs(x, axes, "device_put"):
-        if not isinstance(leaf, torch.Tensor) and type(leaf).__name__ != "NamedTensor":
-            out.append(leaf)
-            continue
-        what = f"device_put: {_path(path)}"
-        data = _data(leaf)
+    def put(data, names, what):
         if type(data).__name__ == "DTensor":
             data = data.full_tensor()
-        names = _leaf_names(leaf, mapping, what)
         idx = sharding.index(tuple(data.shape), _coords(sharding), names, what)
-        local = data.detach()[idx]
-        out.append(rewrap(leaf, _from_local(local, sharding, names, tuple(data.shape),
-                                            data.requires_grad)))
-    return _rebuild(x, axes, out)
+        return _from_local(data.detach()[idx], sharding, names, tuple(data.shape),
+                           data.requires_grad)
+
+    return _map_tensors(x, axes, "device_put", put)
 
 
 def make_array_from_process_local_data(sharding: NamedSharding | None, local_data: Any,
@@ -327,27 +327,21 @@ def make_array_from_process_local_data(sharding: NamedSharding | None, local_dat
     """
     if sharding is None:
         return local_data
-    leaves = _pairs(local_data, axes, "make_array_from_process_local_data")
-    if global_shape is not None and len(leaves) != 1:
+    what = "make_array_from_process_local_data"
+    if global_shape is not None and len(_pairs(local_data, axes, what)) != 1:
         raise AxisSpecError("make_array_from_process_local_data: global_shape is for a single "
                             "tensor; leave it out for a pytree")
-    out = []
-    for path, leaf, mapping in leaves:
-        what = f"make_array_from_process_local_data: {_path(path)}"
-        if not isinstance(leaf, torch.Tensor) and type(leaf).__name__ != "NamedTensor":
-            out.append(leaf)
-            continue
-        data = _data(leaf)
-        names = _leaf_names(leaf, mapping, what)
+
+    def put(data, names, what):
         spec = sharding.dim_spec(data.dim(), names, what)
         shape = tuple(n * sharding.shards(a) for n, a in zip(data.shape, spec))
         if global_shape is not None and tuple(global_shape) != shape:
             raise AxisSizeError(f"{what}: local shape {tuple(data.shape)} split per {sharding!r} "
                                 f"makes global shape {shape}, not global_shape "
                                 f"{tuple(global_shape)}")
-        out.append(rewrap(leaf, _from_local(data, sharding, names, shape,
-                                            data.requires_grad)))
-    return _rebuild(local_data, axes, out)
+        return _from_local(data, sharding, names, shape, data.requires_grad)
+
+    return _map_tensors(local_data, axes, what, put)
 
 
 def make_array_from_callback(shape: Sequence[int], sharding: NamedSharding | None,

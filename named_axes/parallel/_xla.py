@@ -25,6 +25,7 @@ from .._errors import AxisResourceError
 from .._tensor import NamedTensor, data_and_names
 from .._torch_private import xla_graph_runtime
 from ._devices import ensure_spmd, xla_device, xla_devices
+from ._dtensor_comms import rewrap
 
 __all__ = ["ensure_spmd", "xla_device", "xla_devices", "XlaEngine", "xla_mesh"]
 
@@ -39,12 +40,6 @@ def xla_mesh(m) -> Any:
         xm = xs.Mesh(m.device_ids.reshape(-1), tuple(m.devices.shape), tuple(m.axis_names))
         m._cache["xla_mesh"] = xm
     return xm
-
-
-def partition_spec(plan, names: tuple, ndim: int) -> tuple:
-    """Per physical dim: None, a mesh axis name, or a tuple of them (major to minor)."""
-    return tuple(None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
-                 for axes in plan.spec(names, ndim))
 
 
 class XlaEngine(EngineBase):
@@ -72,23 +67,22 @@ class XlaEngine(EngineBase):
             self.home = data.device
         if data.device.type != "xla":
             data = data.to(self.device)
-        spec = partition_spec(self.plan, names, data.dim() - len(names))
+        # per physical dim: None, a mesh axis name, or a tuple of them (major to minor)
+        spec = tuple(None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
+                     for axes in self.plan.spec(names, data.dim() - len(names)))
         if any(s is not None for s in spec):
             if data.requires_grad and hasattr(xs, "mark_sharding_with_gradients"):
                 data = xs.mark_sharding_with_gradients(data, self.xmesh, spec)
             else:
                 xs.mark_sharding(data, self.xmesh, spec)
-        return NamedTensor._wrap(data, names) if isinstance(leaf, NamedTensor) else data
+        return rewrap(leaf, data)
 
     def back(self, leaf: Any) -> Any:
+        pair = data_and_names(leaf)
         home = self.home
-        if home is None or home.type == "xla":
+        if pair is None or home is None or home.type == "xla" or pair[0].device.type != "xla":
             return leaf
-        if isinstance(leaf, NamedTensor) and leaf._data.device.type == "xla":
-            return NamedTensor._wrap(leaf._data.to(home), leaf._names)
-        if isinstance(leaf, torch.Tensor) and leaf.device.type == "xla":
-            return leaf.to(home)
-        return leaf
+        return rewrap(leaf, pair[0].to(home))
 
     def run(self, body: Callable, leaves: list, engine: Any = None) -> list:
         self.home = None
