@@ -165,14 +165,12 @@ def backend_device(backend: str | None) -> torch.device | None:
 
 
 def target(device: Any) -> torch.device | None:
-    """The ``torch.device`` a :class:`Device`, a ``torch.device`` or its string names."""
-    if device is None:
-        return None
+    """The ``torch.device`` of a :class:`Device`, a ``torch.device`` or a backend name."""
     if isinstance(device, Device):
         return device.torch_device
-    if isinstance(device, str) and _norm_backend(device) == "xla":
-        return backend_device("xla")
-    return torch.device(device)
+    if isinstance(device, str):
+        return backend_device(device)
+    return None if device is None else torch.device(device)
 
 
 def device_put_replicated(x: Any, devices: Sequence[Any]) -> Any:

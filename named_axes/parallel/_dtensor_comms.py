@@ -27,7 +27,7 @@ from .._errors import AxisResourceError
 from .._tensor import NamedTensor
 from .._torch_private import tracing_mode_active
 from ._local_comms import GatherOverRanks, SumOverRanks, _leading
-from ._stall import bounded, over
+from ._rank_check import bounded, over
 
 __all__ = ["device_mesh", "CommSummary", "SUMMARY", "placements", "sum_partials", "FromLocal",
            "FullInputs", "ShardsOf", "rewrap"]

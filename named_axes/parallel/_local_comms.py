@@ -5,13 +5,10 @@ and its vmap rule the same Function applied to the whole batch (``jacrev``'s vma
 backward, a ``vmap`` opened in the body).
 
 The cotangent of a value is the whole of it on every rank where the value's named shape
-says it is replicated (``shard_map``'s rule): each Function is the transpose of its
-partner.  ``psum`` (:class:`SumOverRanks`: each rank's part -> the sum, replicated)
-transposes to handing the whole cotangent on; a replicated value broadcast into a value
-split over mesh dims (:class:`Varying`) transposes to the sum of the ranks' parts; a
-split axis gathered whole (:class:`GatherOverRanks`) to keeping one's chunk
-(:class:`ChunkOfWhole`) and back.  Communication goes through functional collectives
-(what DTensor issues: ``CommDebugMode`` counts them).
+says it is replicated (``shard_map``'s rule), so each Function's backward is its
+partner's forward (its ``transpose``: ``psum`` and :class:`Varying`, the gather and the
+chunk).  Communication goes through functional collectives (what DTensor issues:
+``CommDebugMode`` counts them).
 
 >>> import torch
 >>> ChunkOfWhole.apply(torch.arange(4.), 0, [])   # no mesh dim: the whole is the chunk
@@ -21,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from ._stall import bounded, over
+from ._rank_check import bounded, over
 
 __all__ = ["ChunkOfWhole", "ExtremeOverRanks", "FirstCopy", "GatherOverRanks",
            "ScatterSumOverRanks", "SumOverRanks", "Varying", "all_reduce", "extreme", "gather",

@@ -116,9 +116,8 @@ class SerialEngine(EngineBase):
         axis_sizes: named axis -> full size.
         inner: the engine that runs each chunk (``None``: plain local execution).
 
-    ``within`` is the engine computing a chunk's mesh axes on this rank's shards (the
-    DTensor engine's local-shard path sets it for the chunk it runs): it answers for
-    those axes, its collectives included.
+    ``within``: the DTensor engine computing a chunk's mesh axes (it sets itself there),
+    which answers for those axes, its collectives included.
     """
 
     def __init__(self, loops: dict, axis_sizes: dict, inner: Any = None) -> None:

@@ -411,13 +411,16 @@ def _bits(seed: int, lin: torch.Tensor, stream: int) -> torch.Tensor:
     return _hash32(h ^ ((lin >> 32) & _M32) ^ key2)
 
 
+def _uniform(seed: int, lin: torch.Tensor, stream: int, offset: float) -> torch.Tensor:
+    return (_bits(seed, lin, stream).to(torch.float64) + offset) / 2.0 ** 32
+
+
 def counter_uniform(seed: int, shape: Sequence[int], index: tuple | None = None, *,
                     dtype: torch.dtype | None = None) -> torch.Tensor:
     """Uniform values in (0, 1) of a value of global ``shape``, at ``index`` (a tuple of
     slices; default everything).  Value ``i`` depends only on ``seed`` and its global
     linear index, so a shard computed alone equals the same slice of the whole."""
-    lin = _linear_index(shape, index)
-    u = (_bits(seed, lin, 0).to(torch.float64) + 0.5) / 2.0 ** 32
+    u = _uniform(seed, _linear_index(shape, index), 0, 0.5)
     return u.to(dtype or torch.get_default_dtype())
 
 
@@ -426,7 +429,6 @@ def counter_normal(seed: int, shape: Sequence[int], index: tuple | None = None, 
     """Standard normal values (Box-Muller over two counter streams); see
     :func:`counter_uniform`."""
     lin = _linear_index(shape, index)
-    u1 = (_bits(seed, lin, 0).to(torch.float64) + 0.5) / 2.0 ** 32
-    u2 = _bits(seed, lin, 1).to(torch.float64) / 2.0 ** 32
+    u1, u2 = _uniform(seed, lin, 0, 0.5), _uniform(seed, lin, 1, 0.0)
     z = torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
     return z.to(dtype or torch.get_default_dtype())
