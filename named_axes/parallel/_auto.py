@@ -223,7 +223,10 @@ def candidates(trace: CostTrace, mesh_shape: Mapping, *, loops: bool = False):
     for v in trace.values:
         for a, b in itertools.permutations(v & set(names), 2):
             meets[a].add(b)
-    options = {n: _options(trace.axis_sizes[n], axes, mesh_shape) for n in names}
+    # per name: the sets of mesh axes (in the mesh's order) whose sizes divide it
+    options = {n: [sub for r in range(len(axes) + 1) for sub in itertools.combinations(axes, r)
+                   if trace.axis_sizes[n] % prod(mesh_shape[a] for a in sub) == 0]
+               for n in names}
 
     def search(i: int, chosen: dict):
         if i == len(names):
@@ -243,12 +246,6 @@ def candidates(trace: CostTrace, mesh_shape: Mapping, *, loops: bool = False):
             for k in (2, 4, 8, 16):
                 if left % k == 0:
                     yield mesh_axes, {n: k}
-
-
-def _options(size: int, axes: list, mesh_shape: Mapping) -> list:
-    """The sets of mesh axes (in the mesh's order) whose sizes divide ``size``."""
-    return [sub for r in range(len(axes) + 1) for sub in itertools.combinations(axes, r)
-            if size % prod(mesh_shape[a] for a in sub) == 0]
 
 
 def _resources(mesh_axes: Mapping, chunks: Mapping) -> dict:

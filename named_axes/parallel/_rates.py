@@ -80,7 +80,7 @@ def calibrate(*, refresh: bool = False, cache: str | None = None, device: str = 
     >>> nx.calibrate().flops_per_s > 0
     True
     """
-    key = _machine_key(device)
+    key = f"{platform.node()}|{device}|torch {torch.__version__}|{world_size()} ranks"
     if key in _MEASURED and not refresh:
         return _MEASURED[key]
     if cache and not refresh and os.path.exists(cache):
@@ -97,11 +97,6 @@ def calibrate(*, refresh: bool = False, cache: str | None = None, device: str = 
     if cache:
         _store(cache, key, rates)
     return rates
-
-
-def _machine_key(device: str) -> str:
-    world = world_size()
-    return f"{platform.node()}|{device}|torch {torch.__version__}|{world} ranks"
 
 
 def world_size() -> int:
