@@ -11,18 +11,10 @@ A :class:`NamedSharding` names, for the dims of a value, the mesh axes that spli
 
 Under torch.distributed a sharded value is a ``DTensor`` over the mesh's ``DeviceMesh``
 (a NamedTensor over a DTensor when the input was named); each rank holds only its shard.
-Three ways to make one, none of which needs any rank to hold the global value
-(except :func:`device_put`, whose input *is* the global value):
-
-- :func:`make_array_from_process_local_data`: each process passes its own shard;
-- :func:`make_array_from_callback`: a per-shard initializer ``callback(index)`` gets the
-  global index (a tuple of slices) of this rank's shard; with :func:`counter_normal` /
-  :func:`counter_uniform` (a counter-based generator: value ``i`` depends only on the seed
-  and the global linear index ``i``) a sharded init equals the single-process init;
-- ``nx.device_put(x, sharding)``: a full tensor present on every rank, sliced locally
-  (nothing is sent).
-
-``nx.device_get`` (or ``.full_tensor()``) brings a sharded value back whole.
+It is made from each process's own shard (:func:`make_array_from_process_local_data`),
+shard by shard (:func:`make_array_from_callback`; with :func:`counter_normal` a sharded
+init equals the single-process one), or from a full value on every rank
+(:func:`device_put`); ``nx.device_get`` (or ``.full_tensor()``) brings it back whole.
 
 >>> import torch, named_axes as nx
 >>> from named_axes.parallel import counter_normal
