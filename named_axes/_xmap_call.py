@@ -65,7 +65,7 @@ class _Plan:
                              before + tuple(n for _, n in resolved)))
         self.src, self.chk = tuple(src), tuple(chk)
         self.axis_sizes = tuple(axis_sizes.items())
-        self.names = frozenset(seen)
+        self.names = frozenset(seen) | frozenset(axis_sizes)   # every axis this xmap binds
         self.flat = flat
         self.outs = PlanCache("xmap outputs", maxsize=_MAX_PLANS)
         # names the arguments carried in (not bound here): they may pass out again
@@ -79,7 +79,7 @@ class _Plan:
         if outer and not self.names.isdisjoint(outer):
             if what is None:
                 return None
-            name = next(n for _, _, n in self.src if n in outer)
+            name = min(self.names & set(outer))
             raise AxisSpecError(f"{what}: axis {name!r} is already bound by an "
                                 f"enclosing xmap/vmap; use a new name")
         sizes = {}

@@ -16,7 +16,7 @@ _SKIP = ("named_axes.parallel._xla", "named_axes.parallel._dtensor")
 def _modules():
     names = ["named_axes"]
     for info in pkgutil.walk_packages(named_axes.__path__, "named_axes."):
-        if not info.name.startswith(_SKIP):
+        if info.name not in _SKIP:
             names.append(info.name)
     return names
 

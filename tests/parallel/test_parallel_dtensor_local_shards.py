@@ -1,4 +1,4 @@
-"""The DTensor engine's local-shard path (parallel/_dtensor_spmd.py) on 4 real gloo ranks:
+"""The DTensor engine's local-shard path (parallel/_dtensor.py) on 4 real gloo ranks:
 the program body runs on each rank's own shards with explicit all-reduces, and its
 outputs and the inputs' gradients (torch.autograd outside the xmap) equal the vectorized
 run's -- ties and NaNs of pmax/pmin across ranks, integer/bool/complex psums, replicated
