@@ -147,8 +147,9 @@ def pointwise(func: Callable, args: tuple, kwargs: dict, inplace: bool = False) 
 def _pointwise_general(func, args, kwargs, inplace):
     for a in args:   # numpy operands act as tensors (torch's in-place ops ignore them)
         if type(a) is _ndarray:
-            args = tuple(torch.from_numpy(np.ascontiguousarray(v)) if type(v) is _ndarray else v
-                         for v in args)
+            # (np.require keeps a 0-d array 0-d; np.ascontiguousarray makes it 1-d)
+            args = tuple(torch.from_numpy(np.require(v, requirements="C"))
+                         if type(v) is _ndarray else v for v in args)
             break
     operands = []
     P = 0
