@@ -25,8 +25,8 @@ from ._layout import align, union_names
 from ._registry import ENTRIES, op_name, rule_while_compiling
 from ._registry import is_inplace as _is_inplace
 from ._plancache import PlanCache
-from ._shape_errors import (_first_line, _meta, fmt_at, positional_failure,
-                            refuse_python_values, refuse_shared_writes)
+from ._shape_errors import (READS_VALUES, _first_line, fmt_at, on_positional_shapes,
+                            positional_failure, refuse_python_values, refuse_shared_writes)
 from ._torch_private import (dispatch_depth, is_functorch_wrapped, native_batch_norm_legit,
                              softmax_backward_data, softmax_backward_data_op, tensor_version,
                              tree_flatten, tree_unflatten)
@@ -122,18 +122,8 @@ def _unwrap_unnamed(func: Callable, args: tuple, kwargs: dict) -> tuple:
     inputs) replaced by their plain data, so rules see weights as plain tensors and take
     their fast paths.  Only done next to a value that does carry names (an op on unnamed
     values alone keeps its NamedTensor result), and never to an in-place op's target."""
-    named = False
-    for v in args:
-        if type(v) is _NT and v._names or type(v) in (list, tuple) and any(
-                type(e) is _NT and e._names for e in v):
-            named = True
-            break
-    if not named:
-        for v in kwargs.values():
-            if type(v) is _NT and v._names:
-                named = True
-                break
-    if not named:
+    if not any(type(v) is _NT and v._names or type(v) in (list, tuple) and any(
+            type(e) is _NT and e._names for e in v) for v in (*args, *kwargs.values())):
         return args, kwargs
     keep = _keeps_target(func)
     a = tuple(v._data if type(v) is _NT and not v._names and (i or not keep) else v
@@ -186,9 +176,7 @@ def result(out: Any, names: tuple, func: Callable) -> Any:
     """Wrap an op's output, enforcing the resource-conflict rule when one is in force."""
     if _env_state.conflicts and len(names) > 1:
         check_conflicts(names, op_name(func))
-    if not names:   # no named axis left: plain tensors (see wrap)
-        return out
-    return _wrap_nt(out, names) if type(out) is _Tensor else wrap(out, names)
+    return _wrap_nt(out, names) if names and type(out) is _Tensor else wrap(out, names)
 
 
 # ---------------------------------------------------------------------------
@@ -237,7 +225,7 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
             raise _Looped
         tensors = f(*phys)
     except (RuntimeError, IndexError, _Looped) as e:
-        if not isinstance(e, _Looped) and not _unbatchable(e):
+        if not isinstance(e, _Looped) and not any(m in str(e) for m in _UNBATCHABLE):
             raise
         # functorch has no batching rule, the op branches on values, or its result's
         # shape depends on the values (nonzero, unique, masked_select, ...): loop instead
@@ -252,37 +240,7 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
     return result(out, U, func)
 
 
-def _instance_signature(func, flat, spec) -> tuple:
-    """What one instance's call depends on: the op, the call's structure, each tensor's
-    positional shape and dtype (a plain tensor: its whole shape), the other arguments."""
-    return (func, spec) + tuple((tuple(v.shape), v.dtype) if isinstance(v, (_Tensor, _NT))
-                                else v for v in flat)
-
-
-def _instance_check(func, args, kwargs):
-    """torch's complaint about one instance's call (meta tensors of the positional
-    shapes), or None: batching rules accept batches whose instances torch refuses (a
-    1-D ``triu``, a weight of the wrong rank), so the per-instance call is checked.  A
-    TypeError (a call torch's parser refuses) is left to the call itself."""
-    try:
-        func(*[_meta(a) for a in args], **{k: _meta(v) for k, v in kwargs.items()})
-    except NotImplementedError:
-        return None
-    except (RuntimeError, IndexError, ValueError) as e:
-        if "meta" in str(e).lower() or type(e).__name__ in READS_VALUES:
-            return None
-        return _first_line(e)
-    except Exception:
-        return None
-    return None
-
-
-_INSTANCE_OK = PlanCache("per-instance call checks", _instance_check)
-# what torch raises where an op reads a value that fake tensors do not have (under
-# nx.eval_shape and nx.jit's tracing the meta tensors of the check are fake): no complaint
-# about the shapes, the op itself decides (by name: the classes live in private modules)
-READS_VALUES = ("DataDependentOutputException", "DynamicOutputShapeException",
-                 "GuardOnDataDependentSymNode")
+_INSTANCE_OK = PlanCache("per-instance call checks")
 
 
 def _real_instance_check(func, flat, spec):
@@ -342,26 +300,26 @@ def check_instance(func: Callable, args: tuple, kwargs: dict, flat=None, spec=No
                    real: bool = False) -> None:
     """Raise :class:`ShapeError` (torch's message on the user's positional shapes) when
     one instance's call of ``func`` fails on meta tensors of its shapes (``real``: or on
-    a copy of the first instance's values).  Cached per signature (op, positional shapes,
-    dtypes, other arguments): a valid layout costs a dict lookup."""
+    a copy of the first instance's values).  Cached per signature (op, call structure,
+    positional shapes, dtypes, other arguments): a valid layout costs a dict lookup."""
     if torch.compiler.is_dynamo_compiling():
         return
     if flat is None:
         flat, spec = tree_flatten((args, kwargs))
     try:
-        key = _instance_signature(func, flat, spec)
+        key = (func, spec) + tuple((tuple(v.shape), v.dtype) if isinstance(v, (_Tensor, _NT))
+                                   else v for v in flat)
         hash(key)
     except TypeError:
         key = None
     level = 2 if real else 1   # checked on meta tensors (1), and on real values too (2)
     if key is not None and (_INSTANCE_OK.lookup(key) or 0) >= level:
         return
-    msg = _instance_check(func, args, kwargs)
+    msg = on_positional_shapes(func, args, kwargs)
     if msg is None and real and key is not None:   # (uncached: not on every call)
         msg = _real_instance_check(func, flat, spec)
     if msg is not None:
-        raise ShapeError(positional_failure(op_name(func), func, args, kwargs,
-                                            RuntimeError(msg)))
+        raise ShapeError(positional_failure(op_name(func), func, args, kwargs, msg))
     if key is not None:
         _INSTANCE_OK.store(key, level)
 
@@ -370,22 +328,18 @@ class _Looped(Exception):
     """An op that functorch batches wrongly: run it per instance."""
 
 
-def _not_all_named(flat) -> bool:
-    return any(type(v) is _Tensor for v in flat)
-
-
 def _unusual_solve(flat) -> bool:
     """Not every operand named, or A with batch dims of its own (broadcast against B's)."""
     tensors = [v for v in flat if isinstance(v, (_Tensor, _NT))]
-    return _not_all_named(flat) or not tensors or tensors[0].ndim != 2
+    return any(type(v) is _Tensor for v in flat) or not tensors or tensors[0].ndim != 2
 
 
 def _unequal_shapes(flat) -> bool:
     """Not every operand named, positional shapes that differ, or 0-d ones (whose dim 0
     the batching rule reads as the batch dim)."""
     tensors = [v for v in flat if isinstance(v, (_Tensor, _NT))]
-    return _not_all_named(flat) or len({tuple(t.shape) for t in tensors}) > 1 or \
-        not tensors or tensors[0].ndim == 0
+    return any(type(v) is _Tensor for v in flat) or not tensors or tensors[0].ndim == 0 or \
+        len({tuple(t.shape) for t in tensors}) > 1
 
 
 # ops whose functorch batching rules give other values than the per-instance loop,
@@ -408,11 +362,6 @@ _UNBATCHABLE = ("Batching rule not implemented", "data-dependent control flow",
                 "please provide an explicit positive num_classes",   # one_hot(x, -1)
                 # some batching rules refuse dims torch takes on 0-d values (flip(-1))
                 "Dimension out of range")
-
-
-def _unbatchable(e: RuntimeError) -> bool:
-    msg = str(e)
-    return any(m in msg for m in _UNBATCHABLE)
 
 
 def _loop(call, phys, member, U, func, shared):

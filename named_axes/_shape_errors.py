@@ -26,7 +26,7 @@ from ._errors import AxisSizeError, AxisTypeError, fmt_named_shape
 from ._registry import op_name
 from ._torch_private import tensor_version
 
-__all__ = ["fmt_at", "fmt_operand", "positional_failure",
+__all__ = ["fmt_at", "fmt_operand", "positional_failure", "on_positional_shapes", "READS_VALUES",
            "refuse_python_values", "refuse_shared_writes"]
 
 _MATMUL_FIX = ("the contracted (last / second-to-last) positional dims must match; named axes "
@@ -56,17 +56,15 @@ _DEFAULT_FIX = ("positional shapes are per instance: the named axes are not dims
 
 
 def positional_failure(op: str, func: Callable, args: tuple, kwargs: dict,
-                       error: BaseException) -> str:
-    """The message for ``func`` failing on the positional axes of named operands."""
+                       error: BaseException | str) -> str:
+    """The message for ``func`` failing on the positional axes of named operands (``error``
+    as a str: torch's complaint about one instance, already known)."""
     operands = []
-    for i, a in enumerate(args):
-        for j, leaf in _tensors(a):
-            where = f"args[{i}]" + (f"[{j}]" if j is not None else "")
-            operands.append(f"  {where}: {fmt_operand(leaf)}")
-    for k, v in kwargs.items():
+    for key, v in (*enumerate(args), *kwargs.items()):
         for j, leaf in _tensors(v):
-            operands.append(f"  {k}{f'[{j}]' if j is not None else ''}: {fmt_operand(leaf)}")
-    torch_says = _on_positional_shapes(func, args, kwargs)
+            where = f"args[{key}]" if type(key) is int else key
+            operands.append(f"  {where}{f'[{j}]' if j is not None else ''}: {fmt_operand(leaf)}")
+    torch_says = error if isinstance(error, str) else _unless_named(func, args, kwargs)
     if torch_says is None:   # the positional shapes alone are fine: the named layout is not
         torch_says = f"{_first_line(error)} (on the internal layout, named axes leading)"
     fix = next((f for key, f in _FIXES if key in torch_says), _DEFAULT_FIX)
@@ -106,23 +104,38 @@ def _meta(value: Any) -> Any:
     return value
 
 
-def _on_positional_shapes(func: Callable, args: tuple, kwargs: dict) -> str | None:
-    """torch's own message for one instance (meta tensors of the positional shapes), or
-    None when that runs (or the op has no meta kernel, or is given axis names: no
-    positional call has them)."""
+def _unless_named(func: Callable, args: tuple, kwargs: dict) -> str | None:
+    """:func:`on_positional_shapes`, but None for an op given axis names (no positional
+    call has them)."""
     names = {n for a in (*args, *kwargs.values()) for _, t in _tensors(a)
              for n in getattr(t, "named_shape", ())}
-    given = [*args[1:], *kwargs.values()]
-    if names and any(_mentions(v, names) for v in given):
+    if names and any(_mentions(v, names) for v in (*args[1:], *kwargs.values())):
         return None
+    return on_positional_shapes(func, args, kwargs, (TypeError,))
+
+
+# what torch raises where an op reads a value that fake tensors do not have (under
+# nx.eval_shape and nx.jit's tracing the meta tensors of the check are fake): no complaint
+# about the shapes, the op itself decides (by name: the classes live in private modules)
+READS_VALUES = ("DataDependentOutputException", "DynamicOutputShapeException",
+                "GuardOnDataDependentSymNode")
+
+
+def on_positional_shapes(func: Callable, args: tuple, kwargs: dict,
+                         also: tuple = ()) -> str | None:
+    """torch's complaint about one instance's call (meta tensors of the positional shapes;
+    errors of the types in ``also`` too), or None: it runs, the op has no meta kernel, or
+    it reads values a fake tensor lacks.  (A TypeError, torch's parser refusing the call,
+    is otherwise left to the call itself.)"""
     try:
         func(*[_meta(a) for a in args], **{k: _meta(v) for k, v in kwargs.items()})
-    except NotImplementedError:
-        return None
-    except (RuntimeError, IndexError, ValueError, TypeError) as e:
-        if "meta" in str(e).lower():
+    except (RuntimeError, IndexError, ValueError, *also) as e:
+        if isinstance(e, NotImplementedError) or "meta" in str(e).lower() or \
+                type(e).__name__ in READS_VALUES:
             return None
         return _first_line(e)
+    except Exception:
+        return None
     return None
 
 
@@ -135,8 +148,6 @@ def _mentions(value: Any, names: set) -> bool:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
-
-
 
 
 def refuse_python_values(func, per_instance: list) -> None:

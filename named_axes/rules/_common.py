@@ -68,7 +68,5 @@ def instance_invalid(func, args, kwargs, why: str | None = None):
     (``UseFallback``), which is per-instance by construction."""
     check_instance(func, args, kwargs)
     if why is not None:
-        msg = positional_failure(_spelled(func), func, args, kwargs, RuntimeError(why))
-        raise ShapeError(msg.replace(f"{why} (on the internal layout, named axes leading)",
-                                     why, 1))
+        raise ShapeError(positional_failure(_spelled(func), func, args, kwargs, why))
     raise UseFallback(func)
