@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from .._dispatch import ShapeError, result
-from .._pointwise import pointwise
+from .pointwise import pointwise
 from .._registry import op_name, register
 from .._layout import union_names
 from .._plancache import PlanCache

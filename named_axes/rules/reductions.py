@@ -18,7 +18,7 @@ from .._env import bound_axes, current_frame
 from .._errors import AxisSpecError, AxisTypeError, UnboundAxisError, unbound_message
 from .._layout import expand_to
 from .._plancache import PlanCache
-from .._pointwise import pointwise
+from .pointwise import pointwise
 from .._registry import op_name, register
 from .._tensor import NamedTensor
 from ._common import _norm_pos, _spelled
