@@ -1,21 +1,13 @@
 """One cache policy for every plan named_axes remembers.
 
 A *plan* is what an op works out once per layout signature (the names and ranks of its
-operands, a spec string, an axis mapping) so that later calls with the same signature
-only run it: an alignment's permutation, a reduction's physical dims, an einsum's
-equation.  Every such cache is a :class:`PlanCache`, with one policy:
-
-- keyed by a hashable signature; a key that cannot be hashed (lists, odd objects) is
-  not cached, the plan is built for that call;
-- while dynamo traces, nothing is read or stored: dynamo would guard on the dict (and
-  cannot always hash lazily tracked keys); the plan is traced into the graph instead,
-  once per graph;
-- a plan that checked sizes when it was built carries a ``validate(plan, *args)``:
-  a hit that fails it is rebuilt (so the rebuild raises the user's error);
-- when ``maxsize`` plans are held the cache starts over (layouts that never repeat
-  cannot grow it without bound);
-- :func:`clear_caches` (``nx.clear_caches``) empties every cache (a cold call; after a
-  rule is registered).
+operands, a spec string): an alignment's permutation, a reduction's physical dims, an
+einsum's equation.  Every such cache is a :class:`PlanCache`: keyed by a hashable
+signature (an unhashable one is not cached); never read or written while dynamo traces
+(it would guard on the dict; the plan is traced into the graph instead); a plan that
+checked sizes carries a ``validate(plan, *args)``, and a hit failing it is rebuilt (so the
+rebuild raises the user's error); a full cache starts over; :func:`clear_caches` empties
+them all.
 
 >>> from named_axes._plancache import PlanCache
 >>> squares = PlanCache("squares", lambda n: n * n, maxsize=2)
@@ -35,8 +27,8 @@ CACHES: weakref.WeakSet = weakref.WeakSet()   # every live PlanCache, for clear_
 
 
 def _compiling_before_torch() -> bool:
-    """Whether dynamo is tracing; binds ``compiling`` to torch's own check once torch is
-    imported (this module is pure Python: axis-spec parsing runs before torch is)."""
+    """Whether dynamo is tracing; binds ``compiling`` to torch's check once torch is
+    imported (axis-spec parsing runs before torch is)."""
     global compiling
     torch = sys.modules.get("torch")
     if torch is None or not hasattr(torch, "compiler"):
@@ -50,15 +42,9 @@ compiling = _compiling_before_torch
 
 class PlanCache:
     """``cache.plan(key, *args)`` is ``build(*args)``, remembered per ``key``;
-    ``cache(*args)`` uses ``args`` as the key.
-
-    ``validate(plan, *args)``, when given, must hold for a remembered plan to be used.
-    ``lookup(key)`` reads without building, for a fast lane whose miss goes to the
-    general path (which builds, or raises); ``store(key, plan)`` is for plans made as a
-    side effect of a checked run (an xmap call, a reduction whose operand needed no
-    broadcast), which no ``build`` function can make alone (such a cache has no
-    ``build``).
-    """
+    ``cache(*args)`` uses ``args`` as the key.  ``lookup`` and ``store`` serve a cache with
+    no ``build``: plans made as a side effect of a checked run (an xmap call), read by a
+    fast lane whose miss goes to the general path."""
 
     __slots__ = ("name", "build", "maxsize", "validate", "plans", "__weakref__")
 
@@ -88,8 +74,7 @@ class PlanCache:
         return self.plan(args, *args)
 
     def lookup(self, key: Any) -> Any:
-        """The remembered plan for ``key`` or None (never built here; not validated: a
-        cache read this way does not store None plans)."""
+        """The remembered plan for ``key`` or None (not validated)."""
         if compiling():
             return None
         try:
@@ -98,7 +83,6 @@ class PlanCache:
             return None
 
     def store(self, key: Any, plan: Any) -> None:
-        """Remember ``plan`` for ``key`` (outside dynamo; an unhashable key is dropped)."""
         if compiling():
             return
         plans = self.plans
@@ -120,10 +104,8 @@ class PlanCache:
 
 
 def clear_caches() -> None:
-    """Forget every call plan named_axes remembers (``nx.clear_caches``, as
-    ``jax.clear_caches``): results never depend on them; the next call of each layout
-    plans again, as a first call does.  ``nx.jit`` programs are held by their jitted
-    function and go with it.
+    """Forget every plan named_axes remembers (``nx.clear_caches``, as ``jax.clear_caches``):
+    results never depend on them.  ``nx.jit`` programs go with their jitted function.
 
     >>> import torch, named_axes as nx
     >>> f = nx.xmap(lambda x: x * 2, in_axes=['i', ...], out_axes=['i', ...])

@@ -1,12 +1,8 @@
 """The op registry: one :class:`OpRule` per torch function that has a named rule.
 
-Rule modules (:mod:`named_axes.rules`) declare their ops here with :func:`register`;
-the dispatcher looks an op's record up here (:data:`RECORDS`: its rule and whether it
-writes into its first argument), and this is where an op's user-facing spelling
-(``torch.add``, ``Tensor.sum``, ``F.softmax``) is decided.  One rule per function: a
-second registration is refused.  The index by name that dynamo needs grows with every
-registration, and every remembered plan is forgotten (a new rule may change what a plan
-meant).
+Rule modules (:mod:`named_axes.rules`) declare their ops with :func:`register` (a second
+rule for a function is refused, and every remembered plan is forgotten); the dispatcher
+looks them up here, and this is where an op's user-facing spelling is decided.
 
 >>> import torch
 >>> from named_axes import _registry
@@ -95,21 +91,23 @@ def rule_while_compiling(func: Callable):
     ``func in RECORDS`` guard fails) or a lazily tracked Tensor method
     (``RECORDS.get(Tensor.sum)`` raises "unhashable LazyVariableTracker").
     So look up by the function's name (a constant string) and compare identities among
-    the few rules of that name.
-    """
-    for f, impl, _ in _BY_NAME.get(getattr(func, "__name__", None), ()):
-        if func is f:
-            return impl
-    return None
+    the few rules of that name."""
+    return _by_name(func)[1]
+
+
+def _by_name(func: Callable) -> tuple:
+    for entry in _BY_NAME.get(getattr(func, "__name__", None), ()):
+        if func is entry[0]:
+            return entry
+    return None, None, None
 
 
 def op_name(func: Any) -> str:
     """How a user spells ``func``: ``torch.add``, ``Tensor.sum``, ``F.softmax``."""
-    if torch.compiler.is_dynamo_compiling():
-        # dynamo may not hash `func` (see rule_while_compiling): look up by name.
-        for f, _, spelled in _BY_NAME.get(getattr(func, "__name__", None), ()):
-            if func is f:
-                return spelled
+    if torch.compiler.is_dynamo_compiling():   # (see rule_while_compiling)
+        spelled = _by_name(func)[2]
+        if spelled is not None:
+            return spelled
     rec = RECORDS.get(func)
     return rec.spelled if rec is not None else _spell(func)
 

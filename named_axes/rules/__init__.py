@@ -1,15 +1,11 @@
 """The named rules of torch ops, declared into the op registry (:mod:`named_axes._registry`).
 
-One module per family: ``pointwise`` (tables of elementwise ops), ``reductions`` (dim
-arguments that name axes), ``dimwise`` (softmax-like ops along a dim), ``shape``
-(views, indexing, concatenation), ``queries`` (metadata, ``new_*``, refused in-place
-relayouts), ``autograd`` (``backward``, hooks, ``autograd.grad``), ``matmul``, ``nn``
-(``torch.nn.functional``), ``named_ints`` (``roll``/``narrow``/``gather``/
-``index_select`` with a named integer argument: one integer per instance) and ``whole``
-(``equal``/``allclose``: one Python value about whole tensors).
-A function no module declares runs under the dispatcher's vmap fallback.  Each
-module only declares :class:`~named_axes._registry.OpRule`s; the direct bindings are
-made from the registry afterwards (rules -> registry -> bindings).
+One module per family: ``pointwise`` (the elementwise tables and kernel), ``reductions``
+and ``dimwise`` (dim arguments that may name axes), ``shape`` (views, indexing,
+concatenation), ``queries`` (metadata, ``new_*``, refused relayouts, ``equal``),
+``autograd``, ``matmul``, ``nn`` (``torch.nn.functional``) and ``named_ints`` (an integer
+argument that varies per instance).  A function no module declares runs under the
+dispatcher's vmap fallback.
 
 >>> import torch
 >>> from named_axes._registry import RECORDS
@@ -18,8 +14,7 @@ made from the registry afterwards (rules -> registry -> bindings).
 """
 from __future__ import annotations
 
-from . import (autograd, dimwise, matmul, named_ints, nn, pointwise, queries, reductions, shape,
-               whole)
+from . import autograd, dimwise, matmul, named_ints, nn, pointwise, queries, reductions, shape
 
 __all__ = ["install"]
 
@@ -27,5 +22,5 @@ __all__ = ["install"]
 def install() -> None:
     """Declare every family's rules (once, at import of named_axes)."""
     for family in (pointwise, reductions, dimwise, shape, queries, autograd, matmul, nn,
-                   named_ints, whole):
+                   named_ints):
         family.install()

@@ -1,29 +1,18 @@
 """Integer arguments that vary per instance: ``roll``'s ``shifts``, ``narrow``'s ``start``,
 ``index_select``'s and ``gather``'s ``index`` given as named integer values.
 
-Inside ``nx.xmap`` an integer such as ``nx.lax.axis_index('i')`` is a named value: one
-integer per instance of ``'i'``.  Passed as one of these arguments, every instance of the
-named axes gets the op applied with its own integer -- what a Python loop over the named
-indices computes, and what JAX's ``xmap`` does with ``jnp.roll(x, shift)`` or
-``lax.dynamic_slice_in_dim``.  No value is read into Python on the way: a per-instance
-shift or start becomes index arithmetic and one ``take_along_dim``, so the ops run under
-``nx.jit``, ``torch.compile``, ``nx.grad`` and ``torch.func``.
-
-- ``torch.roll`` / ``Tensor.roll``: any integer shift, taken modulo the dim's size (torch's
-  and JAX's rule); several ``dims`` take a shift each, named or not; with no ``dims`` each
-  instance's positional dims are rolled flattened, as torch does.  A plain-int roll of a
-  named value is one ``torch.roll`` of its data.
-- ``torch.narrow`` / ``Tensor.narrow``: torch's rule per instance (a negative start counts
-  from the end once); ``length`` is a Python int, since it sets the result's positional
-  shape, which every instance shares.  An out-of-range start raises :class:`ShapeError`
-  naming the instance, when the values can be read (eager execution).  While a graph is
-  traced (``nx.jit``, ``torch.compile``, ``make_graph``) or under a ``torch.func.vmap`` that
-  batches the start, the values cannot be read: each start is then clamped into range, as
-  ``nx.lax.dynamic_slice_in_dim`` (JAX's rule) does, which changes nothing for a valid
-  start.  The result is a copy, not a view: each instance's slice starts elsewhere.
-- ``index_select`` / ``gather``: a named index runs per instance (functorch's batching
-  rules); an index out of range is reported with the instance, the argument and the dim's
-  size instead of torch's message about the internal layout.
+Inside ``nx.xmap`` an integer such as ``nx.lax.axis_index('i')`` is one integer per
+instance of ``'i'``: every instance gets the op applied with its own integer, as a Python
+loop over the named indices (and JAX's ``xmap``) computes.  No value is read into Python:
+a per-instance shift or start becomes index arithmetic and one ``take_along_dim``, so
+these run under ``nx.jit``, ``torch.compile``, ``nx.grad`` and ``torch.func``.  ``roll``
+shifts modulo the dim's size (a flattened roll with no ``dims``, as torch's).  ``narrow``
+follows torch's rule per instance (``length`` is a Python int: it sets the positional
+shape every instance shares); an out-of-range start is a :class:`ShapeError` naming the
+instance where the values can be read, and is clamped into range, as
+``nx.lax.dynamic_slice_in_dim`` does, where they cannot (a traced graph, a
+``torch.func.vmap`` batching the start).  ``index_select`` / ``gather`` with a named index
+run per instance; an index out of range is reported with its instance.
 
 >>> import torch, named_axes as nx
 >>> f = nx.xmap(lambda v: torch.roll(v, nx.lax.axis_index('i')), in_axes=['i', ...],
@@ -126,10 +115,8 @@ def _roll(func, args, kwargs):
         raise ShapeError(
             f"{_spelled(func)}: shifts and dims must align: {len(shift_list)} shift(s) for "
             f"{'no dims (a flattened roll takes one shift)' if flat else f'dims={dims!r}'}")
-    if not any(type(s) is _NT for s in shift_list):
-        if type(x) is not _NT:
-            return NotImplemented
-        return _roll_static(func, x, shift_list, dim_list, flat)
+    if type(x) is not _NT and not any(type(s) is _NT for s in shift_list):
+        return NotImplemented
     return _roll_named(func, x if type(x) is _NT else _wrap_nt(x, ()), shift_list,
                        dim_list, flat)
 
@@ -160,32 +147,21 @@ def _shift_list(shifts, func) -> list:
     return out
 
 
-def _roll_static(func, x: NamedTensor, shifts: list, dims: list, flat: bool):
-    """Plain-int shifts: one torch.roll of the data (the named dims lead)."""
-    data, k, p = x._data, len(x._names), x.ndim
-    if flat:
-        lead = tuple(data.shape[:k])
-        out = data.reshape(lead + (-1,)).roll(shifts[0], -1).reshape(data.shape)
-    else:
-        out = torch.roll(data, shifts, [k + _norm_pos(d, p, func) for d in dims])
-    return result(out, x._names, func)
-
-
 def _roll_named(func, x: NamedTensor, shifts: list, dims: list, flat: bool):
-    """Per-instance shifts: out[j] = x[(j - shift) mod n] by take_along_dim."""
+    """out[j] = x[(j - shift) mod n]: an int shift by torch.roll, a named one by
+    take_along_dim (with no dims: each instance's positional dims flattened)."""
     operands = [("input", x)] + [(f"shifts[{i}]" if len(shifts) > 1 else "shifts", s)
                                  for i, s in enumerate(shifts) if type(s) is _NT]
     U = union_names(operands, op=func)
     k, p = len(U), x.ndim
     data = align(x._data, x._names, p, U, p)
+    shape = tuple(data.shape)
     if flat:
-        shape = tuple(data.shape)
-        data = _shift(data.reshape(shape[:k] + (-1,)), k, shifts[0], U)
+        data = data.reshape(shape[:k] + (-1,))
+    for s, dd in zip(shifts, [k] if flat else [k + _norm_pos(d, p, func) for d in dims]):
+        data = _shift(data, dd, s, U) if type(s) is _NT else torch.roll(data, s, dd)
+    if flat:
         data = data.reshape(tuple(data.shape[:k]) + shape[k:])
-    else:
-        for s, d in zip(shifts, dims):
-            dd = k + _norm_pos(d, p, func)
-            data = _shift(data, dd, s, U) if type(s) is _NT else torch.roll(data, s, dd)
     sizes = {}
     for _, v in operands:
         sizes.update(zip(v._names, v._data.shape))

@@ -1,12 +1,23 @@
-"""Rules for tensor queries: ops that read a value's metadata (``is_floating_point``,
-``stride``, ``numel`` ...), ``new_*`` factories (plain tensors, as from the physical
-value), and the in-place relayouts (``resize_``, ``as_strided_``, ``set_``) that a value
-with named axes refuses.  Queries answer for the positional view.
+"""Rules for ops whose result is not a named value: queries of a value's metadata
+(``is_floating_point``, ``stride``, ``numel`` ...: they answer for the positional view),
+``new_*`` factories (plain tensors, as from the physical value), the in-place relayouts
+a value with named axes refuses (``resize_``, ``as_strided_``, ``set_``), and
+``torch.equal`` / ``torch.allclose``.
+
+No per-instance answer fits in one ``bool``, so ``equal`` and ``allclose`` compare whole
+values, names included: equal named shapes (names in any order), then the values aligned
+by name.  Inside ``xmap``, where each instance of a bound axis is its own value, they
+refuse: a per-instance answer must be a tensor (``(a == b).all()``).
 
 >>> import torch, named_axes as nx
 >>> x = nx.named(torch.zeros(2, 3, 4), {0: 'b'})
 >>> x.numel(), x.stride(), x.is_floating_point()
 (12, (4, 1), True)
+>>> t = torch.arange(6.).reshape(2, 3)
+>>> torch.equal(nx.named(t, 'N C'), nx.named(t.T, 'C N'))
+True
+>>> torch.allclose(nx.named(t, 'N ...'), nx.named(t + 1e-9, 'N ...'))
+True
 """
 from __future__ import annotations
 
@@ -14,7 +25,9 @@ import functools
 
 import torch
 
+from .._env import bound_axes
 from .._errors import AxisTypeError
+from .._layout import align
 from .._registry import op_name, register
 from .._tensor import NamedTensor
 
@@ -54,6 +67,33 @@ def _numel(func, args, kwargs):
     return args[0].shape.numel()
 
 
+def _whole(func, args, kwargs):
+    a, b, rest = args[0], args[1], args[2:]
+    a_axes = a.named_shape if type(a) is _NT else {}
+    b_axes = b.named_shape if type(b) is _NT else {}
+    bound = [n for n in (*a_axes, *b_axes) if n in bound_axes()]
+    if bound:
+        raise AxisTypeError(
+            f"{op_name(func)}: inside xmap each instance of axis {bound[0]!r} is its own "
+            f"value, and one Python bool cannot answer for each; compute a named tensor "
+            f"instead: (a == b).all() for equal, torch.isclose(a, b).all() for allclose")
+    if a_axes != b_axes:
+        return False
+    if not a_axes:
+        return func(_plain(a), _plain(b), *rest, **kwargs)
+    # allclose broadcasts the positional dims, right-aligned after the named ones (as for
+    # each instance); equal compares the positional shapes as they are
+    close = func is torch.allclose or func is torch.Tensor.allclose
+    P = max(a.ndim, b.ndim)
+    da = align(a._data, a._names, a.ndim, a._names, P if close else a.ndim)
+    db = align(b._data, b._names, b.ndim, a._names, P if close else b.ndim)
+    return func(da, db, *rest, **kwargs)
+
+
+def _plain(v):
+    return v._data if type(v) is _NT else v
+
+
 _declare = functools.partial(register, kind="shape")
 
 
@@ -68,3 +108,4 @@ def install() -> None:
     _declare([T.numel, torch.numel, T.nelement], _numel)
     # (new_* make plain tensors, as from the physical value)
     _declare([T.new_zeros, T.new_ones, T.new_empty, T.new_full, T.new_tensor], _query)
+    register([torch.equal, T.equal, torch.allclose, T.allclose], _whole, kind="whole")
