@@ -1,6 +1,8 @@
 """What the rule modules share: dim spelling and positional-dim checks."""
 from __future__ import annotations
 
+import torch
+
 from .._dispatch import ShapeError, UseFallback, check_instance, result
 from .._shape_errors import positional_failure
 from .._errors import AxisSpecError
@@ -34,11 +36,18 @@ def on_data(func, args: tuple, kwargs: dict):
     return result(func(x._data, *args[1:], **kwargs), x._names, func)
 
 
-def given(args: tuple, kwargs: dict, **defaults) -> list:
-    """The arguments after ``args[0]``, each by position or by keyword: ``defaults``
+def per_tensor(fn, out):
+    """``fn`` applied to ``out``, a tensor, or to each tensor of a (nested) tuple of them."""
+    if isinstance(out, torch.Tensor):
+        return fn(out)
+    return type(out)([per_tensor(fn, o) for o in out])
+
+
+def given(args: tuple, kwargs: dict, start: int = 1, /, **defaults) -> list:
+    """The arguments from ``args[start]`` on, each by position or by keyword: ``defaults``
     names them in order, with the value of one given neither way."""
     return [args[i] if len(args) > i else kwargs.get(k, d)
-            for i, (k, d) in enumerate(defaults.items(), 1)]
+            for i, (k, d) in enumerate(defaults.items(), start)]
 
 
 def _norm_pos(d: int, p: int, op) -> int:

@@ -51,20 +51,16 @@ def _autograd_grad(func, args, kwargs):
     outputs = args[0] if args else kwargs.pop("outputs")
     inputs = args[1] if len(args) > 1 else kwargs.pop("inputs")
     grad_outputs = args[2] if len(args) > 2 else kwargs.pop("grad_outputs", None)
-    single_out = not isinstance(outputs, (list, tuple))
-    outs = [outputs] if single_out else list(outputs)
-    single_in = not isinstance(inputs, (list, tuple))
-    ins = [inputs] if single_in else list(inputs)
+    outs, ins = (list(v) if isinstance(v, (list, tuple)) else [v] for v in (outputs, inputs))
     if grad_outputs is None:
         gos = [torch.ones_like(o._data) if type(o) is _NT and o.ndim == 0 else None for o in outs]
     else:
-        gos = [grad_outputs] if not isinstance(grad_outputs, (list, tuple)) else list(grad_outputs)
+        gos = grad_outputs if isinstance(grad_outputs, (list, tuple)) else [grad_outputs]
         gos = [_grad_output(g, outs[i] if i < len(outs) else None) for i, g in enumerate(gos)]
     grads = torch.autograd.grad([o._data if type(o) is _NT else o for o in outs],
                                 [i._data if type(i) is _NT else i for i in ins], gos, **kwargs)
-    out = [NamedTensor._wrap(g, i._names) if type(i) is _NT and g is not None else g
-           for g, i in zip(grads, ins)]
-    return tuple(out)
+    return tuple(NamedTensor._wrap(g, i._names) if type(i) is _NT and g is not None else g
+                 for g, i in zip(grads, ins))
 
 
 def _grad_output(g, out):

@@ -26,7 +26,7 @@ from .._registry import op_name, register
 from .._layout import union_names
 from .._plancache import PlanCache
 from .._tensor import NamedTensor
-from ._common import instance_invalid
+from ._common import given, instance_invalid
 
 _NT = NamedTensor
 
@@ -194,9 +194,7 @@ _MATMUL_PLANS = PlanCache("matmul", _matmul_plan)
 
 
 def _linear(func, args, kwargs):
-    x = args[0]
-    w = args[1] if len(args) > 1 else kwargs.get("weight")
-    bias = args[2] if len(args) > 2 else kwargs.get("bias")
+    x, w, bias = given(args, kwargs, 0, input=None, weight=None, bias=None)
     if type(x) is _NT and type(w) is not _NT and type(bias) is not _NT:
         if x.ndim == 0:
             raise ShapeError(f"F.linear: the input has no positional dims (named shape "

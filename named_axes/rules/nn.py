@@ -21,7 +21,7 @@ from .._dispatch import ShapeError, result
 from .._registry import op_name, register
 from .._errors import AxisSizeError, AxisSpecError, fmt_named_shape
 from .._layout import union_names
-from ._common import first_only, instance_invalid, on_data
+from ._common import first_only, given, instance_invalid, on_data, per_tensor
 from .shape import _full_layout, _named_sizes
 from .._tensor import NamedTensor
 from .._torch_private import native_batch_norm_legit
@@ -32,8 +32,7 @@ _T = torch.Tensor
 # -- nn ops -------------------------------------------------------------------------
 
 def _layer_norm(func, args, kwargs):
-    x = args[0]
-    shape = args[1] if len(args) > 1 else kwargs.get("normalized_shape")
+    x, shape = given(args, kwargs, 0, input=None, normalized_shape=None)
     if not first_only(args, kwargs):
         return NotImplemented
     n = 1 if isinstance(shape, int) else len(shape)
@@ -70,11 +69,9 @@ def _first_named_only(func, args, kwargs):
 
 def _pad(func, args, kwargs):
     """F.pad pads the last positional dims; modes other than constant want the batch folded."""
-    x = args[0]
-    pad = args[1] if len(args) > 1 else kwargs.get("pad")
+    x, pad, mode = given(args, kwargs, 0, input=None, pad=None, mode="constant")
     if not first_only(args, kwargs) or pad is None:
         return NotImplemented
-    mode = args[2] if len(args) > 2 else kwargs.get("mode", "constant")
     n, p = len(pad) // 2, x.ndim
     if n > p:
         raise ShapeError(f"F.pad: padding {tuple(pad)} pads {n} dims of a value with {p} "
@@ -111,22 +108,18 @@ def _fold_batch(spatial: int, unbatched_ok: bool = True):
         else:
             return NotImplemented
         out = func(data, *args[1:], **kwargs)
-
-        def unfold(o):
-            return o.reshape(keep + tuple(o.shape[1:])) if isinstance(o, _T) else type(o)(map(unfold, o))
-        return result(unfold(out), x._names, func)
+        return result(per_tensor(lambda o: o.reshape(keep + tuple(o.shape[1:])), out), x._names,
+                      func)
     return rule
 
 
 def _instance_norm_stats(func, x, args, kwargs):
-    names = ("running_mean", "running_var", "weight", "bias", "use_input_stats")
-    given = dict(zip(names, args[1:]))
-    given.update((k, v) for k, v in kwargs.items() if k in names)
-    if not given.get("use_input_stats", True):
-        return
-    for k in ("running_mean", "running_var"):
-        if given.get(k) is not None:
-            raise _shared_write(func, given[k], x, k)
+    mean, var, _, _, use_input_stats = given(args, kwargs, 1, running_mean=None,
+                                             running_var=None, weight=None, bias=None,
+                                             use_input_stats=True)
+    for k, v in (("running_mean", mean), ("running_var", var)):
+        if use_input_stats and v is not None:
+            raise _shared_write(func, v, x, k)
 
 
 def _batch_norm_shapes(func, args, kwargs):
@@ -135,10 +128,8 @@ def _batch_norm_shapes(func, args, kwargs):
     past its end): check one instance's shapes, then the vmap fallback runs it."""
     x = args[0]
     names = ("weight", "bias", "running_mean", "running_var")
-    vals = list(args[1:5]) + [kwargs.get(n) for n in names[len(args[1:5]):]]
-    px = x.ndim if type(x) is _NT else x.dim()
-    c = tuple(x.shape)[1] if px > 1 else None
-    for n, v in zip(names, vals):
+    c = tuple(x.shape)[1] if len(x.shape) > 1 else None
+    for n, v in zip(names, given(args, kwargs, 1, **dict.fromkeys(names))):
         if isinstance(v, (_NT, _T)) and (c is None or tuple(v.shape) != (c,)):
             instance_invalid(func, args, kwargs,
                              f"expected {n} of shape ({c},), the input's channels, but got "
@@ -148,23 +139,21 @@ def _batch_norm_shapes(func, args, kwargs):
 
 def _sdpa(func, args, kwargs):
     names = ("query", "key", "value", "attn_mask")
-    vals = list(args[:4]) + [kwargs.get(n) for n in names[len(args[:4]):]]
+    vals = given(args, kwargs, 0, **dict.fromkeys(names))
     rest = {k: v for k, v in kwargs.items() if k not in names}
     present = [(n, v) for n, v in zip(names, vals) if type(v) is _NT]
     if any(v.ndim < 2 for n, v in present if n != "attn_mask"):
         return NotImplemented
     U = union_names(present, op="F.scaled_dot_product_attention")
     # positional dims broadcast right-aligned, per instance
-    _, laid = _padded_layout(vals, "F.scaled_dot_product_attention")
+    _, laid = _full_layout(vals, "F.scaled_dot_product_attention", pad=True)
     return result(func(*laid[:3], attn_mask=laid[3], **rest), U, func)
 
 
-def _padded_layout(values, op):
-    """``_full_layout`` (ranks padded) of the tensors among ``values``, the other values
-    as they are."""
-    U, phys = _full_layout([v for v in values if isinstance(v, (_NT, _T))], op, pad=True)
-    it = iter(phys)
-    return U, [next(it) if isinstance(v, (_NT, _T)) else v for v in values]
+def _sum_positional(t: _T, k: int) -> _T:
+    """``t``'s dims after the ``k`` named ones summed (``t.sum(())`` would sum them all)."""
+    dims = tuple(range(k, t.dim()))
+    return t.sum(dims) if dims else t
 
 
 def _legacy_reduction(kwargs) -> bool:
@@ -187,28 +176,26 @@ def _losses(func, args, kwargs):
         if func is F.gaussian_nll_loss:   # var's broadcasting depends on the ranks
             return NotImplemented
         instance_invalid(func, args, kwargs)   # torch's per-instance size check
-    U, laid = _padded_layout(args, op_name(func))
+    U, laid = _full_layout(args, op_name(func), pad=True)
     out = result(func(*laid, **{**kw, "reduction": "none"}), U, func)
     if red == "none":
         return out
-    k = len(out._names)
-    dims = tuple(range(k, out._data.dim()))
-    if red == "sum":
-        data = out._data.sum(dims) if dims else out._data
-    elif red == "mean":
-        data = out._data.mean(dims) if dims else out._data
+    k, data = len(out._names), out._data
+    if red == "mean" and data.dim() > k:
+        data = data.mean(tuple(range(k, data.dim())))
+    elif red == "sum":
+        data = _sum_positional(data, k)
     elif red == "batchmean":
         x = args[0]   # torch divides by the input's (not the result's) first size
-        data = (out._data.sum(dims) if dims else out._data) / (x.shape[0] if x.dim() else 1)
-    else:
+        data = _sum_positional(data, k) / (x.shape[0] if x.dim() else 1)
+    elif red != "mean":
         raise AxisSpecError(f"{op_name(func)}: unknown reduction {red!r}")
     return result(data, out._names, func)
 
 
 def _class_loss(func, args, kwargs):
     """cross_entropy / nll_loss: fold named dims into the batch dim, reduce per named index."""
-    x = args[0]
-    t = args[1] if len(args) > 1 else kwargs.get("target")
+    x, t = given(args, kwargs, 0, input=None, target=None)
     if len(args) > 2 or _legacy_reduction(kwargs):
         return NotImplemented
     if type(kwargs.get("weight")) is _NT:
@@ -233,8 +220,7 @@ def _class_loss(func, args, kwargs):
     loss = loss.reshape(lead + pos_shape + tuple(loss.shape[1:]))
     if red == "none":
         return result(loss, U, func)
-    dims = tuple(range(k, loss.dim()))
-    total = loss.sum(dims) if dims else loss
+    total = _sum_positional(loss, k)
     if red == "sum":
         return result(total, U, func)
     if red != "mean":
@@ -245,9 +231,7 @@ def _class_loss(func, args, kwargs):
     valid = td != ignore
     w = kwargs.get("weight")
     denom = valid.to(loss.dtype) if w is None else w[torch.where(valid, td, 0)] * valid
-    tdims = tuple(range(k, denom.dim()))
-    denom = denom.sum(tdims) if tdims else denom
-    return result(total / denom, U, func)
+    return result(total / _sum_positional(denom, k), U, func)
 
 
 _declare = functools.partial(register, kind="nn")

@@ -1,6 +1,6 @@
 """Reductions and dim translation: a dim argument may name axes (docs/guide.md §1).
 
-``translate_dims`` turns an int, a name or a tuple mixing both into physical dims
+:func:`_dims_of` turns an int, a name or a tuple mixing both into physical dims
 (broadcasting a value along a bound name it lacks); the reduction rules reduce named
 dims and drop them from the named shape, with torch's return conventions.
 """
@@ -21,7 +21,7 @@ from .._plancache import PlanCache
 from .pointwise import pointwise
 from .._registry import op_name, register
 from .._tensor import NamedTensor
-from ._common import _norm_pos, _spelled
+from ._common import _norm_pos, _spelled, per_tensor
 
 _NT = NamedTensor
 _T = torch.Tensor
@@ -58,32 +58,6 @@ def _check_engines(names, op) -> None:
             frame.engine.check_named_op(_spelled(op), tuple(names))
 
 
-def translate_dims(x: _NT, dims, op):
-    """Map a dim spec (int, name, or tuple mixing both) to physical dims.
-
-    Returns ``(x', physical dims list, named dims list)`` where ``x'`` may be ``x``
-    broadcast along bound names it lacked.
-    """
-    items = list(dims) if isinstance(dims, (tuple, list)) else [dims]
-    names = [d for d in items if not isinstance(d, int)]
-    if names:
-        x = _with_names(x, names, op)
-        _check_engines(names, op)
-    k = len(x._names)
-    p = x._data.dim() - k
-    phys, named = [], []
-    for d in items:
-        if isinstance(d, int) and not isinstance(d, bool):
-            phys.append(k + _norm_pos(d, p, op))
-        else:
-            i = x._names.index(d)
-            phys.append(i)
-            named.append(i)
-    if len(set(phys)) != len(phys):
-        raise AxisSpecError(f"{_spelled(op)}: dimension spec {dims!r} names one dimension twice")
-    return x, phys, named
-
-
 # name -> (index of the dim argument, whether it accepts several dims)
 REDUCTIONS = {
     "sum": (1, True), "nansum": (1, True), "mean": (1, True), "nanmean": (1, True),
@@ -102,7 +76,7 @@ _VALUES_ONLY = {"max", "min", "median", "nanmedian"}
 
 
 class DimsPlan(NamedTuple):
-    """What ``translate_dims`` works out for a dim argument."""
+    """What :func:`_dims_of` works out for a dim argument."""
     phys: tuple         # physical dims
     named: tuple        # the dims of named axes among them
     names_left: tuple   # names after reducing the named dims
@@ -129,13 +103,10 @@ def _plain_spec(dims) -> bool:
 
 
 def _dims_of(x: _NT, dims, op):
-    """``translate_dims`` plus the names left after reducing the named dims, memoised.
-
-    Returns ``(x', (phys, named, names_left, asked))``.  ``op`` is a name or the torch
-    function (spelled only when needed).  Values that get broadcast along a bound name
-    they lack are not memoised (that depends on the environment), nor is anything
-    while dynamo traces (a global dict it would guard on).
-    """
+    """A dim spec (int, name, or tuple mixing both) as physical dims: ``(x', DimsPlan)``,
+    ``x'`` being ``x`` broadcast along the bound names it lacked.  ``op`` is a name or the
+    torch function (spelled only when needed).  Memoised, except for a value broadcast
+    along a bound name (that depends on the environment)."""
     key = None
     if _plain_spec(dims):
         key = (x._names, x._data.dim(), dims)
@@ -144,11 +115,21 @@ def _dims_of(x: _NT, dims, op):
             if hit.asked:
                 _check_engines(hit.asked, op)
             return x, hit
-    x2, phys, named = translate_dims(x, dims, op)
-    items = dims if isinstance(dims, (tuple, list)) else (dims,)
-    entry = DimsPlan(tuple(phys), tuple(named),
-                     tuple(n for i, n in enumerate(x2._names) if i not in named),
-                     tuple(d for d in items if not isinstance(d, int)))
+    items = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+    asked = tuple(d for d in items if not isinstance(d, int))
+    x2 = x
+    if asked:
+        x2 = _with_names(x, asked, op)
+        _check_engines(asked, op)
+    k = len(x2._names)
+    p = x2._data.dim() - k
+    phys = tuple(k + _norm_pos(d, p, op) if isinstance(d, int) and not isinstance(d, bool)
+                 else x2._names.index(d) for d in items)
+    if len(set(phys)) != len(phys):
+        raise AxisSpecError(f"{_spelled(op)}: dimension spec {dims!r} names one dimension twice")
+    named = tuple(d for d in phys if d < k)
+    entry = DimsPlan(phys, named, tuple(n for i, n in enumerate(x2._names) if i not in named),
+                     asked)
     if key is not None and x2 is x:
         _DIMS.store(key, entry)
     return x2, entry
@@ -172,7 +153,7 @@ def _reduction(name: str, dim_index: int, multi: bool):
                     return result(func(x2._data, phys if multi else phys[0]), names_left, func)
         rest = list(args[1:])
         kw = _dim_keyword(func, kwargs)
-        if _any_tensor(rest, kw):
+        if any(isinstance(a, (_NT, _T)) for a in (*rest, *kw.values())):
             if name in ("max", "min") and rest and isinstance(rest[0], (_NT, _T)):
                 return pointwise(torch.maximum if name == "max" else torch.minimum,
                                  (x, rest[0]), {})
@@ -246,7 +227,7 @@ def _reduce_positional(call: _Call, x: _NT, keepdim: bool, values_only: bool):
     if values_only:
         out = out[0]
     if keepdim:
-        out = _reshape_out(out, tuple(x._data.shape[:k]) + (1,) * p)
+        out = per_tensor(lambda t: t.reshape(tuple(x._data.shape[:k]) + (1,) * p), out)
     return result(out, x._names, call.func)
 
 
@@ -277,7 +258,8 @@ def _reduce_dims(call: _Call, name: str, multi: bool, x: _NT, dims, keepdim: boo
     dim_arg = phys if multi else phys[0]
     if named and keepdim:
         # keepdim keeps the positional dims only: the reduced named dims go
-        out = _squeeze_out(_run(call, x._data, dim_arg, True), named)
+        out = per_tensor(lambda t: t.squeeze(named) if t.dim() else t,
+                         _run(call, x._data, dim_arg, True))
     else:
         # named dims lead and reduced dims vanish: keepdim=False gives the layout
         out = _run(call, x._data, dim_arg, keepdim)
@@ -294,30 +276,6 @@ def _empty_dims(name: str, x: _NT, phys, keepdim: bool):
     if p:
         return x, tuple(range(k, k + p)), keepdim
     return _wrap_nt(x._data.unsqueeze(-1), x._names), (k,), False
-
-
-def _any_tensor(rest: list, kw: dict) -> bool:
-    for a in rest:
-        if isinstance(a, (_NT, _T)):
-            return True
-    if kw:
-        for v in kw.values():
-            if isinstance(v, (_NT, _T)):
-                return True
-    return False
-
-
-def _squeeze_out(out, dims):
-    """Remove the reduced named dims."""
-    if isinstance(out, _T):
-        return out.squeeze(tuple(dims)) if out.dim() else out
-    return type(out)([_squeeze_out(o, dims) for o in out])
-
-
-def _reshape_out(out, shape):
-    if isinstance(out, _T):
-        return out.reshape(shape)
-    return type(out)([_reshape_out(o, shape) for o in out])
 
 
 def install() -> None:

@@ -247,8 +247,7 @@ def _lu_unpack(func, args, kwargs):
     """torch.lu_unpack reads the pivots without checking their shape against LU's (a
     mismatch read past the end of the pivots and corrupted the heap): one instance's
     shapes are checked here, then the vmap fallback runs it."""
-    lu = args[0] if args else kwargs.get("LU_data")
-    piv = args[1] if len(args) > 1 else kwargs.get("LU_pivots")
+    lu, piv = given(args, kwargs, 0, LU_data=None, LU_pivots=None)
     if not isinstance(lu, (_NT, torch.Tensor)) or not isinstance(piv, (_NT, torch.Tensor)):
         return NotImplemented
     shape, pshape = tuple(lu.shape), tuple(piv.shape)
@@ -285,9 +284,11 @@ def _diagonal(func, args, kwargs):
 
 # -- concatenation ------------------------------------------------------------------
 
-def _full_layout(tensors, op, pad: bool = False):
-    """Every tensor laid out as ``[U..., own positional]`` and expanded to the full named sizes
-    (with ``pad``, positional ranks are padded to the largest with leading size-1 dims)."""
+def _full_layout(values, op, pad: bool = False):
+    """The tensors among ``values`` laid out as ``[U..., own positional]`` and expanded to
+    the full named sizes (``pad``: positional ranks padded to the largest with leading
+    size-1 dims); the other values as they are."""
+    tensors = [t for t in values if isinstance(t, (_NT, _T))]
     operands = [(f"tensors[{i}]", t) for i, t in enumerate(tensors) if type(t) is _NT]
     U = union_names(operands, op=op)
     sizes = {}
@@ -296,11 +297,14 @@ def _full_layout(tensors, op, pad: bool = False):
     full = tuple(sizes[n] for n in U)
     P = max(t.ndim if type(t) is _NT else t.dim() for t in tensors) if pad else 0
     out = []
-    for t in tensors:
+    for t in values:
         if type(t) is _NT:
             d = align(t._data, t._names, t.ndim, U, max(t.ndim, P))
-        else:
+        elif isinstance(t, _T):
             d = t.reshape((1,) * (len(U) + max(P - t.dim(), 0)) + tuple(t.shape))
+        else:
+            out.append(t)
+            continue
         out.append(d.expand(full + tuple(d.shape[len(U):])))
     return U, out
 
