@@ -1,15 +1,11 @@
 """The dispatcher: every torch call that sees a NamedTensor comes here.
 
 ``dispatch(func, args, kwargs)`` looks ``func`` up in the op registry
-(:mod:`named_axes._registry`, filled by :mod:`named_axes.rules`); a rule computes the result with one call on the physical
-tensors (or returns ``NotImplemented``).  Anything without a rule runs under
-``torch.func.vmap`` over the named dims (:func:`vmap_fallback`) — correct for every op
-functorch can batch, with ``randomness='different'`` so random ops draw independently
-per named index.
-
-Semantics (docs/guide.md §1): ops act on positional axes only; the result's named shape is the
-union of the inputs' (broadcast by name, equal names need equal sizes); the result
-equals running the op once per index of every named axis.
+(:mod:`named_axes._registry`, filled by :mod:`named_axes.rules`); a rule computes the
+result with one call on the physical tensors (or returns ``NotImplemented``).  Anything
+without a rule runs under ``torch.func.vmap`` over the named dims (:func:`vmap_fallback`,
+``randomness='different'``): the result equals running the op once per index of every
+named axis (docs/guide.md §1).
 """
 from __future__ import annotations
 
@@ -36,7 +32,7 @@ from ._tape import note_call
 from ._levels import ORIGINAL as _functorch
 from ._writes import check_inplace, write_out
 
-__all__ = ["dispatch", "vmap_fallback", "wrap", "result", "check_conflicts", "ShapeError", "READS_VALUES",
+__all__ = ["dispatch", "vmap_fallback", "wrap", "result", "ShapeError", "READS_VALUES",
            "UseFallback", "check_instance"]
 
 _Tensor = torch.Tensor
@@ -118,10 +114,9 @@ def _inside(run: Callable, func: Callable, a: tuple, kw: dict) -> Any:
 
 
 def _unwrap_unnamed(func: Callable, args: tuple, kwargs: dict) -> tuple:
-    """``args`` / ``kwargs`` with NamedTensors that carry no names (xmap's ``in_axes={}``
-    inputs) replaced by their plain data, so rules see weights as plain tensors and take
-    their fast paths.  Only done next to a value that does carry names (an op on unnamed
-    values alone keeps its NamedTensor result), and never to an in-place op's target."""
+    """NamedTensors that carry no names (xmap's ``in_axes={}`` inputs) as their plain data,
+    so rules take their plain-operand fast paths; only next to a value that carries names,
+    and never an in-place op's target."""
     if not any(type(v) is _NT and v._names or type(v) in (list, tuple) and any(
             type(e) is _NT and e._names for e in v) for v in (*args, *kwargs.values())):
         return args, kwargs
@@ -132,14 +127,12 @@ def _unwrap_unnamed(func: Callable, args: tuple, kwargs: dict) -> tuple:
     return a, kw
 
 
-# is func an in-place op (mul_, __imul__)?  (not asked while dynamo traces: it cannot
-# hash every function)
-_writes_target = PlanCache("in-place ops", _is_inplace)
+_writes_target = PlanCache("in-place ops", _is_inplace)   # (mul_, __imul__)
 
 
 def _keeps_target(func: Callable) -> bool:
     """Does ``func`` write into (or hook onto) its first argument?  (Under dynamo: assume
-    so — a lookup keyed by the function can fail its guards, see _registry.rule_while_compiling.)"""
+    so; a lookup keyed by the function can fail its guards.)"""
     if torch.compiler.is_dynamo_compiling():
         return True
     return _writes_target(func) or func in (
@@ -159,29 +152,18 @@ def wrap(out: Any, names: tuple) -> Any:
     return out
 
 
-def check_conflicts(names: tuple, op: str) -> None:
-    """Two axes mapped to one resource may never meet in one value (docs/guide.md §5)."""
-    for pair in _env_state.conflicts:
+def result(out: Any, names: tuple, func: Callable) -> Any:
+    """:func:`wrap` an op's output; two axes mapped to one resource may never meet in one
+    value (docs/guide.md §5)."""
+    for pair in _env_state.conflicts if len(names) > 1 else ():
         if pair <= set(names):
             a, b = sorted(pair, key=repr)
             res = next((f.resources for f in reversed(frames()) if a in f.resources), {})
             raise AxisResourceError(
-                f"{op}: axes {a!r} and {b!r} are both mapped to resource "
+                f"{op_name(func)}: axes {a!r} and {b!r} are both mapped to resource "
                 f"{res.get(a)!r} and would meet in one value; reduce one of them first, or "
-                f"map them to different mesh axes"
-            )
-
-
-def result(out: Any, names: tuple, func: Callable) -> Any:
-    """Wrap an op's output, enforcing the resource-conflict rule when one is in force."""
-    if _env_state.conflicts and len(names) > 1:
-        check_conflicts(names, op_name(func))
+                f"map them to different mesh axes")
     return _wrap_nt(out, names) if names and type(out) is _Tensor else wrap(out, names)
-
-
-# ---------------------------------------------------------------------------
-# the generic fallback: torch.func.vmap over the named dims
-# ---------------------------------------------------------------------------
 
 def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
     """``func`` run once per index of every named axis, via nested ``torch.func.vmap``."""
@@ -328,18 +310,18 @@ class _Looped(Exception):
     """An op that functorch batches wrongly: run it per instance."""
 
 
-def _unusual_solve(flat) -> bool:
-    """Not every operand named, or A with batch dims of its own (broadcast against B's)."""
-    tensors = [v for v in flat if isinstance(v, (_Tensor, _NT))]
-    return any(type(v) is _Tensor for v in flat) or not tensors or tensors[0].ndim != 2
-
-
-def _unequal_shapes(flat) -> bool:
-    """Not every operand named, positional shapes that differ, or 0-d ones (whose dim 0
-    the batching rule reads as the batch dim)."""
-    tensors = [v for v in flat if isinstance(v, (_Tensor, _NT))]
-    return any(type(v) is _Tensor for v in flat) or not tensors or tensors[0].ndim == 0 or \
-        len({tuple(t.shape) for t in tensors}) > 1
+def _unusual(solve: bool):
+    """When functorch batches an op wrongly: not every operand named, or (``solve``) an A
+    with batch dims of its own (broadcast against B's), or else positional shapes that
+    differ or are 0-d (whose dim 0 the batching rule reads as the batch dim)."""
+    def when(flat) -> bool:
+        tensors = [v for v in flat if isinstance(v, (_Tensor, _NT))]
+        if any(type(v) is _Tensor for v in flat) or not tensors:
+            return True
+        if solve:
+            return tensors[0].ndim != 2
+        return tensors[0].ndim == 0 or len({tuple(t.shape) for t in tensors}) > 1
+    return when
 
 
 # ops whose functorch batching rules give other values than the per-instance loop,
@@ -347,10 +329,10 @@ def _unequal_shapes(flat) -> bool:
 # lstsq broadcasts a batched B against A wrongly, native_batch_norm aligns a batched
 # weight with the wrong dim, _softmax_backward_data with one operand batched
 _LOOPED = {f: when for fs, when in (
-    ((torch.linalg.solve, torch.linalg.solve_ex, torch.linalg.lstsq), _unusual_solve),
+    ((torch.linalg.solve, torch.linalg.solve_ex, torch.linalg.lstsq), _unusual(True)),
     ((torch.native_batch_norm, native_batch_norm_legit), lambda flat: True),
     ((softmax_backward_data, softmax_backward_data_op,
-      softmax_backward_data_op.default), _unequal_shapes),
+      softmax_backward_data_op.default), _unusual(False)),
 ) for f in fs if f is not None}
 
 _SLOT = object()  # marks where a tensor output goes back
@@ -365,16 +347,10 @@ _UNBATCHABLE = ("Batching rule not implemented", "data-dependent control flow",
 
 
 def _loop(call, phys, member, U, func, shared):
-    """``call`` once per index of the named dims ``U`` (leading, in order), stacked.
-
-    ``shared`` are the op's plain tensor arguments, the same for every instance: an op
-    that writes into one of them (a running statistic) is refused, and the write undone,
-    as a loop would apply every instance to it in turn.
-
-    Exact when every instance's results have one shape; when an op's result shape
-    depends on the values and differs between instances, no named value can hold them
-    (one name, one size; one positional shape for every instance): a :class:`ShapeError`
-    says so."""
+    """``call`` once per index of the named dims ``U`` (leading, in order), stacked.  An op
+    that writes into one of the ``shared`` plain tensor arguments (a running statistic)
+    is refused (the write undone), and so are results whose shapes differ between
+    instances (a named value has one positional shape)."""
     import itertools
 
     sizes = {}

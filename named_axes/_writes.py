@@ -1,13 +1,10 @@
 """Writes into tensors that already exist: in-place ops and ``out=``, one rule for both.
 
 A write keeps its target's named shape (vmap's rule): the value written may not carry a
-named axis the target lacks, since every instance of that axis would write into the
-one target (``torch.ones(2, 3).mul_(named)`` would apply every instance in turn).
-``out=`` receives the result the op gives without it: the same named shape (names in
-any order), torch's resizing of a positional shape that differs and torch's casting
-rule; a plain ``out`` can only receive a result without named axes.  A write whose
-target shares memory with another operand does what the per-instance loop does: where
-torch refuses each instance's write (the two overlap), it is refused.
+named axis the target lacks (every instance of it would write into the one target).
+``out=`` receives the result the op gives without it: its named shape (names in any
+order), torch's resizing and casting rules.  A write whose target overlaps another
+operand within one instance is refused, as torch refuses each instance's write.
 
 >>> import torch, named_axes as nx
 >>> a = nx.named(torch.ones(2, 3), 'N ...')
@@ -37,30 +34,13 @@ __all__ = ["check_inplace", "check_overlap", "write_out"]
 _NT = NamedTensor
 
 
-def _operand_axes(values) -> dict:
-    """name -> size over the NamedTensors among ``values`` (and inside lists of them)."""
-    axes: dict = {}
+def _leaves(values):
+    """The tensors and NamedTensors among ``values`` and in (nested) lists of them."""
     for v in values:
-        if type(v) is _NT:
-            axes.update(v.named_shape)
-        elif type(v) in (list, tuple):
-            axes.update(_operand_axes(v))
-    return axes
-
-
-def _describe(target) -> str:
-    if type(target) is _NT:
-        return f"a value with named shape {fmt_named_shape(target.named_shape)}"
-    return f"a plain tensor of shape {tuple(target.shape)}"
-
-
-def _refuse(func: Callable, target, axes: dict, missing: list) -> None:
-    name = missing[0]
-    raise AxisSizeError(
-        f"{op_name(func)}: in-place update of {_describe(target)} by a value with named axis "
-        f"{name!r} (size {axes[name]}) would write every instance of that axis into it; "
-        f"compute a new value instead (x = x + y, not x += y or x.add_(y)), or give the "
-        f"target the axis first")
+        if type(v) in (list, tuple):
+            yield from _leaves(v)
+        elif isinstance(v, (torch.Tensor, _NT)):
+            yield v
 
 
 def check_inplace(func: Callable, args: tuple, kwargs: dict) -> None:
@@ -74,12 +54,18 @@ def check_inplace(func: Callable, args: tuple, kwargs: dict) -> None:
                       for a in args[1:]]
             check_inplace(func, (t, *paired), kwargs)
         return
-    axes = _operand_axes(args[1:])
-    axes.update(_operand_axes(v for k, v in kwargs.items() if k != "out"))
+    axes = {n: size for v in _leaves((*args[1:], *(v for k, v in kwargs.items() if k != "out")))
+            if type(v) is _NT for n, size in v.named_shape.items()}
     have = target._names if type(target) is _NT else ()
     missing = [n for n in axes if n not in have]
     if missing:
-        _refuse(func, target, axes, missing)
+        what = (f"a value with named shape {fmt_named_shape(target.named_shape)}"
+                if type(target) is _NT else f"a plain tensor of shape {tuple(target.shape)}")
+        raise AxisSizeError(
+            f"{op_name(func)}: in-place update of {what} by a value with named axis "
+            f"{missing[0]!r} (size {axes[missing[0]]}) would write every instance of that axis "
+            f"into it; compute a new value instead (x = x + y, not x += y or x.add_(y)), or "
+            f"give the target the axis first")
     if axes or have:
         check_overlap(func, args, kwargs)
 
@@ -92,17 +78,6 @@ def _plain_data(v):
     return d if ok else None
 
 
-def _tensors(values, out: list) -> list:
-    """The tensors among ``values`` (and in lists of them; a NamedTensor's data), into
-    ``out``."""
-    for v in values:
-        if type(v) in (list, tuple):
-            _tensors(v, out)
-        elif isinstance(v, (torch.Tensor, _NT)):
-            out.append(v._data if type(v) is _NT else v)
-    return out
-
-
 def check_overlap(func: Callable, args: tuple, kwargs: dict) -> None:
     """An in-place op whose target shares memory with another operand: the first
     instance runs on a copy of that memory, so that torch refuses a write the
@@ -110,7 +85,7 @@ def check_overlap(func: Callable, args: tuple, kwargs: dict) -> None:
     instance the two overlap) instead of the whole tensor being written at once."""
     if torch.compiler.is_dynamo_compiling():
         return
-    others = _tensors((*args[1:], *kwargs.values()), [])
+    others = [v._data if type(v) is _NT else v for v in _leaves((*args[1:], *kwargs.values()))]
     if not others or dispatch_depth():
         return
     target = _plain_data(args[0])
@@ -157,8 +132,7 @@ def write_out(func: Callable, args: tuple, kwargs: dict, compute: Callable) -> A
     which is then written into ``out`` (one tensor or a tuple of them)."""
     kwargs = dict(kwargs)
     out = kwargs.pop("out")
-    if torch.is_grad_enabled() and any(t.requires_grad for t in
-                                       _tensors((*args, *kwargs.values()), [])):
+    if torch.is_grad_enabled() and any(t.requires_grad for t in _leaves((*args, *kwargs.values()))):
         raise AxisSizeError(
             f"{op_name(func)}: functions with out=... arguments don't support automatic "
             f"differentiation (torch's rule), but an argument requires grad; drop out=")

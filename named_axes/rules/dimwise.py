@@ -68,53 +68,36 @@ def _dimwise(name: str, dim_index: int, names_ok: bool):
         kwargs = dict(kwargs)
         if "axis" in kwargs and "dim" not in kwargs:
             kwargs["dim"] = kwargs.pop("axis")
-        if any(isinstance(a, _NT) for a in rest) or any(isinstance(v, _NT) for v in kwargs.values()):
+        if any(isinstance(a, _NT) for a in (*rest, *kwargs.values())):
             return per_instance(func, args, kwargs) if per_instance else NotImplemented
-        found = _dim_argument(name, dim_index, rest, kwargs)
-        if found is None:
+        # the dim argument, taken out (its default if it has one); None (a legacy implicit
+        # dim, or dim=None) is left to vmap
+        in_rest = len(rest) > dim_index - 1
+        d = rest.pop(dim_index - 1) if in_rest else kwargs.pop("dim", _DEFAULT_DIMS.get(name))
+        if d is None:
             return NotImplemented
-        d, where = found
         if isinstance(d, (tuple, list)):
             if name in _SOFTMAXES:
-                return _softmax_over(name, func, x, d, rest, kwargs, where)
+                return _softmax_over(name, func, x, d, rest, kwargs)
             return NotImplemented
         if not names_ok and not isinstance(d, int):
             raise AxisSpecError(
                 f"{op_name(func)}: named axis {d!r} can't be used here: this op changes the "
                 f"size of that dimension, and a named axis has one size; use a positional "
-                f"dimension"
-            )
+                f"dimension")
         x, (phys, _, _, _) = _dims_of(x, d, func)
-        if where[0] == "arg":
-            rest[where[1]] = phys[0]
+        if in_rest:
+            rest.insert(dim_index - 1, phys[0])
         else:
-            kwargs[where[1]] = phys[0]
-        if name == "index_select":
-            try:
-                out = func(x._data, *rest, **kwargs)
-            except (RuntimeError, IndexError):   # an index out of range, said per instance
-                named_ints.explain_index(func, args, kwargs)
-                raise
-        else:
+            kwargs["dim"] = phys[0]
+        try:
             out = func(x._data, *rest, **kwargs)
+        except (RuntimeError, IndexError):
+            if name == "index_select":   # an index out of range, said per instance
+                named_ints.explain_index(func, args, kwargs)
+            raise
         return result(out, x._names, func)
     return rule
-
-
-def _dim_argument(name: str, dim_index: int, rest: list, kwargs: dict):
-    """``(dim, where)`` of the call's dim argument (``where``: ``("arg", index in rest)``
-    or ``("kw", "dim")``), its default if it has one, or None: no dim (a legacy implicit
-    dim, or ``dim=None``) is left to vmap."""
-    pos = dim_index - 1
-    if len(rest) > pos:
-        d, where = rest[pos], ("arg", pos)
-    elif "dim" in kwargs:
-        d, where = kwargs["dim"], ("kw", "dim")
-    elif name in _DEFAULT_DIMS:
-        d, where = _DEFAULT_DIMS[name], ("kw", "dim")
-    else:
-        return None
-    return None if d is None else (d, where)
 
 
 _SOFTMAXES = ("softmax", "log_softmax", "softmin")
@@ -122,17 +105,11 @@ _SOFTMAXES = ("softmax", "log_softmax", "softmin")
 _REDUCES = ("kthvalue",)
 
 
-def _softmax_over(name: str, func, x: _NT, dims, rest: list, kwargs: dict, where: tuple):
+def _softmax_over(name: str, func, x: _NT, dims, rest: list, kwargs: dict):
     """``softmax`` / ``log_softmax`` / ``softmin`` over several dims at once (ints, names,
     or both; ``()``: each entry alone, as in JAX): one normalization over all of them.
-
-    The value gets a trailing axis of size 1 that is always among the dims normalized
-    over, so an empty tuple never means "every dim" to torch's reductions."""
-    kwargs = dict(kwargs)
-    if where[0] == "arg":
-        del rest[where[1]]
-    else:
-        kwargs.pop(where[1], None)
+    (A trailing axis of size 1, always among the dims normalized over, keeps ``()`` from
+    meaning "every dim" to torch's reductions.)"""
     dtype = kwargs.pop("dtype", None)
     if any(not k.startswith("_") for k in kwargs):   # (F.softmax's own private keyword
         return NotImplemented                         # only steers its warning)
