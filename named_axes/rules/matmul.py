@@ -1,10 +1,7 @@
-"""Rules for the matmul family (``@``, ``matmul``, ``mm``, ``bmm``, ``mv``, ``dot``,
-``vdot``), ``F.linear`` and ``outer`` on NamedTensors.
-
-Positional dims contract as in torch; named dims never broadcast through
-``torch.matmul`` (which would materialize the expanded operand): a named operand against
-a plain one is one call on the physical tensor, and names on both sides are folded into
-batch / row / column dims of a single ``matmul`` (:func:`_matmul_folded`).
+"""Rules for the matmul family (``@``, ``mm``, ``bmm``, ``mv``, ``dot``, ``vdot``),
+``F.linear`` and ``outer``: positional dims contract as in torch; named dims never
+broadcast through ``torch.matmul`` (which would materialize the expanded operand), they
+fold into batch / row / column dims of one ``matmul`` (:func:`_matmul_folded`).
 
 >>> import torch, named_axes as nx
 >>> h = nx.named(torch.ones(2, 3, 4), {0: 'b'})
@@ -62,9 +59,8 @@ def _matmul(func, args, kwargs):
 
 
 def _refuse_swapped_matmul() -> None:
-    """Under dynamo, ``named @ tensor`` and ``named @ named`` arrive as
-    ``Tensor.matmul(other, named)`` (operands swapped: see ``_compile_compat``) unless
-    the user opted into the fix."""
+    """Under dynamo, ``named @ x`` arrives as ``Tensor.matmul(x, named)`` (operands
+    swapped: see ``_compile_compat``) unless the user opted into the fix."""
     from .._compile_compat import matmul_is_fixed
 
     if not matmul_is_fixed():
@@ -76,12 +72,9 @@ def _refuse_swapped_matmul() -> None:
 
 
 def _matmul_folded(func, a, b, pa: int, pb: int):
-    """``a @ b`` as one ``matmul`` that never broadcasts over a named dim.
-
-    Names shared by ``a`` and ``b`` become leading batch dims; names only on ``a`` are
-    folded into its row dim M, names only on ``b`` into its column dim N.  So the weight
-    of ``h @ w`` is never expanded to the other operand's names (torch's broadcasting
-    matmul would materialize that copy, forward and backward)."""
+    """``a @ b`` as one ``matmul`` that never broadcasts over a named dim: names shared by
+    ``a`` and ``b`` become leading batch dims; names only on ``a`` fold into its row dim
+    M, names only on ``b`` into its column dim N."""
     na = a._names if type(a) is _NT else ()
     nb = b._names if type(b) is _NT else ()
     da = a._data if type(a) is _NT else a
@@ -112,35 +105,25 @@ def _matmul_folded(func, a, b, pa: int, pb: int):
     shape_a = lead + (1,) * (B - ba) + tuple(a_pos[:ba]) + (fa * m, a_pos[-1])
     shape_b = lead + (1,) * (B - bb) + tuple(b_pos[:bb]) + (b_pos[-2] if pb >= 2 else b_pos[-1],
                                                            fb * n)
-    plain = type(da) is torch.Tensor and type(db) is torch.Tensor
-    if plain:
-        out = torch.matmul(da.reshape(shape_a), db.reshape(shape_b))
-    else:
-        out = torch.matmul(_reshape(da, shape_a), _reshape(db, shape_b))
+    out = torch.matmul(_reshape(da, shape_a), _reshape(db, shape_b))
     unfold = (tuple(out.shape[:S + B]) + tuple(sa[i] for i in only_a) + ((m,) if pa >= 2 else ())
               + tuple(sb[j] for j in only_b) + ((n,) if pb >= 2 else ()))
-    out = out.reshape(unfold) if plain else _reshape(out, unfold)
+    out = _reshape(out, unfold)
     return result(out if out_perm is None else out.permute(out_perm), U, func)
 
 
 def _reshape(t: torch.Tensor, shape: tuple) -> torch.Tensor:
-    """``t.reshape(shape)``; for a tensor subclass (a DTensor) one that copies into a
-    contiguous layout first, forward and backward (:class:`_CopyReshape`).
-
-    A DTensor decides between a view and a copy from its global strides, then views its
-    local shard, which need not be viewable the same way (a shard of size 1, a gradient
-    laid out transposed): "view size is not compatible with input tensor's size and
-    stride" in the backward of a 2-D mesh program.  Plain tensors (and the functorch,
-    fake and proxy tensors of tracing) keep ``reshape``."""
+    """``t.reshape(shape)``; for a DTensor one that copies into a contiguous layout first,
+    forward and backward (:class:`_CopyReshape`): a DTensor decides between a view and a
+    copy from its global strides, then views its local shard, which need not be viewable
+    the same way (a shard of size 1, a gradient laid out transposed)."""
     if type(t) is torch.Tensor or type(t).__name__ != "DTensor":
         return t.reshape(shape)
     return _CopyReshape.apply(t, shape)
 
 
 class _CopyReshape(torch.autograd.Function):
-    """``reshape`` that never views a non-contiguous layout: input and gradient are
-    copied to a contiguous layout (``clone``, which a DTensor runs on its shard) when
-    they are not already, then viewed."""
+    """``reshape`` that copies input and gradient to a contiguous layout, then views."""
 
     @staticmethod
     def forward(ctx, t, shape):

@@ -104,12 +104,8 @@ def _pointwise_inplace(func, args, kwargs):
 
 
 def pointwise(func: Callable, args: tuple, kwargs: dict, inplace: bool = False) -> Any:
-    """Elementwise/broadcasting ops: the result has the union of the operands' names.
-
-    One plan, tried in order: operands that already line up with the first one (same
-    names and layout, scalars, plain tensors within its positional part) are passed as
-    they are; two named operands with other layouts broadcast by name (planned once per
-    layout); everything else is aligned to the union of the names."""
+    """Elementwise/broadcasting ops: the result has the union of the operands' names (see
+    the module docstring for the order in which layouts are tried)."""
     a0 = args[0] if args else None
     if type(a0) is _NT and not kwargs:
         d0 = a0._data
@@ -151,22 +147,16 @@ def _pointwise_general(func, args, kwargs, inplace):
             break
     operands = []
     P = 0
-    for i, a in enumerate(args):
+    for key, a in (*enumerate(args), *kwargs.items()):
         if type(a) is _NT:
-            operands.append((f"args[{i}]", a))
+            if key == "out":
+                return NotImplemented
+            operands.append((f"args[{key}]" if type(key) is int else key, a))
             P = max(P, a.ndim)
         elif isinstance(a, _Tensor):
             P = max(P, a.dim())
         elif isinstance(a, (list, tuple)) and any(isinstance(e, _NT) for e in a):
             return NotImplemented
-    for k, v in kwargs.items():
-        if type(v) is _NT:
-            if k == "out":
-                return NotImplemented
-            operands.append((k, v))
-            P = max(P, v.ndim)
-        elif isinstance(v, _Tensor):
-            P = max(P, v.dim())
     U = union_names(operands, op=func)
     if inplace:
         target = args[0]
@@ -176,8 +166,7 @@ def _pointwise_general(func, args, kwargs, inplace):
         if target.ndim < P:
             raise ShapeError(
                 f"{op_name(func)}: in-place update of a value with positional shape "
-                f"{tuple(target.shape)} by operands with {P} positional dims"
-            )
+                f"{tuple(target.shape)} by operands with {P} positional dims")
 
     def phys(a):
         if type(a) is _NT:
@@ -249,26 +238,16 @@ _KEEP_FORMATS = (None, torch.preserve_format, torch.contiguous_format)
 
 
 def _convert(func, args, kwargs):
-    """``x.to(...)``, ``x.float(...)``: elementwise, except that a memory format is a
-    layout of the positional dims (channels_last needs 4 of them; the physical tensor has
-    more) and that ``x.to(other)`` takes only other's dtype and device (no broadcast; a
-    named ``other`` gives every instance its own copy): those run under the vmap
-    fallback, after one instance's call is checked."""
+    """``x.to(...)``, ``x.float(...)``: elementwise, except a memory format (a layout of
+    the positional dims) and ``x.to(other)`` (other's dtype and device only): those run
+    under the vmap fallback, after one instance's call is checked."""
     if len(args) == 1 and not kwargs:
         x = args[0]
         if type(x) is _NT and x._names:
             return result(func(x._data), x._names, func)
         return pointwise(func, args, kwargs)
-    unusual = False
-    for a in args[1:]:
-        if isinstance(a, _UNUSUAL):
-            unusual = True
-            break
-    if kwargs and not unusual:
-        fmt = kwargs.get("memory_format")
-        unusual = fmt not in _KEEP_FORMATS or any(isinstance(v, _UNUSUAL)
-                                                   for v in kwargs.values())
-    if unusual:
+    if kwargs.get("memory_format") not in _KEEP_FORMATS or any(
+            isinstance(a, _UNUSUAL) for a in (*args[1:], *kwargs.values())):
         other = args[1] if len(args) > 1 else None
         if type(other) is torch.Tensor and func is _T.to:   # its dtype and device only
             args = (args[0], other.device, other.dtype, *args[2:])

@@ -1,11 +1,6 @@
-"""Rules for shape ops, indexing and concatenation.
-
-Each rule rewrites the call for the physical layout ``[named..., positional...]``:
-positional dims shift by the number of named dims and shapes gain the named sizes in
-front.  A rule returns ``NotImplemented`` to hand the call to the vmap fallback.
-(The matmul family lives in :mod:`named_axes.rules.matmul`, nn.functional rules in
-:mod:`named_axes.rules.nn`, tensor queries in :mod:`named_axes.rules.queries`, the
-autograd entry points in :mod:`named_axes.rules.autograd`.)
+"""Rules for shape ops, indexing and concatenation: each rewrites the call for the
+physical layout ``[named..., positional...]`` (positional dims shift by the number of
+named dims, shapes gain the named sizes in front).
 
 >>> import torch, named_axes as nx
 >>> x = nx.named(torch.zeros(2, 3, 4), {0: 'b'})
@@ -64,9 +59,8 @@ def _view(func, args, kwargs):
 
 
 def _instance_shape(x, shape: tuple, func) -> tuple:
-    """``shape`` checked against one instance's size, its -1 worked out, when a named axis
-    has size 0: with no instances, torch sees 0 elements and would take any shape (or
-    find -1 ambiguous)."""
+    """``shape`` checked against one instance's size (its -1 worked out) when a named axis
+    has size 0: torch, seeing 0 elements, would take any shape."""
     if math.prod(_named_sizes(x)) != 0:
         return shape
     n, known = math.prod(x.shape), math.prod(d for d in shape if d != -1)
@@ -161,8 +155,7 @@ def _flatten(func, args, kwargs):
 
 
 def _reshaped(x, out: torch.Tensor, func, in_place: bool):
-    """``x``'s data reshaped to ``out``: ``x`` itself now holding it for the in-place form
-    (``squeeze_``: a view of the same storage), else a new value."""
+    """``out`` named as ``x``; for the in-place form (``squeeze_``) ``x`` now holding it."""
     if in_place:
         x._data = out
         return x
@@ -187,12 +180,10 @@ def _unsqueeze(func, args, kwargs):
     x = args[0]
     if type(x) is not _NT:
         return NotImplemented
-    d = args[1] if len(args) > 1 else kwargs.get("dim")
-    op = op_name(func)
+    d, op = given(args, kwargs, dim=None)[0], op_name(func)
     _int_dims((d,), op)
-    k, p = len(x._names), x.ndim
-    d = _norm_pos(d, p + 1, op)
-    return _reshaped(x, x._data.unsqueeze(k + d), func, func is torch.Tensor.unsqueeze_)
+    d = len(x._names) + _norm_pos(d, x.ndim + 1, op)
+    return _reshaped(x, x._data.unsqueeze(d), func, func is torch.Tensor.unsqueeze_)
 
 
 def _movedim(func, args, kwargs):
@@ -244,9 +235,8 @@ def _trailing(r: int):
 
 
 def _lu_unpack(func, args, kwargs):
-    """torch.lu_unpack reads the pivots without checking their shape against LU's (a
-    mismatch read past the end of the pivots and corrupted the heap): one instance's
-    shapes are checked here, then the vmap fallback runs it."""
+    """torch.lu_unpack reads the pivots without checking their shape against LU's (past
+    their end): one instance's shapes are checked here, then the vmap fallback runs it."""
     lu, piv = given(args, kwargs, 0, LU_data=None, LU_pivots=None)
     if not isinstance(lu, (_NT, torch.Tensor)) or not isinstance(piv, (_NT, torch.Tensor)):
         return NotImplemented
@@ -262,7 +252,7 @@ def _lu_unpack(func, args, kwargs):
 def _matrix_norm_dims(p: int, args, kwargs):
     """matrix_norm's ``dim`` as negative (positional) dims: a non-negative one would count
     the named dims of the physical tensor."""
-    dim = args[2] if len(args) > 2 else kwargs.get("dim")
+    dim = given(args, kwargs, 2, dim=None)[0]
     if dim is None or all(isinstance(d, int) and d < 0 for d in dim):
         return args, kwargs
     if not all(isinstance(d, int) and -p <= d < p for d in dim):
