@@ -35,7 +35,7 @@ from .._modes import building_graph
 from .._registry import register, spellings
 from .._shape_errors import fmt_operand
 from .._tensor import NamedTensor
-from ._common import _norm_pos, _spelled
+from ._common import _norm_pos, _spelled, given
 
 __all__ = ["install", "narrow", "index_select", "explain_index", "take_slice", "clamped_starts",
            "along"]
@@ -91,13 +91,11 @@ def _first_bad(bad: _T, names: tuple) -> tuple | None:
 # -- roll -------------------------------------------------------------------------------------
 
 def _roll(func, args, kwargs):
-    if not args or len(args) > 3 or (kwargs and set(kwargs) - {"shifts", "dims"}):
+    if not args or len(args) > 3 or set(kwargs) - {"shifts", "dims"}:
         return NotImplemented
-    x = args[0]
-    shifts = args[1] if len(args) > 1 else kwargs.get("shifts", _MISSING)
+    x, shifts, dims = given(args, kwargs, 0, input=None, shifts=_MISSING, dims=None)
     if shifts is _MISSING or not _is_tensor(x):
         return NotImplemented
-    dims = args[2] if len(args) > 2 else kwargs.get("dims")
     flat = dims is None or (isinstance(dims, (tuple, list)) and not dims)
     dim_list = [] if flat else list(dims) if isinstance(dims, (tuple, list)) else [dims]
     for d in dim_list:
@@ -188,14 +186,12 @@ def _shift(data: _T, dd: int, s: NamedTensor, U: tuple) -> _T:
 
 def narrow(func, args, kwargs):
     """``narrow`` with a tensor among its arguments (the dim-wise rule hands it over)."""
-    names = ("input", "dim", "start", "length")
-    if len(args) > 4 or (kwargs and set(kwargs) - set(names)):
+    if len(args) > 4 or set(kwargs) - {"input", "dim", "start", "length"}:
         return NotImplemented
-    bound = dict(zip(names, args))
-    bound.update(kwargs)
-    if any(n not in bound for n in names):
+    bound = given(args, kwargs, 0, input=_MISSING, dim=_MISSING, start=_MISSING, length=_MISSING)
+    if any(v is _MISSING for v in bound):
         return NotImplemented
-    x, dim, start, length = (bound[n] for n in names)
+    x, dim, start, length = bound
     if _is_tensor(dim):
         raise AxisTypeError(f"{_spelled(func)}: dim must be a positional dim (an int), got a "
                             f"tensor ({fmt_operand(dim)})")
@@ -283,7 +279,7 @@ def index_select(func, args, kwargs):
 
     A 0-d index selects like a one-element 1-D index (torch's rule per instance;
     functorch's batching rule reads the batched index as 1-D)."""
-    index = args[2] if len(args) > 2 else kwargs.get("index")
+    index = given(args, kwargs, 2, index=None)[0]
     if type(index) is _NT and index.ndim == 0:
         index = index.unsqueeze(0)
         if len(args) > 2:
@@ -304,10 +300,7 @@ def _per_instance_index(func, args, kwargs):
 
 def explain_index(func, args, kwargs) -> None:
     """Raise ShapeError naming the instance when ``index`` holds a value outside the dim."""
-    names = ("input", "dim", "index")
-    bound = dict(zip(names, args))
-    bound.update(kwargs)
-    x, dim, index = (bound.get(n) for n in names)
+    x, dim, index = given(args, kwargs, 0, input=None, dim=None, index=None)
     if not (_is_tensor(x) and _is_tensor(index) and isinstance(dim, int)):
         return
     data = index._data if type(index) is _NT else index

@@ -196,28 +196,20 @@ def _losses(func, args, kwargs):
 def _class_loss(func, args, kwargs):
     """cross_entropy / nll_loss: fold named dims into the batch dim, reduce per named index."""
     x, t = given(args, kwargs, 0, input=None, target=None)
-    if len(args) > 2 or _legacy_reduction(kwargs):
-        return NotImplemented
-    if type(kwargs.get("weight")) is _NT:
+    if len(args) > 2 or _legacy_reduction(kwargs) or type(kwargs.get("weight")) is _NT:
         return NotImplemented
     op = op_name(func)
     red = kwargs.get("reduction", "mean")
     px = x.ndim if type(x) is _NT else x.dim()
     U, (xd, td) = _full_layout([x, t], op)
     k = len(U)
-    lead = tuple(xd.shape[:k])
-    if px == 1:   # unbatched (C,)
-        xf = xd.reshape((-1,) + tuple(xd.shape[k:]))
-        tf = td.reshape((-1,) + tuple(td.shape[k:]))
-        pos_shape = ()
-    else:
-        xf = xd.reshape((-1,) + tuple(xd.shape[k + 1:]))
-        tf = td.reshape((-1,) + tuple(td.shape[k + 1:]))
-        pos_shape = (xd.shape[k],)
+    b = k + (px > 1)   # the named dims, and the batch dim unless unbatched (C,)
+    xf = xd.reshape((-1,) + tuple(xd.shape[b:]))
+    tf = td.reshape((-1,) + tuple(td.shape[b:]))
     kw = {key: v for key, v in kwargs.items()
           if key not in ("target", "reduction", "size_average", "reduce")}
     loss = func(xf, tf, reduction="none", **kw)
-    loss = loss.reshape(lead + pos_shape + tuple(loss.shape[1:]))
+    loss = loss.reshape(tuple(xd.shape[:b]) + tuple(loss.shape[1:]))
     if red == "none":
         return result(loss, U, func)
     total = _sum_positional(loss, k)
@@ -241,9 +233,8 @@ def install() -> None:
     _declare([F.layer_norm, F.rms_norm], _layer_norm)
     _declare([F.pad], _pad)
     _declare([F.embedding, F.one_hot, F.dropout, F.alpha_dropout, torch.dropout,
-              torch.alpha_dropout,
-              torch.bucketize, torch.nn.functional.pixel_shuffle,
-              torch.nn.functional.pixel_unshuffle], _first_named_only)
+              torch.alpha_dropout, torch.bucketize, F.pixel_shuffle, F.pixel_unshuffle],
+             _first_named_only)
     for n in (1, 2, 3):
         _declare([getattr(F, f"conv{n}d"), getattr(F, f"conv_transpose{n}d"),
                   getattr(F, f"max_pool{n}d"), getattr(F, f"avg_pool{n}d"),

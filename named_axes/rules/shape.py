@@ -49,6 +49,10 @@ def _named_sizes(x):
 
 def _view(func, args, kwargs):
     x = args[0]
+    if func in (torch.Tensor.view_as, torch.Tensor.reshape_as) and type(x) is _NT and \
+            type(args[1]) is not _NT:
+        func = torch.Tensor.view if func is torch.Tensor.view_as else torch.Tensor.reshape
+        args = (x, tuple(args[1].shape))
     if not first_only(args, kwargs):
         return NotImplemented
     rest = args[1:]
@@ -71,14 +75,6 @@ def _instance_shape(x, shape: tuple, func) -> tuple:
                          f"{n} elements (positional shape {tuple(x.shape)}; named shape "
                          f"{x.named_shape})")
     return shape
-
-
-def _view_as(func, args, kwargs):
-    x, other = args[0], args[1]
-    if type(x) is not _NT or type(other) is _NT:
-        return NotImplemented
-    target = torch.Tensor.view if func is torch.Tensor.view_as else torch.Tensor.reshape
-    return _view(target, (x, tuple(other.shape)), {})
 
 
 def _expand(func, args, kwargs):
@@ -386,8 +382,7 @@ _declare = functools.partial(register, kind="shape")
 
 def install() -> None:
     T = torch.Tensor
-    _declare([T.view, T.reshape, torch.reshape], _view)
-    _declare([T.view_as, T.reshape_as], _view_as)
+    _declare([T.view, T.reshape, torch.reshape, T.view_as, T.reshape_as], _view)
     _declare([T.expand, T.expand_as, torch.broadcast_to, T.broadcast_to], _expand)
     _declare([T.permute, torch.permute], _permute)
     _declare([T.transpose, torch.transpose, T.swapaxes, torch.swapaxes, T.swapdims,
