@@ -51,8 +51,7 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
     every op on named values (operators, methods, torch functions)."""
     if kwargs and kwargs.get("out") is not None:
         return write_out(func, args, kwargs, dispatch)
-    compiling = _is_compiling()
-    if compiling:
+    if _is_compiling():
         rule, writes = rule_while_compiling(func), _is_inplace(func)
     else:
         entry = _entry(func)
@@ -62,16 +61,10 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
     if writes:
         check_inplace(func, args, kwargs)
     a, kw = args, kwargs
-    for v in args:
+    for v in (*args, *kwargs.values()) if kwargs else args:
         if type(v) is _NT and not v._names:
             a, kw = _unwrap_unnamed(func, args, kwargs)
             break
-    else:
-        if kwargs:
-            for v in kwargs.values():
-                if type(v) is _NT and not v._names:
-                    a, kw = _unwrap_unnamed(func, args, kwargs)
-                    break
     ra, rkw = a, kw
     engine_op = _env_state.engine and not _INSIDE[0]
     if engine_op:   # the engine places the sums its cotangents need (_engine)

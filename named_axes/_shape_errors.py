@@ -163,18 +163,20 @@ def refuse_python_values(func, per_instance: list) -> None:
             f"(a == b).all() rather than torch.equal), or make the axes positional first")
 
 
-def refuse_shared_writes(op: str, saved: list, sizes: dict) -> None:
-    """After the first instance: did the op write into a tensor shared by all of them?"""
-    for k, (t, before, version) in enumerate(saved):
+def refuse_shared_writes(op: str, saved: list, sizes: dict,
+                         what: str = "into a plain tensor argument") -> None:
+    """After the first instance: did the op write into a tensor shared by all of them?
+    (``saved``: (tensor, its values before or None, its version before) each.)"""
+    for t, before, version in saved:
         if tensor_version(t) != version:
             if before is not None:
                 with torch.no_grad():
                     t.copy_(before)
             raise AxisSizeError(
-                f"{op}: writes into a plain tensor argument of shape {tuple(t.shape)} that "
-                f"every instance of the named axes {fmt_named_shape(sizes)} shares; each "
-                f"instance would update it in turn. Give that argument the named axes "
-                f"(one copy per instance), or reduce them first")
+                f"{op}: writes {what} of shape {tuple(t.shape)} that every instance of the "
+                f"named axes {fmt_named_shape(sizes)} shares; each instance would update it "
+                f"in turn. Give that argument the named axes (one copy per instance), or "
+                f"reduce them first")
 
 
 def fmt_at(at: dict) -> str:

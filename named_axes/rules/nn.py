@@ -19,7 +19,8 @@ import torch.nn.functional as F
 
 from .._dispatch import ShapeError, result
 from .._registry import op_name, register
-from .._errors import AxisSizeError, AxisSpecError, fmt_named_shape
+from .._errors import AxisSpecError
+from .._shape_errors import refuse_shared_writes
 from .._layout import union_names
 from ._common import first_only, given, instance_invalid, on_data, per_tensor
 from .shape import _full_layout, _named_sizes
@@ -42,13 +43,10 @@ def _layer_norm(func, args, kwargs):
     return on_data(func, args, kwargs)
 
 
-def _shared_write(func, target, x, what: str):
+def _refuse_write(func, target, x, what: str) -> None:
     """An op that writes ``target`` (plain, shared by every instance of ``x``'s named axes)."""
-    return AxisSizeError(
-        f"{op_name(func)}: writes {what}, a plain tensor of shape {tuple(target.shape)} that "
-        f"every instance of the named axes {fmt_named_shape(x.named_shape)} shares; each "
-        f"instance would update it in turn. Give it the named axes (one copy per "
-        f"instance), or reduce them first")
+    refuse_shared_writes(op_name(func), [(target, None, -1)], x.named_shape,
+                         f"{what}, a plain tensor")
 
 
 def _first_named_only(func, args, kwargs):
@@ -58,8 +56,8 @@ def _first_named_only(func, args, kwargs):
     if func is F.embedding:
         max_norm = args[3] if len(args) > 3 else kwargs.get("max_norm")
         if max_norm is not None:   # renormalizes the rows it reads, in place
-            raise _shared_write(func, args[1] if len(args) > 1 else kwargs["weight"], x,
-                                "the weight (max_norm renormalizes it in place)")
+            _refuse_write(func, args[1] if len(args) > 1 else kwargs["weight"], x,
+                          "the weight (max_norm renormalizes it in place)")
     elif func is F.one_hot:
         n = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
         if n == -1:   # inferred per instance: the vmap fallback's loop checks they agree
@@ -119,7 +117,7 @@ def _instance_norm_stats(func, x, args, kwargs):
                                              use_input_stats=True)
     for k, v in (("running_mean", mean), ("running_var", var)):
         if use_input_stats and v is not None:
-            raise _shared_write(func, v, x, k)
+            _refuse_write(func, v, x, k)
 
 
 def _batch_norm_shapes(func, args, kwargs):
