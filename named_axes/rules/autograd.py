@@ -73,10 +73,8 @@ def _grad_output(g, out):
                          f"{tuple(g.shape)} but its output has {tuple(out.shape)} (named "
                          f"shape {out.named_shape}); each instance's gradient must have the "
                          f"output's positional shape")
-    if type(g) is not _NT:   # a plain gradient: the same for every instance
-        g = NamedTensor._wrap(g, ())
     g = align_to(g, out._names, out.ndim, what="torch.autograd.grad grad_outputs")
-    return g.expand_as(out._data)
+    return g.expand_as(out._data)   # (a plain gradient: the same for every instance)
 
 
 _declare = functools.partial(register, kind="shape")

@@ -177,9 +177,7 @@ def _shift(data: _T, dd: int, s: NamedTensor, U: tuple) -> _T:
     k = len(U)
     sd = align(s._data, s._names, 0, U, 0).to(device=data.device, dtype=torch.long)
     idx = torch.remainder(torch.arange(n, device=data.device) - sd.unsqueeze(-1), n)
-    idx = idx.reshape(tuple(idx.shape[:-1]) + (1,) * (dd - k) + (n,)
-                      + (1,) * (data.dim() - dd - 1))
-    return torch.take_along_dim(data, idx, dd)
+    return torch.take_along_dim(data, along(idx, dd - k, data.dim() - k), dd)
 
 
 # -- narrow -----------------------------------------------------------------------------------

@@ -218,16 +218,13 @@ def _repeat(func, args, kwargs):
     return result(data.repeat((1,) * k + tuple(reps)), x._names, func)
 
 
-def _trailing(r: int):
-    """Ops on the last ``r`` positional dims that batch over any leading dims."""
-    def rule(func, args, kwargs):
-        x = args[0]
-        if not first_only(args, kwargs) or x.ndim < r:
-            return NotImplemented
-        if func is torch.linalg.matrix_norm:
-            args, kwargs = _matrix_norm_dims(x.ndim, args, kwargs)
-        return on_data(func, args, kwargs)
-    return rule
+def _matrices(func, args, kwargs):
+    """Ops on the last 2 positional dims that batch over any leading dims."""
+    if not first_only(args, kwargs) or args[0].ndim < 2:
+        return NotImplemented
+    if func is torch.linalg.matrix_norm:
+        args, kwargs = _matrix_norm_dims(args[0].ndim, args, kwargs)
+    return on_data(func, args, kwargs)
 
 
 def _lu_unpack(func, args, kwargs):
@@ -400,7 +397,7 @@ def install() -> None:
               torch.logdet, torch.linalg.matrix_exp, torch.matrix_exp, torch.linalg.cholesky,
               torch.linalg.eigh, torch.linalg.eigvalsh, torch.linalg.svd, torch.linalg.svdvals,
               torch.linalg.qr, torch.linalg.pinv, torch.linalg.matrix_norm,
-              torch.linalg.matrix_power, T.tril_, T.triu_], _trailing(2))
+              torch.linalg.matrix_power, T.tril_, T.triu_], _matrices)
     _declare([torch.cat, torch.concat, torch.concatenate], _cat(False))
     _declare([torch.stack], _cat(True))
     _declare([T.__getitem__], _getitem)
