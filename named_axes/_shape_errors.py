@@ -1,12 +1,9 @@
 """Positional failures of an op on named values, told in the user's shapes.
 
-An op on named values runs on a physical layout (named axes as leading dims), so
-torch's own message names shapes the user never wrote (``shape '[8, 8, 5]' is invalid
-for input of size 40`` for ``x.reshape(8, 5)`` on a ``(5,)`` value with ``{batch: 8}``).
-:func:`positional_failure` re-runs the op once on *meta* tensors of the operands'
-positional shapes (one instance of the named axes: no data, no compute) to get torch's
-message for the shapes the user sees, and adds each operand's positional and named
-shape and a fix.
+torch's own message names the physical layout's shapes (named axes leading), which the
+user never wrote: :func:`positional_failure` re-runs the op on *meta* tensors of the
+operands' positional shapes (one instance: no data, no compute) for torch's message on
+the user's shapes, and adds each operand's positional and named shape and a fix.
 
 >>> import torch, named_axes as nx
 >>> f = nx.xmap(lambda x: x.reshape(8, 5), in_axes=['batch', ...], out_axes=['batch', ...])

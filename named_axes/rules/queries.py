@@ -42,10 +42,9 @@ def _query(func, args, kwargs):
 
 
 def _relayout_in_place(func, args, kwargs):
-    """``resize_``, ``resize_as_``, ``as_strided_``, ``set_`` on a value with named axes:
-    they rewrite the storage the instances share (resize_ moved one instance's values
-    into another's; under vmap the others were silent no-ops), so they refuse -- but for
-    a resize to the shape the value has, which leaves it as it is (as PyTorch allowed)."""
+    """``resize_``, ``resize_as_``, ``as_strided_``, ``set_`` on a value with named axes
+    refuse (they rewrite the storage the instances share), but for a resize to the shape
+    the value has, which leaves it as it is."""
     x = args[0]
     if type(x) is not _NT or not x._names:
         return NotImplemented
