@@ -16,7 +16,8 @@ import torch
 from ._engine import NeedsWholeAxes, broadcast_operands
 from ._env import TAPES, frames
 from ._env import _state as _env_state
-from ._errors import AxisResourceError, NamedAxisError, ShapeError, fmt_named_shape
+from ._errors import (AxisResourceError, NamedAxisError, ShapeError, fmt_named_shape,
+                      resource_clash_message)
 from ._layout import align, union_names
 from ._registry import ENTRIES, op_name, rule_while_compiling
 from ._registry import is_inplace as _is_inplace
@@ -150,12 +151,8 @@ def result(out: Any, names: tuple, func: Callable) -> Any:
     value (docs/guide.md §5)."""
     for pair in _env_state.conflicts if len(names) > 1 else ():
         if pair <= set(names):
-            a, b = sorted(pair, key=repr)
-            res = next((f.resources for f in reversed(frames()) if a in f.resources), {})
-            raise AxisResourceError(
-                f"{op_name(func)}: axes {a!r} and {b!r} are both mapped to resource "
-                f"{res.get(a)!r} and would meet in one value; reduce one of them first, or "
-                f"map them to different mesh axes")
+            res = {n: r for f in frames() for n, r in f.resources.items()}   # inner wins
+            raise AxisResourceError(resource_clash_message(op_name(func), *pair, res))
     return _wrap_nt(out, names) if names and type(out) is _Tensor else wrap(out, names)
 
 def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:

@@ -11,7 +11,7 @@ from typing import Hashable, Iterable, Mapping
 
 __all__ = ["NamedAxisError", "AxisSizeError", "ShapeError", "AxisSpecError", "AxisResourceError",
            "AxisTypeError", "UnboundAxisError", "fmt_names", "fmt_named_shape", "unbound_message",
-           "size_clash_message", "rank_failure_message"]
+           "size_clash_message", "resource_clash_message"]
 
 
 class NamedAxisError(Exception):
@@ -80,13 +80,18 @@ def size_clash_message(name: Hashable, size_a: int, where_a: str, size_b: int,
     return f"inconsistent sizes for axis {name!r}: {size_a} ({where_a}) vs {size_b} ({where_b})"
 
 
-def rank_failure_message(rank: int, world_size: int, what: str, detail: str = "") -> str:
-    """How a multi-process run reports the rank that ended it (raised, died, or hung).
+def resource_clash_message(where: str, a: Hashable, b: Hashable, resources: Mapping, *,
+                           how: str = "", kind: str = "resource") -> str:
+    """The one spelling of "two axes mapped to one resource would meet in one value"
+    (docs/guide.md §5): ``resources`` maps each axis to its resource (or tuple of them);
+    the one they share is named.
 
-    >>> rank_failure_message(2, 4, 'exited with code -9')
-    'rank 2 of 4 exited with code -9'
-    >>> rank_failure_message(1, 2, 'raised', 'ValueError: boom')
-    'rank 1 of 2 raised: ValueError: boom'
+    >>> resource_clash_message('Tensor.__mul__', 'b', 'a', {'a': 'x', 'b': ('y', 'x')})
+    "Tensor.__mul__: axes 'a' and 'b' are both mapped to resource 'x' and would meet in one value; reduce one of them first, or map them to different mesh axes"
     """
-    msg = f"rank {rank} of {world_size} {what}"
-    return f"{msg}: {detail}" if detail else msg
+    a, b = sorted((a, b), key=repr)
+    ra, rb = (r if isinstance(r, (tuple, list)) else (r,) for r in (resources[a], resources[b]))
+    shared = next((r for r in ra if r in rb), ra[0])
+    how = f" ({how})" if how else ""
+    return (f"{where}: axes {a!r} and {b!r} are both mapped to {kind} {shared!r} and would meet "
+            f"in one value{how}; reduce one of them first, or map them to different mesh axes")

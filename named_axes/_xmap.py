@@ -19,7 +19,7 @@ import torch
 
 from . import _env
 from ._errors import (AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError,
-                      fmt_named_shape, fmt_names)
+                      fmt_named_shape, fmt_names, resource_clash_message)
 from ._layout import apply_insert, insert_named, insert_plan
 from ._parsing import check_name, is_mapping, match_prefix, parse_mapping, path_str
 from ._plancache import PlanCache
@@ -158,14 +158,8 @@ class _Xmapped:
         names = set(names)
         for pair in pairs:
             if pair <= names:
-                a, b = sorted(pair, key=repr)
-                res = self._resources_in_force()
-                ra, rb = (r if isinstance(r, tuple) else (r,) for r in (res.get(a), res.get(b)))
-                shared = next((r for r in ra if r in rb), ra[0])
-                raise AxisResourceError(
-                    f"{what}: axes {a!r} and {b!r} are both mapped to resource "
-                    f"{shared!r} and would meet in one value ({how}); map them to different "
-                    f"mesh axes, or keep them in different values")
+                raise AxisResourceError(resource_clash_message(
+                    what, *pair, self._resources_in_force(), how=how))
 
     def _plan(self, args: tuple, what: str, pairs: frozenset) -> tuple:
         """The checked :class:`_Plan` of a call and its leaves (physical tensors, numpy

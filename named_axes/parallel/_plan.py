@@ -37,7 +37,7 @@ from itertools import combinations
 from math import prod
 from typing import Any, Hashable, Mapping
 
-from .._errors import AxisResourceError, AxisTypeError
+from .._errors import AxisResourceError, AxisTypeError, resource_clash_message
 from ._mesh import SerialLoop
 
 __all__ = ["Plan", "make_plan", "resource_conflicts", "normalize_resources"]
@@ -131,10 +131,9 @@ class Plan:
         for n in names:
             for a in self.mesh_axes.get(n, ()):
                 if a in seen and seen[a] != n:
-                    raise AxisResourceError(
-                        f"{what}: axes {seen[a]!r} and {n!r} are both mapped to mesh axis {a!r} "
-                        f"(axis_resources {_fmt_map(self.resources)}) and may never meet in one "
-                        f"value; reduce one of them first or map them to different mesh axes")
+                    raise AxisResourceError(resource_clash_message(
+                        what, seen[a], n, self.mesh_axes, kind="mesh axis",
+                        how=f"axis_resources {_fmt_map(self.resources)}"))
                 seen[a] = n
 
     def spec(self, names: tuple, ndim: int = 0) -> tuple:
