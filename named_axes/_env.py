@@ -38,7 +38,7 @@ class INNER:
 
 __all__ = ["Frame", "bind", "push", "pop", "bound_axes", "axis_size", "current_frame", "frames",
            "conflicts", "within", "resources", "enter_resource", "exit_resource",
-           "set_rank_agreement", "rank_agreement", "set_auto_resources", "auto_resources"]
+           "set_rank_agreement", "rank_agreement"]
 
 
 @dataclass(frozen=True)
@@ -105,21 +105,6 @@ def rank_agreement() -> Callable | None:
     """With a mesh in scope, the function gathering one int from every rank (the
     parallel layer's), else None."""
     return _AGREE[0] if _AGREE and _state.resources else None
-
-
-# How ``axis_resources='auto'`` is decided: ``fn(xmapped, args) -> axis_resources``,
-# registered by the parallel layer (its cost model, parallel/_auto.py).
-_AUTO: list = []
-
-
-def set_auto_resources(fn: Callable) -> None:
-    _AUTO[:] = [fn]
-
-
-def auto_resources(xmapped: Any, args: tuple) -> dict:
-    """The ``axis_resources`` the parallel layer's cost model chooses for this call of an
-    ``axis_resources='auto'`` xmap (``{}`` with no mesh in scope)."""
-    return _AUTO[0](xmapped, args) if _AUTO and _state.resources else {}
 
 
 def enter_resource(obj: Any) -> None:

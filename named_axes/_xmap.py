@@ -27,7 +27,7 @@ from ._tensor import NamedTensor
 from ._xmap_call import (_MAX_PLANS, _OutOps, _Plan, _as_torch, _flatten, _flatten_key, _is_array,
                          _is_leaf, _unflatten)
 from ._xmap_graph import GraphCall
-from .parallel import backend_device, resource_conflicts, run_partitioned
+from .parallel import auto_resources, backend_device, resource_conflicts, run_partitioned
 from .transforms._jit import on_mesh_under_dynamo, run_jitted
 
 __all__ = ["xmap"]
@@ -380,7 +380,7 @@ class _AutoXmapped(_Xmapped):
     the cost model chooses for the mesh in scope (:func:`named_axes.plan_resources`)."""
 
     def __call__(self, *args, **kwargs):
-        res = _env.auto_resources(self, args)
+        res = auto_resources(self, args)   # ({} with no mesh in scope)
         run = self.__dict__.setdefault("_chosen", {}).get(repr(res))
         if run is None:
             run = self._chosen[repr(res)] = self.replaced(axis_resources=res)

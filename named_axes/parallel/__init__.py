@@ -55,8 +55,6 @@ __all__ = [
 
 # nx.jit's programs on a mesh are alike on every rank (transforms/_jit.py asks)
 _env.set_rank_agreement(gather_ints)
-# xmap(axis_resources='auto') asks the cost model (._auto)
-_env.set_auto_resources(auto_resources)
 
 
 def comm_summary(reset: bool = False) -> dict:
