@@ -20,10 +20,10 @@ from ._errors import (AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeE
 from ._tensor import NamedTensor
 from ._dispatch import ShapeError
 from . import rules as _rules
-from . import _tensor_methods
+from . import _naming
 
 _rules.install()
-_tensor_methods.attach()
+_naming.attach()
 from ._layout import named, positional
 from ._xmap import xmap
 from ._plancache import clear_caches

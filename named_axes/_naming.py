@@ -26,13 +26,15 @@ from ._dispatch import dispatch
 from ._env import bound_axes
 from ._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape
 from ._engine import NeedsWholeAxes
+from ._interop import array_ufunc
+from ._layout import align_to as _align_to
 from ._layout import call, check_whole, insert_named, named
 from ._parsing import check_identifier, parse_mapping
 from ._tensor import NamedTensor
 from ._tape import taped
 
 __all__ = ["rename", "refine_names", "align_to", "align_as", "flatten", "unflatten",
-           "getitem", "setitem", "__getitem__", "__setitem__"]
+           "getitem", "setitem", "__getitem__", "__setitem__", "attach"]
 
 
 def _axes(x: NamedTensor) -> str:
@@ -426,3 +428,26 @@ def __setitem__(self, index, value) -> None:
     if type(index) is dict or type(index) is str:
         return setitem(self, index, value)
     dispatch(torch.Tensor.__setitem__, (self, index, value), {})
+
+
+def _get_grad(self):
+    g = self._data.grad
+    return None if g is None else NamedTensor._wrap(g, self._names)
+
+
+def _set_grad(self, value) -> None:
+    self._data.grad = None if value is None else _align_to(
+        value, self._names, self.ndim, what="NamedTensor.grad")
+
+
+def attach() -> None:
+    """Put on NamedTensor (once, at ``import named_axes``) the methods implemented above
+    :mod:`named_axes._tensor`, which cannot import them: this vocabulary, numpy ufuncs
+    (:mod:`named_axes._interop`) and ``.grad`` (aligned by name on assignment)."""
+    methods = {f.__name__: f for f in (
+        rename, refine_names, align_to, align_as, flatten, unflatten, __getitem__, __setitem__)}
+    methods["__array_ufunc__"] = array_ufunc
+    for name, f in methods.items():
+        f.__qualname__ = f"NamedTensor.{name}"   # as help() and tracebacks name it
+        setattr(NamedTensor, name, f)
+    NamedTensor.grad = property(_get_grad, _set_grad, doc="The gradient, named as the value.")

@@ -71,7 +71,7 @@ LAYERS = (
     {"_errors", "_parsing", "_plancache", "_torch_private", "_version", "_levels", "_env",
      "_engine", "_modes"},
     {"_tensor", "_abstract", "_tape", "_registry", "_layout", "_dispatch", "_writes", "_shape_errors",
-     "_naming", "_interop", "_tensor_methods", "_compile_compat", "rules"},
+     "_naming", "_interop", "_compile_compat", "rules"},
     {"_einsum", "_einsum2", "_one_hot", "_functions", "_einops", "nn", "lax"},
     {"transforms"},
     {"parallel"},
