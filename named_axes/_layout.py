@@ -27,7 +27,7 @@ from ._registry import op_name
 from ._tensor import RECORDERS, NamedTensor
 from ._tape import taped
 
-__all__ = ["align", "align_to", "named", "positional", "to_named", "to_named_perm", "insert_named",
+__all__ = ["align", "align_to", "named", "positional", "to_named_perm", "insert_named",
            "insert_plan", "apply_insert", "union_names"]
 
 
@@ -121,23 +121,13 @@ def align_to(value: Any, names: tuple, p: int, *, what: str) -> torch.Tensor:
 
 
 def to_named_perm(positions: tuple, k: int, ndim: int) -> tuple | None:
-    """The permutation :func:`to_named` applies to a tensor of ``ndim`` dims with ``k``
-    leading named dims (None when it is the identity)."""
+    """The permutation moving the positional dims ``positions`` (sorted ``(pos, name)``
+    pairs, relative to the positional part) of a tensor of ``ndim`` dims with ``k``
+    leading named dims to the named part (None when it is the identity)."""
     moved = [k + p for p, _ in positions]
     rest = [d for d in range(k, ndim) if d not in moved]
     perm = list(range(k)) + moved + rest
     return None if perm == list(range(ndim)) else tuple(perm)
-
-
-def to_named(data: torch.Tensor, positions: tuple, names_before: tuple = ()) -> tuple:
-    """Move the positional dims ``positions`` (sorted ``(pos, name)`` pairs, relative to the
-    positional part) to the named part.  Returns ``(physical, names)``."""
-    if not positions:
-        return data, names_before
-    perm = to_named_perm(positions, len(names_before), data.dim())
-    if perm is not None:
-        data = torch.permute(data, perm)
-    return data, names_before + tuple(n for _, n in positions)
 
 
 def insert_named(x: NamedTensor, mapping: AxisMapping, *, sizes: Mapping, what: str,
@@ -221,10 +211,11 @@ def named(t: Any, axes: Any) -> NamedTensor:
     if clash:
         raise AxisSpecError(f"named(): the value already has a named axis {clash[0]!r}")
     resolved = mapping.resolve(p, what="named()")
-    data, names = to_named(base, resolved, before)
+    perm = to_named_perm(resolved, len(before), base.dim())
+    data = base if perm is None else torch.permute(base, perm)
     for rec in RECORDERS:   # axes made here are this function's own, as an inner xmap's
         rec.setdefault(INNER, set()).update(mapping.names)
-    return NamedTensor._wrap(data, names)
+    return NamedTensor._wrap(data, before + tuple(n for _, n in resolved))
 
 
 @taped("linear")
