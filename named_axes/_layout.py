@@ -20,7 +20,8 @@ import torch
 
 from ._engine import NeedsWholeAxes, engine_for
 from ._env import INNER, axis_size, bound_axes
-from ._errors import AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape
+from ._errors import (AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError,
+                      fmt_named_shape, fmt_names)
 from ._parsing import AxisMapping, check_identifier, parse_mapping
 from ._plancache import PlanCache
 from ._registry import op_name
@@ -130,29 +131,14 @@ def to_named_perm(positions: tuple, k: int, ndim: int) -> tuple | None:
     return None if perm == list(range(ndim)) else tuple(perm)
 
 
-def insert_named(x: NamedTensor, mapping: AxisMapping, *, sizes: Mapping, what: str,
-                 strict_names=None):
+def insert_named(x: NamedTensor, mapping: AxisMapping, *, sizes: Mapping, what: str):
     """Place the named axes that ``mapping`` lists into positional dims.
 
-    Axes the mapping places but ``x`` lacks are broadcast (sizes from ``sizes``).
-    Names of ``x`` that the mapping does not place stay named; if they are in
-    ``strict_names`` that is an error (an output axis left unplaced).
+    Axes the mapping places but ``x`` lacks are broadcast (sizes from ``sizes``, which
+    has them); names of ``x`` that the mapping does not place stay named.
     Returns a Tensor, or a NamedTensor when named axes remain.
     """
-    placed = mapping.names
-    if strict_names is not None:
-        left = [n for n in x._names if n in strict_names and n not in placed]
-        if left:
-            raise AxisSpecError(
-                f"{what} has named axis {left[0]!r} (named_shape "
-                f"{fmt_named_shape(x.named_shape)}) that out_axes {mapping.spelling} does not "
-                f"place; add it to out_axes, or reduce it (e.g. nx.lax.psum) before returning"
-            )
-    for n in placed:
-        if n not in x._names and n not in sizes:
-            raise AxisSpecError(f"{what}: out_axes places axis {n!r}, which has no size here")
-    plan = insert_plan(x._names, x.ndim, mapping, what=what)
-    return apply_insert(x._data, plan, sizes)
+    return apply_insert(x._data, insert_plan(x._names, x.ndim, mapping, what=what), sizes)
 
 
 def insert_plan(names: tuple, p: int, mapping: AxisMapping, *, what: str) -> tuple:
@@ -241,10 +227,21 @@ def positional(nt: Any, axes: Any = ...) -> torch.Tensor:
         check_whole(nt, nt._names, "positional()")
     except NeedsWholeAxes as e:   # (the DTensor engine's local path: on the whole)
         return e.engine.whole(positional, (nt, axes), {}, e.names, run=call)
+    left = [n for n in nt._names if n not in mapping.names]
+    if left:
+        raise AxisSpecError(
+            f"positional() has named axis {left[0]!r} (named_shape "
+            f"{fmt_named_shape(nt.named_shape)}) that axes={mapping.spelling} does not place; "
+            f"add it to axes, or reduce it first (e.g. nx.sum(x, {left[0]!r}))")
     sizes = dict(bound_axes())
     sizes.update(zip(nt._names, nt._data.shape))
-    return insert_named(nt, mapping, sizes=sizes, what="positional()",
-                        strict_names=set(nt._names))
+    for n in mapping.names:
+        if n not in sizes:
+            raise AxisSpecError(
+                f"positional(): axes={mapping.spelling} places axis {n!r}, which the value "
+                f"does not have (its named axes: {fmt_names(nt._names)}) and no enclosing "
+                f"xmap or vmap binds")
+    return insert_named(nt, mapping, sizes=sizes, what="positional()")
 
 
 def check_whole(nt: NamedTensor, names, what: str) -> None:

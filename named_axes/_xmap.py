@@ -20,7 +20,7 @@ import torch
 from . import _env
 from ._errors import (AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError,
                       fmt_named_shape, fmt_names, resource_clash_message)
-from ._layout import apply_insert, insert_named, insert_plan
+from ._layout import apply_insert, insert_plan
 from ._parsing import check_name, is_mapping, match_prefix, parse_mapping, path_str
 from ._plancache import PlanCache
 from ._tensor import NamedTensor
@@ -271,10 +271,15 @@ class _Xmapped:
                     set(leaf._names) | set(mapping.names), pairs, f"{what}: {label}",
                     f"it carries {fmt_names(leaf._names)} and out_axes {mapping.spelling} "
                     f"places {fmt_names(mapping.names)}")
-                names, p = leaf._names, leaf.ndim
-                leaf = insert_named(leaf, mapping, sizes=sizes, what=f"{what}: {label}",
-                                    strict_names=sizes)
-                op = insert_plan(names, p, mapping, what=what)
+                left = [n for n in leaf._names if n in sizes and n not in mapping.names]
+                if left:
+                    raise AxisSpecError(
+                        f"{what}: {label} has named axis {left[0]!r} (named_shape "
+                        f"{fmt_named_shape(leaf.named_shape)}) that out_axes {mapping.spelling} "
+                        f"does not place; add it to out_axes, or reduce it (e.g. nx.lax.psum) "
+                        f"before returning")
+                op = insert_plan(leaf._names, leaf.ndim, mapping, what=f"{what}: {label}")
+                leaf = apply_insert(leaf._data, op, sizes)
             elif mapping.entries:
                 raise AxisTypeError(f"{what}: {label} is {_article(type(leaf).__name__)}, but "
                                     f"out_axes places axes {fmt_names(mapping.names)} on it")

@@ -1,0 +1,29 @@
+"""Regressions found while merging the API layer's modules (each failed before its fix)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import named_axes as nx
+
+
+def test_positional_of_an_axis_the_value_lacks_names_positional_not_out_axes():
+    x = nx.named(torch.zeros(2, 3), 'a ...')
+    with pytest.raises(nx.AxisSpecError, match=r"^positional\(\): axes=\['a', 'b', Ellipsis\] "
+                                               r"places axis 'b', which the value does not have "
+                                               r"\(its named axes: 'a'\)") as e:
+        nx.positional(x, ['a', 'b', ...])
+    assert "out_axes" not in str(e.value)
+
+
+def test_positional_leaving_an_axis_unplaced_names_its_axes_argument():
+    with pytest.raises(nx.AxisSpecError, match=r"that axes=\['a'\] does not place") as e:
+        nx.positional(nx.named(torch.zeros(2, 3), 'a b'), ['a'])
+    assert "out_axes" not in str(e.value)
+
+
+def test_xmap_out_axes_keeps_its_wording():
+    f = nx.xmap(lambda x: x, in_axes=['i', ...], out_axes=[...])
+    with pytest.raises(nx.AxisSpecError, match=r"the output has named axis 'i' .* out_axes "
+                                               r"\[Ellipsis\] does not place; add it to out_axes"):
+        f(torch.zeros(5, 2))
