@@ -336,6 +336,12 @@ def _split(x: NamedTensor, index: dict, op: str):
                                     f"size {n}")
             basic[i] = s
         elif isinstance(sel, slice):
+            if sel.step is not None and _is_int(sel.step) and int(sel.step) <= 0:
+                # (a ValueError, as torch's own refusal)
+                raise AxisSpecError(
+                    f"{op}: axis {key!r} takes slices with a positive step, as torch's "
+                    f"indexing, got step {sel.step}; to reverse it, make it positional "
+                    f"(x.align_to({key!r}, ...)) and flip that dim")
             basic[i] = sel
         elif isinstance(sel, (list, tuple, torch.Tensor)) or hasattr(sel, "__array__"):
             t = torch.as_tensor(sel)

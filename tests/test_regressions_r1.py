@@ -27,3 +27,16 @@ def test_xmap_out_axes_keeps_its_wording():
     with pytest.raises(nx.AxisSpecError, match=r"the output has named axis 'i' .* out_axes "
                                                r"\[Ellipsis\] does not place; add it to out_axes"):
         f(torch.zeros(5, 2))
+
+
+@pytest.mark.parametrize("step", [-1, 0])
+def test_named_slice_with_a_non_positive_step_names_the_axis(step):
+    # torch's raw "ValueError: step must be greater than zero" named no axis
+    x = nx.named(torch.arange(6.).reshape(2, 3), 'b ...')
+    with pytest.raises(nx.AxisSpecError, match=rf"axis 'b' takes slices with a positive step, "
+                                               rf"as torch's indexing, got step {step}"):
+        x[{'b': slice(None, None, step)}]
+    with pytest.raises(nx.AxisSpecError, match=r"^NamedTensor\[\{\.\.\.\}\] = \.\.\.: axis 'b'"):
+        x[{'b': slice(None, None, step)}] = 1.0
+    assert isinstance(pytest.raises(ValueError, x.__getitem__, {'b': slice(0, 2, step)}).value,
+                      nx.NamedAxisError)
