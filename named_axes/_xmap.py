@@ -27,7 +27,8 @@ from ._tensor import NamedTensor
 from ._xmap_call import (_MAX_PLANS, _OutOps, _Plan, _as_torch, _flatten, _flatten_key, _is_array,
                          _is_leaf, _unflatten)
 from ._xmap_graph import GraphCall
-from .parallel import auto_resources, backend_device, resource_conflicts, run_partitioned
+from .parallel import backend_device, resource_conflicts, run_partitioned
+from .parallel._auto import auto_resources
 from .transforms._jit import on_mesh_under_dynamo, run_jitted
 
 __all__ = ["xmap"]

@@ -34,8 +34,7 @@ from ._dtensor_comms import SUMMARY
 from ._rank_check import gather_ints
 from ._mesh import Mesh, SerialLoop, current_mesh, mesh
 from ._plan import Plan, make_plan, resource_conflicts
-from ._auto import (Candidate, ResourceReport, auto_resources, explain_resources,
-                    plan_resources)
+from ._auto import Candidate, ResourceReport, explain_resources, plan_resources
 from ._rates import Rates, calibrate
 from ._sharded import (NamedSharding, PartitionSpec, counter_normal, counter_uniform, device_put,
                        make_array_from_callback, make_array_from_process_local_data,
