@@ -2,8 +2,8 @@
 import goes to the importer's own layer or one below (docs/architecture.md's layers:
 parsing and state -> named values and the dispatcher with its rules -> named ops and
 ``lax`` -> transforms -> parallel -> the API).  Where a lower layer needs a higher one,
-the higher one registers itself (an engine, NamedTensor's methods in
-``_tensor_methods``, the torch.func opt-in)."""
+the higher one registers itself (an engine, NamedTensor's methods
+attached by ``_naming.attach``, the torch.func opt-in)."""
 from __future__ import annotations
 
 import ast
