@@ -210,6 +210,23 @@ class SerialEngine(EngineBase):
             result.append(NamedTensor._wrap(build((), 0), first._names))
         return result
 
+    def resume_here(self) -> Callable:
+        """A context manager factory re-entering the running chunk at this point: code that
+        autograd runs later (a checkpoint's recomputation) sees this chunk's indices and
+        collectives' values, not those of the chunk that ran last."""
+        here = (self._chunk, self._call, self._whole)
+
+        @contextlib.contextmanager
+        def resumed():
+            saved = (self._chunk, self._call, self._whole)
+            self._chunk, self._call, self._whole = here
+            try:
+                yield
+            finally:
+                self._chunk, self._call, self._whole = saved
+
+        return resumed
+
     # -- the engine interface (named_axes/_engine.py) ------------------------------------
     def collective(self, op: str):
         if self._bypass:  # nx.lax computes the chunk-local result (over the mesh, ``within``)

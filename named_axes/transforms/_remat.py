@@ -12,6 +12,7 @@ torch.Size([2])
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any, Callable
 
@@ -60,11 +61,11 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Any = None,
         # inputs; a NamedTensor would be an opaque constant to it)
         leaves, spec, names = unbox((args, kwargs))
         out_box: list = []
-        scope = list(frames())   # recomputation runs in this axis environment
+        here = _here()
 
         def phys_fun(*phys):
             a, kw = rebox(phys, spec, names)
-            with within(scope):
+            with here():
                 o_leaves, o_spec, o_names = unbox(fun(*a, **kw))
             out_box[:] = [o_spec, o_names]
             return tuple(o_leaves)
@@ -86,6 +87,26 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Any = None,
         return rebox(list(out), *out_box)
 
     return run
+
+
+def _here() -> Callable:
+    """A context manager factory: each run of the function in the axis environment here,
+    a recomputation in the chunk of a serial loop running now too
+    (``SerialEngine.resume_here``: its chunk may have paused, or another ran since)."""
+    scope = list(frames())
+    resumes = [f.engine.resume_here() for f in scope if hasattr(f.engine, "resume_here")]
+    runs: list = []
+
+    @contextlib.contextmanager
+    def entered():
+        with within(scope), contextlib.ExitStack() as stack:
+            if runs:
+                for resume in resumes:
+                    stack.enter_context(resume())
+            runs.append(None)
+            yield
+
+    return entered
 
 
 remat = checkpoint
