@@ -5,7 +5,8 @@ recomputation ran in the serial engine's state as the last chunk left it, so an
 ``axis_index`` recomputed there gave the last chunk's indices (a silently wrong
 gradient for every other chunk), and a loop collective recomputed there stopped the
 backward with the engine's internal pause.  The recomputation now re-enters the chunk
-(and the collective's place in it) of the call it recomputes.
+(and the collective's place in it) of the call it recomputes.  A custom rule's backward
+asking for a SerialLoop axis's index or collective is refused (its chunks are gone).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 import named_axes as nx
+from named_axes.parallel._serial import SerialLoopError
 
 L = nx.lax
 
@@ -45,3 +47,31 @@ def test_checkpoint_recomputes_in_its_serial_chunk(name):
     got = _grads(_BODIES[name], {"i": nx.SerialLoop(2)})
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
+
+
+@nx.custom_vjp
+def _indexed_back(x):
+    return x * 1.0
+
+
+_indexed_back.defvjp(lambda x: (x * 1.0, None), lambda _, g: (g * L.axis_index("i"),))
+
+
+@nx.custom_vjp
+def _summed_back(x):
+    return x * 1.0
+
+
+_summed_back.defvjp(lambda x: (x * 1.0, None), lambda _, g: (g * L.psum(g, "i"),))
+
+
+@pytest.mark.parametrize("rule", [_indexed_back, _summed_back], ids=["axis_index", "psum"])
+def test_custom_rule_backward_over_a_serial_loop_axis_is_refused(rule):
+    """A custom rule's backward, run by autograd after the call returned, that asks for a
+    SerialLoop axis's index or collective is refused: the chunks are gone (the index was
+    the last chunk's, a silently wrong gradient; a psum escaped as the engine's pause)."""
+    x = torch.randn(4, 3, requires_grad=True)
+    out = nx.xmap(lambda a: rule(a).sin(), in_axes=["i", ...], out_axes=["i", ...],
+                  axis_resources={"i": nx.SerialLoop(2)})(x)
+    with pytest.raises(SerialLoopError, match="after the xmap call returned"):
+        torch.autograd.grad(out.sum(), x)

@@ -134,6 +134,7 @@ class SerialEngine(EngineBase):
         self._whole: tuple = ()      # split axes an op now holds whole (the mesh's ``whole``)
         self._call = 0
         self._bypass = 0
+        self._running = False        # in :meth:`run` (or a chunk :meth:`resume_here` re-entered)
         self.passes = 0              # how many passes the last run needed
 
     # -- running -------------------------------------------------------------------------
@@ -156,6 +157,13 @@ class SerialEngine(EngineBase):
 
     def run(self, body: Callable, leaves: list) -> list:
         """Run ``body`` over every chunk (replaying for loop collectives); the full outputs."""
+        self._running = True
+        try:
+            return self._passes(body, leaves)
+        finally:
+            self._running = False
+
+    def _passes(self, body: Callable, leaves: list) -> list:
         grid = list(itertools.product(*(range(self.loops[n]) for n in self.names)))
         seed = _draw_seed()
         self._known, self._sigs, self.passes, self.within = [], [], 0, None
@@ -214,16 +222,16 @@ class SerialEngine(EngineBase):
         """A context manager factory re-entering the running chunk at this point: code that
         autograd runs later (a checkpoint's recomputation) sees this chunk's indices and
         collectives' values, not those of the chunk that ran last."""
-        here = (self._chunk, self._call, self._whole)
+        here = (self._chunk, self._call, self._whole, True)
 
         @contextlib.contextmanager
         def resumed():
-            saved = (self._chunk, self._call, self._whole)
-            self._chunk, self._call, self._whole = here
+            saved = (self._chunk, self._call, self._whole, self._running)
+            self._chunk, self._call, self._whole, self._running = here
             try:
                 yield
             finally:
-                self._chunk, self._call, self._whole = saved
+                self._chunk, self._call, self._whole, self._running = saved
 
         return resumed
 
@@ -292,6 +300,7 @@ class SerialEngine(EngineBase):
             total = self._reducing("psum", *args, **kwargs)
             return self._mean(total, math.prod(self.sizes.get(n) or axis_size(n) for n in names))
         if carried:
+            self._check_running(op, carried[0])
             self._check_not_differentiated(op, carried)
         local = self._default(op, args, kwargs)
         if not carried:
@@ -372,6 +381,16 @@ class SerialEngine(EngineBase):
                 f"chunk by chunk; take the gradient outside the xmap (nx.grad(xmap(...))), or "
                 f"map {n!r} to a mesh axis")
 
+    def _check_running(self, op: str, n: Hashable) -> None:
+        """Refuse a loop collective (or ``axis_index``) in code that autograd runs after
+        the call returned, whose chunks are gone: a custom rule's backward."""
+        if not self._running:
+            raise SerialLoopError(
+                f"{op} over axis {n!r} in code run after the xmap call returned (a custom "
+                f"rule's backward, run by autograd): {n!r} is mapped to SerialLoop("
+                f"{self.loops[n]}), whose chunks ran one after the other and are gone; "
+                f"compute it in the forward (as a residual), or map {n!r} to a mesh axis")
+
     def _unsupported(self, op: str, x: Any, axis_name: Any, **options):
         """A collective moving values along axes (``all_gather``, ``ppermute``, ...): over
         the split ones, :meth:`_moving`; else chunk-local."""
@@ -400,6 +419,7 @@ class SerialEngine(EngineBase):
                 stride *= axis_size(n)
             return out
         n = names[0]
+        self._check_running("axis_index", n)
         start = self._chunk[self.names.index(n)] * self.chunk_size(n)
         if self._split_within(n):   # the chunk's part split over the mesh
             return self._default("axis_index", (axis_name,), {}) + start
