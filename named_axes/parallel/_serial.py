@@ -134,7 +134,9 @@ class SerialEngine(EngineBase):
         self._whole: tuple = ()      # split axes an op now holds whole (the mesh's ``whole``)
         self._call = 0
         self._bypass = 0
-        self._running = False        # in :meth:`run` (or a chunk :meth:`resume_here` re-entered)
+        # in :meth:`run` or a chunk :meth:`resume_here` re-entered: True; after a run:
+        # False; None in a subclass with its own ``run`` (the mesh's: no chunks to be gone)
+        self._running: bool | None = None
         self.passes = 0              # how many passes the last run needed
 
     # -- running -------------------------------------------------------------------------
@@ -384,7 +386,7 @@ class SerialEngine(EngineBase):
     def _check_running(self, op: str, n: Hashable) -> None:
         """Refuse a loop collective (or ``axis_index``) in code that autograd runs after
         the call returned, whose chunks are gone: a custom rule's backward."""
-        if not self._running:
+        if self._running is False:
             raise SerialLoopError(
                 f"{op} over axis {n!r} in code run after the xmap call returned (a custom "
                 f"rule's backward, run by autograd): {n!r} is mapped to SerialLoop("
