@@ -40,7 +40,8 @@ __all__ = ["bounded", "check_ranks_agree", "check_once", "fingerprint", "gather_
 def gather_ints(value: int) -> list:
     """``value`` of every rank of the mesh in scope (its input-check group: the whole
     process group unless the mesh spans fewer ranks), ``[value]`` without
-    torch.distributed; the wait bounded by the group's timeout."""
+    torch.distributed or before a mesh spanning fewer ranks built its groups; the wait
+    bounded by the group's timeout."""
     import torch.distributed as dist
 
     from ._mesh import current_mesh
@@ -49,6 +50,11 @@ def gather_ints(value: int) -> list:
         return [value]
     m = current_mesh()
     group = m._cache.get("check_group") if m is not None else None
+    if group is None and m is not None and "device_mesh" not in m._cache \
+            and m.size < dist.get_world_size():
+        # the mesh's groups, which every rank builds at once, are not built: no program
+        # holds its communication, and the ranks outside it need not be here
+        return [value]
     return _all_gather_int(value, group, "the ranks' agreement on an nx.jit program")
 
 

@@ -74,12 +74,29 @@ def _scenario(rank, results):
             errs.append(float((got - inner).abs().max()))
         errors[name] = errs
     results["errors"] = errors
+    # a mesh of ranks 0 and 1 only, whose groups no program built yet: they agree on an
+    # nx.jit program among themselves (they waited for ranks 2 and 3 until the timeout)
+    if rank < 2:
+        with P.Mesh(np.array(P.devices())[:2], ("x",)):
+            results["jit"] = nx.jit(lambda x: x * 2)(torch.ones(2)).tolist()
+
+
+@pytest.mark.distributed
+@pytest.mark.timeout(400)
+def test_jit_under_a_mesh_of_fewer_ranks(ranks_results):
+    """nx.jit under a mesh spanning ranks 0 and 1 only, before its groups exist, runs
+    on those two ranks without waiting for the others."""
+    assert [r.get("jit") for r in ranks_results] == [[2.0, 2.0]] * 2 + [None] * 2
 
 
 @pytest.fixture(scope="module")
-def ranks_errors(tmp_path_factory):
-    out = tmp_path_factory.mktemp("r2_mesh")
-    return [res["errors"] for res in launch(os.path.abspath(__file__), 4, out, timeout=300)]
+def ranks_results(tmp_path_factory):
+    return launch(os.path.abspath(__file__), 4, tmp_path_factory.mktemp("r2_mesh"), timeout=300)
+
+
+@pytest.fixture(scope="module")
+def ranks_errors(ranks_results):
+    return [res["errors"] for res in ranks_results]
 
 
 @pytest.mark.distributed
