@@ -15,6 +15,7 @@ run time (importing this module imports neither dynamo nor inductor).
 """
 from __future__ import annotations
 
+import copy
 import operator
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -24,7 +25,7 @@ from .._torch_private import (FakeTensorMode, inductor_compile_fx, inductor_mode
                               no_autograd_cache, op_schema)
 
 __all__ = ["compile_named", "compile_flat", "compile_boxed", "Backend", "inline_collectives",
-           "constants", "outputs"]
+           "constants", "lift_constants", "outputs"]
 
 
 class Backend(NamedTuple):
@@ -39,6 +40,27 @@ def constants(gm: torch.fx.GraphModule) -> list:
     """The tensors the graph closed over (parameters, buffers, other tensors)."""
     attrs = (getattr(gm, n.target, None) for n in gm.graph.nodes if n.op == "get_attr")
     return [v for v in attrs if isinstance(v, torch.Tensor)]
+
+
+def lift_constants(gm: torch.fx.GraphModule) -> tuple:
+    """A copy of ``gm`` taking the tensors it closed over as extra inputs after its own,
+    and those tensors (:func:`constants`, in that order); other attributes stay."""
+    gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    graph = gm.graph
+    own = [n for n in graph.nodes if n.op == "placeholder"]
+    last = own[-1] if own else None   # (a program without arguments: first in the graph)
+    lifted = []
+    for node in [n for n in graph.nodes if n.op == "get_attr"]:
+        value = getattr(gm, node.target)
+        if isinstance(value, torch.Tensor):
+            with graph.inserting_after(last) if last is not None else graph.inserting_before():
+                last = graph.placeholder(f"const_{len(lifted)}")
+            node.replace_all_uses_with(last)
+            graph.erase_node(node)
+            lifted.append(value)
+    graph.lint()
+    gm.recompile()
+    return gm, lifted
 
 
 def outputs(gm: torch.fx.GraphModule) -> list:

@@ -375,23 +375,11 @@ def closure_convert(fun: Callable, *example_args: Any):
     >>> f(torch.ones(2), *consts)
     tensor([2., 3.])
     """
+    from ._backend import lift_constants
     from ._graph import rebuild_output, trace_flat
 
-    gm, leaves, (_, _, tensor_pos), out_info = trace_flat(fun, example_args)
-    consts = []
-    graph = gm.graph
-    first = next((n for n in graph.nodes if n.op != "placeholder"), None)
-    for node in list(graph.nodes):
-        if node.op == "get_attr":
-            value = getattr(gm, node.target)
-            if isinstance(value, torch.Tensor):
-                with graph.inserting_before(first):
-                    ph = graph.placeholder(f"const_{len(consts)}")
-                node.replace_all_uses_with(ph)
-                graph.erase_node(node)
-                consts.append(value)
-    graph.lint()
-    gm.recompile()
+    gm, _, (_, _, tensor_pos), out_info = trace_flat(fun, example_args)
+    gm, consts = lift_constants(gm)
     n_args = len(example_args)
 
     def converted(*args):

@@ -299,26 +299,6 @@ def closed_over_positions(constants: list, ident: Identity) -> list | None:
     return [where[id(t)] for t in constants]
 
 
-def _lifted(gm: torch.fx.GraphModule) -> tuple:
-    """``gm`` with the tensors it closes over as extra inputs (after its own), and those
-    tensors in that order."""
-    graph = torch.fx.Graph()
-    graph.output(graph.graph_copy(gm.graph, {}))
-    own = [n for n in graph.nodes if n.op == "placeholder"]
-    last = own[-1] if own else None   # (a program without arguments: first in the graph)
-    constants = []
-    for node in [n for n in graph.nodes if n.op == "get_attr"]:
-        with graph.inserting_after(last) if last is not None else graph.inserting_before():
-            last = graph.placeholder(f"closed_over_{len(constants)}")
-        t = getattr(gm, node.target)
-        if not isinstance(t, torch.Tensor):   # positions count tensors only
-            raise _Unstorable(f"it holds a {type(t).__name__} attribute ({node.target})")
-        constants.append(t)
-        node.replace_all_uses_with(last)
-        graph.erase_node(node)
-    return torch.fx.GraphModule(torch.nn.Module(), graph), constants
-
-
 def _aoti_graph(gm: torch.fx.GraphModule, example: list) -> torch.fx.GraphModule:
     """``gm`` in aten ops, its collectives written as their plain code; raises
     :class:`_Unstorable` for what AOTInductor cannot take: an op with Python code, or a
@@ -386,7 +366,12 @@ def _compile_into(gm: torch.fx.GraphModule, specs: list, ident: Identity, positi
                   directory: str) -> None:
     """Compile ``gm`` with AOTInductor into the store ``directory`` under ``ident``
     (``positions``: see :func:`closed_over_positions`)."""
-    gm, constants = _lifted(gm)
+    from ._backend import lift_constants
+
+    gm, constants = lift_constants(gm)
+    stray = next((n.target for n in gm.graph.nodes if n.op == "get_attr"), None)
+    if stray is not None:   # positions count tensors only
+        raise _Unstorable(f"it holds a {type(getattr(gm, stray)).__name__} attribute ({stray})")
     example = [torch.empty_strided(shape, stride, dtype=dtype) for shape, stride, dtype in specs]
     example += [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype) for t in constants]
     graph = _aoti_graph(gm, example)
