@@ -125,12 +125,15 @@ def detached(tree: Any) -> Any:
 
 
 def numpy_as_tensors(args: tuple) -> tuple | None:
-    """``args`` with numpy arrays as tensors (sharing memory), or None if there are none."""
+    """``args`` with numpy arrays as tensors (sharing memory when C-contiguous), or None
+    if there are none."""
     import numpy as np
 
     if not any(isinstance(v, np.ndarray) for v in tree_flatten(args)[0]):
         return None
-    return tree_map(lambda v: torch.from_numpy(v) if isinstance(v, np.ndarray) else v, args)
+    # (torch.from_numpy refuses negative strides; np.require keeps a 0-d array 0-d)
+    return tree_map(lambda v: torch.from_numpy(np.require(v, requirements="C"))
+                    if isinstance(v, np.ndarray) else v, args)
 
 
 def fast_lane(args: tuple) -> tuple:
