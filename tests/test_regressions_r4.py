@@ -15,3 +15,8 @@ def test_jit_takes_a_numpy_array_with_negative_strides():
 def test_jit_keeps_a_zero_d_numpy_array_zero_d():
     out = nx.jit(lambda x: x * 2)(np.array(3.0))
     assert out.shape == () and float(out) == 6.0
+
+
+def test_vectorize_takes_a_numpy_array_with_negative_strides():
+    out = nx.vectorize(lambda x: x * 2)(np.arange(3.0)[::-1])
+    assert torch.equal(out, torch.tensor([4.0, 2.0, 0.0], dtype=torch.float64))

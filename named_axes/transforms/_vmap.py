@@ -21,6 +21,7 @@ import itertools
 import re
 from typing import Any, Callable, Hashable, Iterable
 
+import numpy as np
 import torch
 
 from .. import _env
@@ -303,4 +304,6 @@ def _broadcast_loops(what: str, tensors: list, loops: list) -> tuple:
 def _as_tensor(x: Any):
     if isinstance(x, (torch.Tensor, NamedTensor)):
         return x
+    if isinstance(x, np.ndarray):   # (torch refuses negative strides; 0-d stays 0-d)
+        x = np.require(x, requirements="C")
     return torch.as_tensor(x)
