@@ -34,6 +34,7 @@ import torch
 from .._dispatch import dispatch
 from .._engine import NeedsWholeAxes, may_need_grad
 from .._errors import AxisResourceError
+from .._layout import call
 from .._registry import is_inplace, op_name
 from .._tape import suspended
 from .._tensor import NamedTensor, data_and_names
@@ -438,7 +439,7 @@ class DTensorEngine(SerialEngine):
             except NeedsWholeAxes as e:
                 from .. import lax
 
-                return self.whole(lax.pdot, args, kwargs, e.names, run=_call)
+                return self.whole(lax.pdot, args, kwargs, e.names, run=call)
             # its chunk-local product runs where no engine is bound: hand the operands now
             every = tuple(_names_of(x)) + tuple(n for n in _names_of(y) if n not in _names_of(x))
             args = tuple(self._handed(v, every) for v in args[:2]) + tuple(args[2:])
@@ -462,8 +463,3 @@ class DTensorEngine(SerialEngine):
         if isinstance(v, NamedTensor):
             return NamedTensor._wrap(self.broadcast(v._data, v._names, every), v._names)
         return self.broadcast(v, (), every)
-
-
-def _call(func: Callable, args: tuple, kwargs: dict) -> Any:
-    return func(*args, **kwargs)
-
