@@ -33,7 +33,7 @@ from .._tensor import NamedTensor
 from .._levels import ORIGINAL as _functorch
 from .._torch_private import tree_flatten, tree_map, tree_unflatten
 from ._custom import forward_begin, forward_end
-from ._grad import _argnums, vjp
+from ._grad import _argnums, split_aux, vjp
 from ._tree import Hidden, align_like, mapped_over, named_axes_of, rebox, unbox
 
 __all__ = ["jvp", "linearize", "jacrev", "jacfwd", "hessian"]
@@ -69,9 +69,10 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
     out_box, aux_box = [], []
 
     def target(*phys):
-        out = fun(*[rebox(leaves, spec, names) for leaves, (_, spec, names) in zip(phys, boxes)])
+        out, aux = split_aux(fun(*[rebox(leaves, spec, names)
+                                   for leaves, (_, spec, names) in zip(phys, boxes)]),
+                             has_aux, what)
         if has_aux:
-            out, aux = out
             aux_box[:] = unbox(aux)
         leaves, spec, names = unbox(out)
         out_box[:] = [spec, names]

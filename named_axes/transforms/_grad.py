@@ -52,6 +52,15 @@ def _argnums(argnums, n: int, what: str) -> tuple:
     return tuple(a % n for a in nums)
 
 
+def split_aux(out: Any, has_aux: bool, what: str, value: str = "out") -> tuple:
+    """``fun``'s result ``out`` as ``(value, aux)`` (``aux`` None without ``has_aux``)."""
+    if not has_aux:
+        return out, None
+    if not (isinstance(out, tuple) and len(out) == 2):   # (a tensor would unpack too)
+        raise AxisTypeError(f"{what}: has_aux=True needs fun to return ({value}, aux)")
+    return out
+
+
 _LEAF = tree_flatten(0)[1]   # the spec of an argument that is a single tensor
 
 
@@ -203,10 +212,7 @@ def _value_and_grad_once(r: _Run, has_aux: bool, what: str, single: bool) -> tup
     out_names, aux_box = [None], [None]
 
     def phys_fun(*phys):
-        out = r.call(phys)
-        if has_aux and not (isinstance(out, tuple) and len(out) == 2):
-            raise AxisTypeError(f"{what}: has_aux=True needs fun to return (loss, aux)")
-        loss, aux = out if has_aux else (out, None)
+        loss, aux = split_aux(r.call(phys), has_aux, what, "loss")
         data = _scalar_phys(loss, what)
         out_names[0] = loss._names if isinstance(loss, _NT) else None
         r.tape.decide(loss, aux)
@@ -352,9 +358,8 @@ def _vjp_once(r: _Run, has_aux: bool, what: str) -> tuple:
     out_box, aux_box = [], []
 
     def target(*phys):
-        out = r.call(phys, plain_unnamed=False)
+        out, aux = split_aux(r.call(phys, plain_unnamed=False), has_aux, what)
         if has_aux:
-            out, aux = out
             aux_box[:] = unbox(aux)
         r.tape.decide(out, grads=False)
         leaves, spec, names = unbox(out)
