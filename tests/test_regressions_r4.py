@@ -30,3 +30,21 @@ def test_vjp_and_jvp_with_has_aux_refuse_a_result_that_is_no_pair():
         nx.vjp(f, torch.ones(2, 3), has_aux=True)
     with pytest.raises(nx.AxisTypeError, match=r"has_aux=True needs fun to return \(out, aux\)"):
         nx.jvp(f, (torch.ones(2, 3),), (torch.ones(2, 3),), has_aux=True)
+
+
+def test_device_put_replicated_stacks_a_named_leaf_too():
+    # a NamedTensor leaf came back as it was, without the leading axis its plain
+    # neighbours got
+    x = nx.named(torch.arange(6.0).reshape(2, 3), "b ...")
+    out = nx.device_put_replicated({"x": x, "y": torch.ones(3)}, ["cpu", "cpu"])
+    assert out["x"].named_shape == {"b": 2} and out["x"].shape == (2, 3)
+    assert torch.equal(out["x"]._data, x._data.unsqueeze(1).expand(2, 2, 3))
+    assert out["y"].shape == (2, 3)
+
+
+def test_device_put_sharded_stacks_named_shards():
+    # torch.as_tensor of a NamedTensor failed with a raw TypeError
+    x = nx.named(torch.arange(6.0).reshape(2, 3), "b ...")
+    out = nx.device_put_sharded([x, x * 2], ["cpu", "cpu"])
+    assert out.named_shape == {"b": 2} and out.shape == (2, 3)
+    assert torch.equal(out._data, torch.stack([x._data, x._data * 2], 1))

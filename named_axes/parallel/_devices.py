@@ -184,7 +184,7 @@ def device_put_replicated(x: Any, devices: Sequence[Any]) -> Any:
     dev = target(as_device(devs[0]))
 
     def rep(v):
-        if isinstance(v, torch.Tensor):
+        if isinstance(v, (torch.Tensor, NamedTensor)):   # (a NamedTensor: positionally)
             return v.to(dev).unsqueeze(0).expand(len(devs), *v.shape).clone()
         return v
 
@@ -201,7 +201,8 @@ def device_put_sharded(shards: Sequence[Any], devices: Sequence[Any]) -> Any:
     flats = [tree_flatten(s) for s in shards]
     spec = flats[0][1]
     cols = zip(*[f[0] for f in flats])
-    out = [torch.stack([torch.as_tensor(v).to(dev) for v in col]) for col in cols]
+    out = [torch.stack([v.to(dev) if isinstance(v, NamedTensor) else torch.as_tensor(v).to(dev)
+                        for v in col]) for col in cols]
     return tree_unflatten(out, spec)
 
 
