@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .._errors import AxisTypeError
+from .._errors import AxisSpecError, AxisTypeError
 from .._tensor import NamedTensor
 from .._torch_private import tree_flatten, tree_map, tree_unflatten
 
@@ -180,7 +180,7 @@ def device_put_replicated(x: Any, devices: Sequence[Any]) -> Any:
     """
     devs = list(devices)
     if not devs:
-        raise ValueError("device_put_replicated: devices is empty")
+        raise AxisSpecError("device_put_replicated: devices is empty")
     dev = target(as_device(devs[0]))
 
     def rep(v):
@@ -195,8 +195,8 @@ def device_put_sharded(shards: Sequence[Any], devices: Sequence[Any]) -> Any:
     """Stack one shard per device along a new leading axis (shards must have equal shapes)."""
     shards, devs = list(shards), list(devices)
     if len(shards) != len(devs):
-        raise ValueError(f"device_put_sharded: {len(shards)} shards for {len(devs)} devices; "
-                         f"give one shard per device")
+        raise AxisSpecError(f"device_put_sharded: {len(shards)} shards for {len(devs)} devices; "
+                            f"give one shard per device")
     dev = target(as_device(devs[0]))
     flats = [tree_flatten(s) for s in shards]
     spec = flats[0][1]

@@ -279,8 +279,8 @@ def device_put(x: Any, device: Any = None, *, axes: Any = None) -> Any:
             return x   # one device: nothing to split
         return shard_put(x, device, axes)
     if axes is not None:
-        raise TypeError("device_put: axes= names dims for an nx.NamedSharding; got device "
-                        f"{device!r}")
+        raise AxisTypeError("device_put: axes= names dims for an nx.NamedSharding; got device "
+                            f"{device!r}")
     dev = _devices.target(device) or _devices.local_devices()[0].torch_device
 
     def put(v):
