@@ -33,7 +33,7 @@ from .._tensor import NamedTensor
 from .._levels import ORIGINAL as _functorch
 from .._torch_private import tree_flatten, tree_map, tree_unflatten
 from ._custom import forward_begin, forward_end
-from ._grad import _argnums, split_aux, vjp
+from ._grad import _argnums, flat_result, vjp
 from ._tree import Hidden, align_like, mapped_over, named_axes_of, rebox, unbox
 
 __all__ = ["jvp", "linearize", "jacrev", "jacfwd", "hessian"]
@@ -66,17 +66,11 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
             raise AxisSpecError(f"{what}: tangent {k} has {len(tl)} leaves, primal {len(leaves)}")
         tan_phys.append([align_like(v, p, n, f"{what} tangent {k}", lead, lead_sizes)
                          for v, p, n in zip(tl, leaves, names)])
-    out_box, aux_box = [], []
+    box: list = []
 
     def target(*phys):
-        out, aux = split_aux(fun(*[rebox(leaves, spec, names)
-                                   for leaves, (_, spec, names) in zip(phys, boxes)]),
-                             has_aux, what)
-        if has_aux:
-            aux_box[:] = unbox(aux)
-        leaves, spec, names = unbox(out)
-        out_box[:] = [spec, names]
-        return tuple(leaves)
+        args = [rebox(leaves, spec, names) for leaves, (_, spec, names) in zip(phys, boxes)]
+        return flat_result(fun(*args), has_aux, what, box)[1]
 
     primal_phys = tuple(b[0] for b in boxes)
     forward_begin()   # (custom_jvp asks: refused under torch.compile; its reverse mode)
@@ -90,7 +84,7 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
             out, t_out = _functorch["jvp"](target, primal_phys, tuple(tan_phys))
     finally:
         forward_end()
-    spec, names = out_box
+    spec, names, aux_box = box
     t_names = [lead + (n or ()) for n in names] if lead else names
     result = rebox(out, spec, names), rebox(t_out, spec, t_names)
     return result + (rebox(*aux_box),) if has_aux else result

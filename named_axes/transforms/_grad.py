@@ -61,6 +61,15 @@ def split_aux(out: Any, has_aux: bool, what: str, value: str = "out") -> tuple:
     return out
 
 
+def flat_result(result: Any, has_aux: bool, what: str, box: list) -> tuple:
+    """``fun``'s ``result`` (``(out, aux)`` with ``has_aux``) as ``out`` and its physical
+    leaves; ``box`` keeps ``[spec, names, aux unboxed or None]`` to rebuild them after."""
+    out, aux = split_aux(result, has_aux, what)
+    leaves, spec, names = unbox(out)
+    box[:] = [spec, names, unbox(aux) if has_aux else None]
+    return out, tuple(leaves)
+
+
 _LEAF = tree_flatten(0)[1]   # the spec of an argument that is a single tensor
 
 
@@ -355,20 +364,16 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False, reduce_axes: Sequen
 
 
 def _vjp_once(r: _Run, has_aux: bool, what: str) -> tuple:
-    out_box, aux_box = [], []
+    box: list = []
 
     def target(*phys):
-        out, aux = split_aux(r.call(phys, plain_unnamed=False), has_aux, what)
-        if has_aux:
-            aux_box[:] = unbox(aux)
+        out, leaves = flat_result(r.call(phys, plain_unnamed=False), has_aux, what, box)
         r.tape.decide(out, grads=False)
-        leaves, spec, names = unbox(out)
-        out_box[:] = [spec, names]
-        return tuple(leaves)
+        return leaves
 
     with r.region, r.tape:
         out_leaves, vjp_phys = _functorch["vjp"](target, *[b[0] for b in r.boxes])[:2]
-    spec, names = out_box
+    spec, names, aux_box = box
     # copies of a value JAX computes once (the cotangents still align to the physical
     # outputs)
     out = fold_copies([rebox(out_leaves, spec, names)], r.tape)[0]
