@@ -48,3 +48,13 @@ def test_device_put_sharded_stacks_named_shards():
     out = nx.device_put_sharded([x, x * 2], ["cpu", "cpu"])
     assert out.named_shape == {"b": 2} and out.shape == (2, 3)
     assert torch.equal(out._data, torch.stack([x._data, x._data * 2], 1))
+
+
+def test_a_cotangent_or_tangent_of_the_wrong_shape_is_a_shape_error():
+    # the broadcast to the primal's shape failed with torch's raw RuntimeError
+    _, pull = nx.vjp(torch.sin, torch.zeros(2, 3))
+    with pytest.raises(nx.ShapeError, match=r"cotangent 0: positional shape \(4,\) does not "
+                                            r"broadcast to the primal/output's \(2, 3\)"):
+        pull(torch.ones(4))
+    with pytest.raises(nx.ShapeError, match=r"tangent 0: positional shape \(4,\)"):
+        nx.jvp(torch.sin, (torch.zeros(2, 3),), (torch.ones(4),))

@@ -18,7 +18,7 @@ from typing import Any, Callable, Hashable, Iterable
 import torch
 
 from .._engine import handed
-from .._errors import AxisSpecError
+from .._errors import AxisSpecError, ShapeError
 from .._layout import align
 from .._levels import ORIGINAL as _functorch
 from .._tensor import NamedTensor
@@ -124,7 +124,14 @@ def align_like(value: Any, like: torch.Tensor, names: tuple | None, what: str,
     # instances here: its own gradient (an outer derivative) sums their parts over the
     # ranks (Engine.broadcast)
     data = handed(data, own, tuple(lead) + names)
-    return data.expand(shape) if data.shape != shape else data
+    if data.shape == shape:
+        return data
+    try:
+        return data.expand(shape)
+    except RuntimeError:
+        pos = tuple(getattr(value, "shape", ()))
+        raise ShapeError(f"{what}: positional shape {pos} does not broadcast to the "
+                         f"primal/output's {tuple(like.shape)[len(names):]}") from None
 
 
 def mapped_over(fn: Callable, depth: int) -> Callable:
