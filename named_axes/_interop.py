@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from ._errors import AxisTypeError, fmt_named_shape
+from ._layout import from_numpy
 from ._tensor import NamedTensor, _rebuild_named
 
 __all__ = ["collate", "array_ufunc", "install"]
@@ -96,7 +97,7 @@ _UFUNC_ALIASES = {"divide": "true_divide", "power": "pow", "absolute": "abs",
 
 def _as_tensor(v: Any) -> Any:
     if isinstance(v, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(v))
+        return from_numpy(v)
     if isinstance(v, np.generic):
         return torch.as_tensor(v)
     return v

@@ -266,11 +266,24 @@ def call(func: Callable, args: tuple, kwargs: dict) -> Any:
     return func(*args, **kwargs)
 
 
+def from_numpy(a: np.ndarray) -> torch.Tensor:
+    """``a`` as a tensor sharing its memory where it can: the one numpy conversion.
+
+    torch refuses negative strides, so such an array is copied; ``np.require`` keeps a
+    0-d array 0-d (``np.ascontiguousarray`` makes it 1-d).
+
+    >>> import numpy as np
+    >>> from_numpy(np.array(2.0)).shape, from_numpy(np.arange(3)[::-1]).tolist()
+    (torch.Size([]), [2, 1, 0])
+    """
+    return torch.from_numpy(np.require(a, requirements="C"))
+
+
 def _as_tensor(t: Any, *, what: str) -> torch.Tensor:
     if isinstance(t, torch.Tensor):
         return t
     if isinstance(t, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(t))
+        return from_numpy(t)
     raise AxisTypeError(f"{what}: expected a tensor or numpy array, got {type(t).__name__}")
 
 

@@ -24,7 +24,7 @@ import torch
 
 from . import _env
 from ._errors import AxisSizeError, AxisSpecError, size_clash_message
-from ._layout import to_named_perm
+from ._layout import from_numpy, to_named_perm
 from ._parsing import path_str
 from ._plancache import PlanCache
 from ._tensor import NamedTensor
@@ -148,8 +148,7 @@ def _as_torch(x: Any) -> Any:
     import numpy as np
 
     if isinstance(x, np.ndarray):
-        # np.require keeps a 0-d array 0-d (np.ascontiguousarray makes it 1-d)
-        return torch.from_numpy(np.require(x, requirements="C"))
+        return from_numpy(x)
     return torch.as_tensor(x)   # numpy scalars
 
 

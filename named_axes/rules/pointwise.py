@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .._dispatch import ShapeError, result
-from .._layout import align, align_plan, apply_align, union_names
+from .._layout import align, align_plan, apply_align, from_numpy, union_names
 from .._plancache import PlanCache
 from .._registry import is_inplace_name, op_name, register, spellings
 from .._tensor import NamedTensor
@@ -141,9 +141,7 @@ def pointwise(func: Callable, args: tuple, kwargs: dict, inplace: bool = False) 
 def _pointwise_general(func, args, kwargs, inplace):
     for a in args:   # numpy operands act as tensors (torch's in-place ops ignore them)
         if type(a) is _ndarray:
-            # (np.require keeps a 0-d array 0-d; np.ascontiguousarray makes it 1-d)
-            args = tuple(torch.from_numpy(np.require(v, requirements="C"))
-                         if type(v) is _ndarray else v for v in args)
+            args = tuple(from_numpy(v) if type(v) is _ndarray else v for v in args)
             break
     operands = []
     P = 0

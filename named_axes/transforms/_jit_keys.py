@@ -35,6 +35,7 @@ from typing import Any, Callable
 import torch
 
 from .._errors import AxisSpecError
+from .._layout import from_numpy
 from .._tensor import NamedTensor
 from .._torch_private import tensor_guards, tree_flatten, tree_map
 
@@ -131,9 +132,7 @@ def numpy_as_tensors(args: tuple) -> tuple | None:
 
     if not any(isinstance(v, np.ndarray) for v in tree_flatten(args)[0]):
         return None
-    # (torch.from_numpy refuses negative strides; np.require keeps a 0-d array 0-d)
-    return tree_map(lambda v: torch.from_numpy(np.require(v, requirements="C"))
-                    if isinstance(v, np.ndarray) else v, args)
+    return tree_map(lambda v: from_numpy(v) if isinstance(v, np.ndarray) else v, args)
 
 
 def fast_lane(args: tuple) -> tuple:

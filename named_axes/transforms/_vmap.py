@@ -26,7 +26,7 @@ import torch
 
 from .. import _env
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
-from .._layout import insert_named
+from .._layout import from_numpy, insert_named
 from .._parsing import parse_mapping
 from .._tensor import NamedTensor
 from ._tree import Hidden
@@ -304,6 +304,6 @@ def _broadcast_loops(what: str, tensors: list, loops: list) -> tuple:
 def _as_tensor(x: Any):
     if isinstance(x, (torch.Tensor, NamedTensor)):
         return x
-    if isinstance(x, np.ndarray):   # (torch refuses negative strides; 0-d stays 0-d)
-        x = np.require(x, requirements="C")
+    if isinstance(x, np.ndarray):
+        return from_numpy(x)
     return torch.as_tensor(x)
