@@ -1,4 +1,5 @@
-"""Regressions found while merging the API layer's modules (each failed before its fix)."""
+"""nx.positional's and named slicing's errors name what the user wrote (each failed before
+its fix)."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Regressions found while merging xmap's two paths (issue 30)."""
+"""Nested xmaps: an inner xmap cannot shadow an axis an enclosing one binds, as in JAX."""
 from __future__ import annotations
 
 import pytest

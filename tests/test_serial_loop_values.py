@@ -1,4 +1,5 @@
-"""Regressions found while cutting NamedTensor's modules (_tensor, _layout, _naming)."""
+"""A NamedTensor's queries and layouts under SerialLoop and torch.func: the whole axis, never
+a chunk's share (each failed before its fix)."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Regressions found while restructuring nx.lax (issue 30)."""
+"""pmax/pmin over an empty positional axis: an AxisSizeError, as over an empty named axis."""
 from __future__ import annotations
 
 import pytest

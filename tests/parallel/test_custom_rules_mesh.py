@@ -1,4 +1,5 @@
-"""Regressions found while merging the autodiff transforms (transforms/_grad.py, _custom.py).
+"""custom_vjp / custom_jvp rules run by autograd after an xmap on a mesh returned (found while
+merging the autodiff transforms, transforms/_grad.py and _custom.py).
 
 A custom_vjp's backward, run by autograd after the xmap on a mesh returned, runs in the
 call's axis environment, as a custom_jvp's transposed rule does (its collectives ran
@@ -19,7 +20,7 @@ import pytest
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "parallel"))
+sys.path.insert(0, HERE)
 from _ranks import launch, run_rank  # noqa: E402
 
 import named_axes as nx  # noqa: E402

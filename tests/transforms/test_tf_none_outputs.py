@@ -1,4 +1,5 @@
-"""Regressions found while merging nx.jit's modules (transforms/_graph.py and friends)."""
+"""None among a traced program's results stays None (closure_convert, make_graph); found
+while merging nx.jit's modules."""
 import torch
 
 import named_axes as nx
