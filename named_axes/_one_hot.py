@@ -17,9 +17,10 @@ import torch
 from ._dispatch import result
 from ._env import _state as _env_state
 from ._env import bound_axes
-from ._errors import AxisSizeError, AxisSpecError, AxisTypeError
+from ._errors import AxisSizeError, AxisTypeError
 from ._tensor import NamedTensor
 from ._tape import taped
+from .lax._common import _norm
 
 __all__ = ["one_hot"]
 
@@ -70,10 +71,7 @@ def one_hot(labels: Any, num_classes: int, dim: Any = -1, *, axis: Any = None,
         raise AxisTypeError(f"one_hot: labels must be a tensor, got {type(labels).__name__}")
     if not isinstance(dim, int) or isinstance(dim, bool):
         return _named_classes(data, names, p, num_classes, dim, dtype)
-    if not -(p + 1) <= dim <= p:   # the classes axis as positional dim ``dim``
-        raise AxisSpecError(f"one_hot: dim={dim} is out of range for a result with "
-                            f"{p + 1} positional dims")
-    d = len(names) + (dim + p + 1 if dim < 0 else dim)
+    d = len(names) + _norm(dim, p + 1, "one_hot", "dim", " (of the result)")
     classes = torch.arange(num_classes, device=data.device)
     shape = [1] * (data.dim() + 1)
     shape[d] = num_classes

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import numbers
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, Sequence
 
 import torch
 import torch.fx.traceback as fx_traceback
@@ -123,7 +123,17 @@ def _check_bound_size(x: NamedTensor, name: Hashable, op: str) -> None:
                             f"but {bound[name]} where it is bound")
 
 
-def _norm(d: int, n: int, op: str, arg: str) -> int:
+def _norm(d: int, n: int, op: str, arg: str, where: str = "") -> int:
+    """Positional dim ``d`` of ``n`` as a non-negative index (the one range check of
+    ``nx.lax`` and ``nx.one_hot``); ``where`` says more about the value in the error."""
     if not isinstance(d, int) or not -n <= d < n:
-        raise AxisSpecError(f"{op}: {arg}={d!r} is out of range for {n} positional dims")
+        raise AxisSpecError(f"{op}: {arg}={d!r} is out of range for {n} positional dims{where}")
     return d + n if d < 0 else d
+
+
+def _norm_dims(dims: Sequence[int], n: int, op: str, arg: str, where: str = "") -> tuple:
+    """Each of ``dims`` through :func:`_norm`; an error when two name one dim."""
+    out = tuple(_norm(d, n, op, arg, where) for d in dims)
+    if len(set(out)) != len(out):
+        raise AxisSpecError(f"{op}: {arg}={tuple(dims)} names one positional dim twice")
+    return out

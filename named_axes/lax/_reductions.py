@@ -22,12 +22,12 @@ from .._dispatch import result
 from .._engine import engine_for
 from .._env import _state as _env_state
 from .._env import axis_size
-from .._errors import AxisSizeError, AxisSpecError
+from .._errors import AxisSizeError
 from .._tensor import NamedTensor
 from .._torch_private import tree_map
 from ._opdefs import REDUCE_METHOD
 from ._common import (_as_named, _axis_names, _check_bound_size, _engine_method, _no_groups,
-                      _shows_axes)
+                      _norm_dims, _shows_axes)
 
 __all__ = ["psum", "pmean", "pmax", "pmin"]
 
@@ -38,15 +38,8 @@ def _reduce_positional(x: Any, pos: tuple, axis_name: Any, op: str) -> Any:
     """``x`` reduced over its positional dims ``pos`` (the ints of ``axis_name``)."""
     v = _as_named(x, op)
     data, k, p = v._data, len(v._names), v.ndim
-    dims = []
-    for d in pos:
-        if not -p <= d < p:
-            raise AxisSpecError(f"{op}(x, {axis_name!r}): positional axis {d} is out of range "
-                                f"for a value with {p} positional dims (shape "
-                                f"{tuple(data.shape[k:])})")
-        dims.append(k + d % p)
-    if len(set(dims)) != len(dims):
-        raise AxisSpecError(f"{op}(x, {axis_name!r}): names one positional axis twice")
+    dims = [k + d for d in _norm_dims(pos, p, f"{op}(x, {axis_name!r})", "axis",
+                                      f" (shape {tuple(data.shape[k:])})")]
     if op in ("pmax", "pmin") and any(data.shape[d] == 0 for d in dims):
         raise AxisSizeError(f"{op}(x, {axis_name!r}): a positional axis of size 0 has no "
                             f"entry to take the {op[1:]}imum of (shape {tuple(data.shape[k:])})")

@@ -28,7 +28,7 @@ from .._tape import taped
 from ..rules.named_ints import along as _along
 from ..rules.named_ints import clamped_starts as _clamp
 from ..rules.named_ints import take_slice as _take
-from ._common import _as_named, _norm
+from ._common import _as_named, _norm, _norm_dims
 
 __all__ = ["dynamic_slice", "dynamic_slice_in_dim", "dynamic_index_in_dim",
            "dynamic_update_slice", "dynamic_update_slice_in_dim",
@@ -233,17 +233,6 @@ def dynamic_update_index_in_dim(operand: Any, update: Any, index: Any, axis: int
     return dynamic_update_slice_in_dim(operand, update, index, axis)
 
 
-def _canon(dims: Sequence[int], p: int, op: str) -> tuple:
-    out = []
-    for d in dims:
-        if not isinstance(d, int) or not -p <= d < p:
-            raise AxisSpecError(f"{op}: dimension {d!r} is out of range for {p} positional dims")
-        out.append(d % p)
-    if len(set(out)) != len(out):
-        raise AxisSpecError(f"{op}: dimensions {tuple(dims)} repeat a dim")
-    return tuple(out)
-
-
 @taped("linear")
 def squeeze(array: Any, dimensions: Sequence[int]) -> Any:
     """Remove positional dims of size 1 (``jax.lax.squeeze``); named axes are untouched.
@@ -253,7 +242,7 @@ def squeeze(array: Any, dimensions: Sequence[int]) -> Any:
     torch.Size([3])
     """
     x = _as_named(array, "squeeze", "array")
-    dims = _canon(dimensions, x.ndim, "squeeze")
+    dims = _norm_dims(dimensions, x.ndim, "squeeze", "dimension")
     if any(x.shape[d] != 1 for d in dims):
         raise AxisSizeError(f"squeeze: cannot squeeze out a dim whose size is not 1, got "
                             f"positional shape {tuple(x.shape)} and dimensions {tuple(dimensions)}")
@@ -271,7 +260,7 @@ def expand_dims(array: Any, dimensions: Sequence[int]) -> Any:
     torch.Size([1, 2, 3, 1])
     """
     x = _as_named(array, "expand_dims", "array")
-    dims = _canon(dimensions, x.ndim + len(dimensions), "expand_dims")
+    dims = _norm_dims(dimensions, x.ndim + len(dimensions), "expand_dims", "dimension")
     data, k = x._data, len(x._names)
     for d in sorted(dims):
         data = data.unsqueeze(k + d)
