@@ -21,7 +21,7 @@ from .._errors import AxisSizeError, AxisSpecError
 from .._layout import union_names
 from .._plancache import PlanCache
 from .._tensor import RECORDERS, NamedTensor
-from ._common import (_as_named, _axis_names, _check_bound_size, _engine_method, _norm,
+from ._common import (_as_named, _axis_names, _check_bound_size, _engine_method, _norm_dims,
                       _shows_axes)
 from ._reductions import _size
 
@@ -122,10 +122,10 @@ def _pdot_plan(x: NamedTensor, y: NamedTensor, names: tuple, pos_contract, pos_b
     if len(cx) != len(cy) or len(bx) != len(by):
         raise AxisSpecError(f"pdot: pos_contract={pos_contract!r} / pos_batch={pos_batch!r} "
                             f"must pair equally many axes of x and y")
-    cx = [_norm(d, x.ndim, op, "pos_contract (x)") for d in cx]
-    bx = [_norm(d, x.ndim, op, "pos_batch (x)") for d in bx]
-    cy = [_norm(d, y.ndim, op, "pos_contract (y)") for d in cy]
-    by = [_norm(d, y.ndim, op, "pos_batch (y)") for d in by]
+    # a dim paired twice (contracted twice, or contracted and batched) is an error, as in JAX
+    dx = _norm_dims(cx + bx, x.ndim, op, "pos_contract + pos_batch (x)")
+    dy = _norm_dims(cy + by, y.ndim, op, "pos_contract + pos_batch (y)")
+    cx, bx, cy, by = dx[:len(cx)], dx[len(cx):], dy[:len(cy)], dy[len(cy):]
     letters = iter(string.ascii_letters)
     named_letter = {}
     for n in x._names + y._names:
