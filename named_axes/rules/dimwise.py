@@ -20,7 +20,7 @@ from .._registry import op_name, register, spellings
 from .._errors import AxisSpecError
 from .._tensor import NamedTensor
 from . import named_ints
-from .reductions import _dims_of, _reduction
+from .reductions import DEFAULT_DIM, _dims_of, _reduction, dim_keyword, take
 
 _NT = NamedTensor
 
@@ -45,12 +45,6 @@ DIMWISE = {
 _NAMED_ARGS = {"narrow": named_ints.narrow, "index_select": named_ints.index_select}
 
 
-# the dim an op uses when none is given (the others have none, or a legacy implicit one)
-_DEFAULT_DIMS = {"unbind": 0, "sort": -1, "argsort": -1, "topk": -1, "kthvalue": -1,
-                 "diff": -1, "split": 0, "chunk": 0, "tensor_split": 0, "normalize": 1,
-                 "glu": -1}
-
-
 def _dimwise(name: str, dim_index: int, names_ok: bool):
     per_instance = _NAMED_ARGS.get(name)
 
@@ -65,15 +59,13 @@ def _dimwise(name: str, dim_index: int, names_ok: bool):
                 x, (phys, _, _, _) = _dims_of(x, d, func)
                 return result(func(x._data, phys[0]), x._names, func)
         rest = list(args[1:])
-        kwargs = dict(kwargs)
-        if "axis" in kwargs and "dim" not in kwargs:
-            kwargs["dim"] = kwargs.pop("axis")
+        kwargs = dim_keyword(func, kwargs)
         if any(isinstance(a, _NT) for a in (*rest, *kwargs.values())):
             return per_instance(func, args, kwargs) if per_instance else NotImplemented
         # the dim argument, taken out (its default if it has one); None (a legacy implicit
         # dim, or dim=None) is left to vmap
         in_rest = len(rest) > dim_index - 1
-        d = rest.pop(dim_index - 1) if in_rest else kwargs.pop("dim", _DEFAULT_DIMS.get(name))
+        d = take(rest, kwargs, dim_index - 1, "dim", DEFAULT_DIM.get(name))
         if d is None:
             return NotImplemented
         if isinstance(d, (tuple, list)):

@@ -69,8 +69,12 @@ REDUCTIONS = {
 }
 # where positional `keepdim` sits, relative to the dim argument
 _KEEPDIM_AFTER = {"var": 2, "std": 2, "var_mean": 2, "std_mean": 2}
-# reductions whose dim defaults to -1 rather than "everything"
-_DEFAULT_DIM = {"mode": -1, "kthvalue": -1}
+# the dim an op uses when none is given: these reductions default to -1 rather than
+# "everything"; the dim-wise ops listed have a default (the others have none, or a legacy
+# implicit one)
+DEFAULT_DIM = {"mode": -1, "kthvalue": -1, "unbind": 0, "sort": -1, "argsort": -1,
+               "topk": -1, "diff": -1, "split": 0, "chunk": 0, "tensor_split": 0,
+               "normalize": 1, "glu": -1}
 # with no dim, these return values only (torch.max(x) vs torch.max(x, 0))
 _VALUES_ONLY = {"max", "min", "median", "nanmedian"}
 
@@ -152,23 +156,17 @@ def _reduction(name: str, dim_index: int, multi: bool):
                 if phys and (multi or len(phys) == 1):
                     return result(func(x2._data, phys if multi else phys[0]), names_left, func)
         rest = list(args[1:])
-        kw = _dim_keyword(func, kwargs)
+        kw = dim_keyword(func, kwargs)
         if any(isinstance(a, (_NT, _T)) for a in (*rest, *kw.values())):
             if name in ("max", "min") and rest and isinstance(rest[0], (_NT, _T)):
                 return pointwise(torch.maximum if name == "max" else torch.minimum,
                                  (x, rest[0]), {})
             return NotImplemented
-        if len(rest) > pos:
-            dims = rest.pop(pos)
-        else:
-            dims = kw.pop("dim", _DEFAULT_DIM.get(name))
+        dims = take(rest, kw, pos, "dim", DEFAULT_DIM.get(name))
         if type(dims) is bool and name in _KEEPDIM_AFTER:
             # x.std(True): torch's std/var(unbiased) overload, under the vmap fallback
             return NotImplemented
-        if len(rest) > keep_pos - 1:
-            keepdim = bool(rest.pop(keep_pos - 1))
-        else:
-            keepdim = bool(kw.pop("keepdim", False))
+        keepdim = bool(take(rest, kw, keep_pos - 1, "keepdim", False))
         call = _Call(func, rest, kw, pos, has_keepdim)
         if dims is None:
             return _reduce_positional(call, x, keepdim, name in _VALUES_ONLY)
@@ -205,7 +203,7 @@ def _run(call: _Call, data, dim_arg, keepdim: bool):
     return func(data, *args, keepdim=keepdim, **kw)
 
 
-def _dim_keyword(func, kwargs) -> dict:
+def dim_keyword(func, kwargs) -> dict:
     """``kwargs`` with ``axis=`` (numpy's spelling) as ``dim=``."""
     kw = dict(kwargs) if kwargs else {}
     if "axis" in kw:
@@ -213,6 +211,12 @@ def _dim_keyword(func, kwargs) -> dict:
             raise AxisTypeError(f"{op_name(func)}: give dim= or axis=, not both")
         kw["dim"] = kw.pop("axis")
     return kw
+
+
+def take(rest: list, kw: dict, i: int, key: str, default=None):
+    """Argument ``i`` of ``rest``, or else keyword ``key`` (``default`` if neither), taken
+    out of the call."""
+    return rest.pop(i) if len(rest) > i else kw.pop(key, default)
 
 
 def _reduce_positional(call: _Call, x: _NT, keepdim: bool, values_only: bool):
