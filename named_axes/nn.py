@@ -45,14 +45,6 @@ def gelu(x: Any, approximate: bool = True) -> Any:
     return F.gelu(x, approximate="tanh" if approximate else "none")
 
 
-def _several(axis: Any) -> bool:
-    return isinstance(axis, (tuple, list)) and len(axis) != 1
-
-
-def _one(axis: Any) -> Any:
-    return axis[0] if isinstance(axis, (tuple, list)) else axis
-
-
 def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     """log(sum(exp(x))) over ``axis`` (ints, names or a mix; None: every positional axis).
 
@@ -70,9 +62,7 @@ def log_softmax(x: Any, axis: Any = -1) -> Any:
     >>> nx.nn.log_softmax(torch.zeros(2)).exp()
     tensor([0.5000, 0.5000])
     """
-    if not _several(axis):
-        return _f.log_softmax(x, _one(axis))
-    return x - _f.logsumexp(x, tuple(axis), True)
+    return _f.log_softmax(x, axis)
 
 
 def softmax(x: Any, axis: Any = -1) -> Any:
@@ -82,9 +72,7 @@ def softmax(x: Any, axis: Any = -1) -> Any:
     >>> nx.nn.softmax(torch.zeros(2))
     tensor([0.5000, 0.5000])
     """
-    if not _several(axis):
-        return _f.softmax(x, _one(axis))
-    return torch.exp(log_softmax(x, axis))
+    return _f.softmax(x, axis)
 
 
 def standardize(x: Any, axis: Any = -1, mean: Any = None, variance: Any = None,
