@@ -18,9 +18,10 @@ from ._dispatch import result
 from ._env import _state as _env_state
 from ._env import bound_axes
 from ._errors import AxisSizeError, AxisTypeError
+from ._parsing import check_name
 from ._tensor import NamedTensor
 from ._tape import taped
-from .lax._common import _norm
+from .lax._common import _engine_method, _norm
 
 __all__ = ["one_hot"]
 
@@ -82,12 +83,7 @@ def one_hot(labels: Any, num_classes: int, dim: Any = -1, *, axis: Any = None,
 def _named_classes(data: torch.Tensor, names: tuple, p: int, num_classes: int, dim: Any,
                    dtype: torch.dtype) -> Any:
     """The classes axis as the named axis ``dim``."""
-    name: Hashable = dim
-    try:
-        if type(name) is not str:      # str is hashable; dynamo (torch 2.9) can't trace hash()
-            hash(name)
-    except TypeError:
-        raise AxisTypeError(f"one_hot: dim must be an int or an axis name, got {dim!r}") from None
+    name = check_name(dim, where="one_hot: dim")
     bound = bound_axes()
     held = name in names
     size = bound[name] if name in bound else data.shape[names.index(name)] if held else None
@@ -116,8 +112,6 @@ def _class_indices(name: Hashable, num_classes: int, is_bound: bool,
     holds part of the axis (a SerialLoop chunk) the indices it holds, as
     lax.axis_index gives them."""
     if _env_state.engine and is_bound:
-        from .lax._common import _engine_method
-
         method = _engine_method("axis_index", (name,))
         if method is not None:
             return method((name,))._data.to(device)

@@ -17,3 +17,15 @@ def test_pdot_rejects_a_dim_paired_twice(pos_contract, pos_batch):
     with pytest.raises(nx.AxisSpecError, match=r"pdot: pos_contract \+ pos_batch \(x\)="
                                                r".* names one positional dim twice"):
         nx.lax.pdot(x, y, (), pos_contract=pos_contract, pos_batch=pos_batch)
+
+
+@pytest.mark.parametrize("dim", [None, True, ...])
+def test_one_hot_refuses_what_is_no_axis_name(dim):
+    # was a NamedTensor with an axis named None / True / Ellipsis (nx.named refuses them)
+    with pytest.raises(nx.AxisTypeError, match="one_hot: dim"):
+        nx.one_hot(torch.tensor([0, 2]), 3, dim=dim)
+
+
+def test_one_hot_unhashable_dim():
+    with pytest.raises(nx.AxisTypeError, match=r"one_hot: dim: axis name \[1\] is not hashable"):
+        nx.one_hot(torch.tensor([0, 2]), 3, dim=[1])
