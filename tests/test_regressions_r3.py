@@ -29,3 +29,12 @@ def test_one_hot_refuses_what_is_no_axis_name(dim):
 def test_one_hot_unhashable_dim():
     with pytest.raises(nx.AxisTypeError, match=r"one_hot: dim: axis name \[1\] is not hashable"):
         nx.one_hot(torch.tensor([0, 2]), 3, dim=[1])
+
+
+def test_view_as_a_dtype_of_another_size_keeps_named_sizes():
+    # was {'a': 2, 'b': 12}: the last named axis took the new element size
+    x = nx.named(torch.ones(2, 3), "a b")
+    with pytest.raises(nx.ShapeError, match="cannot be 0 to view"):
+        x.view(torch.int8)
+    y = x.view(torch.int32)   # one element size: per instance as torch does
+    assert y.named_shape == {"a": 2, "b": 3} and y.dtype == torch.int32

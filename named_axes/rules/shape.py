@@ -57,6 +57,8 @@ def _view(func, args, kwargs):
         return NotImplemented
     rest = args[1:]
     if len(rest) == 1 and isinstance(rest[0], torch.dtype) or "dtype" in kwargs:
+        if not x.ndim:   # a new element size resizes the last dim: one of the named ones
+            instance_invalid(func, args, kwargs)
         return wrap(func(x._data, *rest, **kwargs), x._names)
     shape = _instance_shape(x, _shape_args(rest, kwargs), func)
     return result(func(x._data, _named_sizes(x) + shape), x._names, func)
