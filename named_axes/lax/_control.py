@@ -237,7 +237,6 @@ def _any(p: Any, op: str) -> bool:
                         f"loop outside the traced function")
 
 
-
 def _loop_shapes(cond_fun: Callable, body_fun: Callable, val: Any, p: Any, ref: tuple) -> Any:
     """``while_loop`` under ``nx.eval_shape``: the carry after any number of steps, no
     values.  Its positional shapes and dtypes are ``init_val``'s; the named axes it gains

@@ -213,7 +213,8 @@ def _repeat(func, args, kwargs):
     if func in (torch.tile, torch.Tensor.tile) and len(reps) < p:
         reps = (1,) * (p - len(reps)) + tuple(reps)
     if len(reps) < p:
-        raise ShapeError(f"{op_name(func)}: {len(reps)} repeats for a value with {p} positional dims")
+        raise ShapeError(f"{op_name(func)}: {len(reps)} repeats for a value with {p} "
+                         f"positional dims")
     data = x._data
     if len(reps) > p:
         data = data.reshape(_named_sizes(x) + (1,) * (len(reps) - p) + tuple(x.shape))
