@@ -51,8 +51,9 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
     method = _engine_method(op, names)
     if method is not None:
         out = method(x, y, names, pos_contract=pos_contract, pos_batch=pos_batch)
-        if RECORDERS and isinstance(out, _NT) and _contracted_size(names) != 1:
-            out = NamedTensor._wrap(_transposed_as_jax(out._data, names), out._names)
+        if RECORDERS and _contracted_size(names) != 1:   # (a result without names is plain)
+            out = (NamedTensor._wrap(_transposed_as_jax(out._data, names), out._names)
+                   if isinstance(out, _NT) else _transposed_as_jax(out, names))
         return out
     # (cached per layout; used while the sizes it checked still agree, else rebuilt,
     # which raises the error)

@@ -112,8 +112,6 @@ def test_gradients_after_the_call_on_a_mesh(ranks_errors):
 
 @pytest.mark.distributed
 @pytest.mark.timeout(400)
-@pytest.mark.xfail(strict=True, reason="pdot's result without named axes on a mesh misses "
-                   "JAX's transpose scaling inside nx.grad (lax/_pdot.py)")
 def test_pdot_gradient_inside_the_call_on_a_mesh(ranks_errors):
     """nx.grad of a pdot whose result carries no named axis, inside the xmap on a mesh,
     equals the vectorized run's."""

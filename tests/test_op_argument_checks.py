@@ -1,4 +1,5 @@
-"""Regressions found in the lean-core round r3."""
+"""Op arguments that used to pass silently: a positional dim paired twice in pdot, a one_hot
+dim that is no axis name, a view to a dtype that changes a named axis's size."""
 from __future__ import annotations
 
 import pytest
