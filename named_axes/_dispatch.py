@@ -111,8 +111,11 @@ def _unwrap_unnamed(func: Callable, args: tuple, kwargs: dict) -> tuple:
     """NamedTensors that carry no names (xmap's ``in_axes={}`` inputs) as their plain data,
     so rules take their plain-operand fast paths; only next to a value that carries names,
     and never an in-place op's target."""
-    if not any(type(v) is _NT and v._names or type(v) in (list, tuple) and any(
-            type(e) is _NT and e._names for e in v) for v in (*args, *kwargs.values())):
+    for v in (*args, *kwargs.values()) if kwargs else args:   # (a loop: on every op)
+        if type(v) is _NT and v._names or type(v) in (list, tuple) and any(
+                type(e) is _NT and e._names for e in v):
+            break
+    else:
         return args, kwargs
     keep = _keeps_target(func)
     a = tuple(v._data if type(v) is _NT and not v._names and (i or not keep) else v

@@ -128,6 +128,8 @@ class _OutOps(list):
 
     def escapes(self, carried: frozenset) -> bool:
         """Whether a kept name is one that nothing outside binds."""
+        if not self.kept:   # (the common case, on every call: no generator)
+            return False
         bound = _env._state.bound
         return any(n not in carried and n not in bound for n in self.kept)
 
