@@ -149,6 +149,7 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
     """
     compile_fx, compile_fx_inner = inductor_compile_fx()
     example = list(example_inputs)
+    _drop_unused_tensors(gm)
     plain = _plain_program(gm, example)   # (read before inductor's passes edit the graph)
     gm = inline_collectives(gm)
     captured: list = []
@@ -171,6 +172,16 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
             out(list(example))   # (its first call finishes compile-time bookkeeping)
             return out.current_callable
     return lambda args: full(*args)
+
+
+def _drop_unused_tensors(gm: torch.fx.GraphModule) -> None:
+    """Delete the tensors ``gm`` holds that no node reads (a constant the trace made and
+    dead-code elimination left behind): inductor would take each as one more input, and
+    the compiled graph could no longer be called directly."""
+    used = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
+    for name, _ in [*gm.named_parameters(recurse=False), *gm.named_buffers(recurse=False)]:
+        if name not in used:
+            delattr(gm, name)
 
 
 def _fake_inputs(example: list) -> list:
