@@ -17,7 +17,7 @@ import functools
 from typing import Any, Callable
 
 import torch
-import torch.utils.checkpoint as _ckpt
+import torch.utils.checkpoint
 
 from .._env import frames, within
 from .._errors import AxisTypeError
@@ -56,7 +56,7 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Any = None,
         extra = {}
         if policy is not None:
             extra["context_fn"] = functools.partial(
-                _ckpt.create_selective_checkpoint_contexts, policy)
+                torch.utils.checkpoint.create_selective_checkpoint_contexts, policy)
         # checkpoint sees the physical tensors (it detaches and re-attaches its tensor
         # inputs; a NamedTensor would be an opaque constant to it)
         leaves, spec, names = unbox((args, kwargs))
@@ -82,8 +82,9 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Any = None,
 
         # early stop ends recomputation by raising inside an op; the dispatcher's fallbacks
         # may catch that, so recompute the whole function instead
-        with _ckpt.set_checkpoint_early_stop(False):
-            out = _ckpt.checkpoint(phys_fun, *run_args, use_reentrant=False, **extra)
+        with torch.utils.checkpoint.set_checkpoint_early_stop(False):
+            out = torch.utils.checkpoint.checkpoint(phys_fun, *run_args, use_reentrant=False,
+                                                    **extra)
         return rebox(list(out), *out_box)
 
     return run
