@@ -74,8 +74,8 @@ def _reduce(x: Any, axis_name: Any, op: str) -> Any:
     if type(x) is _NT and names:
         return _reduce_named(x, names, op)
     factor = _size(names, op)   # (1 for no names: JAX's psum(x, ()) is x)
-    if type(x) is not _NT:
-        _as_named(x, op)   # (refuses what is not a value)
+    if type(x) is not _NT and not isinstance(x, (torch.Tensor, bool, int, float, complex)):
+        _as_named(x, op)   # (raises: not a value)
     if names and isinstance(x, torch.Tensor) and _ops._tracing():
         return _replicated_in_graph(x, list(names), op)
     return x * factor if op == "psum" and factor != 1 else x
