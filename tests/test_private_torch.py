@@ -134,12 +134,25 @@ class _Scan(ast.NodeVisitor):
     visit_TryStar = visit_Try
 
     def visit_Import(self, node):
+        self._underscore_alias(node)
         for a in node.names:
             if a.name.startswith("torch.") and any(map(_private, a.name.split("."))) and \
                     not (a.asname and self._used_as_root(a.asname)):
                 self._add(node.lineno, _normal(a.name))
 
+    def _underscore_alias(self, node) -> None:
+        """A torch name imported under an alias that starts with ``_`` (``import
+        torch.utils.checkpoint as _ckpt``) reads as a private torch name wherever it is
+        used: count it, so no scan that does not resolve aliases can see one."""
+        module = node.module if isinstance(node, ast.ImportFrom) and node.level == 0 else ""
+        for a in node.names:
+            dotted = f"{module}.{a.name}" if module else a.name
+            if (dotted == "torch" or dotted.startswith("torch.")) and a.asname and \
+                    _private(a.asname):
+                self._add(node.lineno, f"{dotted} as {a.asname}")
+
     def visit_ImportFrom(self, node):
+        self._underscore_alias(node)
         if node.level == 0 and node.module and (
                 node.module == "torch" or node.module.startswith("torch.")):
             for a in node.names:
