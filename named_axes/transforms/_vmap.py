@@ -28,6 +28,7 @@ from .. import _env
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from .._layout import from_numpy, insert_named
 from .._parsing import parse_mapping
+from .._tape import taped
 from .._tensor import NamedTensor
 from ._tree import Hidden
 from .._levels import ORIGINAL as _functorch
@@ -55,6 +56,7 @@ def _spread(dims: Any, tree: Any, what: str) -> list:
                         f"({type(tree).__name__}); use an int, None, or a matching container")
 
 
+@taped("linear")
 def _to_named(leaf: Any, dim: int | None, name: Hashable, what: str) -> tuple[Any, int | None]:
     """``leaf`` with positional dim ``dim`` turned into named axis ``name``; its size."""
     if dim is None:
@@ -72,6 +74,7 @@ def _to_named(leaf: Any, dim: int | None, name: Hashable, what: str) -> tuple[An
     return NamedTensor._wrap(data, (name,) + names), data.shape[0]
 
 
+@taped("linear")
 def _place(leaf: Any, dim: int | None, name: Hashable, size: int, what: str) -> Any:
     if not isinstance(leaf, (torch.Tensor, NamedTensor)):
         if dim is None:
