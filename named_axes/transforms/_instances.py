@@ -77,7 +77,8 @@ class Region:
         return self
 
     def __exit__(self, *exc) -> None:
-        RECORDERS.remove(self.seen)
+        # by identity: list.remove compares by ==, and two regions' dicts may be equal
+        del RECORDERS[max(i for i, r in enumerate(RECORDERS) if r is self.seen)]
         REGIONS.remove(self)
 
     def settle(self, first_run: bool) -> None:
