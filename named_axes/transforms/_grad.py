@@ -377,20 +377,14 @@ def _vjp_once(r: _Run, has_aux: bool, what: str) -> tuple:
     # copies of a value JAX computes once (the cotangents still align to the physical
     # outputs)
     out = fold_copies([rebox(out_leaves, spec, names)], r.tape)[0]
-    forward_axes, chunked = set(bound_axes()), r.chunked()
+    chunked = r.chunked()
 
     def vjp_fn(cotangent):
         cts = tree_flatten(cotangent)[0]
         if len(cts) != len(out_leaves):
             raise AxisSpecError(f"{what}: the cotangent has {len(cts)} leaves but the output "
                                 f"has {len(out_leaves)}")
-        # axes the cotangent carries and the output does not, bound since the forward (a
-        # vmap over the pullback, as jacrev does): the pullback is mapped over them
-        batch: dict = {}
-        for c, n in zip(cts, names):
-            for b, size in (zip(c._names, c._data.shape) if type(c) is _NT else ()):
-                if b not in (n or ()) and b not in forward_axes and b in bound_axes():
-                    batch.setdefault(b, size)
+        batch = _mapped_axes(r, cts, names)
         lead = tuple(batch)
         if r.region.transposed and len(lead) != 1 and torch.compiler.is_dynamo_compiling():
             # a custom_jvp's reverse rule transposes its JVP rule with torch.func.vjp in
@@ -404,11 +398,8 @@ def _vjp_once(r: _Run, has_aux: bool, what: str) -> tuple:
                 f"torch.compile: dynamo replays that backward at the functorch level of the "
                 f"forward. Take the gradient with nx.grad / nx.value_and_grad, or compile "
                 f"the step with nx.jit")
-        phys = []
-        for i, (c, o, n) in enumerate(zip(cts, out_leaves, names)):
-            ct = align_like(c, o, n, f"{what} cotangent {i}", lead, tuple(batch.values()))
-            scale = r.region.seed_scale(n or ())
-            phys.append(ct * scale if scale != 1 else ct)   # once per instance
+        phys = [_seeded(r, c, o, n, f"{what} cotangent {i}", batch)
+                for i, (c, o, n) in enumerate(zip(cts, out_leaves, names))]
         with r.region:
             grads = mapped_over(vjp_phys, len(lead))(tuple(phys))
         grads = r.grads(grads, chunked, lead)
@@ -416,6 +407,35 @@ def _vjp_once(r: _Run, has_aux: bool, what: str) -> tuple:
         return grads if lead else fold_pullback(grads, r.tape, cts)
 
     return (out, vjp_fn, rebox(*aux_box)) if has_aux else (out, vjp_fn)
+
+
+def _mapped_axes(r: _Run, cts: list, names: list) -> dict:
+    """The axes (name -> size) a pullback is mapped over, once per instance: those a
+    cotangent carries and its output lacks that the computation never met (bound since
+    the forward -- a vmap over the pullback, as jacrev does -- or an enclosing xmap's)."""
+    batch: dict = {}
+    for c, n in zip(cts, names):
+        for b, size in (zip(c._names, c._data.shape) if type(c) is _NT else ()):
+            if b not in (n or ()) and b not in r.region.axes and b not in r.reduce_axes \
+                    and b in bound_axes():
+                batch.setdefault(b, size)
+    return batch
+
+
+def _seeded(r: _Run, c: Any, out: torch.Tensor, names: tuple | None, what: str,
+            batch: dict) -> torch.Tensor:
+    """The physical cotangent of output ``out`` (named ``names``) given ``c``.  An output
+    lacking a relevant axis is one value per instance of it (a psum's, or the broadcast
+    input's): its cotangent is the sum of the instances' -- psum of one that varies along
+    the axis, the seed scaled by the count of one that does not."""
+    summed = tuple(a for a in (c._names if type(c) is _NT else ())
+                   if (a in r.region.axes or a in r.reduce_axes) and a not in (names or ()))
+    if summed:
+        from ..lax import psum
+        c = psum(c, summed)
+    ct = align_like(c, out, names, what, tuple(batch), tuple(batch.values()))
+    scale = r.region.seed_scale((names or ()) + summed)
+    return ct * scale if scale != 1 else ct   # once per instance
 
 
 def linear_transpose(fun: Callable, *primals: Any, reduce_axes: Sequence = ()) -> Callable:
