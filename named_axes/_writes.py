@@ -18,6 +18,7 @@ named_axes._errors.AxisSizeError: Tensor.mul_: in-place update of a plain tensor
 """
 from __future__ import annotations
 
+import itertools
 import warnings
 from typing import Any, Callable
 
@@ -142,11 +143,37 @@ def write_out(func: Callable, args: tuple, kwargs: dict, compute: Callable) -> A
         if len(results) != len(out):
             raise AxisSizeError(f"{op_name(func)}: out= has {len(out)} tensors but the op "
                                 f"returns {len(results)}")
-        for r, o in zip(results, out):
+        for r, o in zip(_in_out_dtypes(func, args, kwargs, results, out), out):
             _write(func, r, o)
         return out if type(results) in (list, tuple) else type(results)(out)
-    _write(func, result, out)
+    _write(func, _in_out_dtypes(func, args, kwargs, (result,), (out,))[0], out)
     return out
+
+
+def _in_out_dtypes(func: Callable, args: tuple, kwargs: dict, results, outs) -> tuple:
+    """``results``, or where an out= has another dtype, torch's own out= call run once per
+    instance: torch computes some ops in their out's dtype (``sum``, ``cumsum``, ``mean``,
+    ``logsumexp``: the input cast first), casts others' results, and refuses the rest, so
+    the cast of the result computed without out= is not each instance's answer."""
+    if all(r.dtype == o.dtype for r, o in zip(results, outs)):
+        return results
+    data, names = data_and_names(results[0])
+    flat, spec = tree_flatten((args, kwargs))
+    if any(type(v) is _NT and not set(v._names) <= set(names) for v in flat) or any(
+            data_and_names(r)[1] != names for r in results):
+        return results   # (a reduction over a named axis: no loop over instances)
+    tmps = tuple(torch.empty_like(data_and_names(r)[0], dtype=o.dtype)
+                 for r, o in zip(results, outs))
+    for index in itertools.product(*map(range, data.shape[:len(names)])):
+        at = dict(zip(names, index))
+        a, kw = tree_unflatten([v._data[tuple(at[n] for n in v._names)] if type(v) is _NT
+                                else v for v in flat], spec)
+        try:
+            func(*a, **kw, out=tuple(t[index] for t in tmps) if len(tmps) > 1 else tmps[0][index])
+        except RuntimeError as e:
+            raise AxisSizeError(f"{op_name(func)}: {str(e).splitlines()[0]} (torch's rule for "
+                                f"each instance's out=)") from None
+    return tuple(NamedTensor._wrap(t, names) if names else t for t in tmps)
 
 
 def _write(func: Callable, r, o) -> None:
