@@ -79,17 +79,19 @@ def _plain_data(v):
     return d if ok else None
 
 
-def check_overlap(func: Callable, args: tuple, kwargs: dict) -> None:
-    """An in-place op whose target shares memory with another operand: the first
-    instance runs on a copy of that memory, so that torch refuses a write the
-    per-instance loop would refuse (``n[..., 1:].copy_(n[..., :2])``: within one
-    instance the two overlap) instead of the whole tensor being written at once."""
+def check_overlap(func: Callable, args: tuple, kwargs: dict, out=None) -> None:
+    """An in-place op whose target (or ``out``, the out= tensor) shares memory with
+    another operand: the first instance runs on a copy of that memory, so that torch
+    refuses a write the per-instance loop would refuse (``n[..., 1:].copy_(n[..., :2])``:
+    within one instance the two overlap) instead of the whole tensor being written at once."""
     if torch.compiler.is_dynamo_compiling():
         return
-    others = [v._data if type(v) is _NT else v for v in _leaves((*args[1:], *kwargs.values()))]
+    written = args[0] if out is None else out
+    others = [v._data if type(v) is _NT else v
+              for v in _leaves((*args[out is None:], *kwargs.values()))]
     if not others or dispatch_depth():
         return
-    target = _plain_data(args[0])
+    target = _plain_data(written)
     if target is None:
         return
     memory = target.untyped_storage()
@@ -137,6 +139,8 @@ def write_out(func: Callable, args: tuple, kwargs: dict, compute: Callable) -> A
         raise AxisSizeError(
             f"{op_name(func)}: functions with out=... arguments don't support automatic "
             f"differentiation (torch's rule), but an argument requires grad; drop out=")
+    for o in out if type(out) in (list, tuple) else (out,):
+        check_overlap(func, args, {**kwargs, "out": out}, o)
     result = compute(func, args, kwargs)
     if type(out) in (list, tuple):
         results = result if isinstance(result, (list, tuple)) else (result,)
