@@ -22,7 +22,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 import torch
 
-from .._dispatch import ShapeError, result
+from .._dispatch import ShapeError, check_instance, result
 from .._layout import align, align_plan, apply_align, from_numpy, union_names
 from .._plancache import PlanCache
 from .._registry import is_inplace_name, op_name, register, spellings
@@ -139,6 +139,8 @@ def pointwise(func: Callable, args: tuple, kwargs: dict, inplace: bool = False) 
 
 
 def _pointwise_general(func, args, kwargs, inplace):
+    if kwargs.get("memory_format") in _CHANNELS_LAST and type(args[0]) is _NT and args[0]._names:
+        return _channels_last(func, args, kwargs)
     for a in args:   # numpy operands act as tensors (torch's in-place ops ignore them)
         if type(a) is _ndarray:
             args = tuple(from_numpy(v) if type(v) is _ndarray else v for v in args)
@@ -233,6 +235,21 @@ def _where(func, args, kwargs):
 # their Tensor methods have their own rule (``_convert``), the kernel's otherwise.
 CONVERSIONS = "to float double half bfloat16 int long short bool byte char cfloat cdouble".split()
 _KEEP_FORMATS = (None, torch.preserve_format, torch.contiguous_format)
+_CHANNELS_LAST = (torch.channels_last, torch.channels_last_3d)
+
+
+def _channels_last(func, args, kwargs):
+    """A channels-last ``memory_format`` (a layout of the positional dims) on a named
+    value: torch's check of one instance's rank, then the op with the contiguous format
+    on the view that moves each instance's channel dim (its positional dim 1) last, so
+    that every instance is laid out channels-last (the named dims outermost)."""
+    check_instance(func, args, kwargs)
+    x = args[0]
+    k, d = len(x._names), x._data
+    perm = (*range(k + 1), *range(k + 2, d.dim()), k + 1)
+    out = func(d.permute(perm), *args[1:], **{**kwargs, "memory_format": torch.contiguous_format})
+    out = out.contiguous()   # (``to`` keeps a view it finds in the format torch suggests)
+    return result(out.permute(sorted(range(d.dim()), key=perm.__getitem__)), x._names, func)
 
 
 def _convert(func, args, kwargs):
@@ -252,7 +269,7 @@ def _convert(func, args, kwargs):
         fmt = kwargs.get("memory_format")
         if fmt is None:
             fmt = next((a for a in args[1:] if isinstance(a, torch.memory_format)), None)
-        if fmt not in _KEEP_FORMATS or any(isinstance(a, (_NT, torch.Tensor))
+        if fmt not in (*_KEEP_FORMATS, *_CHANNELS_LAST) or any(isinstance(a, (_NT, torch.Tensor))
                                            for a in (*args[1:], *kwargs.values())):
             instance_invalid(func, args, kwargs)
     return pointwise(func, args, kwargs)
