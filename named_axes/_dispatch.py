@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from ._engine import NeedsWholeAxes, broadcast_operands
+from ._engine import NeedsWholeAxes, broadcast_operands, engine_for
 from ._env import TAPES, frames
 from ._env import _state as _env_state
 from ._errors import (AxisResourceError, NamedAxisError, ShapeError, fmt_named_shape,
@@ -73,8 +73,8 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
         if handed is not None:
             ra, rkw = handed
     try:
-        out = NotImplemented
-        if rule is not None:
+        out = _drawn_on_whole(func, a, kw) if engine_op else NotImplemented
+        if rule is not None and out is NotImplemented:
             try:
                 out = _inside(rule, func, ra, rkw) if engine_op else rule(func, ra, rkw)
             except UseFallback:
@@ -95,6 +95,34 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
 
 
 _INSIDE = [0]   # > 0 while an engine's op runs (its operands were handed over once)
+
+# the random ops (by name: the function, method and in-place spellings alike)
+_DRAWS = frozenset("""rand_like randn_like randint_like bernoulli bernoulli_ normal normal_
+uniform_ exponential_ geometric_ log_normal_ cauchy_ random_ poisson multinomial binomial
+dropout alpha_dropout feature_alpha_dropout dropout1d dropout2d dropout3d rrelu rrelu_
+native_dropout""".split())
+
+
+def _drawn_on_whole(func: Callable, args: tuple, kwargs: dict) -> Any:
+    """A random op on values carrying axes an engine splits (over a mesh's ranks, into a
+    SerialLoop's chunks), drawn as the unsplit run draws it: on their whole, each piece
+    keeping its part (the engine's ``whole``); else NotImplemented."""
+    if getattr(func, "__name__", None) not in _DRAWS:
+        return NotImplemented
+    names = tuple(dict.fromkeys(n for v in (*args, *kwargs.values()) for w in (
+        v if isinstance(v, (list, tuple)) else (v,)) if type(w) is _NT for n in w._names))
+    for engine in dict.fromkeys(engine_for((n,)) for n in names):
+        try:
+            if engine is not None:
+                engine.check_draw(op_name(func), names)
+        except NeedsWholeAxes as e:
+            if _is_inplace(func) or kwargs.get("inplace") is True:
+                raise AxisResourceError(
+                    f"{op_name(func)}: a random op writing in place into a value split along "
+                    f"{e.names}; draw out of place (x = x.op(...)), so that each piece draws "
+                    f"its part of the unsplit run's draws") from None
+            return e.engine.whole(func, args, kwargs, e.names)
+    return NotImplemented
 
 
 def _inside(run: Callable, func: Callable, a: tuple, kw: dict) -> Any:

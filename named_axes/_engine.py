@@ -106,6 +106,12 @@ class EngineBase:
         (:class:`NeedsWholeAxes` where ``whole`` computes it)."""
         return None
 
+    def check_draw(self, op: str, names: tuple) -> None:
+        """Raise :class:`NeedsWholeAxes` for the axes of ``names`` split here that a random
+        op ``op`` on values carrying them draws along: drawn on their whole, each piece
+        keeps its part of the unsplit run's draws."""
+        return None
+
     def check_contraction(self, held: tuple, contracted: tuple) -> None:
         """Raise :class:`NeedsWholeAxes` for the axes of ``contracted`` (split here, an
         einsum or ``pdot`` sums over them) that its operands, holding ``held``, cannot sum

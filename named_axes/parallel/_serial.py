@@ -16,10 +16,10 @@ differentiable.  ``axis_index`` gives each chunk its global indices.  Collective
 result is not a reduction (``all_gather``, ``ppermute``, ``pshuffle``, ``all_to_all``,
 ``psum_scatter``) over a loop axis raise :class:`SerialLoopError`.
 
-Random ops draw from a generator seeded per chunk (the same in every pass), so results
-are reproducible for a given seed but differ from the vectorized run's draws.  How the
-chunks' values are taken together (layouts, comparisons, extremes) is
-:mod:`._serial_chunks`.
+Every chunk (in every pass) starts from the call's random state, and a random op on
+values carrying a loop axis draws on the axis's whole (:meth:`SerialEngine.whole`), so
+each chunk draws its part of the vectorized run's draws.  How the chunks' values are
+taken together (layouts, comparisons, extremes) is :mod:`._serial_chunks`.
 
 >>> import torch, named_axes as nx
 >>> f = nx.xmap(lambda x: x * 2, in_axes=['i', ...], out_axes=['i', ...],
@@ -39,13 +39,16 @@ import torch
 
 from .. import lax
 from .._engine import EngineBase
-from .._dispatch import READS_VALUES
+from .._dispatch import READS_VALUES, dispatch
+from .._engine import NeedsWholeAxes
 from .._env import INNER, axis_size, bind
 from .._errors import AxisResourceError
 from .._tensor import RECORDERS, NamedTensor
-from .._torch_private import functorch_disabled, functorch_level, functorch_unwrapped
+from .._tape import suspended
+from .._torch_private import functorch_disabled, functorch_level, functorch_unwrapped, tree_map
 from ..transforms._instances import REGIONS
-from ._serial_chunks import _attaining, _equal, _extreme_of_chunks, _names_of, _same_layout
+from ._serial_chunks import (_attaining, _equal, _extreme_of_chunks, _names_of, _padded,
+                             _same_layout)
 
 __all__ = ["SerialEngine", "SerialLoopError"]
 
@@ -102,6 +105,10 @@ _UNSUPPORTED = ("all_gather", "ppermute", "pshuffle", "all_to_all", "psum_scatte
 
 def _as_tuple(axis_name: Any) -> tuple:
     return tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+
+
+def _is_named(x: Any) -> bool:
+    return isinstance(x, NamedTensor)
 
 
 def _carries(x: Any, name: Hashable) -> bool:
@@ -167,22 +174,23 @@ class SerialEngine(EngineBase):
 
     def _passes(self, body: Callable, leaves: list) -> list:
         grid = list(itertools.product(*(range(self.loops[n]) for n in self.names)))
-        seed = _draw_seed()
+        start = torch.get_rng_state()
+        _draw_seed()   # (refuses a trace)
         self._known, self._sigs, self.passes, self.within = [], [], 0, None
         while True:
             self.passes += 1
             self._pending, paused = {}, False
             self._deferring, self._paused_tree = 0, False
             outs = []
-            for lin, chunk in enumerate(grid):
+            for chunk in grid:
                 self._chunk, self._call = chunk, 0
                 sliced = [self._slice(x) for x in leaves]
-                try:
-                    with torch.random.fork_rng(devices=[]):
-                        torch.manual_seed(seed + lin)
-                        self._level = functorch_level()
-                        outs.append(body(sliced, engine=self) if self.inner is None
-                                    else self.inner.run(body, sliced, engine=self))
+                try:   # each chunk draws as the unsplit run (a random op along a loop
+                    # axis draws on its whole, :meth:`whole`), from the call's random state
+                    torch.set_rng_state(start)
+                    self._level = functorch_level()
+                    outs.append(body(sliced, engine=self) if self.inner is None
+                                else self.inner.run(body, sliced, engine=self))
                 except _Pause:
                     paused = True
             if not paused:
@@ -446,6 +454,30 @@ class SerialEngine(EngineBase):
     def check_contraction(self, held: tuple, contracted: tuple) -> None:
         if self.within is not None:
             self.within.check_contraction(held, contracted)
+
+    def check_draw(self, op: str, names: tuple) -> None:
+        if self.within is not None:
+            self.within.check_draw(op, names)
+        split = tuple(n for n in names if n in self.loops and self.splits(n))
+        if split:
+            raise NeedsWholeAxes(self, split)
+
+    def whole(self, func: Callable, args: tuple, kwargs: dict, names: tuple) -> Any:
+        """A random op ``func`` along the loop axes ``names`` (:meth:`check_draw`): run on
+        operands padded to their whole (the chunk in its place), the chunk's part kept,
+        so each chunk keeps its part of the unsplit run's draws."""
+        def pad(v: Any, full: bool) -> Any:
+            return _padded(v, self._cuts(v._names), self.sizes, names, full) \
+                if _is_named(v) else v
+
+        padded = tree_map(lambda v: pad(v, True), (args, kwargs), is_leaf=_is_named)
+        self._whole += names
+        try:
+            with suspended():   # the caller's dispatch notes the op as it was asked
+                out = dispatch(func, *padded)
+        finally:
+            self._whole = self._whole[:-len(names)]
+        return tree_map(lambda v: pad(v, False), out, is_leaf=_is_named)
 
     def check_named_op(self, op: str, names: tuple) -> None:
         """Raise for an op (not a collective) that mixes values along a loop axis (and let

@@ -21,7 +21,7 @@ import torch
 from .._layout import align
 from .._tensor import NamedTensor
 
-__all__ = ["_same_layout", "_equal", "_names_of", "_attaining", "_extreme_of_chunks"]
+__all__ = ["_same_layout", "_equal", "_names_of", "_attaining", "_extreme_of_chunks", "_padded"]
 
 
 def _same_layout(outs: list, j: int) -> list:
@@ -119,3 +119,20 @@ def _extreme_of_chunks(parts: list, kind: str) -> Any:
     out = _ExtremeOfChunks.apply(value, shares, *datas)
     first = partials[0]
     return NamedTensor._wrap(out, first._names) if isinstance(first, NamedTensor) else out
+
+
+def _padded(v: NamedTensor, cuts: tuple, sizes: dict, names: tuple, pad: bool) -> NamedTensor:
+    """A chunk's ``v`` padded with zeros to the whole of the loop axes ``names`` (``pad``;
+    ``cuts``: the chunk's ``(dim, start, size)`` along each, ``sizes``: their whole), or
+    the chunk cut from their whole."""
+    data = v._data
+    for dim, start, size in cuts:
+        n = v._names[dim]
+        if n in names and not pad:
+            data = data.narrow(dim, start, size)
+        elif n in names:
+            shape = list(data.shape)
+            zeros = [data.new_zeros(shape[:dim] + [k] + shape[dim + 1:])
+                     for k in (start, sizes[n] - start - size)]
+            data = torch.cat([zeros[0], data, zeros[1]], dim)
+    return NamedTensor._wrap(data, v._names)

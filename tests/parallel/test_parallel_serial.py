@@ -349,8 +349,11 @@ def test_vmap_around_a_serial_loop_xmap_equals_the_vectorized_run(vmap):
 
 
 def test_chunk_dependent_output_under_vmap_still_raises():
-    g = nx.xmap(lambda v: lax.psum(v, "b") + torch.rand(()), in_axes=["b", ...], out_axes=[...],
-                axis_resources={"b": SerialLoop(2)})
+    # (a Python counter makes the chunks differ: a plain draw, torch.rand(()), did so
+    # before draws under SerialLoop equalled the vectorized run's, the same in every chunk)
+    calls = []
+    g = nx.xmap(lambda v: lax.psum(v, "b") + len(calls.append(0) or calls), in_axes=["b", ...],
+                out_axes=[...], axis_resources={"b": SerialLoop(2)})
     with pytest.raises(SerialLoopError, match=r"chunk 1 computed a different value"):
         torch.func.vmap(g, randomness="same")(torch.randn(3, 4))
 
