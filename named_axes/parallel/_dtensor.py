@@ -74,6 +74,11 @@ class DTensorEngine(SerialEngine):
         self.plan, self.mesh, self.outputs = plan, mesh, outputs
         self.on_mismatch = getattr(mesh, "on_mismatch", "redistribute")
         self.dm = device_mesh(mesh)
+        if self.dm.get_coordinate() is None:   # (it would have no shard to compute)
+            raise AxisResourceError(
+                f"xmap with axis_resources {dict(plan.mesh_axes)} on rank "
+                f"{torch.distributed.get_rank()}, which is not in the mesh in scope (ranks "
+                f"{self.dm.mesh.flatten().tolist()}); call it only on the mesh's ranks")
         self.sharded_in = False
         self.device = torch.device("cuda", torch.cuda.current_device()) \
             if self.dm.device_type == "cuda" else torch.device("cpu")
