@@ -17,7 +17,7 @@ from .._dispatch import result
 from .._engine import handed
 from .._env import INNER, axis_size, bound_axes
 from .._env import _state as _env_state
-from .._errors import AxisSizeError, AxisSpecError
+from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from .._layout import union_names
 from .._plancache import PlanCache
 from .._tensor import RECORDERS, NamedTensor
@@ -47,7 +47,7 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
     """
     op = "pdot"
     names = (axis_name,) if type(axis_name) is str else _axis_names(axis_name, op)
-    x, y = _as_named(x, op), _as_named(y, op)
+    x, y = _one_dtype(_as_named(x, op), _as_named(y, op))
     method = _engine_method(op, names)
     if method is not None:
         out = method(x, y, names, pos_contract=pos_contract, pos_batch=pos_batch)
@@ -61,6 +61,17 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
            y._data.dim(), pos_contract, pos_batch)
     plan = _PDOT_PLANS.plan(key, x, y, names, pos_contract, pos_batch)
     return _pdot_run(plan, x, y, names)
+
+
+def _one_dtype(x: NamedTensor, y: NamedTensor) -> tuple:
+    """``x`` and ``y`` in their promoted dtype, as JAX's ``dot_general`` promotes (torch's
+    matmul refuses mixed dtypes); two bool operands refused, as JAX's xmap cannot lower them."""
+    dt = torch.result_type(x._data, y._data)
+    if dt == torch.bool:
+        raise AxisTypeError("pdot: both operands are bool; cast them to an integer or "
+                            "floating dtype first")
+    return tuple(v if v._data.dtype == dt else NamedTensor._wrap(v._data.to(dt), v._names)
+                 for v in (x, y))
 
 
 def _pdot_run(plan: tuple, x: NamedTensor, y: NamedTensor, names: tuple) -> Any:
