@@ -27,13 +27,12 @@ from typing import Any, NamedTuple
 import torch
 
 from ._dispatch import result
-from ._einsum2 import einsum2_eager
+from ._einsum2 import einsum_physical as _einsum
 from ._engine import NeedsWholeAxes, engine_for
 from ._registry import register
 from ._env import _state as _env_state
 from ._env import bound_axes, current_frame
 from .lax import psum
-from ._modes import building_graph
 from ._errors import (AxisSizeError, AxisSpecError, AxisTypeError, UnboundAxisError,
                       fmt_named_shape, fmt_names)
 from ._parsing import parse_einsum_spec
@@ -129,14 +128,6 @@ def _run_plan(plan: tuple, operands: tuple, bound: dict, out: Any = None) -> Any
     if perm is not None:
         out = out.permute(perm + tuple(range(len(perm), out.dim())))
     return result(out, names, torch.einsum)
-
-
-def _einsum(eq: str, datas: list) -> torch.Tensor:
-    """``torch.einsum``; two operands in eager mode as one ``mm`` / ``bmm`` between views
-    (:mod:`._einsum2`; while a graph is being built the einsum is kept as it is)."""
-    if len(datas) == 2 and not building_graph():
-        return einsum2_eager(eq, *datas)
-    return torch.einsum(eq, *datas)
 
 
 def _handed(engine, operands: tuple, every: tuple) -> list:

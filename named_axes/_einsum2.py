@@ -13,9 +13,28 @@ from typing import NamedTuple
 
 import torch
 
+from ._errors import AxisTypeError
+from ._modes import building_graph
 from ._plancache import PlanCache
 
-__all__ = ["einsum2_eager"]
+__all__ = ["einsum2_eager", "einsum_physical"]
+
+
+def einsum_physical(eq: str, datas: list) -> torch.Tensor:
+    """``torch.einsum``; two operands in eager mode as one ``mm`` / ``bmm`` between views
+    (while a graph is being built the einsum is kept as it is).  What torch cannot
+    contract (operands of mixed dtypes, bool ones) raises an AxisTypeError naming them."""
+    try:
+        if len(datas) == 2 and not building_graph():
+            return einsum2_eager(eq, *datas)
+        return torch.einsum(eq, *datas)
+    except RuntimeError as e:
+        dts = [d.dtype for d in datas]
+        if len(set(dts)) == 1 and torch.bool not in dts:
+            raise
+        raise AxisTypeError(f"einsum: torch.einsum cannot contract operands of dtypes "
+                            f"{', '.join(map(str, dts))} ({e}); cast them to one "
+                            f"integer or floating dtype") from None
 
 
 def einsum2_eager(eq: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
