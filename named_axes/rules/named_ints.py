@@ -309,7 +309,15 @@ def explain_index(func, args, kwargs) -> None:
     if not -max(p, 1) <= dim < max(p, 1):
         return
     n = x.shape[dim] if p else 1
-    hit = _first_bad((data < 0) | (data >= n), inames)
+    _check_range(func, x, index, dim, n, 0)
+
+
+def _check_range(func, x, index, dim: int, n: int, lo: int) -> None:
+    """Raise ShapeError naming the instance where ``index`` holds a value outside
+    ``[lo, n)`` (``lo``: ``-n`` where torch counts a negative index from the end)."""
+    data = index._data if type(index) is _NT else index
+    inames = index._names if type(index) is _NT else ()
+    hit = _first_bad((data < lo) | (data >= n), inames)
     if hit is None:
         return
     instance, pos, at = hit
@@ -317,9 +325,28 @@ def explain_index(func, args, kwargs) -> None:
     raise ShapeError(
         f"{_spelled(func)}: index is out of range at {where}: "
         f"it holds {int(data[at])}, but dim {dim} has size {n} (indices must be in "
-        f"[0, {n - 1}]).\n  input: {fmt_operand(x)}\n  index: {fmt_operand(index)}") from None
+        f"[{lo}, {n - 1}]).\n  input: {fmt_operand(x)}\n  index: {fmt_operand(index)}") from None
+
+
+def _index_fill(func, args, kwargs):
+    """``index_fill`` with a named index.  torch's batching rule offsets each instance's
+    index unchecked: a negative one is not counted from the end and one out of range
+    fills another instance; so the index is checked (where its values can be read) and
+    wrapped here, per instance."""
+    x, dim, index = given(args, kwargs, 0, input=None, dim=None, index=None)
+    p = x.ndim if _is_tensor(x) else 0
+    if type(index) is not _NT or not isinstance(dim, int) or not -max(p, 1) <= dim < max(p, 1):
+        return NotImplemented
+    n = x.shape[dim] if p else 1
+    if _values_readable(index._data) and not index._data.dtype.is_floating_point:
+        _check_range(func, x, index, dim, n, -n)
+    index = _wrap_nt(torch.where(index._data < 0, index._data + n, index._data), index._names)
+    if len(args) > 2:
+        return vmap_fallback(func, (*args[:2], index, *args[3:]), kwargs)
+    return vmap_fallback(func, args, {**kwargs, "index": index})
 
 
 def install() -> None:
     register(spellings("roll"), _roll, kind="named_int")
     register(spellings("gather"), _per_instance_index, kind="named_int")
+    register(spellings("index_fill") + [torch.Tensor.index_fill_], _index_fill, kind="named_int")
