@@ -38,7 +38,7 @@ from .._tensor import NamedTensor
 from ._common import _norm_pos, _spelled, given
 
 __all__ = ["install", "narrow", "index_select", "explain_index", "take_slice", "clamped_starts",
-           "along"]
+           "along", "check_embedding"]
 
 _NT = NamedTensor
 _T = torch.Tensor
@@ -312,7 +312,7 @@ def explain_index(func, args, kwargs) -> None:
     _check_range(func, x, index, dim, n, 0)
 
 
-def _check_range(func, x, index, dim: int, n: int, lo: int) -> None:
+def _check_range(func, x, index, dim: int, n: int, lo: int, label: str = "input") -> None:
     """Raise ShapeError naming the instance where ``index`` holds a value outside
     ``[lo, n)`` (``lo``: ``-n`` where torch counts a negative index from the end)."""
     data = index._data if type(index) is _NT else index
@@ -325,7 +325,19 @@ def _check_range(func, x, index, dim: int, n: int, lo: int) -> None:
     raise ShapeError(
         f"{_spelled(func)}: index is out of range at {where}: "
         f"it holds {int(data[at])}, but dim {dim} has size {n} (indices must be in "
-        f"[{lo}, {n - 1}]).\n  input: {fmt_operand(x)}\n  index: {fmt_operand(index)}") from None
+        f"[{lo}, {n - 1}]).\n  {label}: {fmt_operand(x)}\n  index: {fmt_operand(index)}") from None
+
+
+def check_embedding(func, args, kwargs) -> None:
+    """``F.embedding`` with a named weight: functorch's batching rule offsets the indices
+    into the instances' stacked rows unchecked, so one out of range read another
+    instance's row.  Checked here (where the values can be read), per instance."""
+    index, weight = given(args, kwargs, 0, input=None, weight=None)
+    if type(weight) is not _NT or not weight._names or weight.ndim != 2 or not _is_tensor(index):
+        return
+    data = index._data if type(index) is _NT else index
+    if _values_readable(data) and not data.dtype.is_floating_point:
+        _check_range(func, weight, index, 0, weight.shape[0], 0, "weight")
 
 
 def _index_fill(func, args, kwargs):

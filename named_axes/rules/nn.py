@@ -22,6 +22,7 @@ from .._registry import op_name, register
 from .._errors import AxisSpecError
 from .._shape_errors import refuse_shared_writes
 from .._layout import union_names
+from . import named_ints
 from ._common import first_only, given, instance_invalid, on_data, per_tensor
 from .shape import _full_layout, _named_sizes
 from .._tensor import NamedTensor
@@ -51,6 +52,8 @@ def _refuse_write(func, target, x, what: str) -> None:
 
 def _first_named_only(func, args, kwargs):
     x = args[0]
+    if func is F.embedding:
+        named_ints.check_embedding(func, args, kwargs)
     if not first_only(args, kwargs):
         return NotImplemented
     if func is F.embedding:
