@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import threading
 import weakref
 from typing import Callable, Sequence
@@ -50,7 +51,7 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode
 from .. import _env
 from .._errors import AxisResourceError, AxisTypeError
 from .._modes import building_graph
-from .._torch_private import dispatch_depth, functorch_transform_kind
+from .._torch_private import dispatch_depth, functorch_transform_kind, global_state_guard
 from . import _store
 from ._backend import Backend
 from ._jit_keys import call_key, detached, fast_lane, numpy_as_tensors, split_static
@@ -188,13 +189,17 @@ class _ProgramCache:
         self.fun, self.static, self.donate, self.backend = fun, static, donate, backend
         self.name = getattr(fun, "__name__", "fun")
         self.programs: dict = {}   # call key -> Program
-        # the fast lane (_jit_keys.fast_lane): the last call's reader, guard, entry and
-        # the grad mode it was made under
-        self.fast: list = [None, None, None, None]
+        # the fast lane (_jit_keys.fast_lane): the last call's reader, guard and entry
+        # (made under the global state of self.state)
+        self.fast: list = [None, None, None]
         # calls run compiled, run inline, compiled by the fast lane; programs loaded from
         # the program store, saved to it
         self.counts = [0, 0, 0, 0, 0]
         self.lanes: dict = {}  # call key -> its fast lane's (reader, guard)
+        # torch's global state of the last call (default dtype, autocast, grad mode ...,
+        # which the traces bake in): its guard and its part of the call keys
+        self.state: list = [None, None]
+        self.new_state()
         self.sharded: _ProgramCache | None = None   # on_shards()'s programs
 
     def add(self, args: tuple, dyn_args: tuple, st_vals: tuple, bound: dict, key: tuple,
@@ -205,7 +210,7 @@ class _ProgramCache:
         # a program computing its own gradients serves calls differing only in
         # which inputs require grad (nn.Parameters first, its plain results next)
         plain_key = None if tied else call_key(
-            [detached(a) for a in dyn_args], st_vals, bound, False)[0]
+            [detached(a) for a in dyn_args], st_vals, bound, (False, self.state[1]))[0]
         entry = cache.get(plain_key)
         if entry is not None and not entry.values:
             entry = None
@@ -224,13 +229,22 @@ class _ProgramCache:
         cache[key] = entry
         return entry
 
-    def take_lane(self, key: tuple, args: tuple, entry: Program, grad_on: bool) -> None:
+    def take_lane(self, key: tuple, args: tuple, entry: Program) -> None:
         """Make the fast lane this call's (it missed the lane, or the lane was another's)."""
         lane = self.lanes.get(key)
         if lane is None:
             lane = self.lanes[key] = fast_lane(args)
-        self.fast[:] = [lane[0], lane[1], entry, grad_on] if lane[1] is not None else [
-            None, None, None, None]
+        self.fast[:] = [lane[0], lane[1], entry] if lane[1] is not None else [None] * 3
+
+    def new_state(self) -> None:
+        """Calls are now made under another global state: key them by it (the fast
+        lane was the old state's)."""
+        guard = global_state_guard()
+        state = json.loads(guard.__getstate__())
+        for part in ("grad_mode", "num_threads"):   # (keyed apart; no result's part)
+            state.pop(part, None)
+        self.state[:] = [guard, json.dumps(state, sort_keys=True)]
+        self.fast[:] = [None, None, None]
 
     def on_shards(self) -> Callable:
         """The jitted program of this function on local shards, for calls taking
@@ -250,7 +264,7 @@ class _ProgramCache:
     def clear(self) -> None:
         self.programs.clear()
         self.lanes.clear()
-        self.fast[:] = [None, None, None, None]
+        self.fast[:] = [None, None, None]
         if self.sharded is not None:
             self.sharded.clear()
 
@@ -267,17 +281,17 @@ def _jitted(programs: _ProgramCache) -> Callable:
     """The jitted function: a call repeating the last one's signature takes the fast
     lane; others look their key up, and a miss adds a program (or runs inline)."""
     fun, static, donate, name = programs.fun, programs.static, programs.donate, programs.name
-    cache, fast, counts = programs.programs, programs.fast, programs.counts
+    cache, fast, counts, state = programs.programs, programs.fast, programs.counts, programs.state
 
     @functools.wraps(fun)
     def run(*args):
         if _flags.disabled or _in_transform():   # inside another trace or transform,
             counts[1] += 1                       # jit is transparent
             return fun(*args)
-        grad_on = _grad_enabled()
+        if not state[0].check():   # (grad mode, default dtype, autocast ...)
+            programs.new_state()
         read = fast[0]
-        if read is not None and fast[3] is grad_on and not _env.bound_axes() \
-                and not _env.resources():
+        if read is not None and not _env.bound_axes() and not _env.resources():
             flat = read(args)
             if flat is not None and fast[1].check(*flat):
                 entry = fast[2]
@@ -289,7 +303,7 @@ def _jitted(programs: _ProgramCache) -> Callable:
         else:
             dyn_args, st_vals = args, ()
         bound = _bound()
-        key, leaves, tied = call_key(dyn_args, st_vals, bound, grad_on)
+        key, leaves, tied = call_key(dyn_args, st_vals, bound, (_grad_enabled(), state[1]))
         try:
             entry = cache.get(key)
         except TypeError:
@@ -312,7 +326,7 @@ def _jitted(programs: _ProgramCache) -> Callable:
             counts[1] += 1     # cut in two (_jit_program): inline
             return fun(*args)
         if pure and tensor_pos is None and not (static or bound or tied):
-            programs.take_lane(key, args, entry, grad_on)
+            programs.take_lane(key, args, entry)
         if tensor_pos is not None:
             leaves = [leaves[i] for i in tensor_pos]
         counts[0] += 1

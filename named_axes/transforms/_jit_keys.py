@@ -79,7 +79,8 @@ def flatten_key(tree: Any, leaves: list) -> Any:
 
 
 def call_key(dyn_args: Any, st_vals: tuple, bound: dict, grad_on: bool) -> tuple:
-    """``(key, leaves, tied)`` of a call: see :func:`flatten_key`; ``tied``: some tensor
+    """``(key, leaves, tied)`` of a call: see :func:`flatten_key`; ``grad_on``: the grad
+    mode (with any other global state the program depends on); ``tied``: some tensor
     is passed more than once."""
     leaves: list = []
     parts = []
