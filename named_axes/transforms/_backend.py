@@ -146,6 +146,8 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
     compiled graph is called directly.  The caller guarantees that every call passes the
     example inputs' sizes and strides (``nx.jit`` keys its cache on them), so inductor's
     per-call size asserts are left out.  ``mode`` and ``options`` are ``torch.compile``'s.
+    Random ops draw from torch's generators as eager ones do (``fallback_random``), and
+    compiling draws nothing from them: a seeded program gives eager's numbers.
     """
     compile_fx, compile_fx_inner = inductor_compile_fx()
     example = list(example_inputs)
@@ -160,17 +162,18 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
         return out
 
     patches = {**(inductor_mode_options(mode) if mode not in (None, "default") else {}),
-               **(options or {}), "size_asserts": False}
+               "fallback_random": True, **(options or {}), "size_asserts": False}
+    cuda = sorted({t.device.index or 0 for t in example if t.is_cuda})
     # AOT autograd's own cache would skip ``inner`` on a hit (and with it the direct
     # call below); inductor's FX-graph cache under it still saves the code generation.
-    with no_autograd_cache():
+    with no_autograd_cache(), torch.random.fork_rng(devices=cuda):
         full = compile_fx(gm, _fake_inputs(example), inner_compile=inner,
                           config_patches=patches)
-    if plain and not _differentiable(gm, example) and len(captured) == 1:
-        out, n_inputs = captured[0]
-        if n_inputs == len(example) and getattr(out, "current_callable", None) is not None:
-            out(list(example))   # (its first call finishes compile-time bookkeeping)
-            return out.current_callable
+        if plain and not _differentiable(gm, example) and len(captured) == 1:
+            out, n_inputs = captured[0]
+            if n_inputs == len(example) and getattr(out, "current_callable", None) is not None:
+                out(list(example))   # (its first call finishes compile-time bookkeeping)
+                return out.current_callable
     return lambda args: full(*args)
 
 
