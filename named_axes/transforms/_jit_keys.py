@@ -39,7 +39,7 @@ from .._layout import from_numpy
 from .._tensor import NamedTensor
 from .._torch_private import tensor_guards, tree_flatten, tree_map
 
-__all__ = ["call_key", "flatten_key", "split_static", "detached", "numpy_as_tensors",
+__all__ = ["call_key", "flatten_key", "value_key", "split_static", "detached", "numpy_as_tensors",
            "structure_reader", "tensor_guard", "fast_lane"]
 
 _NT = NamedTensor
@@ -74,8 +74,19 @@ def flatten_key(tree: Any, leaves: list) -> Any:
     sub, spec = tree_flatten(tree)
     if len(sub) == 1 and sub[0] is tree:   # a non-container leaf: its value is static
         leaves.append(tree)
-        return (t, tree)
+        return value_key(tree)
     return (spec, tuple([flatten_key(x, leaves) for x in sub]))
+
+
+def value_key(v: Any) -> tuple:
+    """The key of a Python value a trace bakes in: its type and value, and a float's
+    sign (``1``, ``1.0`` and ``True`` trace differently, and so do ``0.0`` and ``-0.0``).
+
+    >>> value_key(1) == value_key(True), value_key(0.0) == value_key(-0.0)
+    (False, False)
+    """
+    t = type(v)
+    return (t, v, repr(v)) if t is float or t is complex else (t, v)
 
 
 def call_key(dyn_args: Any, st_vals: tuple, bound: dict, grad_on: bool) -> tuple:
@@ -91,6 +102,8 @@ def call_key(dyn_args: Any, st_vals: tuple, bound: dict, grad_on: bool) -> tuple
         else:
             parts.append(flatten_key(a, leaves))
     struct = tuple(parts)
+    if st_vals:
+        st_vals = tuple(map(value_key, st_vals))
     key = (struct, grad_on, st_vals, tuple(bound.items())) if bound or st_vals else (
         struct, grad_on)
     tied = len(leaves) > 1 and len(set(map(id, leaves))) != len(leaves)
