@@ -16,13 +16,10 @@ from __future__ import annotations
 import itertools
 from typing import Any, Callable, Hashable, Sequence
 
-import torch
-
-from ._errors import AxisSizeError, AxisSpecError
-from ._parsing import match_prefix
-from ._tensor import NamedTensor
-from ._xmap import xmap
-from ._xmap_call import _is_leaf
+from ._errors import AxisSizeError, AxisSpecError, AxisTypeError
+from ._parsing import match_prefix, path_str
+from ._xmap import _article, xmap
+from ._xmap_call import _is_array, _is_leaf
 from .parallel._devices import devices as all_devices
 from .parallel._mesh import Mesh
 
@@ -58,14 +55,19 @@ def _spec(ax: Any, name: Hashable, what: str) -> Any:
 def _mapped_size(args: tuple, xin: Any, in_axes: Any) -> int | None:
     """The size of the first mapped dim (``xin``: pmap's ``in_axes`` as xmap's), or None
     when no argument is mapped."""
-    for _, a, mapping in match_prefix(xin, args, _is_leaf, what=f"pmap: in_axes={in_axes!r}"):
-        if mapping.entries and isinstance(a, (torch.Tensor, NamedTensor)):
+    size = None
+    for path, a, mapping in match_prefix(xin, args, _is_leaf, what=f"pmap: in_axes={in_axes!r}"):
+        if mapping.entries and a is not None and not _is_array(a):   # JAX maps every leaf
+            raise AxisTypeError(f"pmap: in_axes={in_axes!r} maps {path_str(path)}, "
+                                f"{_article(type(a).__name__)}, which has no axes; give it "
+                                f"in_axes None")
+        if mapping.entries and size is None and _is_array(a):
             pos = mapping.entries[0][0]
             if not -a.ndim <= pos < a.ndim:
                 raise AxisSpecError(f"pmap: in_axes={in_axes} for an argument with "
                                     f"{a.ndim} positional dims (shape {tuple(a.shape)})")
-            return a.shape[pos]
-    return None
+            size = a.shape[pos]
+    return size
 
 
 def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
