@@ -13,6 +13,7 @@ tensor([-1.,  0.,  1.])
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Any, Callable, Hashable, Sequence
 
@@ -60,7 +61,7 @@ def _mapped_size(args: tuple, xin: Any, in_axes: Any) -> int | None:
         if mapping.entries and a is not None and not _is_array(a):   # JAX maps every leaf
             raise AxisTypeError(f"pmap: in_axes={in_axes!r} maps {path_str(path)}, "
                                 f"{_article(type(a).__name__)}, which has no axes; give it "
-                                f"in_axes None")
+                                f"in_axes None or list it in static_broadcasted_argnums")
         if mapping.entries and size is None and _is_array(a):
             pos = mapping.entries[0][0]
             if not -a.ndim <= pos < a.ndim:
@@ -70,8 +71,33 @@ def _mapped_size(args: tuple, xin: Any, in_axes: Any) -> int | None:
     return size
 
 
+def _call_form(fun: Callable, in_axes: Any, args: tuple, kwargs: dict, static: tuple) -> tuple:
+    """JAX's pmap calling conventions on xmap's: ``(fun, in_axes, args)`` with the
+    ``static_broadcasted_argnums`` passed in unmapped (in_axes None) and the keyword
+    arguments mapped over their leading axis, passed as one trailing dict."""
+    n = len(args)
+    bad = [i for i in static if not 0 <= i < n]
+    if bad:
+        raise AxisSpecError(f"pmap: static_broadcasted_argnums={static!r} names argument "
+                            f"{bad[0]}, but the call has {n} positional arguments (static "
+                            f"arguments are passed positionally)")
+    per = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * n
+    dyn = [i for i in range(n) if i not in static]
+    if static and (not dyn or dyn[-1] < len(per)):   # (JAX reads in_axes[i] for i in dyn)
+        per = tuple(None if i in static else per[i] for i in range(n))
+    if kwargs:
+        per, args = per + ({k: 0 for k in kwargs},), args + (dict(kwargs),)
+        fun = functools.partial(_call_with_kwargs, fun)
+    return fun, per, args
+
+
+def _call_with_kwargs(fun: Callable, *args):
+    return fun(*args[:-1], **args[-1])
+
+
 def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
-         out_axes: Any = 0, devices: Sequence[Any] | None = None, axis_size: int | None = None,
+         out_axes: Any = 0, static_broadcasted_argnums: int | Sequence[int] = (),
+         devices: Sequence[Any] | None = None, axis_size: int | None = None,
          backend: str | None = None, donate_argnums: Sequence[int] = ()) -> Callable:
     """Map ``fun`` over axis ``in_axes`` of its arguments, split across ``devices``.
 
@@ -79,8 +105,11 @@ def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
         fun: the per-example function; collectives over ``axis_name`` work inside.
         axis_name: the name collectives use for the mapped axis.
         in_axes: per argument, the mapped dim (int) or None (not mapped); one int for all.
+            Keyword arguments are mapped over their leading axis (as in JAX).
         out_axes: where the mapped axis goes in each output (None: the output must not
             carry it; it is replicated).
+        static_broadcasted_argnums: positional arguments passed to every instance as they
+            are (not mapped; any Python value).
         devices: the devices to split over (default: all of :func:`named_axes.devices`).
         axis_size: the size when no argument is mapped.
         backend: ``'cpu'``, ``'cuda'`` or ``'xla'``.
@@ -94,9 +123,18 @@ def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
     mesh_axis = _PmapAxis("mesh axis")
     xin = _spec(in_axes, name, "in_axes")
     xout = _spec(out_axes, name, "out_axes")
+    static = ((static_broadcasted_argnums,) if isinstance(static_broadcasted_argnums, int)
+              else tuple(static_broadcasted_argnums))
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in static):
+        raise AxisTypeError(f"pmap: static_broadcasted_argnums must be ints, got "
+                            f"{static_broadcasted_argnums!r}")
 
-    def mapped(*args):
-        size = _mapped_size(args, xin, in_axes)
+    def mapped(*args, **kwargs):
+        body, xin_ = fun, xin
+        if static or kwargs:
+            body, ax, args = _call_form(fun, in_axes, args, kwargs, static)
+            xin_ = _spec(ax, name, "in_axes")
+        size = _mapped_size(args, xin_, in_axes)
         if size is None and axis_size is None:
             raise AxisSpecError(f"pmap({getattr(fun, '__name__', 'fun')}, in_axes={in_axes!r}): "
                                 f"no argument is mapped; give axis_size=")
@@ -106,7 +144,7 @@ def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
                                 f"in_axes={in_axes!r}")
         n = size if size is not None else axis_size
         devs = list(devices) if devices is not None else all_devices(backend)
-        f = xmap(fun, in_axes=xin, out_axes=xout, axis_sizes={name: n},
+        f = xmap(body, in_axes=xin_, out_axes=xout, axis_sizes={name: n},
                  axis_resources={name: mesh_axis}, backend=backend,
                  donate_argnums=donate_argnums)
         with Mesh(np.array(devs, dtype=object), (mesh_axis,)):
