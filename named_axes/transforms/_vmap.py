@@ -77,7 +77,7 @@ def _to_named(leaf: Any, dim: int | None, name: Hashable, what: str) -> tuple[An
 @taped("linear")
 def _place(leaf: Any, dim: int | None, name: Hashable, size: int, what: str) -> Any:
     if not isinstance(leaf, (torch.Tensor, NamedTensor)):
-        if dim is None:
+        if dim is None or leaf is None:   # (JAX: None is an empty subtree)
             return leaf
         leaf = torch.as_tensor(leaf)
     nt = leaf if isinstance(leaf, NamedTensor) else NamedTensor._wrap(leaf, ())
@@ -195,7 +195,7 @@ def _chunked(fun, call_args, name, size, chunk_size, out_dims, what):
             dims = _spread(out_dims, out, f"{what}: out_dims")
     joined = []
     for parts, d in zip(zip(*flats), dims):
-        if d is None:
+        if d is None or parts[0] is None:
             joined.append(parts[0])
         elif isinstance(parts[0], NamedTensor):
             joined.append(NamedTensor._wrap(
