@@ -41,16 +41,21 @@ _counter = itertools.count()
 
 def _spread(dims: Any, tree: Any, what: str) -> list:
     """The per-leaf dims of ``tree`` given a pytree prefix ``dims`` (int/None leaves)."""
-    if dims is None or isinstance(dims, int):
+    if dims is None or (isinstance(dims, int) and not isinstance(dims, bool)):
         return [dims] * len(tree_flatten(tree)[0])
-    if isinstance(dims, (tuple, list)) and isinstance(tree, (tuple, list)):
+    if not isinstance(dims, (tuple, list, dict)):   # (JAX and torch refuse True, 0.5, 'a')
+        raise AxisTypeError(f"{what}: {dims!r} is not a dim; use an int, None, or a "
+                            f"tuple/list/dict of them")
+    if type(dims) is type(tree) and isinstance(dims, (tuple, list)):   # (a namedtuple too)
         if len(dims) != len(tree):
             raise AxisSpecError(f"{what}: {len(dims)} entries for {len(tree)} values")
         return [d for sub, t in zip(dims, tree) for d in _spread(sub, t, what)]
     if isinstance(dims, dict) and isinstance(tree, dict):
-        missing = set(tree) - set(dims)
-        if missing:
-            raise AxisSpecError(f"{what}: no entry for keys {sorted(map(repr, missing))}")
+        missing, extra = set(tree) - set(dims), set(dims) - set(tree)
+        if missing or extra:
+            raise AxisSpecError(f"{what}: no entry for keys {sorted(map(repr, missing))}"
+                                if missing else f"{what}: entries for keys "
+                                f"{sorted(map(repr, extra))}, which the value lacks")
         return [d for k in tree for d in _spread(dims[k], tree[k], what)]
     raise AxisSpecError(f"{what}: {dims!r} does not match the structure of the values "
                         f"({type(tree).__name__}); use an int, None, or a matching container")
@@ -153,8 +158,7 @@ def _name_mapped(args: tuple, in_dims: Any, name: Hashable, axis_size: int | Non
     """``(args, size)``: ``args`` with each mapped dim turned into the named axis
     ``name``, and the axis' size (the inputs' and ``axis_size`` must agree on it)."""
     leaves, spec = tree_flatten(tuple(args))
-    dims = _spread(in_dims if isinstance(in_dims, tuple) or in_dims is None
-                   or isinstance(in_dims, int) else tuple(in_dims), tuple(args), what)
+    dims = _spread(tuple(in_dims) if type(in_dims) is list else in_dims, tuple(args), what)
     size, where = axis_size, "axis_size"
     new = []
     for i, (leaf, d) in enumerate(zip(leaves, dims)):
