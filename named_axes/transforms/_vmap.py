@@ -132,12 +132,13 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
                             chunk_size=chunk_size)
 
     @functools.wraps(fun)
-    def mapped(*args):
+    def mapped(*args, **kwargs):
+        body = functools.partial(fun, **_unmapped(kwargs, spelling)) if kwargs else fun
         # plain inputs outside a named program: torch's own (inside one, fun may close over
         # named values and return them, which torch.func.vmap cannot)
         if axis_name is None and axis_size is None and not _env.bound_axes() and not any(
                 type(leaf) is NamedTensor for leaf in tree_flatten(args)[0]):
-            return plain(*args)
+            return plain(*args, **kwargs)
         what = f"{spelling}(<inputs>)"
         name = Hidden(f"<vmap axis {next(_counter)}>") if axis_name is None else axis_name
         if name in _env.bound_axes():
@@ -145,12 +146,26 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
                                 f"xmap/vmap; use a new name")
         call_args, size = _name_mapped(args, in_dims, name, axis_size, what)
         if chunk_size is not None and size > chunk_size and axis_name is None:
-            return _chunked(fun, call_args, name, size, chunk_size, out_dims, what)
+            return _chunked(body, call_args, name, size, chunk_size, out_dims, what)
         with _env.bind({name: size}, kind="vmap"):
-            out = fun(*call_args)
+            out = body(*call_args)
         return _finish(out, out_dims, name, size, what)
 
     return mapped
+
+
+def _unmapped(kwargs: dict, spelling: str) -> dict:
+    """Keyword arguments, passed to every instance as they are (as torch.func.vmap passes
+    them); one holding a tensor is refused: jax.vmap maps those over their leading axis,
+    so the two references disagree on what it means."""
+    for k, v in kwargs.items():
+        if any(isinstance(leaf, (torch.Tensor, NamedTensor, np.ndarray))
+               for leaf in tree_flatten(v)[0]):
+            raise AxisTypeError(
+                f"{spelling}: keyword argument {k!r} holds a tensor, which torch.func.vmap "
+                f"passes unmapped and jax.vmap maps over its leading axis; pass it "
+                f"positionally, with its in_dims (a dim, or None for unmapped)")
+    return kwargs
 
 
 def _name_mapped(args: tuple, in_dims: Any, name: Hashable, axis_size: int | None,
