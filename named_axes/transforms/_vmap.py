@@ -128,8 +128,8 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
     spelling = (f"vmap({getattr(fun, '__name__', 'fun')}, in_dims={in_dims!r}, "
                 f"out_dims={out_dims!r}"
                 + (f", axis_name={axis_name!r}" if axis_name is not None else "") + ")")
-    plain = _functorch["vmap"](fun, in_dims, out_dims, randomness=randomness,
-                            chunk_size=chunk_size)
+    plain = _functorch["vmap"](_numbers_as_tensors(fun, out_dims, spelling), in_dims, out_dims,
+                               randomness=randomness, chunk_size=chunk_size)
 
     @functools.wraps(fun)
     def mapped(*args, **kwargs):
@@ -152,6 +152,25 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
         return _finish(out, out_dims, name, size, what)
 
     return mapped
+
+
+def _numbers_as_tensors(fun: Callable, out_dims: Any, spelling: str) -> Callable:
+    """``fun`` for torch.func.vmap: a Python number it returns where out_dims places the
+    axis becomes a 0-d tensor, which torch then broadcasts; jax.vmap broadcasts a number
+    like an array (as the named path does, :func:`_place`), torch.func.vmap refuses it."""
+    @functools.wraps(fun)
+    def run(*args, **kwargs):
+        out = fun(*args, **kwargs)
+        if type(out) is torch.Tensor:   # the common case
+            return out
+        flat, spec = tree_flatten(out)
+        if not any(type(o) in (bool, int, float, complex) for o in flat):
+            return out
+        dims = _spread(out_dims, out, f"{spelling}: out_dims")
+        return tree_unflatten([torch.as_tensor(o) if d is not None and type(o) in
+                               (bool, int, float, complex) else o
+                               for o, d in zip(flat, dims)], spec)
+    return run
 
 
 def _unmapped(kwargs: dict, spelling: str) -> dict:
