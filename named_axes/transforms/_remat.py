@@ -21,6 +21,7 @@ import torch.utils.checkpoint
 
 from .._env import frames, within
 from .._errors import AxisTypeError
+from .._modes import building_graph
 from .._torch_private import functorch_active
 from . import _xla_rng
 from ._tree import rebox, unbox
@@ -36,7 +37,8 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Any = None,
         fun: the function (named or positional values).
         prevent_cse: accepted for JAX compatibility (torch does not CSE across it).
         policy: a ``torch.utils.checkpoint`` policy function (``ctx, op, ...) ->
-            CheckpointPolicy``) choosing which ops to save; None saves nothing.
+            CheckpointPolicy``) choosing which ops to save; None saves nothing.  Under
+            ``nx.jit`` the compiled program's partitioner chooses instead.
         static_argnums: accepted for JAX compatibility (arguments are passed as they are).
 
     >>> import torch, named_axes as nx
@@ -53,10 +55,7 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Any = None,
         # torch.utils.checkpoint is not supported, so the function runs directly there.
         if not torch.is_grad_enabled() or functorch_active():
             return fun(*args, **kwargs)
-        extra = {}
-        if policy is not None:
-            extra["context_fn"] = functools.partial(
-                torch.utils.checkpoint.create_selective_checkpoint_contexts, policy)
+        extra = _policy_contexts(policy)
         # checkpoint sees the physical tensors (it detaches and re-attaches its tensor
         # inputs; a NamedTensor would be an opaque constant to it)
         leaves, spec, names = unbox((args, kwargs))
@@ -88,6 +87,18 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Any = None,
         return rebox(list(out), *out_box)
 
     return run
+
+
+def _policy_contexts(policy: Any) -> dict:
+    """``torch.utils.checkpoint.checkpoint``'s ``context_fn`` for ``policy``, if any.
+    Not under make_fx's trace (nx.jit, make_graph): there torch's selective checkpointing
+    tags nodes through fx's process-wide node meta and never clears it, and AOT
+    autograd's partitioner fails on those tags, in that program and every one traced
+    after it; the compiled program's rematerialization is the partitioner's own."""
+    if policy is None or (building_graph() and not torch.compiler.is_dynamo_compiling()):
+        return {}
+    return {"context_fn": functools.partial(
+        torch.utils.checkpoint.create_selective_checkpoint_contexts, policy)}
 
 
 def _here() -> Callable:
