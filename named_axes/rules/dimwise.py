@@ -60,7 +60,9 @@ def _dimwise(name: str, dim_index: int, names_ok: bool):
                 return result(func(x._data, phys[0]), x._names, func)
         rest = list(args[1:])
         kwargs = dim_keyword(func, kwargs)
-        if any(isinstance(a, _NT) for a in (*rest, *kwargs.values())):
+        if any(isinstance(a, _NT) for a in (*rest, *kwargs.values())) or name == "diff" and \
+                any(isinstance(a, torch.Tensor) for a in (*rest, *kwargs.values())):
+            # (diff's prepend/append have the input's positional rank: per instance)
             return per_instance(func, args, kwargs) if per_instance else NotImplemented
         # the dim argument, taken out (its default if it has one); None (a legacy implicit
         # dim, or dim=None) is left to vmap
