@@ -83,9 +83,15 @@ def _pad(func, args, kwargs):
         instance_invalid(func, args, kwargs,
                          f"Padding size {2 * n} is not supported for {p}D input tensor.")
     lead = _named_sizes(x) + tuple(x.shape[:p - n - 1])
-    data = x._data.reshape((-1,) + tuple(x.shape[p - n - 1:]))
+    data = _fold(x._data, len(lead))
     out = func(data, *args[1:], **kwargs)
     return result(out.reshape(lead + tuple(out.shape[1:])), x._names, func)
+
+
+def _fold(data: torch.Tensor, k: int) -> torch.Tensor:
+    """``data``'s first ``k`` dims as one (a ``-1`` would be ambiguous where another dim
+    is empty)."""
+    return data.reshape((math.prod(data.shape[:k]),) + tuple(data.shape[k:]))
 
 
 def _fold_batch(spatial: int, unbatched_ok: bool = True):
@@ -101,10 +107,10 @@ def _fold_batch(spatial: int, unbatched_ok: bool = True):
         p = x.ndim
         lead = _named_sizes(x)
         if p == batched:
-            data = x._data.reshape((-1,) + tuple(x._data.shape[len(lead) + 1:]))
+            data = _fold(x._data, len(lead) + 1)
             keep = lead + (x._data.shape[len(lead)],)
         elif p == batched - 1 and unbatched_ok:
-            data = x._data.reshape((-1,) + tuple(x.shape))
+            data = _fold(x._data, len(lead))
             keep = lead
         else:
             return NotImplemented
@@ -205,8 +211,7 @@ def _class_loss(func, args, kwargs):
     U, (xd, td) = _full_layout([x, t], op)
     k = len(U)
     b = k + (px > 1)   # the named dims, and the batch dim unless unbatched (C,)
-    xf = xd.reshape((-1,) + tuple(xd.shape[b:]))
-    tf = td.reshape((-1,) + tuple(td.shape[b:]))
+    xf, tf = _fold(xd, b), _fold(td, b)
     kw = {key: v for key, v in kwargs.items()
           if key not in ("target", "reduction", "size_average", "reduce")}
     loss = func(xf, tf, reduction="none", **kw)
