@@ -362,6 +362,15 @@ def _setitem(func, args, kwargs):
         raise AxisTypeError(
             "index assignment with a named index tensor (or split advanced indices) is not "
             "supported; use torch.where or Tensor.scatter instead")
+    if isinstance(value, (_T, _NT)):
+        tp = x._data[idx].dim() - len(x._names)
+        extra = tuple(value.shape)[:max(value.ndim - tp, 0)]
+        if any(s != 1 for s in extra):   # (torch drops leading 1s; here others would
+            raise ShapeError(             # meet the named dims)
+                f"index assignment: value tensor of positional shape {tuple(value.shape)} "
+                f"cannot be broadcast to the indexing result's positional shape "
+                f"{tuple(x._data[idx].shape[len(x._names):])} (named shape {x.named_shape})")
+        value = value[(0,) * len(extra)] if extra else value
     if type(value) is _NT:
         extra = [n for n in value._names if n not in x._names]
         if extra:
@@ -370,7 +379,6 @@ def _setitem(func, args, kwargs):
                 f"{value.named_shape[extra[0]]}) that the target (named shape "
                 f"{x.named_shape}) lacks; this would broadcast that axis into it")
         union_names([("target", x), ("value", value)], op="index assignment")
-        tp = x._data[idx].dim() - len(x._names)
         vp = value.ndim
         value = align(value._data, value._names, vp, x._names, max(tp, vp))
     x._data[idx] = value
