@@ -48,7 +48,7 @@ from .._tape import suspended
 from .._torch_private import functorch_disabled, functorch_level, functorch_unwrapped, tree_map
 from ..transforms._instances import REGIONS
 from ._serial_chunks import (_attaining, _equal, _extreme_of_chunks, _names_of, _padded,
-                             _same_layout)
+                             _same_layout, _versions)
 
 __all__ = ["SerialEngine", "SerialLoopError"]
 
@@ -105,10 +105,6 @@ _UNSUPPORTED = ("all_gather", "ppermute", "pshuffle", "all_to_all", "psum_scatte
 
 def _as_tuple(axis_name: Any) -> tuple:
     return tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
-
-
-def _is_named(x: Any) -> bool:
-    return isinstance(x, NamedTensor)
 
 
 def _carries(x: Any, name: Hashable) -> bool:
@@ -177,6 +173,7 @@ class SerialEngine(EngineBase):
         start = torch.get_rng_state()
         _draw_seed()   # (refuses a trace)
         self._known, self._sigs, self.passes, self.within = [], [], 0, None
+        before = _versions(leaves)
         while True:
             self.passes += 1
             self._pending, paused = {}, False
@@ -195,6 +192,11 @@ class SerialEngine(EngineBase):
                     paused = True
             if not paused:
                 return self._assemble(outs, grid)
+            if _versions(leaves) != before:   # (the next pass would write them again)
+                raise SerialLoopError(
+                    f"an input written in place before a collective over the SerialLoop axes "
+                    f"{self.names}: the loop replays each chunk up to every such collective, "
+                    f"which would write it again; write into a copy (x = x.clone())")
             for j in sorted(self._pending):   # one or (a pytree's leaves) several
                 kind = _REDUCING[self._sigs[j][0]]
                 if kind == "sum":
@@ -468,16 +470,16 @@ class SerialEngine(EngineBase):
         so each chunk keeps its part of the unsplit run's draws."""
         def pad(v: Any, full: bool) -> Any:
             return _padded(v, self._cuts(v._names), self.sizes, names, full) \
-                if _is_named(v) else v
+                if isinstance(v, NamedTensor) else v
 
-        padded = tree_map(lambda v: pad(v, True), (args, kwargs), is_leaf=_is_named)
+        padded = tree_map(lambda v: pad(v, True), (args, kwargs))
         self._whole += names
         try:
             with suspended():   # the caller's dispatch notes the op as it was asked
                 out = dispatch(func, *padded)
         finally:
             self._whole = self._whole[:-len(names)]
-        return tree_map(lambda v: pad(v, False), out, is_leaf=_is_named)
+        return tree_map(lambda v: pad(v, False), out)
 
     def check_named_op(self, op: str, names: tuple) -> None:
         """Raise for an op (not a collective) that mixes values along a loop axis (and let

@@ -20,8 +20,10 @@ import torch
 
 from .._layout import align
 from .._tensor import NamedTensor
+from .._torch_private import tensor_version
 
-__all__ = ["_same_layout", "_equal", "_names_of", "_attaining", "_extreme_of_chunks", "_padded"]
+__all__ = ["_same_layout", "_equal", "_names_of", "_attaining", "_extreme_of_chunks", "_padded",
+           "_versions"]
 
 
 def _same_layout(outs: list, j: int) -> list:
@@ -136,3 +138,14 @@ def _padded(v: NamedTensor, cuts: tuple, sizes: dict, names: tuple, pad: bool) -
                      for k in (start, sizes[n] - start - size)]
             data = torch.cat([zeros[0], data, zeros[1]], dim)
     return NamedTensor._wrap(data, v._names)
+
+
+def _versions(leaves: list) -> list:
+    """The version counters of the named input leaves' data (bumped by in-place writes)."""
+    out = []
+    for x in leaves:
+        try:
+            out.append(tensor_version(x._data) if isinstance(x, NamedTensor) else None)
+        except RuntimeError:   # (an inference tensor has no version counter)
+            out.append(None)
+    return out
