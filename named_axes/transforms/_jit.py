@@ -196,6 +196,7 @@ class _ProgramCache:
         # the program store, saved to it
         self.counts = [0, 0, 0, 0, 0]
         self.lanes: dict = {}  # call key -> its fast lane's (reader, guard)
+        self.others: dict = {}   # call key -> programs whose closed-over state changed
         # torch's global state of the last call (default dtype, autocast, grad mode ...,
         # which the traces bake in): its guard and its part of the call keys
         self.state: list = [None, None]
@@ -212,7 +213,7 @@ class _ProgramCache:
         plain_key = None if tied else call_key(
             [detached(a) for a in dyn_args], st_vals, bound, (False, self.state[1]))[0]
         entry = cache.get(plain_key)
-        if entry is not None and not entry.values:
+        if entry is not None and not (entry.values and entry.holds()):
             entry = None
         ident = None
         if entry is None and stored_ok(self.backend, bound, tied):
@@ -234,7 +235,28 @@ class _ProgramCache:
         lane = self.lanes.get(key)
         if lane is None:
             lane = self.lanes[key] = fast_lane(args)
-        self.fast[:] = [lane[0], lane[1], entry] if lane[1] is not None else [None] * 3
+        read, check = lane[0], entry.closed
+        if check is not None:   # (the slow path finds the program that holds)
+            read = lambda a: lane[0](a) if check() else None  # noqa: E731
+        self.fast[:] = [read, lane[1], entry] if lane[1] is not None else [None] * 3
+
+    def get(self, key: tuple) -> Program | None:
+        """The program cached for ``key`` that may run now, or None."""
+        entry = self.programs.get(key)
+        return entry if entry is None or entry.holds() else self.other(key)
+
+    def other(self, key: tuple) -> Program | None:
+        """For a call whose cached program's closed-over state changed (a module's
+        ``eval()``): one kept before that holds now, or None (a new one is traced)."""
+        kept = self.others.setdefault(key, [])
+        new = next((p for p in kept if p.holds()), None)
+        if new is not None:
+            kept.remove(new)
+        kept.insert(0, self.programs.pop(key))
+        del kept[4:]
+        if new is not None:
+            self.programs[key] = new
+        return new
 
     def new_state(self) -> None:
         """Calls are now made under another global state: key them by it (the fast
@@ -264,6 +286,7 @@ class _ProgramCache:
     def clear(self) -> None:
         self.programs.clear()
         self.lanes.clear()
+        self.others.clear()
         self.fast[:] = [None, None, None]
         if self.sharded is not None:
             self.sharded.clear()
@@ -281,7 +304,7 @@ def _jitted(programs: _ProgramCache) -> Callable:
     """The jitted function: a call repeating the last one's signature takes the fast
     lane; others look their key up, and a miss adds a program (or runs inline)."""
     fun, static, donate, name = programs.fun, programs.static, programs.donate, programs.name
-    cache, fast, counts, state = programs.programs, programs.fast, programs.counts, programs.state
+    fast, counts, state = programs.fast, programs.counts, programs.state
 
     @functools.wraps(fun)
     def run(*args):
@@ -305,7 +328,7 @@ def _jitted(programs: _ProgramCache) -> Callable:
         bound = _bound()
         key, leaves, tied = call_key(dyn_args, st_vals, bound, (_grad_enabled(), state[1]))
         try:
-            entry = cache.get(key)
+            entry = programs.get(key)
         except TypeError:
             arrays = numpy_as_tensors(args)
             if arrays is not None:   # numpy arrays are arrays, as in JAX's jit

@@ -42,7 +42,7 @@ from ._backend import (Backend, _differentiable, compile_boxed, constants, grad_
                        outputs)
 from ._graph import TENSOR, rebuild_output, trace_flat
 from ._trace_probe import (TraceProbe, check_grads_untouched, check_no_stale_numbers,
-                           refusing_optimizer_steps)
+                           closed_over_check, refusing_optimizer_steps, watching_modules)
 from ._tree import unbox
 
 __all__ = ["Program", "compile_program", "stored_ok", "load_stored", "split_joint",
@@ -67,6 +67,12 @@ class Program(NamedTuple):
     pure: bool
     values: bool
     stored: bool = False   # loaded from the program store, or handed to it
+    # True while the modules and tensors the program closed over are as it traced them
+    closed: Callable | None = None
+
+    def holds(self) -> bool:
+        """Whether this program may run now (its closed-over state is unchanged)."""
+        return self.closed is None or self.closed()
 
 
 def compile_program(fun: Callable, args: tuple, static: tuple, backend: Backend,
@@ -77,8 +83,9 @@ def compile_program(fun: Callable, args: tuple, static: tuple, backend: Backend,
     mutates nothing and closes over no tensor the trace made is compiled into it."""
     dyn_fun, dyn_args = _bind_static(fun, args, static)
     with _store.compile_lock:
-        gm, leaves, tensor_pos, out_info, values = _trace(
+        gm, leaves, tensor_pos, out_info, values, modules = _trace(
             getattr(fun, "__name__", "fun"), dyn_fun, dyn_args)
+        closed = closed_over_check(constants(gm), modules)
         example = [leaves[i] for i in tensor_pos]
         pos = None if len(tensor_pos) == len(leaves) else tensor_pos
         rebuild, pure = _output_builder(out_info), _pure(gm)
@@ -87,7 +94,7 @@ def compile_program(fun: Callable, args: tuple, static: tuple, backend: Backend,
             joint = None
             if pure and not grad_constants(gm):
                 joint = _joint_program(dyn_fun, dyn_args, example, gm, backend)
-            return Program(joint, pos, rebuild, joint is not None, False)
+            return Program(joint, pos, rebuild, joint is not None, False, closed=closed)
         where = None if ident is None else _store.closed_over_positions(constants(gm), ident)
         stored = (where is not None and not differentiable and pure
                   and out_info[:2] == ident.out_info[:2]
@@ -95,7 +102,7 @@ def compile_program(fun: Callable, args: tuple, static: tuple, backend: Backend,
         if stored:   # compiled for later processes at exit
             _store.save_later(gm, example, ident, where)
         return Program(compile_boxed(gm, example, backend, values), pos, rebuild, pure,
-                       values, stored)
+                       values, stored, closed)
 
 
 def _bind_static(fun: Callable, args: tuple, static: tuple) -> tuple:
@@ -115,10 +122,10 @@ def _bind_static(fun: Callable, args: tuple, static: tuple) -> tuple:
 
 
 def _trace(name: str, dyn_fun: Callable, dyn_args: tuple, fake_mode: Any = None) -> tuple:
-    """``(gm, leaves, tensor_pos, out_info, values)``: ``dyn_fun`` traced on fake tensors
-    (``trace_flat``), with what a compiled program could not carry refused: an optimizer
-    step, a backward writing ``.grad``, a number read from updated state; ``values``: a
-    backward ran while traced.
+    """``(gm, leaves, tensor_pos, out_info, values, modules)``: ``dyn_fun`` traced on fake
+    tensors (``trace_flat``), with what a compiled program could not carry refused: an
+    optimizer step, a backward writing ``.grad``, a number read from updated state;
+    ``values``: a backward ran while traced; ``modules``: the ``nn.Module``s it called.
 
     A trace that fails on forward AD's internal layout assert (a torch bug with the
     fake-tensor dispatch cache) is traced once more without that cache
@@ -127,12 +134,13 @@ def _trace(name: str, dyn_fun: Callable, dyn_args: tuple, fake_mode: Any = None)
     probe = TraceProbe()
     inputs: list = []
     had: dict = {}   # id(input) -> the .grad it came with (a fake copy of its real one)
+    modules: dict = {}
 
     def traced(*a):
         inputs[:] = [x._data if type(x) is _NT else x for x in tree_flatten(a)[0]
                      if type(x) is _NT or isinstance(x, _Tensor)]
         had.update((id(t), t.grad) for t in inputs if t.is_leaf)
-        with probe:
+        with probe, watching_modules(modules):
             return dyn_fun(*a)
 
     try:
@@ -149,7 +157,7 @@ def _trace(name: str, dyn_fun: Callable, dyn_args: tuple, fake_mode: Any = None)
         return _trace(name, dyn_fun, dyn_args, uncached_fake_mode())
     check_grads_untouched(name, inputs + constants(gm), had)
     check_no_stale_numbers(name, probe)
-    return gm, leaves, tensor_pos, out_info, probe.ran
+    return gm, leaves, tensor_pos, out_info, probe.ran, list(modules.values())
 
 
 def stored_ok(backend: Backend, bound: dict, tied: bool) -> bool:

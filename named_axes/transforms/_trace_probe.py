@@ -34,7 +34,8 @@ from .._torch_private import (EagerDispatchMode, FakeTensor, TorchDispatchMode,
                               disable_dispatch_modes, op_schema, tree_leaves)
 
 __all__ = ["TraceProbe", "refusing_optimizer_steps", "check_grads_untouched",
-           "check_no_stale_numbers", "preserving_writes", "storage_key", "written_tensors"]
+           "check_no_stale_numbers", "preserving_writes", "storage_key", "written_tensors",
+           "watching_modules", "closed_over_check"]
 
 # torch's public answer to "is an autograd backward running now?" (``is_bw``; the
 # tracker need not be entered for it)
@@ -207,6 +208,43 @@ def refusing_optimizer_steps(name: str):
     finally:
         handle.remove()
         _tracing.name = before
+
+
+@contextlib.contextmanager
+def watching_modules(into: dict):
+    """While it lasts, each ``nn.Module`` called on this thread is put in ``into`` (by id)."""
+    from torch.nn.modules.module import register_module_forward_pre_hook
+
+    thread = threading.get_ident()
+
+    def note(module, args) -> None:
+        if threading.get_ident() == thread:
+            into.setdefault(id(module), module)
+
+    handle = register_module_forward_pre_hook(note)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def closed_over_check(consts: list, modules: Iterable[torch.nn.Module]):
+    """A check, True while a traced program's closed-over state is as the trace saw it:
+    the tensors it closed over keep their sizes, strides, dtypes, devices and
+    ``requires_grad`` (``module.half()``, ``.data =`` change them in place), and the
+    modules it called their ``training`` flag and their own parameters and buffers (a
+    module's ``eval()`` or a replaced weight would otherwise not be seen); None when
+    there is nothing to check."""
+    from ._jit_keys import tensor_guard
+
+    guard = tensor_guard(consts) if consts else None
+    states = [(m, m.training, [*m.named_parameters(recurse=False),
+                               *m.named_buffers(recurse=False)]) for m in modules]
+    if guard is None and not states:
+        return None
+    return lambda: (guard is None or guard.check(*consts)) and all(
+        m.training is on and all(getattr(m, n, None) is t for n, t in own)
+        for m, on, own in states)
 
 
 def check_grads_untouched(name: str, holders: Iterable[torch.Tensor], had: dict) -> None:
