@@ -33,7 +33,9 @@ from typing import Any, Callable, NamedTuple
 
 import torch
 from torch.autograd.function import once_differentiable
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
+from .._errors import AxisTypeError
 from .._tensor import NamedTensor
 from .._torch_private import (is_functional_collective, op_schema, tree_flatten, tree_unflatten,
                               uncached_fake_mode)
@@ -147,6 +149,8 @@ def _trace(name: str, dyn_fun: Callable, dyn_args: tuple, fake_mode: Any = None)
         with refusing_optimizer_steps(name):
             gm, leaves, (_, _, tensor_pos), out_info = trace_flat(
                 traced, dyn_args, mode="fake", fake_mode=fake_mode)
+    except GuardOnDataDependentSymNode as e:
+        raise _value_needed(name, e) from None
     except (RuntimeError, ValueError) as e:   # (a NamedAxisError may carry torch's message)
         if fake_mode is not None or "has_fw_view" not in str(e):
             raise
@@ -158,6 +162,17 @@ def _trace(name: str, dyn_fun: Callable, dyn_args: tuple, fake_mode: Any = None)
     check_grads_untouched(name, inputs + constants(gm), had)
     check_no_stale_numbers(name, probe)
     return gm, leaves, tensor_pos, out_info, probe.ran, list(modules.values())
+
+
+def _value_needed(name: str, e: Exception) -> AxisTypeError:
+    """The error for a program that reads a traced tensor's value as a Python value."""
+    text = (str(e).strip().splitlines() or [type(e).__name__])[0].split(" (unhinted")[0]
+    return AxisTypeError(
+        f"jit({name}): the program needs a tensor's value as a Python value ({text}): an "
+        f"if on a tensor, bool(), int() or float() of one, or such a number returned; "
+        f"the trace has no values. Keep the value on tensors (torch.where, nx.lax.cond / "
+        f"select on a tensor predicate), pass it as a static argument (static_argnums), "
+        f"or run the program eagerly (nx.disable_jit)")
 
 
 def stored_ok(backend: Backend, bound: dict, tied: bool) -> bool:
