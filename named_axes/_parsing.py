@@ -204,46 +204,53 @@ def path_str(path: tuple, base: str = "argument") -> str:
 
 
 def match_prefix(spec: Any, tree: Any, is_leaf: Callable[[Any], bool], *, what: str,
-                 path: tuple = ()) -> list:
+                 path: tuple = (), base: str = "argument") -> list:
     """Pair every leaf of ``tree`` with the axis mapping that covers it.
 
     ``spec`` is a pytree prefix of ``tree`` whose leaves are axis mappings; a mapping
     covers its whole subtree.  Returns ``[(path, leaf, AxisMapping), ...]`` in
-    flattening order.  Containers are tuples, lists and dicts (namedtuples as tuples).
+    flattening order.  Containers are tuples, lists and dicts; a tuple/list spec has its
+    value's type (as in JAX: a namedtuple is no tuple).  ``base`` names the tree's
+    top in errors (``'argument'``: the call's arguments, ``'output'``).
     """
+    where = path_str(path, base)
     if is_mapping(spec):
         mapping = parse_mapping(spec)
         return [(p, leaf, mapping) for p, leaf in _leaves(tree, is_leaf, path)]
     if isinstance(spec, (tuple, list)):
         if is_leaf(tree) or not isinstance(tree, (tuple, list)):
             raise AxisSpecError(
-                f"{what}: the spec at {path_str(path)} is a {type(spec).__name__} of "
+                f"{what}: the spec at {where} is a {type(spec).__name__} of "
                 f"{len(spec)} specs, but the value there is {_kind(tree)}")
+        if type(spec) is not type(tree):
+            raise AxisSpecError(
+                f"{what}: the spec at {where} is a {type(spec).__name__}, but the value there "
+                f"is {_kind(tree)}; a spec's containers are the value's (a pytree prefix)")
         if len(spec) != len(tree):
             raise AxisSpecError(
                 f"{what}: the spec has {len(spec)} entries but the call has {len(tree)} "
                 f"arguments; give one axis mapping per argument, or a single mapping for all"
-                if not path else
-                f"{what}: the spec at {path_str(path)} has {len(spec)} entries but the value "
+                if not path and base == "argument" else
+                f"{what}: the spec at {where} has {len(spec)} entries but the value "
                 f"there has {len(tree)}; give one axis mapping per element, or a single "
                 f"mapping for all of them")
         keys = range(len(tree))
     elif isinstance(spec, dict):
         if not isinstance(tree, dict):
             raise AxisSpecError(
-                f"{what}: the spec at {path_str(path)} is a dict with keys "
+                f"{what}: the spec at {where} is a dict with keys "
                 f"{sorted(map(repr, spec))}, but the value there is {_kind(tree)}")
         if set(spec) != set(tree):
             raise AxisSpecError(
-                f"{what}: the spec at {path_str(path)} has keys {sorted(map(repr, spec))} "
+                f"{what}: the spec at {where} has keys {sorted(map(repr, spec))} "
                 f"but the value has keys {sorted(map(repr, tree))}")
         keys = tree
     else:
         raise AxisTypeError(   # a TypeError, as JAX's for in_axes=3.5
-            f"{what}: {spec!r} at {path_str(path)} is neither an axis mapping nor a container "
+            f"{what}: {spec!r} at {where} is neither an axis mapping nor a container "
             f"of them")
-    return [m for k in keys
-            for m in match_prefix(spec[k], tree[k], is_leaf, what=what, path=path + (k,))]
+    return [m for k in keys for m in match_prefix(spec[k], tree[k], is_leaf, what=what,
+                                                  path=path + (k,), base=base)]
 
 
 def _kind(tree: Any) -> str:

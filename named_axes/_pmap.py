@@ -121,7 +121,7 @@ def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
 
     name = axis_name if axis_name is not None else _PmapAxis()
     mesh_axis = _PmapAxis("mesh axis")
-    xin = _spec(in_axes, name, "in_axes")
+    xin = _spec(tuple(in_axes) if type(in_axes) is list else in_axes, name, "in_axes")
     xout = _spec(out_axes, name, "out_axes")
     static = ((static_broadcasted_argnums,) if isinstance(static_broadcasted_argnums, int)
               else tuple(static_broadcasted_argnums))

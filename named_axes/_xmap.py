@@ -249,7 +249,7 @@ class _Xmapped:
         Python number became a tensor: such an output is not cached)."""
         results, ops = [], _OutOps()
         for path, leaf, mapping in match_prefix(self.out_axes, out, _is_leaf,
-                                                what=f"{what}: out_axes"):
+                                                what=f"{what}: out_axes", base="output"):
             label = path_str(path, "output")
             for n in mapping.names:
                 if n not in sizes:
