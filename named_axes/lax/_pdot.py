@@ -66,6 +66,9 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
 def _one_dtype(x: NamedTensor, y: NamedTensor) -> tuple:
     """``x`` and ``y`` in their promoted dtype, as JAX's ``dot_general`` promotes (torch's
     matmul refuses mixed dtypes); two bool operands refused, as JAX's xmap cannot lower them."""
+    dt = x._data.dtype
+    if dt is y._data.dtype and dt is not torch.bool:
+        return x, y
     dt = torch.result_type(x._data, y._data)
     if dt == torch.bool:
         raise AxisTypeError("pdot: both operands are bool; cast them to an integer or "
