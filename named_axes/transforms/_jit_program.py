@@ -7,9 +7,10 @@ the compiled function of the flat tensor inputs, and the code that turns its fla
 outputs back into the function's result.  :func:`load_stored` gives a program from the
 program store instead (``_store``).
 
-A differentiable program that communicates (a mesh call's rank program) is compiled as
-a forward and a backward program: its collectives' transposes live in the local-shard
-path's autograd Functions (``parallel/_local_comms``), not in the aten ops, so AOT
+A differentiable program that communicates (a mesh call's rank program) or applies a
+custom rule (``custom_vjp``, ``custom_jvp``) is compiled as a forward and a backward
+program: its collectives' transposes live in the local-shard path's autograd Functions
+(``parallel/_local_comms``), a rule's in its Function, not in the aten ops, so AOT
 autograd, differentiating the traced graph anew, would get them wrong.  It is traced
 once *with* its backward (:func:`joint_function`), the joint graph cut in two
 (:func:`split_joint`), and :class:`_Joint` runs the two programs as its forward and
@@ -39,7 +40,7 @@ from .._errors import AxisTypeError
 from .._tensor import NamedTensor
 from .._torch_private import (is_functional_collective, op_schema, tree_flatten, tree_unflatten,
                               uncached_fake_mode)
-from . import _store
+from . import _custom, _store
 from ._backend import (Backend, _differentiable, compile_boxed, constants, grad_constants,
                        outputs)
 from ._graph import TENSOR, rebuild_output, trace_flat
@@ -85,14 +86,16 @@ def compile_program(fun: Callable, args: tuple, static: tuple, backend: Backend,
     mutates nothing and closes over no tensor the trace made is compiled into it."""
     dyn_fun, dyn_args = _bind_static(fun, args, static)
     with _store.compile_lock:
+        rules = _custom.APPLIED[0]
         gm, leaves, tensor_pos, out_info, values, modules = _trace(
             getattr(fun, "__name__", "fun"), dyn_fun, dyn_args)
+        rules = _custom.APPLIED[0] != rules
         closed = closed_over_check(constants(gm), modules)
         example = [leaves[i] for i in tensor_pos]
         pos = None if len(tensor_pos) == len(leaves) else tensor_pos
         rebuild, pure = _output_builder(out_info), _pure(gm)
         differentiable = not values and _differentiable(gm, example)
-        if differentiable and _communicates(gm):   # cut in two, or else run inline
+        if differentiable and (rules or _communicates(gm)):   # cut in two, or run inline
             joint = None
             if pure and not grad_constants(gm):
                 joint = _joint_program(dyn_fun, dyn_args, example, gm, backend)
