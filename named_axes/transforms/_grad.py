@@ -208,11 +208,28 @@ def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: boo
         nums = nums_for.get(len(args))
         if nums is None:
             nums = nums_for[len(args)] = _argnums(argnums, len(args), what)
-        return rerun_on_redo(lambda sizes, first: _value_and_grad_once(
-            _Run(fun, args, nums, sizes, reduce_axes, first), has_aux, what,
-            isinstance(argnums, int)), named_axes_of(args))
+        try:
+            return rerun_on_redo(lambda sizes, first: _value_and_grad_once(
+                _Run(fun, args, nums, sizes, reduce_axes, first), has_aux, what,
+                isinstance(argnums, int)), named_axes_of(args))
+        except RuntimeError as e:   # torch's "only Tensors of floating point dtype ..."
+            _check_inexact(args, nums, what, e)
+            raise
 
     return run
+
+
+def _check_inexact(args: tuple, nums: tuple, what: str, error: Exception) -> None:
+    """Raise, from ``error``, an ``AxisTypeError`` naming the first differentiated
+    argument that is not floating point or complex (JAX's ``grad`` refuses it too)."""
+    for i in nums:
+        for leaf in tree_flatten(args[i])[0]:
+            if type(leaf) is _NT or isinstance(leaf, _Tensor):
+                if not (leaf.dtype.is_floating_point or leaf.dtype.is_complex):
+                    raise AxisTypeError(
+                        f"{what}: argument {i} has dtype {leaf.dtype}; gradients are taken "
+                        f"with respect to floating-point or complex values only. Pass it "
+                        f"as a float (.float()), or leave it out of argnums") from error
 
 
 def _value_and_grad_once(r: _Run, has_aux: bool, what: str, single: bool) -> tuple:
