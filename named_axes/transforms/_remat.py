@@ -52,8 +52,10 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Any = None,
     def run(*args, **kwargs):
         # Outside autograd recording there is nothing to save, hence nothing to recompute;
         # torch.func transforms record with their own machinery (functorch), where
-        # torch.utils.checkpoint is not supported, so the function runs directly there.
-        if not torch.is_grad_enabled() or functorch_active():
+        # torch.utils.checkpoint is not supported, so the function runs directly there,
+        # and under dynamo (its checkpoint region allows no Python side effects: ours).
+        if (not torch.is_grad_enabled() or functorch_active()
+                or torch.compiler.is_dynamo_compiling()):
             return fun(*args, **kwargs)
         extra = _policy_contexts(policy)
         # checkpoint sees the physical tensors (it detaches and re-attaches its tensor
