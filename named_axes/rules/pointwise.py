@@ -25,7 +25,7 @@ import torch
 from .._dispatch import ShapeError, check_instance, result
 from .._layout import align, align_plan, apply_align, from_numpy, union_names
 from .._plancache import PlanCache
-from .._registry import is_inplace_name, op_name, register, spellings
+from .._registry import RECORDS, is_inplace_name, op_name, register, spellings
 from .._tensor import NamedTensor
 from ._common import instance_invalid
 
@@ -56,8 +56,9 @@ def inline_operand(b, d0: torch.Tensor, names: tuple):
         return NO
     if t is float or t is int or t is bool:
         return b
-    if isinstance(b, _T):
-        return b if b.dim() <= d0.dim() - len(names) else NO
+    if isinstance(b, _T):   # (beside a value with no positional dims: promoted as a
+        p = d0.dim() - len(names)   # zero-dim tensor, by the general path)
+        return b if b.dim() <= p and (p or b.dtype == d0.dtype) else NO
     if t is _ndarray or (t is list or t is tuple) and any(type(e) is _NT for e in b):
         return NO
     return b   # other scalars (complex, None, ...) and plain sequences
@@ -69,6 +70,7 @@ class ByNamePlan(NamedTuple):
     pairs: tuple        # (i, j): a's dim i and b's dim j carry the same name
     align_a: tuple | None   # align_plan of a into the common layout (None: as it is)
     align_b: tuple | None
+    zero_dim: bool      # one of them has no positional dims, the other has some
 
 
 def _by_name_plan(na: tuple, ndim_a: int, nb: tuple, ndim_b: int) -> ByNamePlan:
@@ -76,7 +78,7 @@ def _by_name_plan(na: tuple, ndim_a: int, nb: tuple, ndim_b: int) -> ByNamePlan:
     U = na + tuple(n for n in nb if n not in na)
     P = max(pa, pb)
     return ByNamePlan(U, tuple((i, nb.index(n)) for i, n in enumerate(na) if n in nb),
-                      align_plan(na, pa, U, P), align_plan(nb, pb, U, P))
+                      align_plan(na, pa, U, P), align_plan(nb, pb, U, P), (pa == 0) != (pb == 0))
 
 
 _BY_NAME = PlanCache("by_name", _by_name_plan)
@@ -84,10 +86,13 @@ _BY_NAME = PlanCache("by_name", _by_name_plan)
 
 def by_name(func, a: _NT, b: _NT):
     """``func(a, b)`` broadcast by name (the dispatcher's general path, planned once per
-    layout); None when the shared names' sizes differ, to let that path raise."""
+    layout); None when the shared names' sizes differ, to let that path raise (or the
+    dtypes differ beside a value with no positional dims, for it to promote them)."""
     da, db = a._data, b._data
     plan = _BY_NAME(a._names, da.dim(), b._names, db.dim())
-    U, pairs, plan_a, plan_b = plan
+    U, pairs, plan_a, plan_b, zero_dim = plan
+    if zero_dim and da.dtype != db.dtype:
+        return None   # (promoted as per instance by the general path)
     sa, sb = da.shape, db.shape
     for i, j in pairs:
         if sa[i] != sb[j]:
@@ -138,7 +143,38 @@ def pointwise(func: Callable, args: tuple, kwargs: dict, inplace: bool = False) 
     return _pointwise_general(func, args, kwargs, inplace)
 
 
+def _dtypes_differ(a, b) -> bool:
+    """Two tensor operands, one named, of different dtypes (first the cheap checks)."""
+    ta, tb = type(a), type(b)
+    if ta is not _NT and tb is not _NT or ta in _SCALARS or tb in _SCALARS:
+        return False
+    a, b = (a._data if ta is _NT else a), (b._data if tb is _NT else b)
+    return (type(a) is _T or isinstance(a, _T)) and (type(b) is _T or isinstance(b, _T)) \
+        and a.dtype != b.dtype
+
+
+_SCALARS = (int, float, bool)
+
+
+def _as_instances(func, a, b, inplace: bool) -> tuple:
+    """Two operands of a binary op as each instance promotes them: a named value with no
+    positional dims is a zero-dim tensor to torch's type promotion (it yields to a
+    dimensioned operand of its category, and ranks with a zero-dim one), but its physical
+    tensor has the named dims; it is cast to the dtype the instance computes in (not an
+    in-place target: its dtype is the result's)."""
+    za, zb = (type(v) is _NT and v._names and not v.ndim for v in (a, b))
+    rec = RECORDS.get(func)
+    if za == zb or rec is None or rec.arity != 2 or (za and inplace):
+        return a, b
+    z, o = (a, b) if za else (b, a)
+    other = o._data if type(o) is _NT else o
+    z = z.to(torch.result_type(torch.empty((), dtype=z.dtype, device="meta"), other))
+    return (z, b) if za else (a, z)
+
+
 def _pointwise_general(func, args, kwargs, inplace):
+    if len(args) == 2 and _dtypes_differ(*args):
+        args = _as_instances(func, *args, inplace)
     if kwargs.get("memory_format") in _CHANNELS_LAST and type(args[0]) is _NT and args[0]._names:
         return _channels_last(func, args, kwargs)
     for a in args:   # numpy operands act as tensors (torch's in-place ops ignore them)
