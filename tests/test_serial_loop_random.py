@@ -21,6 +21,9 @@ PROGRAMS = {
     "bernoulli": lambda x: torch.bernoulli(x / 30),
     "pmax of a plain draw": lambda x: L.pmax(x * 0 + torch.rand(3, dtype=torch.float64), "i")
     + torch.rand_like(x),
+    # a layout in memory other than the logical one (the draws fill memory in order)
+    "dropout of a transpose": lambda x: F.dropout((x[:, None] * x).T, 0.5).sum(0),
+    "rand_like in nx.vmap": lambda x: nx.vmap(torch.rand_like, randomness="different")(x),
 }
 
 

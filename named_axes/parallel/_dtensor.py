@@ -41,6 +41,7 @@ from .._tensor import NamedTensor, data_and_names
 from .._torch_private import (functorch_active, functorch_transform_kinds,
                               tracing_mode_active, tree_map)
 from ._serial import SerialEngine, _as_tuple, _attaining, _names_of
+from ._serial_chunks import _in_memory_order
 from ._dtensor_comms import (SUMMARY, FromLocal, FullInputs, ShardsOf, device_mesh,
                              rewrap)
 from ._dtensor_comms import placements as _placements
@@ -381,8 +382,9 @@ class DTensorEngine(SerialEngine):
             return x
         data = x._data
         for n in (n for n in names if n in x._names):
-            groups = mesh_groups(self.dm, self.mesh_dims[n])
-            data = GatherOverRanks.apply(data, x._names.index(n), groups)
+            groups = mesh_groups(self.dm, self.mesh_dims[n])   # (laid out as ``x``: a
+            data = _in_memory_order(data, lambda t, d: GatherOverRanks.apply(  # random op
+                t, d, groups), x._names.index(n))                # fills memory in order)
         return NamedTensor._wrap(data, x._names)
 
     def _own_chunk(self, x: Any, names: tuple) -> Any:

@@ -133,11 +133,23 @@ def _padded(v: NamedTensor, cuts: tuple, sizes: dict, names: tuple, pad: bool) -
         if n in names and not pad:
             data = data.narrow(dim, start, size)
         elif n in names:
-            shape = list(data.shape)
-            zeros = [data.new_zeros(shape[:dim] + [k] + shape[dim + 1:])
-                     for k in (start, sizes[n] - start - size)]
-            data = torch.cat([zeros[0], data, zeros[1]], dim)
+            counts = (start, sizes[n] - start - size)   # zeros before and after the chunk
+
+            def grown(t: torch.Tensor, d: int) -> torch.Tensor:
+                zeros = [t.new_zeros(t.shape[:d] + (k,) + t.shape[d + 1:]) for k in counts]
+                return torch.cat([zeros[0], t, zeros[1]], d)
+
+            data = _in_memory_order(data, grown, dim)
     return NamedTensor._wrap(data, v._names)
+
+
+def _in_memory_order(data: torch.Tensor, fn, dim: int) -> torch.Tensor:
+    """``fn(t, d)`` on ``data`` viewed with its dims in memory order (``d``: where ``dim``
+    went), viewed back: the result's memory holds its dims in ``data``'s order (a random
+    op fills memory in order, as the vectorized run's did)."""
+    order = sorted(range(data.dim()), key=lambda d: -data.stride(d))
+    out = fn(data.permute(order), order.index(dim))
+    return out.permute([order.index(d) for d in range(data.dim())])
 
 
 def _versions(leaves: list) -> list:

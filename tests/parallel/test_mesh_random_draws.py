@@ -30,6 +30,8 @@ _PROGRAMS = {
     "pmax of a plain draw": lambda x: L.pmax(x * 0 + torch.rand(3, dtype=torch.float64), "i")
     + torch.rand_like(x),
     "bernoulli": lambda x: torch.bernoulli(x.clamp(max=1)),
+    # a layout in memory other than the logical one (the draws fill memory in order)
+    "dropout of a transpose": lambda x: F.dropout((x[:, None] * x).T, 0.5).sum(0),
 }
 _MESHES = {   # name: (mesh shape, mesh axis names, axis_resources)
     "4": ((4,), ("x",), {"i": "x"}),
