@@ -250,7 +250,7 @@ def _real_instance_check(func, flat, spec):
     """torch's complaint about the first instance's call on a copy of its values, or None.
     For ops whose meta kernels (or batching rules) skip torch's checks; only for plain
     eager tensors (never under a dispatch mode or transform, which would record it), with
-    the random state restored and every tensor copied (writes land on the copies)."""
+    the random states restored and every tensor copied (writes land on the copies)."""
     if dispatch_depth():
         return None
     leaves = list(flat)
@@ -278,6 +278,7 @@ def _real_instance_check(func, flat, spec):
             if data.is_cuda:
                 devices.add(data.device.index)
     a, kw = tree_unflatten(leaves, spec)
+    gens = [(g, g.get_state()) for g in flat if isinstance(g, torch.Generator)]
     try:
         with torch.random.fork_rng(devices=sorted(devices)):
             func(*a, **kw)
@@ -285,6 +286,9 @@ def _real_instance_check(func, flat, spec):
         return _first_line(e)
     except Exception:
         return None
+    finally:   # (a generator= argument's state restored too)
+        for g, state in gens:
+            g.set_state(state)
     # a write into a plain argument (running statistics, a max_norm weight): every
     # instance would update it in turn (compared by value: kernels such as
     # native_batch_norm write without bumping the version counter)
