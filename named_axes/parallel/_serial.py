@@ -76,16 +76,13 @@ def _check_replicated(items: list, j: int, loop_names: tuple) -> None:
                 f"the loop axis with nx.lax (psum, pmean, ...) or let out_axes place it")
 
 
-def _draw_seed() -> int:
-    """A seed for the chunks' generators, from torch's global one.  Drawn past an
-    enclosing ``vmap``'s randomness check: the seed is one number for the whole call,
-    not a random op of the program (whose own draws still obey ``vmap``'s flag)."""
-    with functorch_disabled():
-        seed = torch.randint(0, 2**62, ())
+def _refuse_trace() -> None:
+    """Refuse make_fx's trace, whose tensors have no values to replay the chunks on
+    (dynamo breaks the graph at ``.item()`` and runs the loop eagerly)."""
+    with functorch_disabled():   # (past an enclosing vmap's randomness check)
         try:
-            return int(seed.item())
-        except RuntimeError as e:   # make_fx's tracer: no value to read (dynamo breaks
-            # the graph at .item() and runs the loop eagerly)
+            int(torch.randint(0, 2**62, ()).item())
+        except RuntimeError as e:
             if type(e).__name__ not in READS_VALUES:
                 raise
             raise AxisResourceError(
@@ -171,8 +168,9 @@ class SerialEngine(EngineBase):
     def _passes(self, body: Callable, leaves: list) -> list:
         grid = list(itertools.product(*(range(self.loops[n]) for n in self.names)))
         start = torch.get_rng_state()
-        _draw_seed()   # (refuses a trace)
+        _refuse_trace()
         self._known, self._sigs, self.passes, self.within = [], [], 0, None
+        self._gens: dict = {}   # id -> (a generator= of a draw, its state at first sight)
         before = _versions(leaves)
         while True:
             self.passes += 1
@@ -185,6 +183,8 @@ class SerialEngine(EngineBase):
                 try:   # each chunk draws as the unsplit run (a random op along a loop
                     # axis draws on its whole, :meth:`whole`), from the call's random state
                     torch.set_rng_state(start)
+                    for gen, state in self._gens.values():
+                        gen.set_state(state)
                     self._level = functorch_level()
                     outs.append(body(sliced, engine=self) if self.inner is None
                                 else self.inner.run(body, sliced, engine=self))
@@ -468,18 +468,18 @@ class SerialEngine(EngineBase):
         """A random op ``func`` along the loop axes ``names`` (:meth:`check_draw`): run on
         operands padded to their whole (the chunk in its place), the chunk's part kept,
         so each chunk keeps its part of the unsplit run's draws."""
-        def pad(v: Any, full: bool) -> Any:
-            return _padded(v, self._cuts(v._names), self.sizes, names, full) \
-                if isinstance(v, NamedTensor) else v
-
-        padded = tree_map(lambda v: pad(v, True), (args, kwargs))
+        gen = kwargs.get("generator")   # (each chunk draws from where it was first seen)
+        if gen is not None:
+            self._gens.setdefault(id(gen), (gen, gen.get_state()))
+        padded = tree_map(lambda v: _padded(v, self._cuts, self.sizes, names, True),
+                          (args, kwargs))
         self._whole += names
         try:
             with suspended():   # the caller's dispatch notes the op as it was asked
                 out = dispatch(func, *padded)
         finally:
             self._whole = self._whole[:-len(names)]
-        return tree_map(lambda v: pad(v, False), out)
+        return tree_map(lambda v: _padded(v, self._cuts, self.sizes, names, False), out)
 
     def check_named_op(self, op: str, names: tuple) -> None:
         """Raise for an op (not a collective) that mixes values along a loop axis (and let

@@ -123,12 +123,14 @@ def _extreme_of_chunks(parts: list, kind: str) -> Any:
     return NamedTensor._wrap(out, first._names) if isinstance(first, NamedTensor) else out
 
 
-def _padded(v: NamedTensor, cuts: tuple, sizes: dict, names: tuple, pad: bool) -> NamedTensor:
+def _padded(v: Any, cuts: Any, sizes: dict, names: tuple, pad: bool) -> Any:
     """A chunk's ``v`` padded with zeros to the whole of the loop axes ``names`` (``pad``;
-    ``cuts``: the chunk's ``(dim, start, size)`` along each, ``sizes``: their whole), or
-    the chunk cut from their whole."""
+    ``cuts(v's names)``: the chunk's ``(dim, start, size)`` along each, ``sizes``: their
+    whole), or the chunk cut from their whole; ``v`` itself if not a NamedTensor."""
+    if not isinstance(v, NamedTensor):
+        return v
     data = v._data
-    for dim, start, size in cuts:
+    for dim, start, size in cuts(v._names):
         n = v._names[dim]
         if n in names and not pad:
             data = data.narrow(dim, start, size)
