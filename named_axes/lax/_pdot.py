@@ -50,10 +50,15 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
     x, y = _one_dtype(_as_named(x, op), _as_named(y, op))
     method = _engine_method(op, names)
     if method is not None:
-        out = method(x, y, names, pos_contract=pos_contract, pos_batch=pos_batch)
-        if RECORDERS and _contracted_size(names) != 1:   # (a result without names is plain)
-            out = (NamedTensor._wrap(_transposed_as_jax(out._data, names), out._names)
-                   if isinstance(out, _NT) else _transposed_as_jax(out, names))
+        _SCALED.append(set())
+        try:
+            out = method(x, y, names, pos_contract=pos_contract, pos_batch=pos_batch)
+        finally:   # (the names a pdot the engine ran for its chunk scaled already)
+            done = _SCALED.pop()
+        rest = tuple(n for n in names if n not in done)
+        if RECORDERS and _contracted_size(rest) != 1:   # (a result without names is plain)
+            out = (NamedTensor._wrap(_transposed_as_jax(out._data, rest), out._names)
+                   if isinstance(out, _NT) else _transposed_as_jax(out, rest))
         return out
     # (cached per layout; used while the sizes it checked still agree, else rebuilt,
     # which raises the error)
@@ -92,9 +97,17 @@ def _pdot_run(plan: tuple, x: NamedTensor, y: NamedTensor, names: tuple) -> Any:
     return result(data, out_names, pdot)
 
 
+# one set per engine pdot call in progress: the names whose gradient scaling a pdot run
+# inside it (the engine's chunk-local product, nx.lax.pdot again) applied
+_SCALED: list = []
+
+
 def _transposed_as_jax(data: torch.Tensor, names: tuple) -> torch.Tensor:
     """``data``, inside a derivative, with the gradient of JAX's pdot transpose (no psum)."""
     size = _contracted_size(names)
+    if _SCALED:
+        inner = RECORDERS[-1].get(INNER, ())
+        _SCALED[-1].update(n for n in names if n not in inner)
     return _ops.scale_grad(data, 1 / size) if size != 1 else data
 
 
