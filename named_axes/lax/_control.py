@@ -386,6 +386,11 @@ def _stack(vals: list, empty: bool) -> Any:
     """The steps' ``y`` leaves stacked along a new leading positional dim, named alike."""
     if vals[0] is None:
         return None
+    ref = next((v for v in vals if isinstance(v, (torch.Tensor, _NT))), None)
+    if ref is not None:   # a Python number among tensors is weakly typed: it takes theirs
+        ref = ref._data if type(ref) is _NT else ref
+        vals = [v if isinstance(v, (torch.Tensor, _NT)) else
+                torch.as_tensor(v, dtype=torch.result_type(ref, v)) for v in vals]
     nts = [_as_named(v, "scan", "the y of f") for v in vals]
     U = union_names([(f"y at step {i}", v) for i, v in enumerate(nts)], op="scan")
     p = nts[0].ndim
