@@ -43,6 +43,7 @@ __all__ = ["select", "stop_gradient", "cond", "fori_loop", "while_loop", "scan"]
 _NT = NamedTensor
 _CARRY_FIX = "return a carry with init_val's positional shapes and dtypes"
 _BRANCH_FIX = "make both branches return the same positional shapes and dtypes"
+_NO_OPERAND = object()
 
 
 @taped("linear")
@@ -184,8 +185,10 @@ def _select_tree(pred: Any, new: Any, old: Any) -> Any:
     return tree_map(leaf, new, old)
 
 
-def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> Any:
-    """``true_fun(*operands)`` if ``pred`` else ``false_fun(*operands)`` (``jax.lax.cond``).
+def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any,
+         operand: Any = _NO_OPERAND) -> Any:
+    """``true_fun(*operands)`` if ``pred`` else ``false_fun(*operands)`` (``jax.lax.cond``;
+    its older ``operand=`` keyword is the one operand).
 
     A Python or concrete 0-d predicate calls one branch.  A per-instance (named)
     predicate, or any tensor predicate while tracing, runs both branches and selects
@@ -196,6 +199,10 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any) -> 
     >>> nx.xmap(f, in_axes=['i', ...], out_axes=['i', ...])(torch.tensor([1., 2.]))
     tensor([ 1., 20.])
     """
+    if operand is not _NO_OPERAND:
+        if operands:
+            raise AxisTypeError("cond: pass the operands positionally or as operand=, not both")
+        operands = (operand,)
     p = _predicate(pred, "cond", ints=True)
     if isinstance(p, bool):
         taken, other = (true_fun, false_fun) if p else (false_fun, true_fun)
