@@ -38,6 +38,7 @@ from .._errors import AxisSpecError
 from .._layout import from_numpy
 from .._tensor import NamedTensor
 from .._torch_private import tensor_guards, tree_flatten, tree_map
+from ._trace_probe import storage_key
 
 __all__ = ["call_key", "flatten_key", "value_key", "split_static", "detached", "numpy_as_tensors",
            "structure_reader", "tensor_guard", "fast_lane"]
@@ -91,8 +92,8 @@ def value_key(v: Any) -> tuple:
 
 def call_key(dyn_args: Any, st_vals: tuple, bound: dict, grad_on: bool) -> tuple:
     """``(key, leaves, tied)`` of a call: see :func:`flatten_key`; ``grad_on``: the grad
-    mode (with any other global state the program depends on); ``tied``: some tensor
-    is passed more than once."""
+    mode (with any other global state the program depends on); ``tied``: tensors share
+    memory (one passed twice, or views of one tensor)."""
     leaves: list = []
     parts = []
     for a in dyn_args:   # flatten_key of the tuple, its first level unrolled
@@ -106,10 +107,13 @@ def call_key(dyn_args: Any, st_vals: tuple, bound: dict, grad_on: bool) -> tuple
         st_vals = tuple(map(value_key, st_vals))
     key = (struct, grad_on, st_vals, tuple(bound.items())) if bound or st_vals else (
         struct, grad_on)
-    tied = len(leaves) > 1 and len(set(map(id, leaves))) != len(leaves)
-    if tied:   # per leaf, the index of its first occurrence: the trace ties repeats
-        first: dict = {}
-        key = (key, tuple([first.setdefault(id(x), i) for i, x in enumerate(leaves)]))
+    tensors = [x for x in leaves if isinstance(x, _Tensor)] if len(leaves) > 1 else ()
+    memory = [storage_key(x) for x in tensors] if len(tensors) > 1 else ()
+    tied = len(set(memory)) != len(memory)
+    if tied:   # per tensor, the first sharing its memory, and its offset: the trace ties
+        first: dict = {}   # them (an in-place update of one shows in the other)
+        key = (key, tuple([(first.setdefault(m, i), x.storage_offset())
+                           for i, (m, x) in enumerate(zip(memory, tensors))]))
     return key, leaves, tied
 
 

@@ -44,6 +44,7 @@ from . import _custom, _store
 from ._backend import (Backend, _differentiable, compile_boxed, constants, grad_constants,
                        outputs)
 from ._graph import TENSOR, rebuild_output, trace_flat
+from ._jit_keys import tensor_guard
 from ._trace_probe import (TraceProbe, check_grads_untouched, check_no_stale_numbers,
                            closed_over_check, refusing_optimizer_steps, watching_modules)
 from ._tree import unbox
@@ -90,7 +91,8 @@ def compile_program(fun: Callable, args: tuple, static: tuple, backend: Backend,
         gm, leaves, tensor_pos, out_info, values, modules = _trace(
             getattr(fun, "__name__", "fun"), dyn_fun, dyn_args)
         rules = _custom.APPLIED[0] != rules
-        closed = closed_over_check(constants(gm), modules)
+        consts = constants(gm)
+        closed = closed_over_check(consts, tensor_guard(consts) if consts else None, modules)
         example = [leaves[i] for i in tensor_pos]
         pos = None if len(tensor_pos) == len(leaves) else tensor_pos
         rebuild, pure = _output_builder(out_info), _pure(gm)

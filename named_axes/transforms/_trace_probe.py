@@ -228,16 +228,13 @@ def watching_modules(into: dict):
         handle.remove()
 
 
-def closed_over_check(consts: list, modules: Iterable[torch.nn.Module]):
+def closed_over_check(consts: list, guard, modules: Iterable[torch.nn.Module]):
     """A check, True while a traced program's closed-over state is as the trace saw it:
     the tensors it closed over keep their sizes, strides, dtypes, devices and
     ``requires_grad`` (``module.half()``, ``.data =`` change them in place), and the
     modules it called their ``training`` flag and their own parameters and buffers (a
     module's ``eval()`` or a replaced weight would otherwise not be seen); None when
-    there is nothing to check."""
-    from ._jit_keys import tensor_guard
-
-    guard = tensor_guard(consts) if consts else None
+    there is nothing to check.  ``guard``: ``_jit_keys.tensor_guard(consts)``."""
     states = [(m, m.training, [*m.named_parameters(recurse=False),
                                *m.named_buffers(recurse=False)]) for m in modules]
     if guard is None and not states:
