@@ -156,7 +156,7 @@ def _gptj_like_step(params, x):
             h = h + g_psum(a)
         return torch.mean(h ** 2)
     value, grads = nx.value_and_grad(loss)(params, x)
-    return lax.pmean(value, 'batch'), [lax.pmean(g, 'batch') for g in grads]
+    return lax.pmean(value, 'batch'), tuple(lax.pmean(g, 'batch') for g in grads)
 
 
 def _gptj_like_inputs():
