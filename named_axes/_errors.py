@@ -7,10 +7,10 @@ types ``TypeError`` subclasses, an unbound axis name an :class:`UnboundAxisError
 """
 from __future__ import annotations
 
-from typing import Hashable, Iterable, Mapping
+from typing import Any, Hashable, Iterable, Mapping
 
 __all__ = ["NamedAxisError", "AxisSizeError", "ShapeError", "AxisSpecError", "AxisResourceError",
-           "AxisTypeError", "UnboundAxisError", "fmt_names", "fmt_named_shape", "unbound_message",
+           "AxisTypeError", "UnboundAxisError", "fmt_spec", "fmt_names", "fmt_named_shape", "unbound_message",
            "size_clash_message", "resource_clash_message"]
 
 
@@ -42,10 +42,40 @@ class UnboundAxisError(NamedAxisError, NameError):
     """A named axis that no enclosing xmap/vmap/pmap binds."""
 
 
+def fmt_spec(obj: Any) -> str:
+    """``repr(obj)`` of a spec or name from the user, but an array in it (a tensor passed
+    where a spec or a name belongs) shown by its type and shape, never its values.
+
+    >>> fmt_spec(['i', ...])
+    "['i', Ellipsis]"
+    >>> import torch; fmt_spec(({0: torch.zeros(20, 30)}, 'i'))
+    "({0: <Tensor of shape (20, 30)>}, 'i')"
+    """
+    if not _has_array(obj):
+        return repr(obj)
+    if isinstance(obj, dict):
+        return "{" + ", ".join(f"{fmt_spec(k)}: {fmt_spec(v)}" for k, v in obj.items()) + "}"
+    if isinstance(obj, list):
+        return "[" + ", ".join(map(fmt_spec, obj)) + "]"
+    if isinstance(obj, tuple):
+        head = type(obj).__name__ if hasattr(obj, "_fields") else ""
+        tail = "," if len(obj) == 1 and not head else ""
+        return f"{head}(" + ", ".join(map(fmt_spec, obj)) + f"{tail})"
+    return f"<{type(obj).__name__} of shape {tuple(obj.shape)}>"
+
+
+def _has_array(obj: Any) -> bool:
+    if isinstance(obj, (list, tuple)):
+        return any(map(_has_array, obj))
+    if isinstance(obj, dict):
+        return any(_has_array(k) or _has_array(v) for k, v in obj.items())
+    return hasattr(obj, "shape") and hasattr(obj, "dtype") and len(obj.shape) > 0
+
+
 def fmt_names(names: Iterable[Hashable]) -> str:
     """Spell several names: ``'a', 'b'`` (or ``none`` when empty)."""
     names = list(names)
-    return ", ".join(repr(n) for n in names) if names else "none"
+    return ", ".join(fmt_spec(n) for n in names) if names else "none"
 
 
 def fmt_named_shape(named_shape: Mapping[Hashable, int]) -> str:
@@ -62,7 +92,7 @@ def unbound_message(name: Hashable, bound: Iterable[Hashable], *, op: str | None
     >>> unbound_message('foo', {}, op='Tensor.sum', carried=('a',))
     "Tensor.sum: axis 'foo' is not bound here (bound: none); the value's named axes are 'a'"
     """
-    msg = f"axis {name!r} is not bound here (bound: {fmt_names(bound)})"
+    msg = f"axis {fmt_spec(name)} is not bound here (bound: {fmt_names(bound)})"
     if op:
         msg = f"{op}: {msg}"
     if carried is not None:

@@ -25,7 +25,7 @@ import string
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
-from ._errors import AxisSpecError, AxisTypeError
+from ._errors import AxisSpecError, AxisTypeError, fmt_spec
 from ._plancache import PlanCache
 
 __all__ = ["AxisMapping", "is_mapping", "parse_mapping", "check_name", "match_prefix", "path_str",
@@ -38,6 +38,9 @@ def check_name(name: Any, *, where: str) -> Hashable:
         return name
     if name is Ellipsis or name is None:
         raise AxisTypeError(f"{where}: {name!r} is not a valid axis name")
+    if hasattr(name, "shape") and hasattr(name, "dtype"):   # (JAX: arrays are unhashable)
+        raise AxisTypeError(f"{where}: axis name {fmt_spec(name)} is an array; names are "
+                            f"strings or other hashable non-int values")
     if isinstance(name, (bool, int)):
         raise AxisTypeError(
             f"{where}: axis name {name!r} is an int, which is ambiguous with a positional "
@@ -165,7 +168,7 @@ def parse_mapping(spec: Any) -> AxisMapping:
         return spec
     if spec is None:  # JAX users write None for an argument with nothing to name
         return _PARSED("list", (), "None", None)
-    spelling = repr(spec)
+    spelling = fmt_spec(spec)
     if isinstance(spec, str):
         words = spec.split()
         if words and words[-1] == "...":
@@ -247,7 +250,7 @@ def match_prefix(spec: Any, tree: Any, is_leaf: Callable[[Any], bool], *, what: 
         keys = tree
     else:
         raise AxisTypeError(   # a TypeError, as JAX's for in_axes=3.5
-            f"{what}: {spec!r} at {where} is neither an axis mapping nor a container "
+            f"{what}: {fmt_spec(spec)} at {where} is neither an axis mapping nor a container "
             f"of them")
     return [m for k in keys for m in match_prefix(spec[k], tree[k], is_leaf, what=what,
                                                   path=path + (k,), base=base)]

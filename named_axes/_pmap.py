@@ -17,7 +17,7 @@ import functools
 import itertools
 from typing import Any, Callable, Hashable, Sequence
 
-from ._errors import AxisSizeError, AxisSpecError, AxisTypeError
+from ._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_spec
 from ._parsing import match_prefix, path_str
 from ._xmap import _article, xmap
 from ._xmap_call import _is_array, _is_leaf
@@ -50,16 +50,16 @@ def _spec(ax: Any, name: Hashable, what: str) -> Any:
         return type(ax)(_spec(a, name, what) for a in ax)
     if isinstance(ax, dict):
         return {k: _spec(v, name, what) for k, v in ax.items()}
-    raise AxisSpecError(f"pmap: {what}={ax!r}: expected an int, None, or a tuple/list/dict of them")
+    raise AxisSpecError(f"pmap: {what}={fmt_spec(ax)}: expected an int, None, or a tuple/list/dict of them")
 
 
 def _mapped_size(args: tuple, xin: Any, in_axes: Any) -> int | None:
     """The size of the first mapped dim (``xin``: pmap's ``in_axes`` as xmap's), or None
     when no argument is mapped."""
     size = None
-    for path, a, mapping in match_prefix(xin, args, _is_leaf, what=f"pmap: in_axes={in_axes!r}"):
+    for path, a, mapping in match_prefix(xin, args, _is_leaf, what=f"pmap: in_axes={fmt_spec(in_axes)}"):
         if mapping.entries and a is not None and not _is_array(a):   # JAX maps every leaf
-            raise AxisTypeError(f"pmap: in_axes={in_axes!r} maps {path_str(path)}, "
+            raise AxisTypeError(f"pmap: in_axes={fmt_spec(in_axes)} maps {path_str(path)}, "
                                 f"{_article(type(a).__name__)}, which has no axes; give it "
                                 f"in_axes None or list it in static_broadcasted_argnums")
         if mapping.entries and size is None and _is_array(a):
@@ -127,7 +127,7 @@ def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
               else tuple(static_broadcasted_argnums))
     if not all(isinstance(i, int) and not isinstance(i, bool) for i in static):
         raise AxisTypeError(f"pmap: static_broadcasted_argnums must be ints, got "
-                            f"{static_broadcasted_argnums!r}")
+                            f"{fmt_spec(static_broadcasted_argnums)}")
 
     def mapped(*args, **kwargs):
         body, xin_ = fun, xin
@@ -136,12 +136,12 @@ def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
             xin_ = _spec(ax, name, "in_axes")
         size = _mapped_size(args, xin_, in_axes)
         if size is None and axis_size is None:
-            raise AxisSpecError(f"pmap({getattr(fun, '__name__', 'fun')}, in_axes={in_axes!r}): "
+            raise AxisSpecError(f"pmap({getattr(fun, '__name__', 'fun')}, in_axes={fmt_spec(in_axes)}): "
                                 f"no argument is mapped; give axis_size=")
         if size is not None and axis_size is not None and size != axis_size:
             raise AxisSizeError(f"pmap({getattr(fun, '__name__', 'fun')}, axis_size="
                                 f"{axis_size}): the mapped arguments have size {size} along "
-                                f"in_axes={in_axes!r}")
+                                f"in_axes={fmt_spec(in_axes)}")
         n = size if size is not None else axis_size
         devs = list(devices) if devices is not None else all_devices(backend)
         f = xmap(body, in_axes=xin_, out_axes=xout, axis_sizes={name: n},

@@ -19,7 +19,7 @@ import torch
 
 from . import _env
 from ._errors import (AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError,
-                      fmt_named_shape, fmt_names, resource_clash_message)
+                      fmt_named_shape, fmt_names, fmt_spec, resource_clash_message)
 from ._layout import apply_insert, insert_plan
 from ._parsing import check_name, is_mapping, match_prefix, parse_mapping, path_str
 from ._plancache import PlanCache
@@ -48,10 +48,10 @@ class _Xmapped:
         self.donate_argnums = donate_argnums
         self.backend = backend
         functools.update_wrapper(self, fun, updated=())
-        self._spelling = (f"xmap({getattr(fun, '__name__', 'fun')}, in_axes={in_axes!r}, "
-                          f"out_axes={out_axes!r}"
-                          + (f", axis_sizes={axis_sizes!r}" if axis_sizes else "")
-                          + (f", axis_resources={axis_resources!r}" if axis_resources else "")
+        self._spelling = (f"xmap({getattr(fun, '__name__', 'fun')}, in_axes={fmt_spec(in_axes)}, "
+                          f"out_axes={fmt_spec(out_axes)}"
+                          + (f", axis_sizes={fmt_spec(axis_sizes)}" if axis_sizes else "")
+                          + (f", axis_resources={fmt_spec(axis_resources)}" if axis_resources else "")
                           + ")")
         # a list of mappings is a container of them, matched like a tuple of arguments
         self._in_spec = (tuple(in_axes) if isinstance(in_axes, list) and not is_mapping(in_axes)
@@ -192,7 +192,7 @@ class _Xmapped:
         for name, s in self.axis_sizes.items():
             check_name(name, where=f"{what}: axis_sizes")
             if not isinstance(s, int) or s < 0:
-                raise AxisSizeError(f"{what}: axis_sizes gives axis {name!r} size {s!r}; "
+                raise AxisSizeError(f"{what}: axis_sizes gives axis {name!r} size {fmt_spec(s)}; "
                                     f"sizes are non-negative ints")
         defined = {**names, **self.axis_sizes}
         for name in _spec_names(self._in_spec):
@@ -317,7 +317,7 @@ def _article(word: str) -> str:
 def _backend_device(backend):
     """The device ``backend=`` runs on (None: the arguments' own)."""
     if backend is not None and str(backend).lower() not in ("cpu", "cuda", "gpu", "xla", "tpu"):
-        raise AxisSpecError(f"backend={backend!r}: expected 'cpu', 'cuda'/'gpu' or 'xla'/'tpu'")
+        raise AxisSpecError(f"backend={fmt_spec(backend)}: expected 'cpu', 'cuda'/'gpu' or 'xla'/'tpu'")
     return backend_device(backend)
 
 
@@ -360,16 +360,16 @@ def xmap(fun: Callable, in_axes: Any, out_axes: Any, *, axis_sizes: Mapping | No
     donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
     for i in donate_argnums:
         if not isinstance(i, int):
-            raise AxisTypeError(f"xmap: donate_argnums must be ints, got {i!r}")
+            raise AxisTypeError(f"xmap: donate_argnums must be ints, got {fmt_spec(i)}")
     if axis_sizes is not None and not isinstance(axis_sizes, Mapping):
-        raise AxisTypeError(f"xmap: axis_sizes must be a dict name -> size, got {axis_sizes!r}")
+        raise AxisTypeError(f"xmap: axis_sizes must be a dict name -> size, got {fmt_spec(axis_sizes)}")
     if axis_resources == "auto":   # chosen per call by the cost model (parallel/_auto.py)
         auto = _AutoXmapped(fun, in_axes, out_axes, axis_sizes, None, donate_argnums, backend)
         auto._spelling = auto._spelling[:-1] + ", axis_resources='auto')"
         return auto
     if axis_resources is not None and not isinstance(axis_resources, Mapping):
         raise AxisTypeError(f"xmap: axis_resources must be a dict name -> resource or "
-                            f"'auto', got {axis_resources!r}")
+                            f"'auto', got {fmt_spec(axis_resources)}")
     for name in dict(axis_resources or {}):
         check_name(name, where="xmap axis_resources")
     _spec_names(in_axes, "in_axes")
@@ -401,4 +401,4 @@ def _spec_names(spec, what: str = "in_axes") -> list:
     if isinstance(spec, (list, tuple, dict)):
         subs = spec.values() if isinstance(spec, dict) else spec
         return [n for s in subs for n in _spec_names(s, what)]
-    raise AxisTypeError(f"xmap {what}: {spec!r} is neither an axis mapping nor a container of them")
+    raise AxisTypeError(f"xmap {what}: {fmt_spec(spec)} is neither an axis mapping nor a container of them")

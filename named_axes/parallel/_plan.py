@@ -37,7 +37,7 @@ from itertools import combinations
 from math import prod
 from typing import Any, Hashable, Mapping
 
-from .._errors import AxisResourceError, AxisTypeError, resource_clash_message
+from .._errors import AxisResourceError, AxisTypeError, fmt_spec, resource_clash_message
 from ._mesh import SerialLoop
 
 __all__ = ["Plan", "make_plan", "resource_conflicts", "normalize_resources"]
@@ -68,10 +68,11 @@ def normalize_resources(axis_resources: Mapping) -> tuple[dict, dict]:
             loops[name] = serial[0].chunks
             items = tuple(r for r in items if not isinstance(r, SerialLoop))
         for r in items:
-            if not isinstance(r, Hashable) or r is None:
+            if not isinstance(r, Hashable) or r is None or hasattr(r, "shape"):
                 raise AxisTypeError(
-                    f"axis_resources[{name!r}] = {res!r}: {r!r} is not a mesh axis name "
-                    f"(expected a mesh axis name, a tuple of them, or nx.SerialLoop(n))")
+                    f"axis_resources[{name!r}] = {fmt_spec(res)}: {fmt_spec(r)} is not a mesh "
+                    f"axis name (expected a mesh axis name, a tuple of them, or "
+                    f"nx.SerialLoop(n))")
         if len(set(items)) != len(items):
             raise AxisResourceError(
                 f"axis_resources[{name!r}] = {res!r}: a mesh axis is listed twice")

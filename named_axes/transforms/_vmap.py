@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from .. import _env
-from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
+from .._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_spec
 from .._layout import from_numpy, insert_named
 from .._parsing import parse_mapping
 from .._tape import taped
@@ -43,9 +43,6 @@ def _spread(dims: Any, tree: Any, what: str) -> list:
     """The per-leaf dims of ``tree`` given a pytree prefix ``dims`` (int/None leaves)."""
     if dims is None or (isinstance(dims, int) and not isinstance(dims, bool)):
         return [dims] * len(tree_flatten(tree)[0])
-    if not isinstance(dims, (tuple, list, dict)):   # (JAX and torch refuse True, 0.5, 'a')
-        raise AxisTypeError(f"{what}: {dims!r} is not a dim; use an int, None, or a "
-                            f"tuple/list/dict of them")
     if type(dims) is type(tree) and isinstance(dims, (tuple, list)):   # (a namedtuple too)
         if len(dims) != len(tree):
             raise AxisSpecError(f"{what}: {len(dims)} entries for {len(tree)} values")
@@ -57,8 +54,26 @@ def _spread(dims: Any, tree: Any, what: str) -> list:
                                 if missing else f"{what}: entries for keys "
                                 f"{sorted(map(repr, extra))}, which the value lacks")
         return [d for k in tree for d in _spread(dims[k], tree[k], what)]
-    raise AxisSpecError(f"{what}: {dims!r} does not match the structure of the values "
+    raise AxisSpecError(f"{what}: {fmt_spec(dims)} does not match the structure of the values "
                         f"({type(tree).__name__}); use an int, None, or a matching container")
+
+
+def _check_dims(dims: Any, what: str) -> None:
+    """Refuse, when vmap is made, a dims spec whose leaves are not ints or None (JAX and
+    torch refuse True, 0.5, 'a'; torch's message would print a tensor given by mistake)."""
+    if isinstance(dims, (tuple, list, dict)):
+        for d in (dims.values() if isinstance(dims, dict) else dims):
+            _check_dims(d, what)
+    elif dims is not None and (not isinstance(dims, int) or isinstance(dims, bool)):
+        raise AxisTypeError(f"{what}: {fmt_spec(dims)} is not a dim; use an int, None, or a "
+                            f"tuple/list/dict of them")
+
+
+def _check_size(axis_size: Any, spelling: str) -> None:
+    if axis_size is not None and (not isinstance(axis_size, int) or isinstance(axis_size, bool)
+                                  or axis_size < 0):
+        raise AxisTypeError(f"{spelling}: axis_size={fmt_spec(axis_size)}; a size is a "
+                            f"non-negative int")
 
 
 @taped("linear")
@@ -125,9 +140,12 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
     """
     if not callable(fun):
         raise AxisTypeError(f"vmap: fun must be callable, got {type(fun).__name__}")
-    spelling = (f"vmap({getattr(fun, '__name__', 'fun')}, in_dims={in_dims!r}, "
-                f"out_dims={out_dims!r}"
-                + (f", axis_name={axis_name!r}" if axis_name is not None else "") + ")")
+    spelling = (f"vmap({getattr(fun, '__name__', 'fun')}, in_dims={fmt_spec(in_dims)}, "
+                f"out_dims={fmt_spec(out_dims)}"
+                + (f", axis_name={fmt_spec(axis_name)}" if axis_name is not None else "") + ")")
+    _check_dims(in_dims, f"{spelling}: in_dims")
+    _check_dims(out_dims, f"{spelling}: out_dims")
+    _check_size(axis_size, spelling)
     plain = _functorch["vmap"](_numbers_as_tensors(fun, out_dims, spelling), in_dims, out_dims,
                                randomness=randomness, chunk_size=chunk_size)
 
