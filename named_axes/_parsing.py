@@ -41,6 +41,9 @@ def check_name(name: Any, *, where: str) -> Hashable:
     if hasattr(name, "shape") and hasattr(name, "dtype"):   # (JAX: arrays are unhashable)
         raise AxisTypeError(f"{where}: axis name {fmt_spec(name)} is an array; names are "
                             f"strings or other hashable non-int values")
+    if isinstance(name, tuple):   # (JAX: a container, no name)
+        raise AxisTypeError(f"{where}: axis name {fmt_spec(name)} is a tuple, which "
+                            f"collectives read as several axis names; use one name")
     if isinstance(name, (bool, int)):
         raise AxisTypeError(
             f"{where}: axis name {name!r} is an int, which is ambiguous with a positional "
