@@ -69,7 +69,25 @@ def _check_dims(dims: Any, what: str) -> None:
                             f"tuple/list/dict of them")
 
 
-def _check_size(axis_size: Any, spelling: str) -> None:
+_UNSET = object()   # (in_axes / out_axes not given)
+
+
+def _jax_names(in_dims: Any, out_dims: Any, in_axes: Any, out_axes: Any) -> tuple:
+    """``(in_dims, out_dims)``, given by torch's names or JAX's (not both)."""
+    for dims, axes, names in ((in_dims, in_axes, "in_dims/in_axes"),
+                              (out_dims, out_axes, "out_dims/out_axes")):
+        if axes is not _UNSET and not (type(dims) is int and dims == 0):
+            raise AxisTypeError(f"vmap: {names} are one argument (torch's and JAX's name for "
+                                f"it); give one of them")
+    return (in_dims if in_axes is _UNSET else in_axes,
+            out_dims if out_axes is _UNSET else out_axes)
+
+
+def _check_args(in_dims: Any, out_dims: Any, axis_size: Any, spelling: str) -> None:
+    """in_dims/out_dims leaves are ints or None, axis_size a non-negative int, checked when
+    vmap is made."""
+    _check_dims(in_dims, f"{spelling}: in_dims")
+    _check_dims(out_dims, f"{spelling}: out_dims")
     if axis_size is not None and (not isinstance(axis_size, int) or isinstance(axis_size, bool)
                                   or axis_size < 0):
         raise AxisTypeError(f"{spelling}: axis_size={fmt_spec(axis_size)}; a size is a "
@@ -113,8 +131,8 @@ def _place(leaf: Any, dim: int | None, name: Hashable, size: int, what: str) -> 
 
 
 def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hashable = None,
-         axis_size: int | None = None, randomness: str = "error",
-         chunk_size: int | None = None) -> Callable:
+         axis_size: int | None = None, randomness: str = "error", chunk_size: int | None = None,
+         in_axes: Any = _UNSET, out_axes: Any = _UNSET) -> Callable:
     """Vectorize ``fun`` over dims ``in_dims`` of its inputs (torch.func.vmap + axis names).
 
     Args:
@@ -124,6 +142,7 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
         axis_name: a name for the mapped axis, usable by ``nx.lax`` collectives inside.
         axis_size: the mapped size when no input is mapped.
         randomness, chunk_size: as in :func:`torch.func.vmap` (plain path).
+        in_axes, out_axes: JAX's names for ``in_dims`` and ``out_dims``.
 
     Returns:
         The vectorized function.
@@ -140,12 +159,11 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
     """
     if not callable(fun):
         raise AxisTypeError(f"vmap: fun must be callable, got {type(fun).__name__}")
+    in_dims, out_dims = _jax_names(in_dims, out_dims, in_axes, out_axes)
     spelling = (f"vmap({getattr(fun, '__name__', 'fun')}, in_dims={fmt_spec(in_dims)}, "
                 f"out_dims={fmt_spec(out_dims)}"
                 + (f", axis_name={fmt_spec(axis_name)}" if axis_name is not None else "") + ")")
-    _check_dims(in_dims, f"{spelling}: in_dims")
-    _check_dims(out_dims, f"{spelling}: out_dims")
-    _check_size(axis_size, spelling)
+    _check_args(in_dims, out_dims, axis_size, spelling)
     plain = _functorch["vmap"](_numbers_as_tensors(fun, out_dims, spelling), in_dims, out_dims,
                                randomness=randomness, chunk_size=chunk_size)
 
