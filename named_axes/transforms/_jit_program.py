@@ -194,8 +194,10 @@ def load_stored(ident: Any, leaves: list) -> Program | None:
     if compiled is None:
         return None
     pos = [i for i, x in enumerate(leaves) if isinstance(x, _Tensor)]
+    consts = ident.closed_over
+    closed = closed_over_check(consts, tensor_guard(consts) if consts else None, ident.modules)
     return Program(compiled, None if len(pos) == len(leaves) else pos,
-                   _output_builder(ident.out_info), True, False, True)
+                   _output_builder(ident.out_info), True, False, True, closed)
 
 
 def _communicates(gm: torch.fx.GraphModule) -> bool:

@@ -54,7 +54,7 @@ from .._torch_private import (EagerDispatchMode, aoti_package, aoti_package_load
                               tree_flatten)
 from .._version import __version__
 from ._graph import TENSOR
-from ._trace_probe import preserving_writes, storage_key, written_tensors
+from ._trace_probe import preserving_writes, storage_key, watching_modules, written_tensors
 from ._tree import unbox
 
 __all__ = ["set_program_store", "program_store", "flush", "ENV"]
@@ -193,10 +193,12 @@ class _Recorder(EagerDispatchMode):
 class Identity(NamedTuple):
     """A program identified by its eager call: ``digest`` names it in the store;
     ``out_info`` (``trace_flat``'s) rebuilds its result from the flat tensor outputs;
-    ``closed_over``: the tensors it read from outside, in the order it met them."""
+    ``closed_over``: the tensors it read from outside, in the order it met them;
+    ``modules``: the ``nn.Module``s it called."""
     digest: str
     out_info: list
     closed_over: list
+    modules: tuple = ()
 
 
 def _cpu_flags() -> str:
@@ -239,8 +241,9 @@ def identify(fun: Callable, args: tuple, leaves: list, call_key: Any) -> Identit
         return None
     rng = torch.get_rng_state()
     recorder = _Recorder(tensors)
+    modules: dict = {}
     try:
-        with preserving_writes(), recorder:
+        with preserving_writes(), recorder, watching_modules(modules):
             result = fun(*args)
     except Exception:   # noqa: BLE001 - the traced call raises it again, or succeeds
         return None
@@ -263,7 +266,8 @@ def identify(fun: Callable, args: tuple, leaves: list, call_key: Any) -> Identit
     record = "\n".join([_environment(), repr(call_key), repr(o_spec), repr(o_names),
                         repr(consts), ",".join(origins)] + recorder.lines)
     digest = hashlib.sha256(record.encode()).hexdigest()
-    return Identity(digest, [o_spec, o_names, consts], recorder.closed_over)
+    return Identity(digest, [o_spec, o_names, consts], recorder.closed_over,
+                    tuple(modules.values()))
 
 
 def load(ident: Identity, directory: str | None = None) -> Callable | None:
