@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from .. import _env
-from .._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_spec
+from .._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape, fmt_spec
 from .._layout import from_numpy, insert_named
 from .._parsing import parse_mapping
 from .._tape import taped
@@ -232,6 +232,10 @@ def _name_mapped(args: tuple, in_dims: Any, name: Hashable, axis_size: int | Non
     size, where = axis_size, "axis_size"
     new = []
     for i, (leaf, d) in enumerate(zip(leaves, dims)):
+        if type(leaf) is NamedTensor and name in leaf._names:   # (named outside: nx.named)
+            raise AxisSpecError(f"{what}: input {i} already has a named axis {name!r} "
+                                f"(named_shape {fmt_named_shape(leaf.named_shape)}); use a "
+                                f"new axis_name")
         leaf, s = _to_named(leaf, d, name, f"{what}: input {i}")
         if s is not None:
             if size is not None and s != size:
