@@ -214,8 +214,10 @@ class _Xmapped:
         resolved = mapping.resolve(x.ndim, what=f"{what}: {path_str(path)}")
         for _, name in resolved:
             if name in before:
-                raise AxisSpecError(f"{what}: axis {name!r} is already bound by an "
-                                    f"enclosing xmap/vmap; use a new name")
+                raise AxisSpecError(f"{what}: axis {name!r} is already bound by an enclosing "
+                                    f"xmap/vmap; use a new name" if name in _env._state.bound
+                                    else f"{what}: {path_str(path)} already has a named axis "
+                                    f"{name!r} (made outside this xmap); use a new name")
         self._check_conflicts(before + tuple(n for _, n in resolved), pairs,
                               f"{what}: {path_str(path)}", f"{path_str(path)} would carry both")
         return resolved, before, base.dim()
