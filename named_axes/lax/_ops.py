@@ -111,6 +111,7 @@ class _Linear(_Fn):
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.name, ctx.shape, ctx.args = inputs[0], inputs[1].shape, inputs[2:]
+        ctx.aot_derivative = True   # (see _PDot.setup_context)
 
     @staticmethod
     def backward(ctx, g):
@@ -135,6 +136,7 @@ class _PExtreme(_Fn):
     def setup_context(ctx, inputs, output):
         _, x, ctx.dims = inputs
         ctx.save_for_backward(x, output)
+        ctx.aot_derivative = True   # (see _PDot.setup_context)
         ctx.save_for_forward(x, output)
 
     @staticmethod
@@ -172,6 +174,9 @@ class _PDot(_Fn):
     def setup_context(ctx, inputs, output):
         _, x, y, ctx.equation = inputs
         ctx.save_for_backward(x, y)
+        # nx.jit inlines the collectives' plain code, whose derivative by AOT autograd is
+        # this backward (not _ScaleGrad's): a program through these alone compiles so
+        ctx.aot_derivative = True
         ctx.save_for_forward(x, y)
 
     @staticmethod

@@ -131,11 +131,6 @@ class custom_vjp(_CustomRule):
         return out
 
 
-# How many times a rule's Function was applied (outside dynamo): nx.jit's trace asks
-# whether its program holds one, whose derivative AOT autograd would not know
-APPLIED = [0]
-
-
 def _apply(function, call) -> Any:
     """The output of ``function.apply`` (a rule's ``autograd.Function``) on the call's
     inputs.  Under dynamo, which traces the Function's forward and backward as subgraphs
@@ -146,8 +141,6 @@ def _apply(function, call) -> Any:
     (pytorch/pytorch#193279); a view requires grad as it should."""
     inputs = call.leaves
     compiling = torch.compiler.is_dynamo_compiling()
-    if not compiling:
-        APPLIED[0] += 1
     if compiling:
         inputs = [t.view_as(t) if isinstance(t, torch.Tensor) else t for t in inputs]
     with suspended() if compiling and TAPES else contextlib.nullcontext():

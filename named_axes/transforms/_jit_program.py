@@ -8,10 +8,11 @@ outputs back into the function's result.  :func:`load_stored` gives a program fr
 program store instead (``_store``).
 
 A differentiable program that communicates (a mesh call's rank program) or applies a
-custom rule (``custom_vjp``, ``custom_jvp``) is compiled as a forward and a backward
-program: its collectives' transposes live in the local-shard path's autograd Functions
-(``parallel/_local_comms``), a rule's in its Function, not in the aten ops, so AOT
-autograd, differentiating the traced graph anew, would get them wrong.  It is traced
+custom rule (``custom_vjp``, ``custom_jvp``, a user's ``autograd.Function``) is compiled
+as a forward and a backward program: its collectives' transposes live in the local-shard
+path's autograd Functions (``parallel/_local_comms``), a rule's in its Function, not in
+the aten ops, so AOT autograd, differentiating the traced graph anew, would get them
+wrong.  It is traced
 once *with* its backward (:func:`joint_function`), the joint graph cut in two
 (:func:`split_joint`), and :class:`_Joint` runs the two programs as its forward and
 backward.  Closed-over tensors that require grad, programs that mutate a tensor, return
@@ -40,7 +41,7 @@ from .._errors import AxisTypeError
 from .._tensor import NamedTensor
 from .._torch_private import (is_functional_collective, op_schema, tree_flatten, tree_unflatten,
                               uncached_fake_mode)
-from . import _custom, _store
+from . import _store
 from ._backend import (Backend, _differentiable, compile_boxed, constants, grad_constants,
                        outputs)
 from ._graph import TENSOR, rebuild_output, trace_flat
@@ -54,6 +55,7 @@ __all__ = ["Program", "compile_program", "stored_ok", "load_stored", "split_join
 
 _NT = NamedTensor
 _Tensor = torch.Tensor
+_FunctionNode = torch.autograd.function.BackwardCFunction   # (a Function's ctx is its node)
 
 
 class Program(NamedTuple):
@@ -87,10 +89,8 @@ def compile_program(fun: Callable, args: tuple, static: tuple, backend: Backend,
     mutates nothing and closes over no tensor the trace made is compiled into it."""
     dyn_fun, dyn_args = _bind_static(fun, args, static)
     with _store.compile_lock:
-        rules = _custom.APPLIED[0]
-        gm, leaves, tensor_pos, out_info, values, modules = _trace(
+        gm, leaves, tensor_pos, out_info, values, modules, rules = _trace(
             getattr(fun, "__name__", "fun"), dyn_fun, dyn_args)
-        rules = _custom.APPLIED[0] != rules
         consts = constants(gm)
         closed = closed_over_check(consts, tensor_guard(consts) if consts else None, modules)
         example = [leaves[i] for i in tensor_pos]
@@ -129,10 +129,12 @@ def _bind_static(fun: Callable, args: tuple, static: tuple) -> tuple:
 
 
 def _trace(name: str, dyn_fun: Callable, dyn_args: tuple, fake_mode: Any = None) -> tuple:
-    """``(gm, leaves, tensor_pos, out_info, values, modules)``: ``dyn_fun`` traced on fake
-    tensors (``trace_flat``), with what a compiled program could not carry refused: an
-    optimizer step, a backward writing ``.grad``, a number read from updated state;
-    ``values``: a backward ran while traced; ``modules``: the ``nn.Module``s it called.
+    """``(gm, leaves, tensor_pos, out_info, values, modules, rules)``: ``dyn_fun`` traced
+    on fake tensors (``trace_flat``), with what a compiled program could not carry refused:
+    an optimizer step, a backward writing ``.grad``, a number read from updated state;
+    ``values``: a backward ran while traced; ``modules``: the ``nn.Module``s it called;
+    ``rules``: its results' autograd graph goes through a Function with its own backward
+    (:func:`_own_backward`).
 
     A trace that fails on forward AD's internal layout assert (a torch bug with the
     fake-tensor dispatch cache) is traced once more without that cache
@@ -142,13 +144,16 @@ def _trace(name: str, dyn_fun: Callable, dyn_args: tuple, fake_mode: Any = None)
     inputs: list = []
     had: dict = {}   # id(input) -> the .grad it came with (a fake copy of its real one)
     modules: dict = {}
+    rules = [False]
 
     def traced(*a):
         inputs[:] = [x._data if type(x) is _NT else x for x in tree_flatten(a)[0]
                      if type(x) is _NT or isinstance(x, _Tensor)]
         had.update((id(t), t.grad) for t in inputs if t.is_leaf)
         with probe, watching_modules(modules):
-            return dyn_fun(*a)
+            out = dyn_fun(*a)
+        rules[0] = _own_backward(out)
+        return out
 
     try:
         with refusing_optimizer_steps(name):
@@ -166,7 +171,25 @@ def _trace(name: str, dyn_fun: Callable, dyn_args: tuple, fake_mode: Any = None)
         return _trace(name, dyn_fun, dyn_args, uncached_fake_mode())
     check_grads_untouched(name, inputs + constants(gm), had)
     check_no_stale_numbers(name, probe)
-    return gm, leaves, tensor_pos, out_info, probe.ran, list(modules.values())
+    return gm, leaves, tensor_pos, out_info, probe.ran, list(modules.values()), rules[0]
+
+
+def _own_backward(result: Any) -> bool:
+    """Whether the autograd graph of the traced ``result`` goes through a Function whose
+    backward is its own (a custom rule, a user's ``torch.autograd.Function``), which AOT
+    autograd, differentiating the traced aten ops anew, would drop."""
+    stack = [t.grad_fn for t in (x._data if type(x) is _NT else x for x in tree_flatten(result)[0])
+             if isinstance(t, _Tensor)]
+    seen: set = set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if isinstance(node, _FunctionNode) and not getattr(node, "aot_derivative", False):
+            return True
+        stack.extend(n for n, _ in node.next_functions)
+    return False
 
 
 def _value_needed(name: str, e: Exception) -> AxisTypeError:
