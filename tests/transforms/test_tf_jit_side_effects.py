@@ -164,7 +164,7 @@ def test_warm_up_call_does_not_advance_closed_over_state():
         return nx.lax.pmean(value, "batch"), [nx.lax.pmean(g, "batch") for g in grads]
 
     f = nx.xmap(program, in_axes=(["shard", ...], [...], ["batch", ...]),
-                out_axes=(["shard", ...], (["shard", ...], [...])))
+                out_axes=(["shard", ...], [["shard", ...], [...]]))
     g = torch.Generator().manual_seed(0)
     w, e = torch.randn(2, 4, 3, generator=g), torch.randn(4, generator=g)
     x = torch.randn(2, 5, 4, generator=g)
