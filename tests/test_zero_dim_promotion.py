@@ -1,4 +1,5 @@
-"""Type promotion of a named value with no positional dims: to each instance it is a
+"""Type promotion of a named value with no positional dims (the elementwise ops, ``where``,
+``clamp``, ``addcmul``...): to each instance it is a
 zero-dim tensor, which yields to a dimensioned operand of its category and ranks with a
 zero-dim one (torch's rule), but its physical tensor has the named dims.  The elementwise
 kernel used to promote it as a dimensioned tensor: inside xmap, a per-instance scalar
@@ -31,8 +32,13 @@ def _loop(f, x, other, named_other):
     (lambda x, y: y.sum() * x, torch.randn(2, 3, dtype=F64), True),
     (lambda x, y: x.add_(y.sum()), torch.randn(2, 3, dtype=F64), True),
     (lambda x, p: x.double().sum() == p, torch.ones(3), False),
+    (lambda x, p: torch.where(p > 0, x.double().sum(), p), torch.randn(3), False),
+    (lambda x, p: torch.where(x.sum() > 0, x.sum(), p), torch.tensor(2.0, dtype=F64), False),
+    (lambda x, p: torch.clamp(x.double().sum(), min=p), torch.randn(3), False),
+    (lambda x, p: torch.addcmul(x.double().sum(), p, p), torch.randn(3), False),
 ], ids=["f64+f32vec", "f32vec+f64", "f64scalar*f32", "f32*f64scalar", "f32*bf16vec",
-        "named-vec*named-scalar", "named-scalar*named-vec", "inplace", "eq"])
+        "named-vec*named-scalar", "named-scalar*named-vec", "inplace", "eq", "where-vec",
+        "where-scalars", "clamp", "addcmul"])
 def test_a_named_value_without_positional_dims_promotes_as_a_zero_dim_tensor(f, other,
                                                                               named_other):
     want = _loop(f, X.clone(), other, named_other)

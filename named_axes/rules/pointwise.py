@@ -17,6 +17,7 @@ per layout (:func:`by_name`), anything else is aligned to the union of names.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -25,7 +26,7 @@ import torch
 from .._dispatch import ShapeError, check_instance, result
 from .._layout import align, align_plan, apply_align, from_numpy, union_names
 from .._plancache import PlanCache
-from .._registry import RECORDS, is_inplace_name, op_name, register, spellings
+from .._registry import is_inplace_name, op_name, register, spellings
 from .._tensor import NamedTensor
 from ._common import instance_invalid
 
@@ -143,38 +144,34 @@ def pointwise(func: Callable, args: tuple, kwargs: dict, inplace: bool = False) 
     return _pointwise_general(func, args, kwargs, inplace)
 
 
-def _dtypes_differ(a, b) -> bool:
-    """Two tensor operands, one named, of different dtypes (first the cheap checks)."""
-    ta, tb = type(a), type(b)
-    if ta is not _NT and tb is not _NT or ta in _SCALARS or tb in _SCALARS:
-        return False
-    a, b = (a._data if ta is _NT else a), (b._data if tb is _NT else b)
-    return (type(a) is _T or isinstance(a, _T)) and (type(b) is _T or isinstance(b, _T)) \
-        and a.dtype != b.dtype
+def _as_instances(args: tuple, kwargs: dict, inplace: bool) -> tuple:
+    """The operands as each instance promotes them: a named value with no positional dims
+    is a zero-dim tensor to torch's type promotion (it yields to a dimensioned operand of
+    its category, and ranks with a zero-dim one), but its physical tensor has the named
+    dims; it is cast to the dtype the instance computes in (not an in-place target: its
+    dtype is the result's).  Bool operands (masks, conditions) take no part."""
+    items = (*enumerate(args), *kwargs.items())
+    zero = [k for k, v in items if type(v) is _NT and v._names and not v.ndim and
+            v.dtype != torch.bool and not (inplace and k == 0)]
+    if not zero:   # (the common case, cheaply: isinstance on torch.Tensor is not)
+        return args, kwargs
+    ops = [(k, v) for k, v in items if (type(v) is _NT or isinstance(v, _T)) and
+           v.dtype != torch.bool]
+    if len({v.dtype for _, v in ops}) < 2:
+        return args, kwargs
+    dims, zeros = [v.dtype for _, v in ops if v.ndim], [v.dtype for _, v in ops if not v.ndim]
+    meta = [torch.empty(shape, dtype=functools.reduce(torch.promote_types, dts), device="meta")
+            for dts, shape in ((dims, (1,)), (zeros, ())) if dts]
+    to = torch.result_type(*meta) if len(meta) == 2 else meta[0].dtype
 
-
-_SCALARS = (int, float, bool)
-
-
-def _as_instances(func, a, b, inplace: bool) -> tuple:
-    """Two operands of a binary op as each instance promotes them: a named value with no
-    positional dims is a zero-dim tensor to torch's type promotion (it yields to a
-    dimensioned operand of its category, and ranks with a zero-dim one), but its physical
-    tensor has the named dims; it is cast to the dtype the instance computes in (not an
-    in-place target: its dtype is the result's)."""
-    za, zb = (type(v) is _NT and v._names and not v.ndim for v in (a, b))
-    rec = RECORDS.get(func)
-    if za == zb or rec is None or rec.arity != 2 or (za and inplace):
-        return a, b
-    z, o = (a, b) if za else (b, a)
-    other = o._data if type(o) is _NT else o
-    z = z.to(torch.result_type(torch.empty((), dtype=z.dtype, device="meta"), other))
-    return (z, b) if za else (a, z)
+    def cast(k, v):
+        return v.to(to) if k in zero else v
+    return (tuple(cast(k, v) for k, v in enumerate(args)),
+            {k: cast(k, v) for k, v in kwargs.items()})
 
 
 def _pointwise_general(func, args, kwargs, inplace):
-    if len(args) == 2 and _dtypes_differ(*args):
-        args = _as_instances(func, *args, inplace)
+    args, kwargs = _as_instances(args, kwargs, inplace)
     if kwargs.get("memory_format") in _CHANNELS_LAST and type(args[0]) is _NT and args[0]._names:
         return _channels_last(func, args, kwargs)
     for a in args:   # numpy operands act as tensors (torch's in-place ops ignore them)
