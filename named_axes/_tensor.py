@@ -167,6 +167,9 @@ class NamedTensor:
         """
         return self.shape.numel()
 
+    nbytes = property(lambda self: self.numel() * self._data.element_size(),
+                      doc="Bytes of the positional elements (per instance, as numel()).")
+
     def __len__(self) -> int:
         if self.ndim == 0:
             raise TypeError("len() of a NamedTensor with no positional dimensions")
