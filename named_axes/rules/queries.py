@@ -51,6 +51,15 @@ def _instance_layout(func, args, kwargs):
     return func(d[(0,) * k] if 0 not in d.shape[:k] else d, *args[1:], **kwargs)
 
 
+def _single_value(func, args, kwargs):
+    """``torch.is_nonzero`` reads one value, as ``bool()`` does: refused with named axes
+    (whatever their sizes)."""
+    x = args[0]
+    if type(x) is not _NT:
+        return NotImplemented
+    return func(x._scalar(op_name(func)), *args[1:], **kwargs)
+
+
 def _relayout_in_place(func, args, kwargs):
     """``resize_``, ``resize_as_``, ``as_strided_``, ``set_`` on a value with named axes
     refuse (they rewrite the storage the instances share), but for a resize to the shape
@@ -111,8 +120,9 @@ def install() -> None:
     _declare([T.is_floating_point, torch.is_floating_point, T.is_complex, torch.is_complex,
               T.element_size, T.get_device, T.data_ptr, T.storage_offset,
               T.is_signed, T.untyped_storage, T.storage, T.storage_type, T.is_pinned, T.is_shared, T.is_set_to,
-              torch.is_nonzero, T.retain_grad, torch.is_tensor, T.__format__], _query)
+              T.retain_grad, torch.is_tensor, T.__format__], _query)
     _declare([T.is_contiguous], _instance_layout)
+    _declare([torch.is_nonzero, T.is_nonzero], _single_value)
     _declare([T.resize_, T.resize_as_, torch.resize_as_, T.as_strided_, T.set_],
              _relayout_in_place)
     _declare([T.numel, torch.numel, T.nelement], _numel)
