@@ -206,7 +206,13 @@ def _pointwise_general(func, args, kwargs, inplace):
             return align(a._data, a._names, a._data.dim() - len(a._names), U, P)
         return a
 
-    out = func(*[phys(a) for a in args], **{k: phys(v) for k, v in kwargs.items()})
+    try:
+        out = func(*[phys(a) for a in args], **{k: phys(v) for k, v in kwargs.items()})
+    except RuntimeError as e:   # a zero-dim value per instance (fill_, masked_fill): the
+        if "value tensor" in str(e) and any(   # physical one has the named dims
+                type(v) is _NT and not v.ndim for v in (*args[1:], *kwargs.values())):
+            return NotImplemented
+        raise
     if inplace:
         return args[0]
     return result(out, U, func)
