@@ -157,6 +157,7 @@ class SerialEngine(EngineBase):
             data = data.narrow(dim, start, size)
         return NamedTensor._wrap(data, leaf._names)
 
+    @torch.compiler.disable   # (under torch.compile: eagerly, outside dynamo's graph)
     def run(self, body: Callable, leaves: list) -> list:
         """Run ``body`` over every chunk (replaying for loop collectives); the full outputs."""
         self._running = True
