@@ -96,11 +96,15 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
 
 _INSIDE = [0]   # > 0 while an engine's op runs (its operands were handed over once)
 
-# the random ops (by name: the function, method and in-place spellings alike)
+# the random ops (by name: the function, method and in-place spellings alike); those
+# whose draws depend on the values (gamma, poisson) are exact on a mesh, which gathers
+# the values, and independent per chunk under SerialLoop, which pads with zeros
 _DRAWS = frozenset("""rand_like randn_like randint_like bernoulli bernoulli_ normal normal_
 uniform_ exponential_ geometric_ log_normal_ cauchy_ random_ poisson multinomial binomial
 dropout alpha_dropout feature_alpha_dropout dropout1d dropout2d dropout3d rrelu rrelu_
-native_dropout""".split())
+native_dropout gumbel_softmax fractional_max_pool2d fractional_max_pool3d
+fractional_max_pool2d_with_indices fractional_max_pool3d_with_indices _standard_gamma
+_sample_dirichlet""".split())
 
 
 def _drawn_on_whole(func: Callable, args: tuple, kwargs: dict) -> Any:

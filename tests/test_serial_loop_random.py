@@ -24,6 +24,9 @@ PROGRAMS = {
     # a layout in memory other than the logical one (the draws fill memory in order)
     "dropout of a transpose": lambda x: F.dropout((x[:, None] * x).T, 0.5).sum(0),
     "rand_like in nx.vmap": lambda x: nx.vmap(torch.rand_like, randomness="different")(x),
+    # random inside a function the vmap fallback runs (its own draws unseen): each chunk
+    # drew the same noise
+    "gumbel_softmax": lambda x: F.gumbel_softmax(x, tau=0.5),
 }
 
 
