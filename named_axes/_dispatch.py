@@ -74,6 +74,8 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
             ra, rkw = handed
     try:
         out = _drawn_on_whole(func, a, kw) if engine_op else NotImplemented
+        state = _rng_state() if engine_op and out is NotImplemented and not dispatch_depth() \
+            else None   # (a trace draws no numbers)
         if rule is not None and out is NotImplemented:
             try:
                 out = _inside(rule, func, ra, rkw) if engine_op else rule(func, ra, rkw)
@@ -84,6 +86,8 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
         if out is NotImplemented:
             out = _inside(vmap_fallback, func, ra, rkw) if engine_op else \
                 vmap_fallback(func, ra, rkw)
+        if state is not None and not torch.equal(_rng_state(), state):   # it drew (unnamed:
+            out = _drawn_on_whole(func, a, kw, state, out)   # a kernel's own, sdpa's dropout)
     except NamedAxisError:
         raise
     except (RuntimeError, IndexError, ValueError) as e:
@@ -107,12 +111,17 @@ fractional_max_pool2d_with_indices fractional_max_pool3d_with_indices _standard_
 _sample_dirichlet""".split())
 
 
-def _drawn_on_whole(func: Callable, args: tuple, kwargs: dict) -> Any:
+_rng_state = torch.get_rng_state
+
+
+def _drawn_on_whole(func: Callable, args: tuple, kwargs: dict, state: Any = None,
+                    out: Any = NotImplemented) -> Any:
     """A random op on values carrying axes an engine splits (over a mesh's ranks, into a
     SerialLoop's chunks), drawn as the unsplit run draws it: on their whole, each piece
-    keeping its part (the engine's ``whole``); else NotImplemented."""
-    if getattr(func, "__name__", None) not in _DRAWS:
-        return NotImplemented
+    keeping its part (the engine's ``whole``); else ``out``.  An op not named a random op
+    that drew (``state``: the random state before it) is drawn again from ``state``."""
+    if state is None and getattr(func, "__name__", None) not in _DRAWS:
+        return out
     names = tuple(dict.fromkeys(n for v in (*args, *kwargs.values()) for w in (
         v if isinstance(v, (list, tuple)) else (v,)) if type(w) is _NT for n in w._names))
     for engine in dict.fromkeys(engine_for((n,)) for n in names):
@@ -125,8 +134,10 @@ def _drawn_on_whole(func: Callable, args: tuple, kwargs: dict) -> Any:
                     f"{op_name(func)}: a random op writing in place into a value split along "
                     f"{e.names}; draw out of place (x = x.op(...)), so that each piece draws "
                     f"its part of the unsplit run's draws") from None
+            if state is not None:
+                torch.set_rng_state(state)
             return e.engine.whole(func, args, kwargs, e.names)
-    return NotImplemented
+    return out
 
 
 def _inside(run: Callable, func: Callable, a: tuple, kw: dict) -> Any:

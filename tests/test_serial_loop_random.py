@@ -27,6 +27,9 @@ PROGRAMS = {
     # random inside a function the vmap fallback runs (its own draws unseen): each chunk
     # drew the same noise
     "gumbel_softmax": lambda x: F.gumbel_softmax(x, tau=0.5),
+    # an op not named a random op that draws (a kernel's own dropout)
+    "sdpa with dropout": lambda x: F.scaled_dot_product_attention(
+        x[:, None], x[:, None], x[:, None], dropout_p=0.5),
 }
 
 

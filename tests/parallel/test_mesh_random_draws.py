@@ -32,6 +32,9 @@ _PROGRAMS = {
     "bernoulli": lambda x: torch.bernoulli(x.clamp(max=1)),
     # a layout in memory other than the logical one (the draws fill memory in order)
     "dropout of a transpose": lambda x: F.dropout((x[:, None] * x).T, 0.5).sum(0),
+    # an op not named a random op that draws (a kernel's own dropout)
+    "sdpa with dropout": lambda x: F.scaled_dot_product_attention(
+        x[:, None], x[:, None], x[:, None], dropout_p=0.5),
 }
 _MESHES = {   # name: (mesh shape, mesh axis names, axis_resources)
     "4": ((4,), ("x",), {"i": "x"}),
