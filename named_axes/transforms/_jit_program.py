@@ -108,8 +108,14 @@ def compile_program(fun: Callable, args: tuple, static: tuple, backend: Backend,
                   and repr(out_info[2]) == repr(ident.out_info[2]))
         if stored:   # compiled for later processes at exit
             _store.save_later(gm, example, ident, where)
-        return Program(compile_boxed(gm, example, backend, values), pos, rebuild, pure,
-                       values, stored, closed)
+        try:
+            compiled = compile_boxed(gm, example, backend, values)
+        except AssertionError:   # (inductor, on the symbol a number read from a tensor is)
+            if not any(torch.Tag.data_dependent_output in getattr(n.target, "tags", ())
+                       for n in gm.graph.nodes):
+                raise
+            raise _value_needed(getattr(fun, "__name__", "fun"), "an .item()") from None
+        return Program(compiled, pos, rebuild, pure, values, stored, closed)
 
 
 def _bind_static(fun: Callable, args: tuple, static: tuple) -> tuple:
@@ -160,7 +166,7 @@ def _trace(name: str, dyn_fun: Callable, dyn_args: tuple, fake_mode: Any = None)
             gm, leaves, (_, _, tensor_pos), out_info = trace_flat(
                 traced, dyn_args, mode="fake", fake_mode=fake_mode)
     except GuardOnDataDependentSymNode as e:
-        raise _value_needed(name, e) from None
+        raise _value_needed(name, str(e)) from None
     except (RuntimeError, ValueError) as e:   # (a NamedAxisError may carry torch's message)
         if fake_mode is not None or "has_fw_view" not in str(e):
             raise
@@ -192,13 +198,13 @@ def _own_backward(result: Any) -> bool:
     return False
 
 
-def _value_needed(name: str, e: Exception) -> AxisTypeError:
+def _value_needed(name: str, why: str) -> AxisTypeError:
     """The error for a program that reads a traced tensor's value as a Python value."""
-    text = (str(e).strip().splitlines() or [type(e).__name__])[0].split(" (unhinted")[0]
+    text = (why.strip().splitlines() or ["a value"])[0].split(" (unhinted")[0]
     return AxisTypeError(
         f"jit({name}): the program needs a tensor's value as a Python value ({text}): an "
-        f"if on a tensor, bool(), int() or float() of one, or such a number returned; "
-        f"the trace has no values. Keep the value on tensors (torch.where, nx.lax.cond / "
+        f"if on a tensor, bool(), int(), float() or .item() of one, or such a number "
+        f"returned; the trace has no values. Keep the value on tensors (torch.where, nx.lax.cond / "
         f"select on a tensor predicate), pass it as a static argument (static_argnums), "
         f"or run the program eagerly (nx.disable_jit)")
 

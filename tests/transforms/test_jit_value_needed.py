@@ -23,3 +23,10 @@ def test_python_value_of_a_traced_tensor(fun):
     with nx.disable_jit():
         assert f(torch.ones(2)) is not None
 
+
+
+@pytest.mark.parametrize("read", [lambda t: t.item(), lambda t: t.long().item()])
+def test_item_used_as_a_number_under_inductor(read):
+    f = nx.jit(lambda x: x * read(x.sum()))
+    with pytest.raises(nx.AxisTypeError, match=r"the program needs a tensor's value.*\.item\(\)"):
+        f(torch.ones(2))
