@@ -108,7 +108,8 @@ def call_key(dyn_args: Any, st_vals: tuple, bound: dict, grad_on: bool) -> tuple
     key = (struct, grad_on, st_vals, tuple(bound.items())) if bound or st_vals else (
         struct, grad_on)
     tensors = [x for x in leaves if isinstance(x, _Tensor)] if len(leaves) > 1 else ()
-    memory = [storage_key(x) for x in tensors] if len(tensors) > 1 else ()
+    memory = [storage_key(x) if type(x) is _Tensor or type(x) is _Parameter else id(x)
+              for x in tensors] if len(tensors) > 1 else ()   # (a DTensor: no storage)
     tied = len(set(memory)) != len(memory)
     if tied:   # per tensor, the first sharing its memory, and its offset: the trace ties
         first: dict = {}   # them (an in-place update of one shows in the other)
