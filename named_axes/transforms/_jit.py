@@ -18,9 +18,10 @@ Gradients.  Calls whose inputs (or closed-over tensors such as a module's
 * a program that runs a backward while it is traced (``jit(value_and_grad(f))``, a
   whole training step) already *is* its forward and backward: it compiles as it
   is and runs with grad disabled, so its results (loss, gradients, updated
-  parameters) are values, as with JAX's ``jit``.  Such results cannot be
-  differentiated again: to differentiate through the step, apply the transform
-  outside (``nx.grad(step)``): under it the program runs inline.
+  parameters) are values.  Such results cannot be differentiated again (a backward
+  through them raises where eager ones would be differentiable): to differentiate
+  through the step, apply the transform outside (``nx.grad(step)``): under it the
+  program runs inline.
 
 Side effects.  The compiled program replays the traced tensor operations: closed-over
 tensors are read (and updated in place) on every call, but Python numbers the trace
@@ -320,7 +321,7 @@ def _jitted(programs: _ProgramCache) -> Callable:
                 entry = fast[2]
                 counts[0] += 1
                 counts[2] += 1
-                return entry.rebuild(entry.compiled(flat))
+                return entry.rebuild(_outputs(entry, flat, name))
         if static or donate:
             dyn_args, st_vals = split_static(args, static, donate, name)
         else:
@@ -353,12 +354,48 @@ def _jitted(programs: _ProgramCache) -> Callable:
         if tensor_pos is not None:
             leaves = [leaves[i] for i in tensor_pos]
         counts[0] += 1
-        return rebuild(compiled(leaves))
+        return rebuild(_outputs(entry, leaves, name))
 
     run.cache_size = programs.n_programs  # type: ignore[attr-defined]
     run.clear_cache = programs.clear  # type: ignore[attr-defined]
     run.stats = programs.stats  # type: ignore[attr-defined]
     return run
+
+
+def _outputs(entry: Program, flat: list, name: str) -> list:
+    """The flat results of ``entry`` run on ``flat``.  Those of a program that took its
+    derivatives inside are values (:data:`_ValuesOnly`): where eager results would be
+    differentiable (grad mode on, an input requiring grad), they carry a backward that
+    refuses, so a loss they enter never silently drops their part."""
+    if not entry.values or not _grad_enabled():
+        return entry.compiled(flat)
+    needs = [t for t in flat if t.requires_grad]   # (a boxed call empties flat)
+    out = entry.compiled(flat)
+    if not needs:
+        return out
+    at = [i for i, o in enumerate(out) if isinstance(o, _Tensor) and o.is_floating_point()]
+    refused = _ValuesOnly.apply(name, len(needs), *needs, *[out[i] for i in at])
+    out = list(out)
+    for i, o in zip(at, refused):
+        out[i] = o
+    return out
+
+
+class _ValuesOnly(torch.autograd.Function):
+    """Results tied to the inputs that require grad, with a backward that raises: nx.jit
+    compiles a program that takes its derivatives inside (a training step) to values."""
+
+    @staticmethod
+    def forward(ctx, name: str, n: int, *tensors):
+        ctx.name = name
+        return tuple(t.view_as(t) for t in tensors[n:])
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise AxisTypeError(
+            f"jit({ctx.name}): its results are values (the program takes derivatives "
+            f"inside, and nx.jit compiles it with them); they cannot be differentiated "
+            f"again: apply the transform outside (nx.grad(step)) or call it without nx.jit")
 
 
 def _bound() -> dict:
