@@ -19,8 +19,8 @@ X = torch.arange(12.).reshape(3, 4)
 XI = torch.arange(12).reshape(3, 4)
 
 
-def _run(f, x=X, out_axes=(...,)):
-    return nx.xmap(f, in_axes=["i", ...], out_axes=list(out_axes))(x)
+def _run(f, x=X, out_axes=[...]):
+    return nx.xmap(f, in_axes=["i", ...], out_axes=out_axes)(x)
 
 
 # -- positional ints in the axis tuple ------------------------------------------------

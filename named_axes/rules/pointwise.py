@@ -160,14 +160,32 @@ def _as_instances(args: tuple, kwargs: dict, inplace: bool) -> tuple:
     if len({v.dtype for _, v in ops}) < 2:
         return args, kwargs
     dims, zeros = [v.dtype for _, v in ops if v.ndim], [v.dtype for _, v in ops if not v.ndim]
-    meta = [torch.empty(shape, dtype=functools.reduce(torch.promote_types, dts), device="meta")
-            for dts, shape in ((dims, (1,)), (zeros, ())) if dts]
-    to = torch.result_type(*meta) if len(meta) == 2 else meta[0].dtype
+    promoted = [functools.reduce(torch.promote_types, dts) for dts in (dims, zeros) if dts]
+    to = _combine_categories(*promoted) if len(promoted) == 2 else promoted[0]
 
     def cast(k, v):
         return v.to(to) if k in zero else v
     return (tuple(cast(k, v) for k, v in enumerate(args)),
             {k: cast(k, v) for k, v in kwargs.items()})
+
+
+_COMPLEX_OF = {torch.float16: torch.complex32, torch.bfloat16: torch.complex64,
+               torch.float32: torch.complex64, torch.float64: torch.complex128}
+
+
+def _combine_categories(higher: torch.dtype, lower: torch.dtype) -> torch.dtype:
+    """torch's result dtype of dimensioned operands promoted to ``higher`` and zero-dim
+    ones promoted to ``lower`` (c10's ``combine_categories``; in Python, as dynamo
+    cannot trace ``torch.result_type``)."""
+    if higher.is_complex:
+        return higher
+    if lower.is_complex:
+        return _COMPLEX_OF.get(higher, lower) if higher.is_floating_point else lower
+    if higher.is_floating_point:
+        return higher
+    if higher == torch.bool or lower.is_floating_point:
+        return torch.promote_types(higher, lower)
+    return higher
 
 
 def _pointwise_general(func, args, kwargs, inplace):
