@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import compare
-import programs
+import oracle_programs as programs
 import torch_interp
 
 HERE = os.path.dirname(os.path.abspath(__file__))

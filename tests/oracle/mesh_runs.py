@@ -40,7 +40,7 @@ import named_axes as nx
 import compare
 import dsl
 import known
-import programs
+import oracle_programs as programs
 import torch_interp
 
 MESHES = {"xy": (("x", "y"), (2, 2)), "w": (("w",), (4,))}

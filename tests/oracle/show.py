@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 
 import compare  # noqa: E402
-import programs  # noqa: E402
+import oracle_programs as programs  # noqa: E402
 import torch_interp  # noqa: E402
 
 

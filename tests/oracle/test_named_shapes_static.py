@@ -20,7 +20,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import mesh_runs  # noqa: E402
-import programs  # noqa: E402
+import oracle_programs as programs  # noqa: E402
 
 
 def _found(seed: int, ids: set) -> list:

@@ -19,7 +19,7 @@ from named_axes.transforms import _store
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import compare  # noqa: E402
-import programs  # noqa: E402
+import oracle_programs as programs  # noqa: E402
 import torch_interp  # noqa: E402
 
 pytestmark = pytest.mark.hunt   # minutes on 2 cores: make test-all runs it

@@ -147,7 +147,7 @@ CORPUS_PINS = [
 
 def corpus_pins(meshes: dict) -> list:
     """The differences (as text) of :data:`CORPUS_PINS`' runs from the vectorized run."""
-    import programs
+    import oracle_programs as programs
     import torch_interp
 
     out = []

@@ -190,7 +190,7 @@ def test_jacfwd_over_an_offset_view_traces_again_under_jit():
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "oracle"))
     import dsl
-    import programs
+    import oracle_programs as programs
     import torch_interp
 
     prog = programs.one(9314, 418)     # jacfwd of sin/tanh products over an input along 'c'
