@@ -364,31 +364,31 @@ def _jitted(programs: _ProgramCache) -> Callable:
 
 def _outputs(entry: Program, flat: list, name: str) -> list:
     """The flat results of ``entry`` run on ``flat``.  Those of a program that took its
-    derivatives inside are values (:data:`_ValuesOnly`): where eager results would be
+    derivatives inside are values (:class:`_ValuesOnly`): where eager results would be
     differentiable (grad mode on, an input requiring grad), they carry a backward that
-    refuses, so a loss they enter never silently drops their part."""
+    refuses, so a loss they enter never silently drops their part.  (An input that is
+    such a result already refuses: it adds no edge, so steps fed their own results make
+    no chain of nodes.)"""
     if not entry.values or not _grad_enabled():
         return entry.compiled(flat)
-    needs = [t for t in flat if t.requires_grad]   # (a boxed call empties flat)
-    out = entry.compiled(flat)
+    needs = [t for t in flat if t.requires_grad and not getattr(t.grad_fn, "values_only", 0)]
     if not needs:
-        return out
-    at = [i for i, o in enumerate(out) if isinstance(o, _Tensor) and o.is_floating_point()]
-    refused = _ValuesOnly.apply(name, len(needs), *needs, *[out[i] for i in at])
-    out = list(out)
-    for i, o in zip(at, refused):
-        out[i] = o
-    return out
+        return entry.compiled(flat)
+    return list(_ValuesOnly.apply(name, entry.compiled, flat, *needs))
 
 
 class _ValuesOnly(torch.autograd.Function):
-    """Results tied to the inputs that require grad, with a backward that raises: nx.jit
-    compiles a program that takes its derivatives inside (a training step) to values."""
+    """The results of a compiled program, tied to its inputs that require grad, with a
+    backward that raises: nx.jit compiles a program that takes its derivatives inside (a
+    training step) to values."""
 
     @staticmethod
-    def forward(ctx, name: str, n: int, *tensors):
-        ctx.name = name
-        return tuple(t.view_as(t) for t in tensors[n:])
+    def forward(ctx, name: str, compiled: Callable, flat: list, *needs):
+        ctx.name, ctx.values_only = name, True   # (a Function's node is its ctx)
+        out = compiled(flat)
+        ctx.mark_non_differentiable(*[o for o in out if not (
+            isinstance(o, _Tensor) and (o.is_floating_point() or o.is_complex()))])
+        return tuple(out)
 
     @staticmethod
     def backward(ctx, *grads):

@@ -45,3 +45,19 @@ def test_results_without_a_differentiable_input_stay_plain():
     x = torch.randn(5)
     assert not jitted(x).requires_grad
     assert not jitted(x).requires_grad
+
+
+def test_a_step_fed_its_own_results_makes_no_chain_of_nodes():
+    # a functional training loop (w = step(w)) must not link every step's results to
+    # the previous step's: the refusing node ties results to the inputs only once
+    step = nx.jit(lambda w: w - 0.1 * nx.grad(lambda w: (w.sin() ** 2).sum())(w))
+    w = torch.nn.Parameter(torch.tensor([0.5, -1.0, 2.0]))
+    w1 = step(w)
+    assert w1.requires_grad
+    w2 = step(w1)
+    w3 = step(w2)
+    assert w3.grad_fn is None
+    ref = w.detach()
+    for _ in range(3):
+        ref = ref - 0.1 * torch.func.grad(lambda w: (w.sin() ** 2).sum())(ref)
+    torch.testing.assert_close(w3, ref)
