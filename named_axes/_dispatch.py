@@ -74,8 +74,9 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
             ra, rkw = handed
     try:
         out = _drawn_on_whole(func, a, kw) if engine_op else NotImplemented
-        state = _rng_state() if engine_op and out is NotImplemented and not dispatch_depth() \
-            else None   # (a trace draws no numbers)
+        # (a trace draws no numbers)
+        drawn = engine_op and out is NotImplemented and not dispatch_depth()
+        state = torch.get_rng_state() if drawn else None
         if rule is not None and out is NotImplemented:
             try:
                 out = _inside(rule, func, ra, rkw) if engine_op else rule(func, ra, rkw)
@@ -86,8 +87,9 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
         if out is NotImplemented:
             out = _inside(vmap_fallback, func, ra, rkw) if engine_op else \
                 vmap_fallback(func, ra, rkw)
-        if state is not None and not torch.equal(_rng_state(), state):   # it drew (unnamed:
-            out = _drawn_on_whole(func, a, kw, state, out)   # a kernel's own, sdpa's dropout)
+        # it drew (unnamed: a kernel's own, sdpa's dropout)
+        if state is not None and not torch.equal(torch.get_rng_state(), state):
+            out = _drawn_on_whole(func, a, kw, state, out)
     except NamedAxisError:
         raise
     except (RuntimeError, IndexError, ValueError) as e:
@@ -109,9 +111,6 @@ dropout alpha_dropout feature_alpha_dropout dropout1d dropout2d dropout3d rrelu 
 native_dropout gumbel_softmax fractional_max_pool2d fractional_max_pool3d
 fractional_max_pool2d_with_indices fractional_max_pool3d_with_indices _standard_gamma
 _sample_dirichlet""".split())
-
-
-_rng_state = torch.get_rng_state
 
 
 def _drawn_on_whole(func: Callable, args: tuple, kwargs: dict, state: Any = None,

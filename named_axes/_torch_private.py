@@ -33,8 +33,7 @@ __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
            "native_batch_norm_legit", "softmax_backward_data", "softmax_backward_data_op",
            "functional_all_reduce", "functional_all_gather", "functional_reduce_scatter",
            "FakeTensor", "FakeTensorMode", "DataDependentOutputException",
-           "DynamicOutputShapeException", "op_schema", "tensor_guards", "global_state_guard",
-           "no_autograd_cache",
+           "DynamicOutputShapeException", "op_schema", "tensor_guards", "no_autograd_cache",
            "uncached_fake_mode", "inductor_compile_fx", "inductor_mode_options", "aoti_package",
            "aoti_package_loader", "dynamo_loaded", "is_functional_collective",
            "dynamo_operator_tables", "dynamo_forget_handlers", "xla_graph_runtime"]
@@ -264,18 +263,6 @@ def tensor_guards(leaves: list):
     from torch._C._dynamo.guards import TensorGuards
     return TensorGuards(*leaves, dynamic_dims_sizes=[list(a.shape) for a in leaves],
                         dynamic_dims_strides=[list(a.stride()) for a in leaves])
-
-
-def global_state_guard():
-    """Dynamo's C++ guard of torch's global state: grad mode, default dtype, autocast
-    (per device type), deterministic algorithms, reduced-precision flags, threads;
-    ``check()`` is True while it is unchanged, ``__getstate__()`` describes it.
-
-    Why: nx.jit's programs bake that state in (``torch.ones`` takes the default dtype,
-    autocast inserts casts), and its calls check it in one C call.  Public: reading
-    each setting in Python (slower per call; autocast's device types are torch's)."""
-    from torch._C._dynamo.guards import GlobalStateGuard
-    return GlobalStateGuard()
 
 
 def uncached_fake_mode() -> FakeTensorMode:

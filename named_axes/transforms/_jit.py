@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import threading
 import weakref
 from typing import Callable, Sequence
@@ -52,7 +51,7 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode
 from .. import _env
 from .._errors import AxisResourceError, AxisTypeError
 from .._modes import building_graph
-from .._torch_private import dispatch_depth, functorch_transform_kind, global_state_guard
+from .._torch_private import dispatch_depth, functorch_transform_kind
 from . import _store
 from ._backend import Backend
 from ._jit_keys import call_key, detached, fast_lane, numpy_as_tensors, split_static
@@ -262,11 +261,8 @@ class _ProgramCache:
     def new_state(self) -> None:
         """Calls are now made under another global state: key them by it (the fast
         lane was the old state's)."""
-        guard = global_state_guard()
-        state = json.loads(guard.__getstate__())
-        for part in ("grad_mode", "num_threads"):   # (keyed apart; no result's part)
-            state.pop(part, None)
-        self.state[:] = [guard, json.dumps(state, sort_keys=True)]
+        now = _global_state()
+        self.state[:] = [now, now[1:]]   # (grad mode is keyed apart)
         self.fast[:] = [None, None, None]
 
     def on_shards(self) -> Callable:
@@ -312,7 +308,7 @@ def _jitted(programs: _ProgramCache) -> Callable:
         if _flags.disabled or _in_transform():   # inside another trace or transform,
             counts[1] += 1                       # jit is transparent
             return fun(*args)
-        if not state[0].check():   # (grad mode, default dtype, autocast ...)
+        if _global_state() != state[0]:   # (grad mode, default dtype, autocast ...)
             programs.new_state()
         read = fast[0]
         if read is not None and not _env.bound_axes() and not _env.resources():
@@ -396,6 +392,14 @@ class _ValuesOnly(torch.autograd.Function):
             f"jit({ctx.name}): its results are values (the program takes derivatives "
             f"inside, and nx.jit compiles it with them); they cannot be differentiated "
             f"again: apply the transform outside (nx.grad(step)) or call it without nx.jit")
+
+
+def _global_state() -> tuple:
+    """torch's global settings a trace bakes in: grad mode, the default dtype (``torch.ones``
+    takes it), autocast (it inserts casts), deterministic algorithms."""
+    return (_grad_enabled(), torch.get_default_dtype(), torch.is_autocast_enabled("cpu"),
+            torch.get_autocast_dtype("cpu"), torch.is_autocast_enabled("cuda"),
+            torch.get_autocast_dtype("cuda"), torch.are_deterministic_algorithms_enabled())
 
 
 def _bound() -> dict:

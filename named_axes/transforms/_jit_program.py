@@ -55,7 +55,7 @@ __all__ = ["Program", "compile_program", "stored_ok", "load_stored", "split_join
 
 _NT = NamedTensor
 _Tensor = torch.Tensor
-_FunctionNode = torch.autograd.function.BackwardCFunction   # (a Function's ctx is its node)
+_FunctionNode = torch.autograd.function.FunctionCtx   # (a Function's node is its ctx)
 
 
 class Program(NamedTuple):
