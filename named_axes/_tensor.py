@@ -240,6 +240,10 @@ class NamedTensor:
     tolist = _conversion(".tolist()", lambda t: t.tolist())
     numpy = _conversion(".numpy()", lambda t, *args, **kwargs: t.numpy(*args, **kwargs))
 
+    def __format__(self, spec: str) -> str:
+        # f"{x:.2f}" formats one number (torch: item()), which named axes make ambiguous
+        return format(self._scalar(f"format spec {spec!r}"), spec) if spec else str(self)
+
     def __array__(self, dtype=None, copy=None):
         arr = self._scalar("numpy conversion").detach().cpu().numpy()
         return arr if dtype is None else arr.astype(dtype)
