@@ -12,12 +12,14 @@ import functools
 import numbers
 from typing import Any, Callable, Hashable, Sequence
 
+import numpy as np
 import torch
 import torch.fx.traceback as fx_traceback
 
 from .._env import _state as _env_state
 from .._env import bound_axes, current_frame
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
+from .._layout import from_numpy
 from .._tensor import NamedTensor
 from .._tape import TAPES, kind_of, note_result
 
@@ -105,14 +107,16 @@ def _engine_method(op: str, names: tuple):
 
 
 def _as_named(x: Any, op: str, what: str = "the argument") -> NamedTensor:
-    """``x`` as a NamedTensor (a plain tensor or number: one with no names)."""
+    """``x`` as a NamedTensor (a plain tensor, number or numpy array: one with no
+    names, as ``torch.as_tensor`` converts it)."""
     if type(x) is _NT:
         return x
     if isinstance(x, torch.Tensor):
         return NamedTensor._wrap(x, ())
-    if isinstance(x, (bool, int, float, complex)):
-        return NamedTensor._wrap(torch.as_tensor(x), ())
-    raise AxisTypeError(f"{op}: {what} must be a tensor, NamedTensor or number, got "
+    if isinstance(x, (bool, int, float, complex, np.ndarray, np.generic)):
+        return NamedTensor._wrap(from_numpy(x) if isinstance(x, np.ndarray) else
+                                 torch.as_tensor(x), ())
+    raise AxisTypeError(f"{op}: {what} must be a tensor, NamedTensor, number or numpy array, got "
                         f"{type(x).__name__}")
 
 

@@ -22,6 +22,7 @@ import functools
 import numbers
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from .._dispatch import result
@@ -157,6 +158,8 @@ def _fmt(t: tuple) -> str:
 def _predicate(pred: Any, op: str, ints: bool) -> Any:
     """A Python bool when every instance takes one decision, else the boolean value to
     select with (a named one, or any value while tracing)."""
+    if isinstance(pred, (np.ndarray, np.generic)):
+        pred = torch.as_tensor(pred)
     if isinstance(pred, bool) or ints and isinstance(pred, (numbers.Integral, float)):
         return bool(pred)
     if not isinstance(pred, (torch.Tensor, _NT)):
