@@ -25,6 +25,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from .._abstract import run_abstractly
 from .._dispatch import result
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError
 from .._engine import handed
@@ -94,12 +95,13 @@ def stop_gradient(x: Any) -> Any:
 
 
 def _leaf_type(v: Any) -> tuple:
-    """(positional shape, dtype, weak) of a leaf; a Python number is weakly typed."""
+    """(positional shape, dtype, weak) of a leaf; a Python number is weakly typed (weak:
+    its type, else None)."""
     if isinstance(v, (torch.Tensor, _NT)):
-        return tuple(v.shape), v.dtype, False
+        return tuple(v.shape), v.dtype, None
     if isinstance(v, (bool, int, float, complex)):
-        return (), torch.as_tensor(v).dtype, True
-    return None, type(v), False
+        return (), torch.as_tensor(v).dtype, type(v) if type(v) in (int, float, complex) else None
+    return None, type(v), None
 
 
 def _kind(dt) -> str:
@@ -111,7 +113,38 @@ def _same(a: tuple, b: tuple) -> bool:
         return False
     if a[0] is None or a[1] == b[1]:
         return True
-    return (a[2] or b[2]) and _kind(a[1]) == _kind(b[1])
+    return _takes(a, b[1]) or _takes(b, a[1])
+
+
+def _takes(weak: tuple, dtype: torch.dtype) -> bool:
+    """Whether a weakly typed number takes ``dtype``: torch's promotion of the number
+    with a tensor of ``dtype`` gives ``dtype`` (JAX's weak types: ``0`` takes float32)."""
+    return weak[2] is not None and torch.result_type(torch.empty((), dtype=dtype),
+                                                    weak[2]()) == dtype
+
+
+def _carry(step: Callable, init: Any) -> tuple:
+    """``init`` as a loop carries it, and its types (:func:`_types`, weak as ``init``'s):
+    its numbers and numpy arrays as tensors, each Python number (weakly typed) of the
+    dtype a step makes of it where it takes that (JAX re-traces a loop whose step
+    promotes a weak carry), found by a step on fake values given the number itself
+    (torch promotes it weakly), else the tensor."""
+    flat, spec = tree_flatten(init)
+    types = [_leaf_type(v) for v in flat]
+    flat = [torch.as_tensor(v) if t[2] or isinstance(v, (np.ndarray, np.generic)) else v
+            for v, t in zip(flat, types)]
+    for probe in (init, tree_unflatten(flat, spec)) if any(t[2] for t in types) else ():
+        try:
+            out = run_abstractly(step, probe)
+        except Exception:    # (cannot run on fakes, or on a number: torch's dtypes)
+            continue
+        out, out_spec = tree_flatten(out)
+        if out_spec == spec:  # (else the loop reports it)
+            flat = [v.to(o[1]) if o[0] == () and _takes(t, o[1]) else v
+                    for v, t, o in zip(flat, types, map(_leaf_type, out))]
+        break
+    return tree_unflatten(flat, spec), (spec, [_leaf_type(v)[:2] + t[2:] for v, t in
+                                               zip(flat, types)])
 
 
 def _types(tree: Any) -> tuple:
@@ -275,7 +308,7 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val: Any) -> Any:
     >>> nx.xmap(f, in_axes=[], out_axes=['i', ...], axis_sizes={'i': 3})()
     tensor([0, 4, 6])
     """
-    val, ref = init_val, _types(init_val)
+    val, ref = _carry(body_fun, init_val)
     first = named_axes_of(init_val)
     by_values, settled = False, None   # (a tensor condition; the carry's final named axes)
     while True:
@@ -368,7 +401,7 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any) -> Any:
     """
     lo, hi = _bound(lower, "fori_loop"), _bound(upper, "fori_loop")
     if isinstance(lo, int) and isinstance(hi, int):
-        val, ref = init_val, _types(init_val)
+        val, ref = _carry(functools.partial(body_fun, lo), init_val)
         first, settled = named_axes_of(init_val), None
         static = all(isinstance(b, numbers.Integral) for b in (lower, upper))
         for i in range(lo, hi):
@@ -440,7 +473,9 @@ def scan(f: Callable, init: Any, xs: Any, length: Any = None, reverse: bool = Fa
     """
     flat, spec = tree_flatten(xs)
     n = _length(flat, length)
-    ref, carry, ys = _types(init), init, [None] * max(n, 1)
+    carry, ref = _carry(lambda c: f(c, tree_unflatten(
+        [None if a is None else _at(a, 0 if n else None) for a in flat], spec))[0], init)
+    ys = [None] * max(n, 1)
     for i in (range(n - 1, -1, -1) if reverse else range(n)) if n else [None]:
         out = f(carry, tree_unflatten([None if a is None else _at(a, i) for a in flat], spec))
         if not isinstance(out, (tuple, list)) or len(out) != 2:
