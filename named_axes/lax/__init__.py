@@ -15,6 +15,7 @@ from __future__ import annotations
 from ._collectives import all_gather, all_to_all, axis_index, ppermute, pshuffle, psum_scatter
 from ._reductions import pmax, pmean, pmin, psum
 from ._control import cond, fori_loop, scan, select, stop_gradient, while_loop
+from ._choose import clamp, switch
 from ._pdot import pdot
 from ._slicing import (dynamic_index_in_dim, dynamic_slice, dynamic_slice_in_dim,
                        dynamic_update_index_in_dim, dynamic_update_slice,
@@ -24,5 +25,5 @@ __all__ = ["psum", "pmean", "pmax", "pmin", "pdot", "pshuffle", "ppermute", "all
            "all_to_all", "psum_scatter", "axis_index",
            "dynamic_slice", "dynamic_slice_in_dim", "dynamic_index_in_dim",
            "dynamic_update_slice", "dynamic_update_slice_in_dim", "dynamic_update_index_in_dim",
-           "squeeze", "expand_dims", "select", "stop_gradient", "cond", "fori_loop",
-           "while_loop", "scan"]
+           "squeeze", "expand_dims", "select", "clamp", "stop_gradient", "cond", "switch",
+           "fori_loop", "while_loop", "scan"]

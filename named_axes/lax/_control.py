@@ -235,10 +235,7 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any,
     >>> nx.xmap(f, in_axes=['i', ...], out_axes=['i', ...])(torch.tensor([1., 2.]))
     tensor([ 1., 20.])
     """
-    if operand is not _NO_OPERAND:
-        if operands:
-            raise AxisTypeError("cond: pass the operands positionally or as operand=, not both")
-        operands = (operand,)
+    operands = _operands("cond", operands, operand)
     p = _predicate(pred, "cond", ints=True)
     if isinstance(p, bool):
         taken, other = (true_fun, false_fun) if p else (false_fun, true_fun)
@@ -257,6 +254,14 @@ def cond(pred: Any, true_fun: Callable, false_fun: Callable, *operands: Any,
     _check("cond", "true_fun and false_fun output", _types(t), f, _BRANCH_FIX,
            ("true branch", "false branch"))
     return _select_tree(p, t, f)
+
+
+def _operands(op: str, operands: tuple, operand: Any) -> tuple:
+    if operand is _NO_OPERAND:
+        return operands
+    if operands:
+        raise AxisTypeError(f"{op}: pass the operands positionally or as operand=, not both")
+    return (operand,)
 
 
 def _any(p: Any, op: str) -> bool:
@@ -375,8 +380,9 @@ def _branch_axes(out: Any, other: Callable, operands: tuple, p: bool) -> Any:
     return UNKNOWN if axes == have else axes   # (nothing to add: as taken)
 
 
-def _bound(b: Any, op: str) -> Any:
-    """A loop bound as a Python int when every instance has the same one, else a tensor."""
+def _bound(b: Any, op: str, what: str = "each of lower and upper") -> Any:
+    """A loop bound (or switch index) as a Python int when every instance has the same
+    one, else a tensor."""
     if isinstance(b, numbers.Integral) and not isinstance(b, bool):
         return int(b)
     if isinstance(b, (torch.Tensor, _NT)) and not b.ndim and _kind(b.dtype) == "i":
@@ -384,8 +390,9 @@ def _bound(b: Any, op: str) -> Any:
             return b if type(b) is _NT and b._names or building_graph() else int(b)
         except RuntimeError:             # a torch.func.vmap'd bound
             return b
-    raise AxisTypeError(f"{op}: lower and upper must be integers or integer 0-d tensors, "
-                        f"got {b!r}")
+    raise AxisTypeError(f"{op}: {what} takes Python ints or integer 0-d tensors, got "
+                        f"{type(b).__name__} {getattr(b, 'dtype', '')}"
+                        f"{list(getattr(b, 'shape', ()))}")
 
 
 def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any) -> Any:
