@@ -26,7 +26,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from ._tensor import NamedTensor
 from ._torch_private import FakeTensor, FakeTensorMode, TorchDispatchMode, op_schema, tree_map
 
-__all__ = ["shapes_only_mode", "fake_tree", "run_abstractly", "WritesRealTensor"]
+__all__ = ["shapes_only_mode", "fake_tree", "run_abstractly", "WritesRealTensor", "NoRealWrites"]
 
 
 class WritesRealTensor(Exception):
@@ -34,8 +34,14 @@ class WritesRealTensor(Exception):
     over): it was stopped before it wrote."""
 
 
-class _NoRealWrites(TorchDispatchMode):
-    """Stops an op that writes into a tensor that is not fake (above the fake mode)."""
+class NoRealWrites(TorchDispatchMode):
+    """Stops an op that writes into a tensor that is not fake (above the fake mode); with
+    ``fakes`` (that mode), runs it on the real tensors' fakes instead (the fake mode's own,
+    which later ops mixing them with fakes see, written)."""
+
+    def __init__(self, fakes: FakeTensorMode | None = None) -> None:
+        super().__init__()
+        self.fakes = fakes
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -47,7 +53,9 @@ class _NoRealWrites(TorchDispatchMode):
                 v = kwargs.get(a.name) if a.name in kwargs or i >= len(args) else args[i]
                 for t in (v if isinstance(v, (list, tuple)) else (v,)):
                     if isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor):
-                        raise WritesRealTensor(f"{func} writes into a real tensor")
+                        if self.fakes is None:
+                            raise WritesRealTensor(f"{func} writes into a real tensor")
+                        return func(*fake_tree(self.fakes, args), **fake_tree(self.fakes, kwargs))
         return func(*args, **kwargs)
 
 
@@ -61,12 +69,12 @@ def shapes_only_mode() -> FakeTensorMode:
 
 
 def fake_tree(mode: FakeTensorMode, tree: Any) -> Any:
-    """``tree`` with its tensors and NamedTensors as fakes of ``mode`` (other leaves as
-    they are)."""
+    """``tree`` with its real tensors and NamedTensors as fakes of ``mode`` (other leaves
+    as they are)."""
     def fake(x):
         if type(x) is NamedTensor:
             return NamedTensor._wrap(mode.from_tensor(x._data), x._names)
-        if isinstance(x, torch.Tensor):
+        if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor):
             return mode.from_tensor(x)
         return x
     return tree_map(fake, tree)
@@ -77,7 +85,7 @@ def run_abstractly(fn: Callable, *args: Any) -> Any:
     with no autograd history (torch cannot copy a differentiated tensor's into a fake
     one inside a torch.func transform)."""
     mode = shapes_only_mode()
-    with mode, _NoRealWrites():
+    with mode, NoRealWrites():
         return fn(*tree_map(_fresh, args))
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 import torch
 from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
-from .._abstract import fake_tree, shapes_only_mode
+from .._abstract import NoRealWrites, fake_tree, shapes_only_mode
 from .._errors import AxisTypeError, fmt_named_shape
 from .._tensor import NamedTensor
 from .._torch_private import (DataDependentOutputException, DynamicOutputShapeException,
@@ -106,7 +106,7 @@ def eval_shape(fun: Callable, *args: Any, **kwargs: Any) -> Any:
         raise AxisTypeError(f"eval_shape: fun must be callable, got {type(fun).__name__}")
     name = getattr(fun, "__name__", type(fun).__name__)
     mode = shapes_only_mode()
-    with mode:
+    with mode, NoRealWrites(mode):   # a closed-over tensor is written in its fake only
         fargs, fkw = _fakes(mode, args), _fakes(mode, kwargs)
         try:
             out = fun(*fargs, **fkw)
