@@ -232,19 +232,19 @@ class SerialEngine(EngineBase):
         return result
 
     def resume_here(self) -> Callable:
-        """A context manager factory re-entering the running chunk at this point: code that
-        autograd runs later (a checkpoint's recomputation) sees this chunk's indices and
-        collectives' values, not those of the chunk that ran last."""
-        here = (self._chunk, self._call, self._whole, True)
+        """A context manager factory re-entering the running chunk at this point for code run
+        later (a checkpoint's recomputation): its indices, the collectives' values known then."""
+        here = (self._chunk, self._call, self._whole, True, self._known[:])
 
         @contextlib.contextmanager
         def resumed():
-            saved = (self._chunk, self._call, self._whole, self._running)
-            self._chunk, self._call, self._whole, self._running = here
+            saved = (self._chunk, self._call, self._whole, self._running, self._known)
+            self._chunk, self._call, self._whole, self._running, self._known = here
             try:
-                yield
+                with contextlib.suppress(_Pause):   # (stops where its forward paused)
+                    yield
             finally:
-                self._chunk, self._call, self._whole, self._running = saved
+                self._chunk, self._call, self._whole, self._running, self._known = saved
 
         return resumed
 

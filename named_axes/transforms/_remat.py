@@ -66,10 +66,10 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Any = None,
 
         def phys_fun(*phys):
             a, kw = rebox(phys, spec, names)
-            with here():
+            with here():   # (a recomputation may stop where its forward paused)
                 o_leaves, o_spec, o_names = unbox(fun(*a, **kw))
-            out_box[:] = [o_spec, o_names]
-            return tuple(o_leaves)
+                out_box[:] = [o_spec, o_names]
+                return tuple(o_leaves)
 
         run_args = leaves
         if any(isinstance(t, torch.Tensor) and t.device.type == "xla" for t in leaves):
