@@ -1,0 +1,46 @@
+"""In-place writes inside an xmap on the torch-xla SPMD engine (4 virtual CPU devices)
+agree with the vectorized run on CPU: an in-place op with a tensor operand (XLA's
+tensors have no address to check overlap against), and a write into an input."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import _xla_env  # noqa: F401  (sets PJRT/XLA_FLAGS before torch-xla starts)
+
+pytestmark = pytest.mark.xla
+torch_xla = pytest.importorskip("torch_xla")
+
+import named_axes as nx  # noqa: E402
+from named_axes import parallel as P  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def devices():
+    devs = P.devices("xla")
+    if len(devs) < 4:
+        pytest.skip(f"needs 4 XLA devices (PJRT_DEVICE=CPU CPU_NUM_DEVICES=4), got {len(devs)}")
+    return devs[:4]
+
+
+def _both(devices, f, *args):
+    """``f`` xmapped over 'i' (vectorized on CPU, then on the XLA mesh), each on its own
+    copies of ``args``: (results, inputs after the call) of each."""
+    runs = []
+    for res in ({}, {"i": "x"}):
+        copies = [a.clone() for a in args]
+        g = nx.xmap(f, in_axes=[["i", ...]] * len(args), out_axes=["i", ...],
+                    axis_resources=res)
+        with P.Mesh(np.array(devices), ("x",)):
+            runs.append((g(*copies), copies))
+    return runs
+
+
+def test_inplace_op_with_a_tensor_operand(devices):
+    def f(v):
+        w = v * 1
+        w.add_(nx.lax.axis_index("i") * v)   # a named tensor operand
+        return w
+    (want, _), (got, _) = _both(devices, f, torch.arange(16.0).view(4, 4))
+    torch.testing.assert_close(got, want)
