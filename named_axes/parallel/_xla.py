@@ -6,7 +6,7 @@ named dim split over its mesh axes, in the order listed); XLA's SPMD partitioner
 propagates shardings and inserts the collectives (an all-reduce for a contraction
 over a split axis).  Outputs are computed as one graph (:func:`run_graph`, which also
 steers clear of torch-xla's graph-cache collisions) and come back to the inputs'
-device, as full tensors.
+device, as full tensors; an input copied to XLA and written in place is written back.
 
 torch-xla must be in SPMD mode before any XLA tensor exists (afterwards a training
 step can crash), so every path into XLA here goes through :func:`ensure_spmd` first.
@@ -23,7 +23,7 @@ import torch
 from .._engine import EngineBase
 from .._errors import AxisResourceError
 from .._tensor import NamedTensor, data_and_names
-from .._torch_private import xla_graph_runtime
+from .._torch_private import tensor_version, xla_graph_runtime
 from ._devices import ensure_spmd, xla_device, xla_devices
 from ._dtensor_comms import rewrap
 
@@ -87,8 +87,17 @@ class XlaEngine(EngineBase):
     def run(self, body: Callable, leaves: list, engine: Any = None) -> list:
         self.home = None
         xleaves = [self.to_xla(x, f"argument leaf {i}") for i, x in enumerate(leaves)]
+        copies = []   # inputs copied to XLA: a write into one goes back after the run
+        for x, y in zip(leaves, xleaves):
+            d, c = data_and_names(x), data_and_names(y)
+            if d is not None and c[0] is not d[0]:
+                copies.append((d[0], c[0], tensor_version(c[0])))
         outs = body(xleaves, engine=engine if engine is not None else self)
-        run_graph([o._data if isinstance(o, NamedTensor) else o for o in outs], self.device)
+        written = [(d, c) for d, c, v in copies if tensor_version(c) != v]
+        run_graph([o._data if isinstance(o, NamedTensor) else o for o in outs]
+                  + [c for _, c in written], self.device)
+        for d, c in written:
+            d.copy_(c.to(d.device))
         return [self.back(o) for o in outs]
 
 

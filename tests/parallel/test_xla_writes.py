@@ -44,3 +44,22 @@ def test_inplace_op_with_a_tensor_operand(devices):
         return w
     (want, _), (got, _) = _both(devices, f, torch.arange(16.0).view(4, 4))
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("res", [{"i": "x"}, {"i": ("x", P.SerialLoop(2))}])
+def test_a_write_into_an_input_reaches_the_callers_tensor(devices, res):
+    def f(v, u):
+        v.mul_(2)          # through the xmap's view of the input
+        u[0] = -1.0
+        return v + u
+    x, y = torch.arange(32.0).view(8, 4), torch.ones(8, 4)
+    want = nx.xmap(f, in_axes=[["i", ...], {1: "i"}], out_axes=["i", ...])(x.clone(), y.t().clone())
+    a, b = x.clone(), y.t().clone()
+    with P.Mesh(np.array(devices), ("x",)):
+        got = nx.xmap(f, in_axes=[["i", ...], {1: "i"}], out_axes=["i", ...],
+                      axis_resources=res)(a, b)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(a, x * 2)
+    want_b = y.t().clone()
+    want_b[0] = -1.0
+    torch.testing.assert_close(b, want_b)
