@@ -130,8 +130,9 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
 
     Gradients and side effects: this module's docstring.  Calls made under another
     trace or transform (``make_fx``, dynamo, ``torch.func``, ``nx.grad`` ...), with
-    tensor subclasses other than ``nn.Parameter``, or inside ``disable_jit()`` run
-    ``fun`` inline, uncompiled, so ``grad(jit(f))`` differentiates ``f``.
+    tensor subclasses other than ``nn.Parameter``, on XLA (an input on an XLA device,
+    an XLA mesh in scope: torch-xla compiles its graphs itself), or inside
+    ``disable_jit()`` run ``fun`` inline, uncompiled, so ``grad(jit(f))`` differentiates ``f``.
 
     >>> import torch, named_axes as nx
     >>> loss = lambda w, x: (x @ w).tanh().sum('b')
@@ -334,12 +335,13 @@ def _jitted(programs: _ProgramCache) -> Callable:
                                 f"{st_vals!r}") from None
         if entry is None:
             # tensor subclasses (but nn.Parameter), which the compiled code cannot take,
-            # run inline; DTensors on a mesh compile for the rank's shards
-            others = [t for t in leaves if type(t) is not _Tensor
-                      and type(t) is not _Parameter and isinstance(t, _Tensor)]
-            if not others:
+            # and calls on XLA (torch-xla compiles its lazy graphs itself) run inline;
+            # DTensors on a mesh compile for the rank's shards
+            others = [t for t in leaves if isinstance(t, _Tensor) and (t.device.type == "xla"
+                      or type(t) is not _Tensor and type(t) is not _Parameter)]
+            if not others and all(k[1] != "xla" for k in _env.resources()):
                 entry = programs.add(args, dyn_args, st_vals, bound, key, leaves, tied)
-            elif _env.resources() and all(is_dtensor(t) for t in others):
+            elif others and _env.resources() and all(is_dtensor(t) for t in others):
                 return on_local_shards(programs.on_shards(), args)
         compiled, tensor_pos, rebuild, pure = entry[:4] if entry else (None,) * 4
         if compiled is None:   # tensor subclasses, or a differentiable mesh program not

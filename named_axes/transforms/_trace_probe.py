@@ -135,8 +135,12 @@ class preserving_writes(_Keeper, EagerDispatchMode):
 
 def storage_key(t: torch.Tensor):
     """What tells ``t``'s memory apart from other live tensors' (a view shares its
-    base's): its storage's address, or ``t`` itself where it has none (empty)."""
-    ptr = t.untyped_storage().data_ptr() if t.layout == torch.strided else 0
+    base's): its storage's address, or ``t`` itself where it has none (empty, or a lazy
+    device's tensor: XLA's)."""
+    try:
+        ptr = t.untyped_storage().data_ptr() if t.layout == torch.strided else 0
+    except RuntimeError:
+        ptr = 0
     return ptr if ptr else ("tensor", id(t))
 
 
