@@ -16,7 +16,7 @@ from __future__ import annotations
 
 # -- core: named tensors, the dispatcher, xmap ----------------------------------------
 from ._errors import (AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError,
-                      NamedAxisError, UnboundAxisError)
+                      NamedAxisError, RandomnessError, UnboundAxisError)
 from ._tensor import NamedTensor
 from ._dispatch import ShapeError
 from . import rules as _rules
@@ -41,7 +41,7 @@ __all__ = [
     "sum", "mean", "prod", "max", "min", "amax", "amin", "argmax", "argmin", "logsumexp",
     "softmax", "log_softmax", "var", "std", "all", "any", "norm",
     "NamedAxisError", "AxisSizeError", "AxisSpecError", "AxisResourceError", "AxisTypeError",
-    "UnboundAxisError", "ShapeError", "collate",
+    "UnboundAxisError", "ShapeError", "RandomnessError", "collate",
     "enable_torch_func", "disable_torch_func", "enable_dynamo_matmul", "disable_dynamo_matmul",
     "clear_caches",
 ]

@@ -16,8 +16,8 @@ import torch
 from ._engine import NeedsWholeAxes, broadcast_operands, engine_for
 from ._env import TAPES, frames
 from ._env import _state as _env_state
-from ._errors import (AxisResourceError, NamedAxisError, ShapeError, fmt_named_shape,
-                      resource_clash_message)
+from ._errors import (AxisResourceError, NamedAxisError, RandomnessError, ShapeError,
+                      fmt_named_shape, resource_clash_message)
 from ._layout import align, union_names
 from ._registry import ENTRIES, op_name, rule_while_compiling
 from ._registry import is_inplace as _is_inplace
@@ -50,6 +50,8 @@ class UseFallback(RuntimeError):
 def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
     """Run ``func(*args, **kwargs)`` where some arguments are NamedTensors: the one path of
     every op on named values (operators, methods, torch functions)."""
+    if _env_state.draws is not None:   # (nx.vmap's randomness: transforms/_vmap)
+        return _env_state.draws(func, args, kwargs)
     if kwargs and kwargs.get("out") is not None:
         return write_out(func, args, kwargs, dispatch)
     if _is_compiling():
@@ -105,12 +107,12 @@ _INSIDE = [0]   # > 0 while an engine's op runs (its operands were handed over o
 # the random ops (by name: the function, method and in-place spellings alike); those
 # whose draws depend on the values (gamma, poisson) are exact on a mesh, which gathers
 # the values, and independent per chunk under SerialLoop, which pads with zeros
-_DRAWS = frozenset("""rand_like randn_like randint_like bernoulli bernoulli_ normal normal_
-uniform_ exponential_ geometric_ log_normal_ cauchy_ random_ poisson multinomial binomial
-dropout alpha_dropout feature_alpha_dropout dropout1d dropout2d dropout3d rrelu rrelu_
-native_dropout gumbel_softmax fractional_max_pool2d fractional_max_pool3d
-fractional_max_pool2d_with_indices fractional_max_pool3d_with_indices _standard_gamma
-_sample_dirichlet""".split())
+DRAWS = frozenset("""rand randn randint randperm rand_like randn_like randint_like
+bernoulli bernoulli_ normal normal_ uniform_ exponential_ geometric_ log_normal_ cauchy_
+random_ poisson multinomial binomial dropout alpha_dropout feature_alpha_dropout dropout1d
+dropout2d dropout3d feature_dropout rrelu rrelu_ native_dropout gumbel_softmax
+fractional_max_pool2d fractional_max_pool3d fractional_max_pool2d_with_indices
+fractional_max_pool3d_with_indices _standard_gamma _sample_dirichlet""".split())
 
 
 def _drawn_on_whole(func: Callable, args: tuple, kwargs: dict, state: Any = None,
@@ -119,7 +121,7 @@ def _drawn_on_whole(func: Callable, args: tuple, kwargs: dict, state: Any = None
     SerialLoop's chunks), drawn as the unsplit run draws it: on their whole, each piece
     keeping its part (the engine's ``whole``); else ``out``.  An op not named a random op
     that drew (``state``: the random state before it) is drawn again from ``state``."""
-    if state is None and getattr(func, "__name__", None) not in _DRAWS:
+    if state is None and getattr(func, "__name__", None) not in DRAWS:
         return out
     names = tuple(dict.fromkeys(n for v in (*args, *kwargs.values()) for w in (
         v if isinstance(v, (list, tuple)) else (v,)) if type(w) is _NT for n in w._names))
@@ -201,7 +203,8 @@ def result(out: Any, names: tuple, func: Callable) -> Any:
     return _wrap_nt(out, names) if names and type(out) is _Tensor else wrap(out, names)
 
 def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
-    """``func`` run once per index of every named axis, via nested ``torch.func.vmap``."""
+    """``func`` run once per index of every named axis, via nested ``torch.func.vmap``
+    (``randomness='different'``, an nx.vmap axis' own)."""
     flat, spec = tree_flatten((args, kwargs))
     idx = [i for i, leaf in enumerate(flat) if isinstance(leaf, _NT)]
     if not idx:
@@ -233,15 +236,17 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
         return tuple(o for o in out_leaves if isinstance(o, _Tensor))
 
     f = call
+    rand = {n: fr.randomness for fr in frames() if fr.randomness for n in fr.sizes}
     for name in reversed(U):
         in_dims = tuple(0 if name in m else None for m in member)
-        f = _functorch["vmap"](f, in_dims=in_dims, randomness="different")
+        f = _functorch["vmap"](f, in_dims=in_dims, randomness=rand.get(name, "different"))
     try:
         looped = _LOOPED.get(func)
         if looped is not None and looped(flat):
             raise _Looped
         tensors = f(*phys)
     except (RuntimeError, IndexError, _Looped) as e:
+        refuse_draw(func, e, rand)
         if not isinstance(e, _Looped) and not any(m in str(e) for m in _UNBATCHABLE):
             raise
         # functorch has no batching rule, the op branches on values, or its result's
@@ -255,6 +260,17 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
     if inplace and isinstance(args[0], _NT):
         return args[0]
     return result(out, U, func)
+
+
+def refuse_draw(func: Callable, e: BaseException, randomness: dict) -> None:
+    """Raise :class:`RandomnessError` where torch's vmap refused a draw along an nx.vmap
+    axis (its ``randomness``), or could not run a random op under ``'error'`` or
+    ``'same'`` (a loop would draw per instance)."""
+    if randomness and ("randomness" in str(e) or getattr(func, "__name__", None) in DRAWS
+                       and set(randomness.values()) - {"different"}):
+        modes = ", ".join(f"{n!r}: {r!r}" for n, r in randomness.items())
+        raise RandomnessError(f"{op_name(func)}: a random op under nx.vmap axes with "
+                              f"randomness {{{modes}}}: {_first_line(e)}") from None
 
 
 _INSTANCE_OK = PlanCache("per-instance call checks")

@@ -51,6 +51,8 @@ class Frame:
     kind: str = "xmap"
     # Pairs of names mapped to one resource: they must never meet in one value.
     conflicts: frozenset = frozenset()
+    # nx.vmap's ``randomness`` for its axis (how random ops draw along it); None: xmap's
+    randomness: str | None = None
 
 
 def xmap_frame(sizes: dict) -> Frame:
@@ -75,6 +77,9 @@ class _State(threading.local):
         self.levels: list = []
         # the resource contexts entered (``nx.Mesh``), outermost first
         self.resources: tuple = ()
+        # while nx.vmap's named path runs: its handler of ops on named values (random
+        # ones draw per its ``randomness``, transforms/_vmap)
+        self.draws: Callable | None = None
 
 
 _state = _State()
@@ -189,18 +194,30 @@ def bind(
     engine: Any = None,
     kind: str = "xmap",
     conflicts: frozenset = frozenset(),
+    randomness: str | None = None,
 ) -> Iterator[Frame]:
     """Bind axis names to sizes for the duration of the ``with`` block.  ``engine`` runs
     them (an ``_engine.Engine``: subclass ``_engine.EngineBase``)."""
     if engine is not None and not callable(getattr(engine, "collective", None)):
         raise TypeError(f"bind(engine=...): {type(engine).__name__} does not implement the "
                         f"engine interface (named_axes/_engine.py: subclass EngineBase)")
-    frame = Frame(dict(sizes), dict(resources or {}), engine, kind, conflicts)
+    frame = Frame(dict(sizes), dict(resources or {}), engine, kind, conflicts, randomness)
     push(frame)
     try:
         yield frame
     finally:
         pop()
+
+
+@contextlib.contextmanager
+def untouched_draws() -> Iterator[None]:
+    """Random ops draw as they would outside nx.vmap's ``randomness`` (the library's own:
+    SerialLoop's probe; the calls made while nx.vmap's handler runs an op)."""
+    saved, _state.draws = _state.draws, None
+    try:
+        yield
+    finally:
+        _state.draws = saved
 
 
 @contextlib.contextmanager

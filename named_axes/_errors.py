@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Hashable, Iterable, Mapping
 
 __all__ = ["NamedAxisError", "AxisSizeError", "ShapeError", "AxisSpecError", "AxisResourceError",
-           "AxisTypeError", "UnboundAxisError", "fmt_spec", "fmt_names", "fmt_named_shape", "unbound_message",
+           "AxisTypeError", "UnboundAxisError", "RandomnessError", "fmt_spec", "fmt_names", "fmt_named_shape", "unbound_message",
            "size_clash_message", "resource_clash_message"]
 
 
@@ -40,6 +40,10 @@ class AxisTypeError(NamedAxisError, TypeError):
 
 class UnboundAxisError(NamedAxisError, NameError):
     """A named axis that no enclosing xmap/vmap/pmap binds."""
+
+
+class RandomnessError(NamedAxisError, RuntimeError):
+    """A random op that ``nx.vmap``'s ``randomness`` refuses (a RuntimeError, like torch's)."""
 
 
 def fmt_spec(obj: Any) -> str:

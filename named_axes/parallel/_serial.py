@@ -41,7 +41,7 @@ from .. import lax
 from .._engine import EngineBase
 from .._dispatch import READS_VALUES, dispatch
 from .._engine import NeedsWholeAxes
-from .._env import INNER, axis_size, bind
+from .._env import INNER, axis_size, bind, untouched_draws
 from .._errors import AxisResourceError
 from .._tensor import RECORDERS, NamedTensor
 from .._tape import suspended
@@ -79,7 +79,7 @@ def _check_replicated(items: list, j: int, loop_names: tuple) -> None:
 def _refuse_trace() -> None:
     """Refuse make_fx's trace, whose tensors have no values to replay the chunks on
     (dynamo breaks the graph at ``.item()`` and runs the loop eagerly)."""
-    with functorch_disabled():   # (past an enclosing vmap's randomness check)
+    with functorch_disabled(), untouched_draws():   # (past vmap's randomness checks)
         try:
             int(torch.randint(0, 2**62, ()).item())
         except RuntimeError as e:

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from .. import _env
+from .._dispatch import DRAWS, dispatch
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape, fmt_spec
 from .._layout import from_numpy, insert_named
 from .._parsing import parse_mapping
@@ -141,7 +142,8 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
         out_dims: the same for the outputs.
         axis_name: a name for the mapped axis, usable by ``nx.lax`` collectives inside.
         axis_size: the mapped size when no input is mapped.
-        randomness, chunk_size: as in :func:`torch.func.vmap` (plain path).
+        randomness, chunk_size: as in :func:`torch.func.vmap` (``randomness``: 'error'
+            refuses random ops, 'different' draws per instance, 'same' once for all).
         in_axes, out_axes: JAX's names for ``in_dims`` and ``out_dims``.
 
     Returns:
@@ -182,8 +184,9 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
                                 f"xmap/vmap; use a new name")
         call_args, size = _name_mapped(args, in_dims, name, axis_size, what)
         if chunk_size is not None and size > chunk_size and axis_name is None:
-            return _chunked(body, call_args, name, size, chunk_size, out_dims, what)
-        with _env.bind({name: size}, kind="vmap"):
+            return _chunked(body, call_args, name, size, chunk_size, out_dims, what,
+                            randomness)
+        with _env.bind({name: size}, kind="vmap", randomness=randomness), _Draws(what):
             out = body(*call_args)
         return _finish(out, out_dims, name, size, what)
 
@@ -256,16 +259,20 @@ def _finish(out, out_dims, name, size, what):
                            for i, (o, d) in enumerate(zip(flat, dims))], spec)
 
 
-def _chunked(fun, call_args, name, size, chunk_size, out_dims, what):
-    """Run in serial chunks of the (anonymous, so collective-free) mapped axis."""
+def _chunked(fun, call_args, name, size, chunk_size, out_dims, what, randomness):
+    """Run in serial chunks of the (anonymous, so collective-free) mapped axis; with
+    ``randomness='same'`` each from the random state of the first (as torch.func.vmap)."""
     leaves, spec = tree_flatten(call_args)
     flats = []
+    state = torch.get_rng_state()
     for start in range(0, size, chunk_size):
         n = min(chunk_size, size - start)
         sliced = [NamedTensor._wrap(x._data.narrow(0, start, n), x._names)
                   if isinstance(x, NamedTensor) and x._names[:1] == (name,) else x
                   for x in leaves]
-        with _env.bind({name: n}, kind="vmap"):
+        if randomness == "same":
+            torch.set_rng_state(state)
+        with _env.bind({name: n}, kind="vmap", randomness=randomness), _Draws(what):
             out = _finish(fun(*tree_unflatten(sliced, spec)), out_dims, name, n, what)
         flat, out_spec = tree_flatten(out)
         flats.append(flat)
@@ -282,6 +289,74 @@ def _chunked(fun, call_args, name, size, chunk_size, out_dims, what):
         else:
             joined.append(torch.cat(parts, d))
     return tree_unflatten(joined, out_spec)
+
+
+class _Draws(torch.overrides.TorchFunctionMode):
+    """While nx.vmap's named path runs, a random op draws as ``torch.func.vmap``'s
+    ``randomness`` says for every nx.vmap axis bound ('error': refused, 'different': per
+    instance, its operands lacking the axis too, 'same': one draw for all), by torch's
+    vmap over the named axes (the dispatcher's fallback); xmap's axes draw per instance
+    of those its operands carry.  The mode sees draws on plain tensors, the dispatcher
+    hands it every op on named values (``_env._state.draws``); the calls made while one
+    is handled pass."""
+
+    def __init__(self, what: str):
+        super().__init__()
+        self.what = what
+
+    def __enter__(self):
+        self.saved, _env._state.draws = _env._state.draws, self.dispatch
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        _env._state.draws = self.saved
+        return super().__exit__(*exc)
+
+    @staticmethod
+    def dispatch(func, args, kwargs):
+        with _env.untouched_draws():
+            if getattr(func, "__name__", None) not in DRAWS:
+                return dispatch(func, args, kwargs)
+            return dispatch(*_with_stand_in(func, args, kwargs))
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if _env._state.draws is None or getattr(func, "__name__", None) not in DRAWS or any(
+                type(v) is NamedTensor for v in tree_flatten((args, kwargs))[0]):
+            return func(*args, **kwargs)   # (named operands: the dispatcher's, above)
+        with _env.untouched_draws():
+            func, args, kwargs = _with_stand_in(func, args, kwargs)
+            return dispatch(func, args, kwargs) if "_axes" in kwargs else func(*args, **kwargs)
+
+
+def _with_stand_in(func: Callable, args: tuple, kwargs: dict) -> tuple:
+    """``(func, args, kwargs)`` of a random op for the dispatcher's fallback (no rule:
+    torch's vmap draws): with an operand standing in for the 'different' and 'error'
+    nx.vmap axes that its operands lack (so the draw varies, or is refused, along them)."""
+    carried = {n for v in tree_flatten((args, kwargs))[0] if type(v) is NamedTensor
+               for n in v._names}
+    extra = {n: s for f in _env.frames() if f.randomness not in (None, "same")
+             for n, s in f.sizes.items() if n not in carried}
+    if extra:
+        kwargs = {**kwargs, "_axes": NamedTensor._wrap(
+            torch.empty(()).expand(*extra.values()), tuple(extra))}
+    return _drawing(func), args, kwargs
+
+
+_DRAWING: dict = {}   # op -> _drawing(op)
+
+
+def _drawing(func: Callable) -> Callable:
+    """``func`` taking (and ignoring) a stand-in operand ``_axes``; one per op."""
+    call = _DRAWING.get(func)
+    if call is None:
+        @functools.wraps(func)
+        def call(*args, _axes=None, **kwargs):
+            if _axes is not None and _axes.is_meta:   # (the dispatcher's check on meta
+                raise NotImplementedError             # tensors: it would draw for real)
+            return func(*args, **kwargs)
+        _DRAWING[func] = call
+    return call
 
 
 _DIMS = r"\(\s*(?:\w+(?:\s*,\s*\w+)*)?\s*\)"
