@@ -9,6 +9,7 @@ named axis (docs/guide.md §1).
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable
 
 import torch
@@ -16,7 +17,7 @@ import torch
 from ._engine import NeedsWholeAxes, broadcast_operands, engine_for
 from ._env import TAPES, frames
 from ._env import _state as _env_state
-from ._errors import (AxisResourceError, NamedAxisError, RandomnessError, ShapeError,
+from ._errors import (AxisResourceError, AxisTypeError, NamedAxisError, RandomnessError, ShapeError,
                       fmt_named_shape, resource_clash_message)
 from ._layout import align, union_names
 from ._registry import ENTRIES, op_name, rule_while_compiling
@@ -39,6 +40,7 @@ __all__ = ["dispatch", "vmap_fallback", "wrap", "result", "ShapeError", "READS_V
 _Tensor = torch.Tensor
 _NT = NamedTensor
 _is_compiling = torch.compiler.is_dynamo_compiling
+_grad_enabled = torch.is_grad_enabled
 _entry = ENTRIES.get
 _wrap_nt = NamedTensor._wrap
 
@@ -52,6 +54,10 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
     every op on named values (operators, methods, torch functions)."""
     if _env_state.draws is not None:   # (nx.vmap's randomness: transforms/_vmap)
         return _env_state.draws(func, args, kwargs)
+    if not _grad_enabled():   # (a torch.autograd.Function's forward runs so)
+        for v in args:
+            if type(v) is _NT and v._data.requires_grad:
+                refuse_user_function()
     if kwargs and kwargs.get("out") is not None:
         return write_out(func, args, kwargs, dispatch)
     if _is_compiling():
@@ -100,6 +106,30 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
     if TAPES:   # inside nx.grad / nx.vjp: what its derivative reads (_tape)
         note_call(func, args, kwargs, out)
     return out
+
+
+_APPLY = torch.autograd.Function.apply.__func__.__code__
+
+
+def refuse_user_function() -> None:
+    """Refuse an op on a named value that needs a gradient (grad mode off) inside the
+    forward of a user's ``torch.autograd.Function`` given named values: its ``apply``
+    takes a NamedTensor for a non-tensor, so autograd would record nothing through it."""
+    if _is_compiling():   # (dynamo traces no frames; its own Function rules apply)
+        return
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code is _APPLY:   # (its forward runs inside; one of the library's own
+            cls, given = frame.f_locals["cls"], frame.f_locals["args"]   # is not refused)
+            if not cls.__module__.startswith("named_axes.") and any(
+                    type(v) is _NT and v._data.requires_grad for v in tree_flatten(given)[0]):
+                raise AxisTypeError(
+                    f"{cls.__name__}.apply on named values: torch.autograd.Function takes a "
+                    f"NamedTensor for a non-tensor argument, so autograd would record no "
+                    f"gradient through {cls.__name__}. Write the rule with nx.custom_vjp "
+                    f"(or nx.custom_jvp), which takes named values, or apply "
+                    f"{cls.__name__} to positional tensors outside the named program")
+        frame = frame.f_back
 
 
 _INSIDE = [0]   # > 0 while an engine's op runs (its operands were handed over once)
