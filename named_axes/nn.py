@@ -143,15 +143,19 @@ def functional_call(module: torch.nn.Module, parameter_and_buffer_dicts: Any,
         for name, value in values.items():
             for place in places[name]:
                 # an instance attribute shadows the parameter (Module.__getattr__ is
-                # asked only when there is none); Module.__setattr__ wants a torch.Tensor
+                # asked only when there is none); Module.__setattr__ wants a torch.Tensor.
+                # One already there (a functional_call around this one) comes back after
                 owner, _, attr = place.rpartition(".")
-                sub = module.get_submodule(owner)
-                object.__setattr__(sub, attr, value)
-                shadowed.append((sub, attr))
+                held = vars(module.get_submodule(owner))
+                shadowed.append((held, attr, held.get(attr)))
+                held[attr] = value
         return module(*args, **(kwargs or {}))
     finally:
-        for sub, attr in reversed(shadowed):
-            vars(sub).pop(attr, None)
+        for held, attr, before in reversed(shadowed):
+            if before is None:
+                held.pop(attr, None)
+            else:
+                held[attr] = before
 
 
 def _merged(dicts: Any) -> dict:
