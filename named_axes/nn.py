@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _functions as _f
-from ._errors import AxisTypeError
+from ._errors import AxisSpecError, AxisTypeError
 from ._one_hot import one_hot as _one_hot
 
 __all__ = ["relu", "relu6", "gelu", "silu", "swish", "sigmoid", "softplus", "log_sigmoid",
@@ -138,6 +138,11 @@ def functional_call(module: torch.nn.Module, parameter_and_buffer_dicts: Any,
             f"functional_call: {type(module).__name__} "
             + (f"has no parameter or buffer {', '.join(map(repr, unknown))}" if unknown
                else f"is missing {', '.join(map(repr, missing))} (strict=True)"))
+    tied = sorted(n for n in values if len({id(values[t]) for t in places[n] if t in values}) > 1)
+    if tied:
+        raise AxisSpecError(f"functional_call: {', '.join(map(repr, tied))} are tied (one "
+                            f"tensor) but given different values; give one of them, or "
+                            f"tie_weights=False")
     shadowed = []
     try:
         for name, value in values.items():
