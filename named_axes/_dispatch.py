@@ -321,7 +321,7 @@ def _real_instance_check(func, flat, spec):
     for j, v in enumerate(flat):
         if isinstance(v, (_Tensor, _NT)):
             data = v._data if type(v) is _NT else v
-            if type(data) is not _Tensor or data.is_meta or \
+            if type(data) not in (_Tensor, torch.nn.Parameter) or data.is_meta or \
                     is_functorch_wrapped(data):
                 return None
             if type(v) is _NT:
