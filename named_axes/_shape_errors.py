@@ -46,6 +46,10 @@ _FIXES = (
      "concatenation needs equal positional sizes in every other dim (named axes are matched "
      "by name and need not be listed)"),
     ("out of range", _DIMS_FIX),
+    ("which will be updated in place",   # (functorch's, on running statistics)
+     "training mode updates the running statistics in place, and every instance of the "
+     "named axes shares these plain ones: give them the named axes (one copy per instance, "
+     "nx.nn.functional_call with named buffers), or run the module in eval mode"),
 )
 _DEFAULT_FIX = ("positional shapes are per instance: the named axes are not dims of x.shape. "
                 "Check the positional shapes, or make a named axis positional with "

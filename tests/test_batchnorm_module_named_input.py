@@ -34,3 +34,15 @@ def test_eval_batchnorm_matches_the_loop():
     x = torch.randn(2, 4, 3, 5, 5)
     got = nx.positional(bn(nx.named(x, ['a', ...])), ['a', ...])
     torch.testing.assert_close(got, torch.stack([bn(x[i]) for i in range(2)]))
+
+
+@pytest.mark.parametrize("trace", ["eval_shape", "jit"])
+def test_training_batchnorm_under_a_trace_names_the_running_statistics(trace):
+    """Under eval_shape / nx.jit (no values to check on) functorch's message stands; the
+    fix told beside it is about the shared running statistics, not positional shapes."""
+    bn = nn.BatchNorm1d(3)
+    f = nx.xmap(lambda x: bn(x), in_axes=['a', ...], out_axes=['a', ...])
+    run = (lambda x: nx.eval_shape(f, x)) if trace == "eval_shape" else nx.jit(f)
+    with pytest.raises(nx.AxisSizeError, match=r"(?s)fix: training mode updates the running "
+                                               r"statistics in place.*eval mode"):
+        run(torch.randn(2, 4, 3))
