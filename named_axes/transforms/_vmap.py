@@ -33,7 +33,7 @@ from .._tape import taped
 from .._tensor import NamedTensor
 from ._tree import Hidden
 from .._levels import ORIGINAL as _functorch
-from .._torch_private import tree_flatten, tree_unflatten
+from .._torch_private import tree_flatten, tree_map, tree_unflatten
 
 __all__ = ["vmap", "vectorize"]
 
@@ -142,8 +142,7 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
         out_dims: the same for the outputs.
         axis_name: a name for the mapped axis, usable by ``nx.lax`` collectives inside.
         axis_size: the mapped size when no input is mapped.
-        randomness, chunk_size: as in :func:`torch.func.vmap` (``randomness``: 'error'
-            refuses random ops, 'different' draws per instance, 'same' once for all).
+        randomness, chunk_size: as in :func:`torch.func.vmap`, on every path.
         in_axes, out_axes: JAX's names for ``in_dims`` and ``out_dims``.
 
     Returns:
@@ -166,7 +165,8 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
                 f"out_dims={fmt_spec(out_dims)}"
                 + (f", axis_name={fmt_spec(axis_name)}" if axis_name is not None else "") + ")")
     _check_args(in_dims, out_dims, axis_size, spelling)
-    plain = _functorch["vmap"](_numbers_as_tensors(fun, out_dims, spelling), in_dims, out_dims,
+    plain = _functorch["vmap"](_numbers_as_tensors(fun, out_dims, spelling), in_dims,
+                               tree_map(lambda d: d and 0, out_dims),   # (see _moved)
                                randomness=randomness, chunk_size=chunk_size)
 
     @functools.wraps(fun)
@@ -176,7 +176,7 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
         # named values and return them, which torch.func.vmap cannot)
         if axis_name is None and axis_size is None and not _env.bound_axes() and not any(
                 type(leaf) is NamedTensor for leaf in tree_flatten(args)[0]):
-            return plain(*args, **kwargs)
+            return _moved(plain(*args, **kwargs), out_dims, f"{spelling}(<inputs>)")
         what = f"{spelling}(<inputs>)"
         name = Hidden(f"<vmap axis {next(_counter)}>") if axis_name is None else axis_name
         if name in _env.bound_axes():
@@ -210,6 +210,23 @@ def _numbers_as_tensors(fun: Callable, out_dims: Any, spelling: str) -> Callable
                                (bool, int, float, complex) else o
                                for o, d in zip(flat, dims)], spec)
     return run
+
+
+def _moved(out: Any, out_dims: Any, what: str) -> Any:
+    """torch.func.vmap's outputs, mapped at dim 0, with the mapped dim moved to out_dims
+    (torch 2.13 expands an unmapped output to out_dims other than 0 into garbage sizes:
+    vmap(lambda a, b: b.sum(), (0, None), out_dims=-1) gave shape (34359738368, 4))."""
+    if type(out_dims) is int and out_dims == 0:
+        return out
+    flat, spec = tree_flatten(out)
+    dims = _spread(out_dims, out, f"{what}: out_dims")
+    for i, (o, d) in enumerate(zip(flat, dims)):
+        if d and isinstance(o, torch.Tensor):
+            if not -o.dim() <= d < o.dim():
+                raise AxisSpecError(f"{what}: out_dims={d} for output {i}, which has "
+                                    f"{o.dim() - 1} dims (shape {tuple(o.shape[1:])})")
+            flat[i] = o.movedim(0, d)
+    return tree_unflatten(flat, spec)
 
 
 def _unmapped(kwargs: dict, spelling: str) -> dict:
