@@ -3,8 +3,8 @@ named index: ``jacrev``, ``jacfwd``, ``hessian``.
 
 Named axes are instances, as in the reverse-mode family (``_grad.py``): primals and
 tangents are laid out alike physically and differentiated by ``torch.func.jvp``;
-tangents may carry extra named axes a caller maps the jvp over (``jacfwd``'s basis,
-a ``linearize`` jvp_fn called on a batch of tangents).  Outside a named program on
+a tangent may carry named axes its primal lacks (per instance, as JAX's jvp inside
+xmap: the primal is broadcast along them), and ``jacfwd`` maps the jvp over its basis.  Outside a named program on
 plain tensors the Jacobians are ``torch.func``'s own; with named values (or inside an
 xmap) they are built as JAX builds them: ``jacrev`` pulls back one basis cotangent per
 positional entry of each output through :func:`~named_axes.transforms._grad.vjp`,
@@ -34,7 +34,8 @@ from .._levels import ORIGINAL as _functorch
 from .._torch_private import tree_flatten, tree_map, tree_unflatten
 from ._custom import forward_begin, forward_end
 from ._grad import _argnums, flat_result, vjp
-from ._tree import Hidden, align_like, mapped_over, named_axes_of, rebox, unbox
+from ._instances import fold_copies, static_tape
+from ._tree import Hidden, align_like, expand_over, mapped_over, named_axes_of, rebox, unbox
 
 __all__ = ["jvp", "linearize", "jacrev", "jacfwd", "hessian"]
 
@@ -58,6 +59,10 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
     if len(primals) != len(tangents):
         raise AxisSpecError(f"{what}: {len(primals)} primals but {len(tangents)} tangents")
     boxes = [unbox(p) for p in primals]
+    extra = _tangent_axes(boxes, tangents) if _batch is None else {}
+    tape = static_tape(tuple(extra))
+    if extra:   # per instance: see _tangent_axes
+        boxes = [unbox(tree_map(lambda v: _cloned(expand_over(v, extra)), p)) for p in primals]
     lead, lead_sizes = tuple(_batch or ()), tuple((_batch or {}).values())
     tan_phys = []
     for k, ((leaves, _, names), t) in enumerate(zip(boxes, tangents)):
@@ -70,7 +75,12 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
 
     def target(*phys):
         args = [rebox(leaves, spec, names) for leaves, (_, spec, names) in zip(phys, boxes)]
-        return flat_result(fun(*args), has_aux, what, box)[1]
+        for a, g in zip(args, primals):
+            tape.roots(a, g)
+        res = fun(*args)
+        out, leaves = flat_result(res, has_aux, what, box)
+        tape.decide(out, res[1] if has_aux else None, grads=False)
+        return leaves
 
     primal_phys = tuple(b[0] for b in boxes)
     forward_begin()   # (custom_jvp asks: refused under torch.compile; its reverse mode)
@@ -81,22 +91,39 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
                 len(lead))(*tan_phys)
             out = tree_map(lambda o: o[(0,) * len(lead)], out)
         else:
-            out, t_out = _functorch["jvp"](target, primal_phys, tuple(tan_phys))
+            with tape:
+                out, t_out = _functorch["jvp"](target, primal_phys, tuple(tan_phys))
     finally:
         forward_end()
     spec, names, aux_box = box
     t_names = [lead + (n or ()) for n in names] if lead else names
-    result = rebox(out, spec, names), rebox(t_out, spec, t_names)
-    return result + (rebox(*aux_box),) if has_aux else result
+    out, aux = fold_copies([rebox(out, spec, names), rebox(*aux_box) if has_aux else None],
+                           tape)
+    result = out, rebox(t_out, spec, t_names)
+    return result + (aux,) if has_aux else result
+
+
+def _tangent_axes(boxes: list, tangents: Sequence) -> dict:
+    """The named axes (name -> size) of the tangents that their primals lack: such a
+    tangent is per instance (JAX's jvp inside xmap), so the primals are broadcast along
+    them (collectives and axis_index see every instance) and the tape drops the copies
+    the primal results do not keep."""
+    extra: dict = {}
+    for (_, _, pn), t in zip(boxes, tangents):
+        for v, n in zip(tree_flatten(t)[0], pn):
+            if isinstance(v, _NT):
+                for a, size in zip(v._names, v._data.shape):
+                    if a not in (n or ()):
+                        extra.setdefault(a, size)
+    return extra
 
 
 def linearize(fun: Callable, *primals: Any):
     """``(fun(*primals), jvp_fn)`` where ``jvp_fn(*tangents)`` is the linearized ``fun``.
 
     ``jvp_fn`` is :func:`jvp` at ``primals`` (one path for forward mode: torch.func's own
-    linearize gives zero tangents on the torch-xla engine).  Tangents may carry named
-    axes the primals lack (``jvp_fn`` mapped over a batch of tangents, e.g. by an
-    enclosing xmap): the linear map runs once per index.
+    linearize gives zero tangents on the torch-xla engine), so tangents may carry named
+    axes the primals lack, per instance as there.
 
     >>> import torch, named_axes as nx
     >>> out, f_jvp = nx.linearize(torch.sin, torch.zeros(2))
@@ -110,14 +137,7 @@ def linearize(fun: Callable, *primals: Any):
     def jvp_fn(*tangents):
         if len(tangents) != len(boxes):
             raise AxisSpecError(f"{what}: {len(tangents)} tangents for {len(boxes)} primals")
-        extra: dict = {}
-        for (_, _, pn), t in zip(boxes, tangents):
-            for v, n in zip(tree_flatten(t)[0], pn):
-                if isinstance(v, _NT):
-                    for a, size in zip(v._names, v._data.shape):
-                        if a not in (n or ()):
-                            extra.setdefault(a, size)
-        return jvp(fun, primals, tangents, _batch=extra)[1]
+        return jvp(fun, primals, tangents)[1]
 
     return out, jvp_fn
 
