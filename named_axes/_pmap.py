@@ -53,21 +53,31 @@ def _spec(ax: Any, name: Hashable, what: str) -> Any:
     raise AxisSpecError(f"pmap: {what}={fmt_spec(ax)}: expected an int, None, or a tuple/list/dict of them")
 
 
-def _mapped_size(args: tuple, xin: Any, in_axes: Any) -> int | None:
-    """The size of the first mapped dim (``xin``: pmap's ``in_axes`` as xmap's), or None
-    when no argument is mapped."""
-    size = None
+def _mapped_size(args: tuple, xin: Any, in_axes: Any, kw: int | None) -> int | None:
+    """The size of the mapped dims (``xin``: pmap's ``in_axes`` as xmap's; ``kw``: the
+    position of the keyword arguments' dict, None without), or None when no argument is
+    mapped; every mapped leaf is checked here, named as the caller wrote it."""
+    size, first = None, ""
     for path, a, mapping in match_prefix(xin, args, _is_leaf, what=f"pmap: in_axes={fmt_spec(in_axes)}"):
+        keyword = kw is not None and path[0] == kw
+        where = (f"keyword argument {path[1]!r}" + "".join(f"[{p!r}]" for p in path[2:])
+                 if keyword else path_str(path))
+        how = (f"pmap maps {where} over its leading axis (as JAX maps keyword arguments), "
+               f"but it is" if keyword else f"pmap: in_axes={fmt_spec(in_axes)} maps {where},")
         if mapping.entries and a is not None and not _is_array(a):   # JAX maps every leaf
-            raise AxisTypeError(f"pmap: in_axes={fmt_spec(in_axes)} maps {path_str(path)}, "
-                                f"{_article(type(a).__name__)}, which has no axes; give it "
-                                f"in_axes None or list it in static_broadcasted_argnums")
-        if mapping.entries and size is None and _is_array(a):
+            raise AxisTypeError(f"{how} {_article(type(a).__name__)}, which has no axes; "
+                                + ("pass it positionally with in_axes None" if keyword else
+                                   "give it in_axes None or list it in static_broadcasted_argnums"))
+        if mapping.entries and _is_array(a):
             pos = mapping.entries[0][0]
             if not -a.ndim <= pos < a.ndim:
-                raise AxisSpecError(f"pmap: in_axes={in_axes} for an argument with "
-                                    f"{a.ndim} positional dims (shape {tuple(a.shape)})")
-            size = a.shape[pos]
+                raise AxisSpecError(
+                    (f"{how} 0-d (positional shape ())" if keyword else f"pmap: in_axes={in_axes} for an "
+                     f"argument with {a.ndim} positional dims (shape {tuple(a.shape)}): {where}"))
+            if size is not None and a.shape[pos] != size:
+                raise AxisSizeError(f"pmap: inconsistent sizes of the mapped axes: {size} "
+                                    f"({first}) vs {a.shape[pos]} ({where}, dim {pos})")
+            size, first = a.shape[pos], first or f"{where}, dim {pos}"
     return size
 
 
@@ -130,11 +140,11 @@ def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
                             f"{fmt_spec(static_broadcasted_argnums)}")
 
     def mapped(*args, **kwargs):
-        body, xin_ = fun, xin
+        body, xin_, kw = fun, xin, len(args) if kwargs else None
         if static or kwargs:
             body, ax, args = _call_form(fun, in_axes, args, kwargs, static)
             xin_ = _spec(ax, name, "in_axes")
-        size = _mapped_size(args, xin_, in_axes)
+        size = _mapped_size(args, xin_, in_axes, kw)
         if size is None and axis_size is None:
             raise AxisSpecError(f"pmap({getattr(fun, '__name__', 'fun')}, in_axes={fmt_spec(in_axes)}): "
                                 f"no argument is mapped; give axis_size=")
@@ -147,6 +157,8 @@ def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
         f = xmap(body, in_axes=xin_, out_axes=xout, axis_sizes={name: n},
                  axis_resources={name: mesh_axis}, backend=backend,
                  donate_argnums=donate_argnums)
+        f._spelling = (f"{mapped.__name__[:-1]}, axis_name={axis_name!r}, in_axes="   # (what
+                       f"{fmt_spec(in_axes)}, out_axes={fmt_spec(out_axes)})")   # they wrote)
         with Mesh(np.array(devs, dtype=object), (mesh_axis,)):
             return f(*args)
 
