@@ -9,7 +9,10 @@ named axis (docs/guide.md §1).
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
+import types
 from typing import Any, Callable
 
 import torch
@@ -83,7 +86,8 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
     try:
         out = _drawn_on_whole(func, a, kw) if engine_op else NotImplemented
         # (a trace draws no numbers)
-        drawn = engine_op and out is NotImplemented and not dispatch_depth()
+        drawn = engine_op and out is NotImplemented and not dispatch_depth() and \
+            _may_draw(func)
         state = torch.get_rng_state() if drawn else None
         if rule is not None and out is NotImplemented:
             try:
@@ -143,6 +147,28 @@ random_ poisson multinomial binomial dropout alpha_dropout feature_alpha_dropout
 dropout2d dropout3d feature_dropout rrelu rrelu_ native_dropout gumbel_softmax
 fractional_max_pool2d fractional_max_pool3d fractional_max_pool2d_with_indices
 fractional_max_pool3d_with_indices _standard_gamma _sample_dirichlet""".split())
+
+
+@functools.cache
+def _may_draw(func: Callable) -> bool:
+    """Whether ``func`` may draw random numbers (under an engine the dispatcher watches
+    torch's random state around those), by torch's tags: an aten op may if tagged
+    ``nondeterministic_seeded``, a function bound in C (``torch.mean``, ``Tensor.add``)
+    runs the aten op of its name, Python's operators never draw, other Python code may.
+
+    >>> [_may_draw(f) for f in (torch.mean, torch.Tensor.__pow__, torch.nn.functional.relu,
+    ...                         torch.nn.functional.scaled_dot_product_attention)]
+    [False, False, True, True]
+    """
+    f = inspect.unwrap(func)   # (torch's Python wrappers of bound functions: Tensor.__pow__)
+    name = str(getattr(f, "__name__", ""))
+    if hasattr(f, "tags"):   # an aten op (OpOverload)
+        return torch.Tag.nondeterministic_seeded in f.tags
+    if name.startswith("__"):
+        return False
+    bound = isinstance(f, (types.BuiltinFunctionType, types.MethodDescriptorType))
+    ops = f if hasattr(f, "overloads") else getattr(torch.ops.aten, name, None) if bound else None
+    return ops is None or any(_may_draw(getattr(ops, o)) for o in ops.overloads())
 
 
 def _drawn_on_whole(func: Callable, args: tuple, kwargs: dict, state: Any = None,
