@@ -93,7 +93,7 @@ def _refuse_trace() -> None:
 
 
 class _Pause(BaseException):
-    """Stops a chunk at the first collective whose cross-chunk value is not known yet."""
+    """Stops a chunk at the first collective whose cross-chunk value its engine (the arg) lacks."""
 
 
 _REDUCING = {"psum": "sum", "pmean": "sum", "pdot": "sum", "pmax": "max", "pmin": "min"}
@@ -189,7 +189,9 @@ class SerialEngine(EngineBase):
                     self._level = functorch_level()
                     outs.append(body(sliced, engine=self) if self.inner is None
                                 else self.inner.run(body, sliced, engine=self))
-                except _Pause:
+                except _Pause as pause:   # (a nested xmap's loop passes the outer's on)
+                    if pause.args[0] is not self:
+                        raise
                     paused = True
             if not paused:
                 return self._assemble(outs, grid)
@@ -207,8 +209,6 @@ class SerialEngine(EngineBase):
                 self._known.append(known)
 
     def _assemble(self, outs: list, grid: list) -> list:
-        if not outs:
-            return []
         index = {c: i for i, c in enumerate(grid)}
         result = []
         for j in range(len(outs[0])):
@@ -357,7 +357,7 @@ class SerialEngine(EngineBase):
         if self._deferring:   # inside tree(): the pause waits for the last leaf
             self._paused_tree = True
             return local[0] if isinstance(local, tuple) else local
-        raise _Pause()
+        raise _Pause(self)
 
     @contextlib.contextmanager
     def tree(self):
@@ -375,7 +375,7 @@ class SerialEngine(EngineBase):
             self._deferring -= 1
         if not self._deferring and self._paused_tree:
             self._paused_tree = False
-            raise _Pause()
+            raise _Pause(self)
 
     def _check_not_differentiated(self, op: str, carried: list) -> None:
         """Refuse a loop collective inside a derivative taken within the body.
