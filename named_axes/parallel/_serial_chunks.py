@@ -17,6 +17,7 @@ from functools import reduce
 from typing import Any
 
 import torch
+from torch.utils.weak import WeakIdKeyDictionary
 
 from .._layout import align
 from .._tensor import NamedTensor
@@ -67,9 +68,18 @@ def _names_of(x: Any) -> tuple:
     return x._names if isinstance(x, NamedTensor) else ()
 
 
+# the extreme of a loop's chunks -> how many entries of all its chunks attain it
+_TOTALS = WeakIdKeyDictionary()
+
+
 def _attaining(x: Any, extreme: Any) -> torch.Tensor:
     """How many entries of this chunk's operand ``x`` attain its partial ``extreme``, per
-    entry of ``extreme`` (the reduced axes summed out), as a float tensor shaped like it."""
+    entry of ``extreme`` (the reduced axes summed out), as a float tensor shaped like it.
+    A partial that is itself the extreme of another (nested) loop's chunks brings the
+    count over all of them: ``x`` holds that loop's running chunk only."""
+    total = _TOTALS.get(extreme._data if isinstance(extreme, NamedTensor) else extreme)
+    if total is not None:
+        return total
     with torch.no_grad():
         if not isinstance(x, NamedTensor):
             return (x == extreme).to(torch.float32)
@@ -119,6 +129,7 @@ def _extreme_of_chunks(parts: list, kind: str) -> Any:
         total = reduce(torch.add, here)
         shares = [(h / total).to(value.dtype) for h in here]   # 0/0 where a NaN won, as amax
     out = _ExtremeOfChunks.apply(value, shares, *datas)
+    _TOTALS[out] = total
     first = partials[0]
     return NamedTensor._wrap(out, first._names) if isinstance(first, NamedTensor) else out
 
