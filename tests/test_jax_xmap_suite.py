@@ -63,6 +63,27 @@ def test_collective_permute_2d(perm):
     _close(out.reshape(-1), torch.tensor([3, 1, 2, 0]))
 
 
+@pytest.mark.parametrize("names", [('i', 'j'), ('j', 'i')])
+def test_collective_permute_2d_axis_order(names):
+    # A tuple of axes is linearized in its order, as axis_index(names) numbers the
+    # instances (JAX 0.4.30's axis_index(('j', 'i')) is j-major too).  JAX 0.4.30's own
+    # multi-axis ppermute (xmap on a mesh, nested pmap, shard_map) ignores the tuple's
+    # order and follows the device order: its xmap result changes with axis_resources
+    # ({'i': 'x', 'j': 'y'} vs {'i': 'y', 'j': 'x'}), against its own rule; not followed.
+    x = _arange(2, 2, 3) * 10
+    perm = [(0, 1), (1, 3), (3, 2), (2, 0)]
+    out = nx.xmap(lambda x: L.ppermute(x, names, perm), in_axes=['i', 'j', ...],
+                  out_axes=['i', 'j', ...])(x)
+    index = nx.xmap(lambda: L.axis_index(names), in_axes=(), out_axes=['i', 'j'],
+                    axis_sizes={'i': 2, 'j': 2})()
+    want = torch.empty_like(x)
+    for src, dst in perm:
+        want[tuple((index == dst).nonzero()[0])] = x[tuple((index == src).nonzero()[0])]
+    _close(out, want)
+    if names == ('j', 'i'):
+        _close(out[..., 0], torch.tensor([[30, 90], [0, 60]]))
+
+
 def test_collective_permute_1d():
     out = nx.xmap(lambda x: L.pshuffle(x, 'i', np.array([3, 1, 2, 0])),
                   in_axes=['i', ...], out_axes=['i', ...])(torch.arange(4))
