@@ -98,6 +98,7 @@ class _ExtremeOfChunks(torch.autograd.Function):
     """The extreme of the chunks' partial extremes; backward: each partial gets the share
     of the cotangent its chunk's entries attaining the extreme hold (``amax`` shares it
     evenly among all of them; a pairwise ``torch.maximum`` halved it per pair)."""
+    generate_vmap_rule = True   # (under vmap: forward, backward and jvp per batch entry)
 
     @staticmethod
     def forward(value, shares, *partials):
