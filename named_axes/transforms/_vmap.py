@@ -331,10 +331,14 @@ class _Draws(torch.overrides.TorchFunctionMode):
 
     @staticmethod
     def dispatch(func, args, kwargs):
-        with _env.untouched_draws():
+        state = _env._state
+        saved, state.draws = state.draws, None   # (_env.untouched_draws, inlined: hot)
+        try:
             if getattr(func, "__name__", None) not in DRAWS:
                 return dispatch(func, args, kwargs)
             return dispatch(*_with_stand_in(func, args, kwargs))
+        finally:
+            state.draws = saved
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
