@@ -59,7 +59,8 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
         return _env_state.draws(func, args, kwargs)
     if not _grad_enabled():   # (a torch.autograd.Function's forward runs so)
         for v in args:
-            if type(v) is _NT and v._data.requires_grad:
+            if type(v) is _NT and v._data.requires_grad or isinstance(v, _Tensor) and \
+                    v.requires_grad:
                 refuse_user_function()
     if kwargs and kwargs.get("out") is not None:
         return write_out(func, args, kwargs, dispatch)
@@ -116,17 +117,20 @@ _APPLY = torch.autograd.Function.apply.__func__.__code__
 
 
 def refuse_user_function() -> None:
-    """Refuse an op on a named value that needs a gradient (grad mode off) inside the
-    forward of a user's ``torch.autograd.Function`` given named values: its ``apply``
-    takes a NamedTensor for a non-tensor, so autograd would record nothing through it."""
+    """Refuse an op on named values beside a tensor that needs a gradient (grad mode off)
+    inside the forward of a user's ``torch.autograd.Function`` given named values: its
+    ``apply`` takes a NamedTensor for a non-tensor, and returns the NamedTensor it gets
+    back untouched, so autograd would record nothing through it."""
     if _is_compiling():   # (dynamo traces no frames; its own Function rules apply)
         return
     frame = sys._getframe(2)
     while frame is not None:
         if frame.f_code is _APPLY:   # (its forward runs inside; one of the library's own
-            cls, given = frame.f_locals["cls"], frame.f_locals["args"]   # is not refused)
-            if not cls.__module__.startswith("named_axes.") and any(
-                    type(v) is _NT and v._data.requires_grad for v in tree_flatten(given)[0]):
+            cls, given = frame.f_locals["cls"], tree_flatten(frame.f_locals["args"])[0]
+            if not cls.__module__.startswith("named_axes.") and any(   # is not refused)
+                    type(v) is _NT for v in given) and any(
+                    (v._data if type(v) is _NT else v).requires_grad for v in given
+                    if type(v) is _NT or isinstance(v, _Tensor)):
                 raise AxisTypeError(
                     f"{cls.__name__}.apply on named values: torch.autograd.Function takes a "
                     f"NamedTensor for a non-tensor argument, so autograd would record no "

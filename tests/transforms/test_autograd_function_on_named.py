@@ -85,3 +85,17 @@ def test_function_whose_forward_runs_an_xmap_keeps_its_gradient():
 def test_functorch_ready_function_under_torch_func_grad_of_xmap():
     f = nx.xmap(lambda v: SquareCtx.apply(v), **KW)
     torch.testing.assert_close(torch.func.grad(lambda u: f(u).sum())(X), 2 * X)
+
+
+def test_plain_parameter_given_with_named_values_is_refused_not_lost():
+    class Mul(torch.autograd.Function):   # forward saves nothing: no torch error either
+        @staticmethod
+        def forward(ctx, x, w):
+            return x * w
+
+        @staticmethod
+        def backward(ctx, g):
+            return g, g
+    w = torch.randn(3, requires_grad=True)
+    with pytest.raises(nx.AxisTypeError, match=r"Mul\.apply on named values"):
+        nx.xmap(lambda v: Mul.apply(v, w) * w, **KW)(X)
