@@ -23,12 +23,13 @@ from ._env import _state as _env_state
 from ._errors import (AxisResourceError, AxisTypeError, NamedAxisError, RandomnessError, ShapeError,
                       fmt_named_shape, resource_clash_message)
 from ._layout import align, union_names
+from ._modes import observed
 from ._registry import ENTRIES, op_name, rule_while_compiling
 from ._registry import is_inplace as _is_inplace
 from ._plancache import PlanCache
 from ._shape_errors import (READS_VALUES, _first_line, fmt_at, on_positional_shapes,
                             positional_failure, refuse_python_values, refuse_shared_writes)
-from ._torch_private import (dispatch_depth, is_functorch_wrapped, native_batch_norm_legit,
+from ._torch_private import (is_functorch_wrapped, native_batch_norm_legit,
                              softmax_backward_data, softmax_backward_data_op, tensor_version,
                              tree_flatten, tree_unflatten)
 from . import _tensor
@@ -87,7 +88,7 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
     try:
         out = _drawn_on_whole(func, a, kw) if engine_op else NotImplemented
         # (a trace draws no numbers)
-        drawn = engine_op and out is NotImplemented and not dispatch_depth() and \
+        drawn = engine_op and out is NotImplemented and not observed() and \
             _may_draw(func)
         state = torch.get_rng_state() if drawn else None
         if rule is not None and out is NotImplemented:
@@ -341,7 +342,7 @@ def _real_instance_check(func, flat, spec):
     For ops whose meta kernels (or batching rules) skip torch's checks; only for plain
     eager tensors (never under a dispatch mode or transform, which would record it), with
     the random states restored and every tensor copied (writes land on the copies)."""
-    if dispatch_depth():
+    if observed():
         return None
     leaves = list(flat)
     devices = set()

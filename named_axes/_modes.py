@@ -19,7 +19,7 @@ import torch
 from ._torch_private import dispatch_depth, dispatch_modes
 
 __all__ = ["modes_run_values", "building_graph", "shapes_only", "lowering_for_compile",
-           "LOWERING"]
+           "LOWERING", "observed"]
 
 # > 0 while an xmap runs as one call of torch.compile's graph (_xmap_graph): the graph
 # AOT autograd traces there goes to the user's backend, so it holds the positional code
@@ -47,6 +47,14 @@ def _observes(mode) -> bool:
     cls = type(mode)
     return cls.__name__ == "CommDebugMode" and cls.__module__.startswith(
         "torch.distributed.tensor.debug")
+
+
+def observed() -> bool:
+    """Whether an active dispatch mode sees the ops run now (a trace, a recorder), so that
+    the library's checks run on copies of values must not run.  A mode marked ``unseen``
+    (the SerialLoop's keeper of written tensors) is not counted."""
+    return dispatch_depth() > 0 and not all(getattr(m, "unseen", False)
+                                            for m in dispatch_modes())
 
 
 def building_graph() -> bool:

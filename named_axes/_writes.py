@@ -26,9 +26,10 @@ import torch
 
 from ._errors import AxisSizeError, fmt_named_shape
 from ._layout import align
+from ._modes import observed
 from ._registry import op_name
 from ._tensor import NamedTensor, data_and_names
-from ._torch_private import dispatch_depth, is_functorch_wrapped, tree_flatten, tree_unflatten
+from ._torch_private import is_functorch_wrapped, tree_flatten, tree_unflatten
 
 __all__ = ["check_inplace", "check_overlap", "write_out"]
 
@@ -89,7 +90,7 @@ def check_overlap(func: Callable, args: tuple, kwargs: dict, out=None) -> None:
     written = args[0] if out is None else out
     others = [v._data if type(v) is _NT else v
               for v in _leaves((*args[out is None:], *kwargs.values()))]
-    if not others or dispatch_depth():
+    if not others or observed():
         return
     target = _plain_data(written)
     if target is None:

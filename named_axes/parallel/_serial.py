@@ -47,8 +47,8 @@ from .._tensor import RECORDERS, NamedTensor
 from .._tape import suspended
 from .._torch_private import functorch_disabled, functorch_level, functorch_unwrapped, tree_map
 from ..transforms._instances import REGIONS
-from ._serial_chunks import (_attaining, _equal, _extreme_of_chunks, _names_of, _padded,
-                             _same_layout, _versions)
+from ._serial_chunks import (ChunkWrites, _attaining, _equal, _extreme_of_chunks, _names_of,
+                             _padded, _same_layout, _versions)
 
 __all__ = ["SerialEngine", "SerialLoopError"]
 
@@ -132,8 +132,7 @@ class SerialEngine(EngineBase):
         self._deferring, self._paused_tree = 0, False
         self._chunk: tuple = ()
         self._whole: tuple = ()      # split axes an op now holds whole (the mesh's ``whole``)
-        self._call = 0
-        self._bypass = 0
+        self._call = self._bypass = 0
         # in :meth:`run` or a chunk :meth:`resume_here` re-entered: True; after a run:
         # False; None in a subclass with its own ``run`` (the mesh's: no chunks to be gone)
         self._running: bool | None = None
@@ -172,23 +171,24 @@ class SerialEngine(EngineBase):
         _refuse_trace()
         self._known, self._sigs, self.passes, self.within = [], [], 0, None
         self._gens: dict = {}   # id -> (a generator= of a draw, its state at first sight)
-        before = _versions(leaves)
+        before, kept = _versions(leaves), ChunkWrites(leaves, self.names)
         while True:
             self.passes += 1
-            self._pending, paused = {}, False
-            self._deferring, self._paused_tree = 0, False
+            self._pending, paused, self._deferring, self._paused_tree = {}, False, 0, False
             outs = []
             for chunk in grid:
                 self._chunk, self._call = chunk, 0
                 sliced = [self._slice(x) for x in leaves]
+                kept.restore()   # (each chunk starts from the call's state: ChunkWrites)
                 try:   # each chunk draws as the unsplit run (a random op along a loop
                     # axis draws on its whole, :meth:`whole`), from the call's random state
                     torch.set_rng_state(start)
                     for gen, state in self._gens.values():
                         gen.set_state(state)
                     self._level = functorch_level()
-                    outs.append(body(sliced, engine=self) if self.inner is None
-                                else self.inner.run(body, sliced, engine=self))
+                    with kept.watching(chunk == grid[0]):
+                        outs.append(body(sliced, engine=self) if self.inner is None
+                                    else self.inner.run(body, sliced, engine=self))
                 except _Pause as pause:   # (a nested xmap's loop passes the outer's on)
                     if pause.args[0] is not self:
                         raise

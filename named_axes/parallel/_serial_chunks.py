@@ -13,6 +13,7 @@ tensor(4.)
 """
 from __future__ import annotations
 
+import contextlib
 from functools import reduce
 from typing import Any
 
@@ -21,10 +22,11 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from .._layout import align
 from .._tensor import NamedTensor
-from .._torch_private import tensor_version
+from .._torch_private import EagerDispatchMode, functorch_unwrapped, op_schema, tensor_version
+from ..transforms._trace_probe import _Keeper, storage_key, written_tensors
 
 __all__ = ["_same_layout", "_equal", "_names_of", "_attaining", "_extreme_of_chunks", "_padded",
-           "_versions"]
+           "_versions", "ChunkWrites"]
 
 
 def _same_layout(outs: list, j: int) -> list:
@@ -175,3 +177,54 @@ def _versions(leaves: list) -> list:
         except RuntimeError:   # (an inference tensor has no version counter)
             out.append(None)
     return out
+
+
+class ChunkWrites(_Keeper, EagerDispatchMode):
+    """Every chunk starts from the state the call found (as from its random state): the
+    tensors that existed before the call and that a chunk writes in place (a closed-over
+    counter or buffer, an input lacking the loop axes) are given their values back before
+    the next chunk runs (:meth:`restore`), so that they end as one run of the body leaves
+    them, as the vectorized run does (every chunk writes them alike: a value carrying a
+    loop axis cannot be written into one lacking it).  The chunks' own memory -- what the
+    call made, the inputs' slices along the loop axes -- is theirs to write.
+
+    >>> import torch, named_axes as nx
+    >>> n = torch.zeros(())
+    >>> f = nx.xmap(lambda x: x + n.add_(1), in_axes=['i', ...], out_axes=['i', ...],
+    ...             axis_resources={'i': nx.SerialLoop(2)})
+    >>> f(torch.zeros(4)).tolist(), float(n)
+    ([1.0, 1.0, 1.0, 1.0], 1.0)
+    """
+
+    runs_values, unseen = True, True   # (the library's checks run as without it)
+
+    def __init__(self, leaves: list, loop_names: tuple) -> None:
+        super().__init__()
+        self._kept: dict = {}
+        self._made = {storage_key(functorch_unwrapped(x._data)) for x in leaves   # storages
+                      if isinstance(x, NamedTensor) and type(x._data) is torch.Tensor
+                      and set(x._names) & set(loop_names)}
+
+    def watching(self, first: bool) -> Any:
+        """This mode for a pass's first chunk, and for the others if it kept a tensor:
+        every chunk runs the same ops (a mode costs each op a Python call)."""
+        return self if first or self._kept else contextlib.nullcontext()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if any(t is not torch.Tensor for t in types):   # (a DTensor's op: not kept)
+            return func(*args, **kwargs)
+        for t in written_tensors(func, args, kwargs):
+            if storage_key(t) not in self._made:
+                self._keep(t)
+        out = func(*args, **kwargs)
+        fresh = _FRESH.get(func)
+        if fresh is None:   # which results are new memory (not a view or a written input)
+            fresh = _FRESH[func] = tuple(r.alias_info is None for r in op_schema(func).returns)
+        for o, new in zip(out if isinstance(out, (tuple, list)) else (out,), fresh):
+            if new and type(o) is torch.Tensor:
+                self._made.add(storage_key(o))
+        return out
+
+
+_FRESH: dict = {}
