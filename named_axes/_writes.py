@@ -19,6 +19,7 @@ named_axes._errors.AxisSizeError: Tensor.mul_: in-place update of a plain tensor
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 from typing import Any, Callable
 
@@ -31,7 +32,7 @@ from ._registry import op_name
 from ._tensor import NamedTensor, data_and_names
 from ._torch_private import is_functorch_wrapped, tree_flatten, tree_unflatten
 
-__all__ = ["check_inplace", "check_overlap", "write_out"]
+__all__ = ["check_inplace", "check_apart", "check_overlap", "write_out"]
 
 _NT = NamedTensor
 
@@ -68,8 +69,40 @@ def check_inplace(func: Callable, args: tuple, kwargs: dict) -> None:
             f"{missing[0]!r} (size {axes[missing[0]]}) would write every instance of that axis "
             f"into it; compute a new value instead (x = x + y, not x += y or x.add_(y)), or "
             f"give the target the axis first")
+    if have:
+        check_apart(func, target)
     if axes or have:
         check_overlap(func, args, kwargs)
+
+
+def check_apart(func: Callable, written) -> None:
+    """Refuse a write into a named value whose instances share memory (a named dim of
+    stride 0 from ``expand``, windows of ``as_strided``): each instance would write into
+    the others', as torch refuses a write in which "more than one element of the
+    written-to tensor refers to a single memory location"."""
+    data, k = _plain_data(written), len(written._names)
+    if data is None or not data.numel():
+        return
+    span = 0
+    for st, n in sorted((abs(st), n) for n, st in zip(data.shape, data.stride()) if n > 1):   # each stride past the span of the smaller ones: all apart
+        if st <= span:
+            break
+        span += (n - 1) * st
+    else:
+        return
+    at = torch.zeros((), dtype=torch.long)   # else each element's offset and instance
+    for n, st in zip(data.shape, data.stride()):
+        at = at[..., None] + torch.arange(n) * st
+    instance = torch.arange(math.prod(data.shape[:k])).reshape(data.shape[:k] + (1,) * (
+        data.dim() - k)).expand(data.shape)
+    pairs = torch.unique(torch.stack([at.flatten(), instance.flatten()], 1), dim=0)
+    if len(torch.unique(pairs[:, 0])) < len(pairs):
+        raise AxisSizeError(
+            f"{op_name(func)}: the written value (named shape "
+            f"{fmt_named_shape(written.named_shape)}) has instances of its named axes that "
+            f"share memory (strides {tuple(data.stride())}, as expand() gives), so each would "
+            f"write into another's; torch refuses such a write (more than one element of "
+            f"the written-to tensor refers to a single memory location): clone() it first")
 
 
 def _plain_data(v):
@@ -144,6 +177,8 @@ def write_out(func: Callable, args: tuple, kwargs: dict, compute: Callable) -> A
             f"{op_name(func)}: functions with out=... arguments don't support automatic "
             f"differentiation (torch's rule), but an argument requires grad; drop out=")
     for o in out if type(out) in (list, tuple) else (out,):
+        if type(o) is _NT and o._names:
+            check_apart(func, o)
         check_overlap(func, args, {**kwargs, "out": out}, o)
     result = compute(func, args, kwargs)
     if type(out) in (list, tuple):

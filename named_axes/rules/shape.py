@@ -20,6 +20,7 @@ from .._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_sha
 from .._layout import align, union_names
 from ._common import _norm_pos, first_only, given, instance_invalid, on_data
 from .._tensor import NamedTensor
+from .._writes import check_apart
 
 _NT = NamedTensor
 _T = torch.Tensor
@@ -357,6 +358,7 @@ def _setitem(func, args, kwargs):
     if type(x) is not _NT:
         raise AxisTypeError("assigning a NamedTensor into a plain tensor would drop its named "
                             "axes; make the target named too (e.g. nx.named or xmap)")
+    check_apart(func, x)
     idx = _phys_index(x, index)
     if idx is None:
         raise AxisTypeError(
