@@ -148,11 +148,11 @@ def _as_instances(args: tuple, kwargs: dict, inplace: bool) -> tuple:
     """The operands as each instance promotes them: a named value with no positional dims
     is a zero-dim tensor to torch's type promotion (it yields to a dimensioned operand of
     its category, and ranks with a zero-dim one), but its physical tensor has the named
-    dims; it is cast to the dtype the instance computes in (not an in-place target: its
-    dtype is the result's).  Bool operands (masks, conditions) take no part."""
+    dims; it is cast to the dtype the instance computes in (an in-place target: a copy,
+    written back by the caller).  Bool operands (masks, conditions) take no part."""
     items = (*enumerate(args), *kwargs.items())
     zero = [k for k, v in items if type(v) is _NT and v._names and not v.ndim and
-            v.dtype != torch.bool and not (inplace and k == 0)]
+            v.dtype != torch.bool]
     if not zero:   # (the common case, cheaply: isinstance on torch.Tensor is not)
         return args, kwargs
     ops = [(k, v) for k, v in items if (type(v) is _NT or isinstance(v, _T)) and
@@ -163,8 +163,8 @@ def _as_instances(args: tuple, kwargs: dict, inplace: bool) -> tuple:
     promoted = [functools.reduce(torch.promote_types, dts) for dts in (dims, zeros) if dts]
     to = _combine_categories(*promoted) if len(promoted) == 2 else promoted[0]
 
-    def cast(k, v):
-        return v.to(to) if k in zero else v
+    def cast(k, v):   # (an in-place target computes in ``to`` too, if torch may cast back)
+        return v.to(to) if k in zero and (k or not inplace or torch.can_cast(to, v.dtype)) else v
     return (tuple(cast(k, v) for k, v in enumerate(args)),
             {k: cast(k, v) for k, v in kwargs.items()})
 
@@ -189,6 +189,7 @@ def _combine_categories(higher: torch.dtype, lower: torch.dtype) -> torch.dtype:
 
 
 def _pointwise_general(func, args, kwargs, inplace):
+    given = args[0] if inplace else None
     args, kwargs = _as_instances(args, kwargs, inplace)
     if kwargs.get("memory_format") in _CHANNELS_LAST and type(args[0]) is _NT and args[0]._names:
         return _channels_last(func, args, kwargs)
@@ -232,7 +233,9 @@ def _pointwise_general(func, args, kwargs, inplace):
             return NotImplemented
         raise
     if inplace:
-        return args[0]
+        if args[0] is not given:   # (computed in a copy of another dtype: _as_instances)
+            given._data.copy_(args[0]._data)
+        return given
     return result(out, U, func)
 
 
