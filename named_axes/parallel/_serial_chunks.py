@@ -201,7 +201,7 @@ class ChunkWrites(_Keeper, EagerDispatchMode):
     def __init__(self, leaves: list, loop_names: tuple) -> None:
         super().__init__()
         self._kept: dict = {}
-        self._made = {storage_key(functorch_unwrapped(x._data)) for x in leaves   # storages
+        self._made = {None} | {_memory(functorch_unwrapped(x._data)) for x in leaves
                       if isinstance(x, NamedTensor) and type(x._data) is torch.Tensor
                       and set(x._names) & set(loop_names)}
 
@@ -215,7 +215,7 @@ class ChunkWrites(_Keeper, EagerDispatchMode):
         if any(t is not torch.Tensor for t in types):   # (a DTensor's op: not kept)
             return func(*args, **kwargs)
         for t in written_tensors(func, args, kwargs):
-            if storage_key(t) not in self._made:
+            if _memory(t) not in self._made:
                 self._keep(t)
         out = func(*args, **kwargs)
         fresh = _FRESH.get(func)
@@ -223,8 +223,16 @@ class ChunkWrites(_Keeper, EagerDispatchMode):
             fresh = _FRESH[func] = tuple(r.alias_info is None for r in op_schema(func).returns)
         for o, new in zip(out if isinstance(out, (tuple, list)) else (out,), fresh):
             if new and type(o) is torch.Tensor:
-                self._made.add(storage_key(o))
+                self._made.add(_memory(o))
         return out
 
 
 _FRESH: dict = {}
+
+
+def _memory(t: torch.Tensor) -> Any:
+    """``storage_key(t)``; None for a tensor with no memory to read (forward AD's zeros)."""
+    try:
+        return storage_key(t)
+    except RuntimeError:
+        return None
