@@ -277,8 +277,10 @@ def test_cond_errors():
                lambda: torch.ones(3))
     with pytest.raises(nx.AxisTypeError, match="boolean scalar"):
         L.cond(torch.tensor([True]), lambda: 1, lambda: 2)
+    # JAX 0.4.30 takes a number predicate (pred != 0): a float one too
+    assert L.cond(torch.tensor(1.), lambda: 1, lambda: 2) == 1
     with pytest.raises(nx.AxisTypeError, match="boolean scalar"):
-        L.cond(torch.tensor(1.), lambda: 1, lambda: 2)
+        L.cond(torch.tensor(1j), lambda: 1, lambda: 2)
 
 
 # -- loops --------------------------------------------------------------------------------

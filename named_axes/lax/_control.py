@@ -200,10 +200,10 @@ def _predicate(pred: Any, op: str, ints: bool) -> Any:
                             f"{type(pred).__name__}")
     p = _as_named(pred, op, "the predicate")
     dt = p._data.dtype
-    if p.ndim or not (dt == torch.bool or ints and _kind(dt) == "i"):
+    if p.ndim or not (dt == torch.bool or ints and _kind(dt) in "fi"):   # (JAX: != 0)
         raise AxisTypeError(f"{op}: the predicate must be a boolean scalar (positional shape "
                             f"()), got dtype {dt} and positional shape {tuple(p.shape)}")
-    p = p if dt == torch.bool else p != 0
+    p = p if dt == torch.bool else _as_named(p != 0, op)
     if p._names or building_graph():
         return p if p._names else p._data
     try:
