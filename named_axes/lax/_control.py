@@ -478,6 +478,8 @@ def scan(f: Callable, init: Any, xs: Any, length: Any = None, reverse: bool = Fa
     >>> nx.lax.scan(lambda c, x: (c + x, c + x), torch.tensor(0.), torch.arange(4.))
     (tensor(6.), tensor([0., 1., 3., 6.]))
     """
+    if not isinstance(unroll, numbers.Integral) or unroll < 1 and unroll is not False:
+        raise AxisSpecError(f"scan: unroll must be a bool or a positive int, got {unroll!r}")
     flat, spec = tree_flatten(xs)
     n = _length(flat, length)
     carry, ref = _carry(lambda c: f(c, tree_unflatten(
