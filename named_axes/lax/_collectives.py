@@ -3,7 +3,8 @@
 ``axis_index`` (docs/guide.md §3).
 
 Index ``j`` of axis ``'i'`` is "device" ``j``.  ``axis_name`` is one name or a tuple of
-names (a tuple acts as one axis, its index linearized row-major).  Each collective first
+names (a tuple acts as one axis, its index linearized row-major); ``x`` may be a pytree,
+every leaf moved alike, as in JAX.  Each collective first
 asks the engine binding the axis for its own implementation (:func:`._common._engine_method`,
 called as ``impl(x, axis_names, **options)``), else runs as a registered op (:mod:`._ops`).
 
@@ -14,9 +15,10 @@ tensor([-1.,  1.])
 """
 from __future__ import annotations
 
+import functools
 import math
 import operator
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -26,6 +28,7 @@ from .._env import axis_size, bound_axes
 from .._errors import AxisSizeError, AxisSpecError, fmt_named_shape, fmt_names
 from .._layout import align, expand_to
 from .._tensor import NamedTensor
+from .._torch_private import tree_map
 from ._common import (_as_named, _axis_names, _check_bound_size, _engine_method, _no_groups,
                       _norm, _shows_axes)
 
@@ -59,6 +62,17 @@ def _unmerged(data: torch.Tensor, names: tuple, sizes: tuple, rest: tuple, op) -
 
 # -- data movement ----------------------------------------------------------------------
 
+def _over_trees(fn: Callable) -> Callable:
+    """``fn`` on every leaf of ``x``, a pytree (as JAX's collectives take one; None
+    leaves stay None); a single value skips the pytree machinery."""
+    @functools.wraps(fn)
+    def call(x, *args, **kwargs):
+        if type(x) is _NT or isinstance(x, torch.Tensor):
+            return fn(x, *args, **kwargs)
+        return tree_map(lambda v: v if v is None else fn(v, *args, **kwargs), x)
+    return call
+
+
 def _begin(op: str, x: Any, axis_name: Any, groups: Any = None) -> tuple:
     """A collective's start: ``(x as a NamedTensor, the axis names, the engine's own
     implementation or None)`` -- ``axis_index_groups`` refused, as everywhere here."""
@@ -67,6 +81,7 @@ def _begin(op: str, x: Any, axis_name: Any, groups: Any = None) -> tuple:
     return _as_named(x, op), names, _engine_method(op, names)
 
 
+@_over_trees
 @_shows_axes()
 def all_gather(x: Any, axis_name: Any, *, axis_index_groups: Any = None, axis: int = 0,
                tiled: bool = False) -> Any:
@@ -103,6 +118,7 @@ def _check_split(call: str, size: int, dim: int, sizes: list, names: tuple,
                             f"{need} (the size of {fmt_names(names)})")
 
 
+@_over_trees
 @_shows_axes()
 def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
                  axis_index_groups: Any = None, tiled: bool = False) -> Any:
@@ -129,6 +145,7 @@ def psum_scatter(x: Any, axis_name: Any, *, scatter_dimension: int = 0,
     return _unmerged(out, names, sizes, rest, psum_scatter)
 
 
+@_over_trees
 @_shows_axes()
 def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
                axis_index_groups: Any = None, tiled: bool = False) -> Any:
@@ -158,6 +175,7 @@ def all_to_all(x: Any, axis_name: Any, split_axis: int, concat_axis: int, *,
     return _unmerged(out, names, sizes, rest, all_to_all)
 
 
+@_over_trees
 @_shows_axes()
 def ppermute(x: Any, axis_name: Any, perm: Sequence) -> Any:
     """Send ``x`` at index ``src`` of ``axis_name`` to index ``dst`` for each ``(src, dst)``
@@ -206,6 +224,7 @@ def _perm_pairs(perm: Any, axis_name: Any) -> list:
     return pairs
 
 
+@_over_trees
 @_shows_axes()
 def pshuffle(x: Any, axis_name: Any, perm: Sequence[int]) -> Any:
     """Index ``j`` of ``axis_name`` receives ``x`` from index ``perm[j]`` (a permutation).
