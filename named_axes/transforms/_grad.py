@@ -140,6 +140,9 @@ class _Run:
         leaf with no named axes a plain tensor with ``plain_unnamed``: torch APIs such as
         torch.func.functional_call accept nothing else), the region settled after."""
         call = list(self.args)
+        if len(phys) > len(self.nums):   # the other arguments' leaves, through torch.func
+            rest = iter(rebox(phys[-1], *self.rest[1:]))
+            call = [a if i in self.nums else next(rest) for i, a in enumerate(call)]
         for i, (_, spec, names), leaves in zip(self.nums, self.boxes, phys):
             call[i] = _rebox(leaves, spec, [n or None for n in names] if plain_unnamed
                              else names)
@@ -256,9 +259,12 @@ def _value_and_grad_once(r: _Run, has_aux: bool, what: str, single: bool) -> tup
         if _autograd_ok(r.boxes):
             g, (value, aux_tensors) = _autograd_grad_and_value(phys_fun, r.boxes)
         else:
+            # (the other arguments too: torch.func wraps them at its level, where the
+            # function may write into them -- a module's running statistics)
+            r.rest = unbox(tuple(a for i, a in enumerate(r.args) if i not in r.nums))
             g, (_, (value, aux_tensors)) = _functorch["grad_and_value"](
                 phys_fun, argnums=tuple(range(len(r.boxes))), has_aux=True)(
-                    *[b[0] for b in r.boxes])
+                    *[b[0] for b in r.boxes], r.rest[0])
     grads = r.grads(g, r.chunked())
     trees = [box_leaf(value, out_names[0]), *grads]
     if has_aux:   # the aux tree back, its tensor leaves the ones torch.func returned
