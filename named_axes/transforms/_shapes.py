@@ -44,7 +44,7 @@ class ShapeDtypeStruct:
                 f"named_shape={fmt_named_shape(self.named_shape)})")
 
     def __hash__(self) -> int:
-        return hash((self.shape, self.dtype, tuple(self.named_shape.items())))
+        return hash((self.shape, self.dtype, frozenset(self.named_shape.items())))
 
     @property
     def ndim(self) -> int:
