@@ -34,6 +34,7 @@ import torch
 
 from torch.utils.flop_counter import FlopCounterMode
 
+from .._abstract import NoRealWrites
 from .._env import _state as _env_state
 from .._tape import Tape
 from .._tensor import NamedTensor
@@ -209,8 +210,9 @@ def trace_costs(fun: Callable, args: tuple, *, differentiate: bool | None = None
             trace.outputs.append((_names(o), _nbytes(o)))
         return out
 
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
     with disable_dispatch_modes():   # (an outer trace, nx.jit's, sees none of this)
-        with FakeTensorMode(allow_non_fake_inputs=True):
+        with mode, NoRealWrites(mode):   # (a closed-over tensor is written in its fake)
             fakes = _fake_args(args, wants)
             with counter, tape:
                 fun.replaced(body)(*fakes)
