@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from . import _functions as _f
 from ._errors import AxisSpecError, AxisTypeError
 from ._one_hot import one_hot as _one_hot
+from ._tensor import NamedTensor
 
 __all__ = ["relu", "relu6", "gelu", "silu", "swish", "sigmoid", "softplus", "log_sigmoid",
            "elu", "leaky_relu", "tanh", "softmax", "log_softmax", "logsumexp",
@@ -143,6 +144,9 @@ def functional_call(module: torch.nn.Module, parameter_and_buffer_dicts: Any,
         raise AxisSpecError(f"functional_call: {', '.join(map(repr, tied))} are tied (one "
                             f"tensor) but given different values; give one of them, or "
                             f"tie_weights=False")
+    if not any(type(v) is NamedTensor for v in values.values()):   # torch's own, exactly
+        return torch.func.functional_call(module, parameter_and_buffer_dicts, args, kwargs,
+                                          tie_weights=tie_weights, strict=strict)
     shadowed = []
     try:
         for name, value in values.items():
