@@ -19,11 +19,12 @@ import hashlib
 from typing import Any, Callable
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from .._engine import EngineBase
 from .._errors import AxisResourceError
 from .._tensor import NamedTensor, data_and_names
-from .._torch_private import tensor_version, xla_graph_runtime
+from .._torch_private import tensor_version, tree_flatten, tree_unflatten, xla_graph_runtime
 from ._devices import ensure_spmd, xla_device, xla_devices
 from ._dtensor_comms import rewrap
 
@@ -77,6 +78,11 @@ class XlaEngine(EngineBase):
                 xs.mark_sharding(data, self.xmesh, spec)
         return rewrap(leaf, data)
 
+    def resume_here(self) -> Callable:
+        """For code autograd runs later (a checkpoint's recomputation): CPU tensors it
+        meets are moved to XLA as in the run (:class:`_Replicating`)."""
+        return lambda: _Replicating(self.device)
+
     def back(self, leaf: Any) -> Any:
         pair = data_and_names(leaf)
         home = self.home
@@ -92,13 +98,39 @@ class XlaEngine(EngineBase):
             d, c = data_and_names(x), data_and_names(y)
             if d is not None and c[0] is not d[0]:
                 copies.append((d[0], c[0], tensor_version(c[0])))
-        outs = body(xleaves, engine=engine if engine is not None else self)
+        with _Replicating(self.device):
+            outs = body(xleaves, engine=engine if engine is not None else self)
         written = [(d, c) for d, c, v in copies if tensor_version(c) != v]
         run_graph([o._data if isinstance(o, NamedTensor) else o for o in outs]
                   + [c for _, c in written], self.device)
         for d, c in written:
             d.copy_(c.to(d.device))
         return [self.back(o) for o in outs]
+
+
+class _Replicating(TorchFunctionMode):
+    """While a program runs on XLA: a CPU tensor that meets XLA values in a torch call (a
+    closed-over weight, a tensor made inside the program) is moved to XLA first, whole
+    on every device, as the vectorized run reads it; not the target of an in-place op or
+    ``out=`` (a write into a copy would be lost: torch refuses the mixed devices)."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.device = device
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        flat, spec = tree_flatten((args, kwargs))
+        pairs = [data_and_names(v) for v in flat]
+        if any(p is not None and p[0].device.type == "xla" for p in pairs):
+            name = getattr(func, "__name__", "")
+            kept = 1 if name.endswith("_") and (name[:3] == "__i" or name[:2] != "__"
+                                                 or name == "__setitem__") else 0
+            flat = [rewrap(v, p[0].to(self.device)) if i >= kept and p is not None
+                    and p[0].device.type == "cpu" and v is not kwargs.get("out") else v
+                    for i, (v, p) in enumerate(zip(flat, pairs))]
+            args, kwargs = tree_unflatten(flat, spec)
+        return func(*args, **kwargs)
 
 
 # torch-xla graph hash -> digest of the IR it was compiled from (see run_graph)

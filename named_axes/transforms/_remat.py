@@ -106,9 +106,11 @@ def _policy_contexts(policy: Any) -> dict:
 def _here() -> Callable:
     """A context manager factory: each run of the function in the axis environment here,
     a recomputation in the chunk of a serial loop running now too
-    (``SerialEngine.resume_here``: its chunk may have paused, or another ran since)."""
+    (``SerialEngine.resume_here``: its chunk may have paused, or another ran since), and
+    in the engine a serial loop runs its chunks on (``XlaEngine.resume_here``)."""
     scope = list(frames())
-    resumes = [f.engine.resume_here() for f in scope if hasattr(f.engine, "resume_here")]
+    engines = [e for f in scope for e in (f.engine, getattr(f.engine, "inner", None))]
+    resumes = [e.resume_here() for e in engines if hasattr(e, "resume_here")]
     runs: list = []
 
     @contextlib.contextmanager
