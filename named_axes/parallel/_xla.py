@@ -101,6 +101,13 @@ class XlaEngine(EngineBase):
         with _Replicating(self.device):
             outs = body(xleaves, engine=engine if engine is not None else self)
         written = [(d, c) for d, c, v in copies if tensor_version(c) != v]
+        memory = [d.untyped_storage().data_ptr() for d, _, _ in copies]
+        for d, _ in written:
+            if memory.count(d.untyped_storage().data_ptr()) > 1:
+                raise AxisResourceError(
+                    f"the torch-xla engine: an input of shape {tuple(d.shape)} is written in "
+                    f"place and shares memory with another input; each goes to XLA as its "
+                    f"own copy, so the other would not see the write: pass a copy (x.clone())")
         run_graph([o._data if isinstance(o, NamedTensor) else o for o in outs]
                   + [c for _, c in written], self.device)
         for d, c in written:

@@ -63,3 +63,16 @@ def test_a_write_into_an_input_reaches_the_callers_tensor(devices, res):
     want_b = y.t().clone()
     want_b[0] = -1.0
     torch.testing.assert_close(b, want_b)
+
+
+def test_a_write_into_an_input_sharing_memory_with_another_raises(devices):
+    def f(u, v):
+        u.mul_(2)
+        return u + v     # the vectorized run sees the write through v
+    a = torch.arange(8.0).view(4, 2)
+    g = nx.xmap(f, in_axes=(["i", ...], ["i", ...]), out_axes=["i", ...],
+                axis_resources={"i": "x"})
+    with P.Mesh(np.array(devices), ("x",)):
+        with pytest.raises(nx.AxisResourceError, match="shares memory with another input"):
+            g(a, a)
+        torch.testing.assert_close(g(a, a.clone()), torch.arange(8.0).view(4, 2) * 3)
