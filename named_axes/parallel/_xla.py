@@ -24,7 +24,8 @@ from torch.overrides import TorchFunctionMode
 from .._engine import EngineBase
 from .._errors import AxisResourceError
 from .._tensor import NamedTensor, data_and_names
-from .._torch_private import tensor_version, tree_flatten, tree_unflatten, xla_graph_runtime
+from .._torch_private import (functorch_unwrapped, is_functorch_wrapped, tensor_version,
+                              tree_flatten, tree_unflatten, xla_graph_runtime)
 from ._devices import ensure_spmd, xla_device, xla_devices
 from ._dtensor_comms import rewrap
 
@@ -71,7 +72,9 @@ class XlaEngine(EngineBase):
         # per physical dim: None, a mesh axis name, or a tuple of them (major to minor)
         spec = tuple(None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
                      for axes in self.plan.spec(names, data.dim() - len(names)))
-        if any(s is not None for s in spec):
+        # (a value a torch.func transform around the xmap wraps runs unannotated:
+        # torch-xla shards plain XLA tensors only, and the partitioner replicates it)
+        if any(s is not None for s in spec) and not is_functorch_wrapped(data):
             if data.requires_grad and hasattr(xs, "mark_sharding_with_gradients"):
                 data = xs.mark_sharding_with_gradients(data, self.xmesh, spec)
             else:
@@ -101,9 +104,9 @@ class XlaEngine(EngineBase):
         with _Replicating(self.device):
             outs = body(xleaves, engine=engine if engine is not None else self)
         written = [(d, c) for d, c, v in copies if tensor_version(c) != v]
-        memory = [d.untyped_storage().data_ptr() for d, _, _ in copies]
+        memory = [_address(d) for d, _, _ in copies] if written else []
         for d, _ in written:
-            if memory.count(d.untyped_storage().data_ptr()) > 1:
+            if memory.count(_address(d)) > 1:
                 raise AxisResourceError(
                     f"the torch-xla engine: an input of shape {tuple(d.shape)} is written in "
                     f"place and shares memory with another input; each goes to XLA as its "
@@ -113,6 +116,11 @@ class XlaEngine(EngineBase):
         for d, c in written:
             d.copy_(c.to(d.device))
         return [self.back(o) for o in outs]
+
+
+def _address(t: torch.Tensor) -> int:
+    """The address of a host tensor's memory (through torch.func's wrappers)."""
+    return functorch_unwrapped(t).untyped_storage().data_ptr()
 
 
 class _Replicating(TorchFunctionMode):
@@ -158,7 +166,8 @@ def run_graph(values: list, device: torch.device) -> None:
     ``_GRAPHS`` is never cleared (forgetting a hash would let a collision back in); it
     holds one 32-byte digest per distinct graph.
     """
-    tensors = [v for v in values if isinstance(v, torch.Tensor) and v.device.type == "xla"]
+    tensors = [functorch_unwrapped(v) for v in values   # (the XLA tensors torch.func wraps)
+               if isinstance(v, torch.Tensor) and v.device.type == "xla"]
     if not tensors:
         return
     ir_text, graph_hash, run = xla_graph_runtime()
