@@ -69,8 +69,11 @@ class XlaEngine(EngineBase):
             self.home = data.device
         if data.device.type != "xla":
             data = data.to(self.device)
-        # per physical dim: None, a mesh axis name, or a tuple of them (major to minor)
-        spec = tuple(None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
+        # per physical dim: None, a mesh dim, or a tuple of them (major to minor), by index
+        # (a mesh axis name need not be a string: nx.pmap's is not)
+        dim = {n: i for i, n in enumerate(self.mesh.axis_names)}
+        spec = tuple(None if not axes else dim[axes[0]] if len(axes) == 1
+                     else tuple(dim[a] for a in axes)
                      for axes in self.plan.spec(names, data.dim() - len(names)))
         # (a value a torch.func transform around the xmap wraps runs unannotated:
         # torch-xla shards plain XLA tensors only, and the partitioner replicates it)
