@@ -135,7 +135,8 @@ def check_overlap(func: Callable, args: tuple, kwargs: dict, out=None) -> None:
         return
 
     def shares(d) -> bool:
-        return d is not None and d is not target and d.untyped_storage().data_ptr() == ptr
+        return (d is not None and d is not target and d.device == target.device
+                and d.untyped_storage().data_ptr() == ptr)
 
     if not ptr or not any(shares(_plain_data(d)) for d in others):
         return

@@ -76,3 +76,15 @@ def test_a_write_into_an_input_sharing_memory_with_another_raises(devices):
         with pytest.raises(nx.AxisResourceError, match="shares memory with another input"):
             g(a, a)
         torch.testing.assert_close(g(a, a.clone()), torch.arange(8.0).view(4, 2) * 3)
+
+
+def test_out_on_the_host_for_a_named_result_raises_as_vectorized(devices):
+    def f(v):
+        c = torch.empty(4)
+        torch.add(v, 1, out=c)   # a plain out= for a named result
+        return c
+    for res in ({}, {"i": "x"}):
+        g = nx.xmap(f, in_axes=[["i", ...]], out_axes=["i", ...], axis_resources=res)
+        with P.Mesh(np.array(devices), ("x",)):
+            with pytest.raises(nx.AxisSizeError, match="out= has named shape"):
+                g(torch.arange(16.0).view(4, 4))
