@@ -36,7 +36,11 @@ def xla_mesh(m) -> Any:
     """The ``torch_xla.distributed.spmd.Mesh`` of a :class:`Mesh` (built once)."""
     xm = m._cache.get("xla_mesh")
     if xm is None:
-        ensure_spmd()
+        n = len(xla_devices())
+        if m.device_ids.size != n:   # (torch-xla's SPMD program spans every device)
+            raise AxisResourceError(
+                f"the torch-xla engine needs a mesh over all {n} XLA devices (its SPMD "
+                f"program spans every device), got {m!r}: give every device a mesh position")
         import torch_xla.distributed.spmd as xs
 
         xm = xs.Mesh(m.device_ids.reshape(-1), tuple(m.devices.shape), tuple(m.axis_names))
