@@ -70,7 +70,8 @@ def function_local_imports() -> list[str]:
 LAYERS = (
     {"_errors", "_parsing", "_plancache", "_torch_private", "_version", "_levels", "_env",
      "_engine", "_modes"},
-    {"_tensor", "_abstract", "_tape", "_registry", "_layout", "_dispatch", "_writes", "_shape_errors",
+    {"_tensor", "_abstract", "_tape", "_registry", "_layout", "_dispatch", "_draws", "_writes",
+     "_shape_errors",
      "_naming", "_interop", "_compile_compat", "rules"},
     {"_einsum", "_einsum2", "_one_hot", "_functions", "_einops", "nn", "lax"},
     {"transforms"},

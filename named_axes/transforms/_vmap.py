@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 from .. import _env
-from .._dispatch import DRAWS, dispatch
+from .._dispatch import dispatch
+from .._draws import DRAWS
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape, fmt_spec
 from .._layout import from_numpy, insert_named
 from .._parsing import parse_mapping
