@@ -153,7 +153,7 @@ def insert_plan(names: tuple, p: int, mapping: AxisMapping, *, what: str) -> tup
     missing = tuple(n for n in placed if n not in names)
     full = missing + names   # the physical dims' names once the missing ones are in front
     src = {n: i for i, n in enumerate(full)}
-    by_pos = dict(mapping.resolve(p + len(placed), what=what))
+    by_pos = dict(mapping.resolve(p + len(placed), what=what, placed=len(placed)))
     positional = iter(range(len(full), len(full) + p))
     # [kept..., then each result dim: a placed axis or the next positional dim]
     perm = [src[n] for n in keep] + [src[by_pos[i]] if i in by_pos else next(positional)

@@ -79,11 +79,12 @@ class AxisMapping:
     def names(self) -> tuple:
         return tuple(name for _, name in self.entries)
 
-    def resolve(self, ndim: int, *, what: str) -> tuple:
+    def resolve(self, ndim: int, *, what: str, placed: int = 0) -> tuple:
         """Positions normalized against ``ndim``, sorted by position.
 
         Raises AxisSpecError when a position is out of range, two names share one, or
         the mapping asserts a rank (a list without ``...``) that ``ndim`` is not.
+        ``placed``: how many of the ``ndim`` dims are named axes it places (an output's).
         """
         if self.rank is not None and ndim != self.rank:
             raise AxisSpecError(
@@ -97,8 +98,9 @@ class AxisMapping:
             if not 0 <= p < ndim:
                 raise AxisSpecError(
                     f"{what}: axis mapping {self.spelling} puts {name!r} at position {pos}, "
-                    f"but the value has only {ndim} positional dimension(s)"
-                )
+                    + (f"but the value has only {ndim} positional dimension(s)" if not placed else
+                       f"but the result has only {ndim} dimension(s): the value's "
+                       f"{ndim - placed} positional one(s) and the {placed} it places"))
             if p in seen:
                 raise AxisSpecError(
                     f"{what}: axis mapping {self.spelling} maps position {pos} to both "

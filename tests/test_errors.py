@@ -211,8 +211,13 @@ def test_two_names_at_one_position_after_normalizing():
 
 def test_output_position_out_of_range():
     f = nx.xmap(ident, in_axes=['i', ...], out_axes={5: 'i'})
-    with _raises(ValueError, r"the output.*puts 'i' at position 5, but the value has only 2"):
+    with _raises(ValueError, r"the output.*puts 'i' at position 5, but the result has only 2 "
+                             r"dimension\(s\): the value's 1 positional one\(s\) and the 1 it "
+                             r"places"):
         f(X5)
+    with _raises(ValueError, r"position 1, but the result has only 1 dimension\(s\): the "
+                             r"value's 0 positional"):   # (JAX: 'it only has 0')
+        nx.xmap(ident, in_axes=['i', ...], out_axes={1: 'i'})(torch.ones(5))
 
 
 def test_ellipsis_not_last():
