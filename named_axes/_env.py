@@ -209,6 +209,10 @@ def bind(
         pop()
 
 
+# the context nx.vmap's randomness needs (transforms/_vmap registers its handler's)
+DRAWS_SCOPE: list = [contextlib.nullcontext]
+
+
 @contextlib.contextmanager
 def untouched_draws() -> Iterator[None]:
     """Random ops draw as they would outside nx.vmap's ``randomness`` (the library's own:
@@ -232,8 +236,10 @@ def within(scope: list) -> Iterator[None]:
     entered = scope if scope and _state.stack[-len(scope):] != scope else []
     for frame in entered:
         push(frame)
-    try:
-        yield
+    try:   # (nx.vmap's randomness handler too, with its frames)
+        with DRAWS_SCOPE[0]() if _state.draws is None and any(
+                f.randomness for f in entered) else contextlib.nullcontext():
+            yield
     finally:
         for _ in entered:
             pop()

@@ -187,7 +187,7 @@ def vmap(fun: Callable, in_dims: Any = 0, out_dims: Any = 0, *, axis_name: Hasha
         if chunk_size is not None and size > chunk_size and axis_name is None:
             return _chunked(body, call_args, name, size, chunk_size, out_dims, what,
                             randomness)
-        with _env.bind({name: size}, kind="vmap", randomness=randomness), _Draws(what):
+        with _env.bind({name: size}, kind="vmap", randomness=randomness), _Draws():
             out = body(*call_args)
         return _finish(out, out_dims, name, size, what)
 
@@ -290,7 +290,7 @@ def _chunked(fun, call_args, name, size, chunk_size, out_dims, what, randomness)
                   for x in leaves]
         if randomness == "same":
             torch.set_rng_state(state)
-        with _env.bind({name: n}, kind="vmap", randomness=randomness), _Draws(what):
+        with _env.bind({name: n}, kind="vmap", randomness=randomness), _Draws():
             out = _finish(fun(*tree_unflatten(sliced, spec)), out_dims, name, n, what)
         flat, out_spec = tree_flatten(out)
         flats.append(flat)
@@ -317,10 +317,6 @@ class _Draws(torch.overrides.TorchFunctionMode):
     of those its operands carry.  The mode sees draws on plain tensors, the dispatcher
     hands it every op on named values (``_env._state.draws``); the calls made while one
     is handled pass."""
-
-    def __init__(self, what: str):
-        super().__init__()
-        self.what = what
 
     def __enter__(self):
         self.saved, _env._state.draws = _env._state.draws, self.dispatch
@@ -365,6 +361,7 @@ def _with_stand_in(func: Callable, args: tuple, kwargs: dict) -> tuple:
     return _drawing(func), args, kwargs
 
 
+_env.DRAWS_SCOPE[:] = [_Draws]   # (re-entered with the frames: _env.within)
 _DRAWING: dict = {}   # op -> _drawing(op)
 
 
