@@ -22,6 +22,7 @@ named_axes._errors.NamedAxisError: jit(step): the program calls SGD.step()...
 from __future__ import annotations
 
 import contextlib
+import inspect
 import threading
 from typing import Iterable
 
@@ -87,6 +88,14 @@ class TraceProbe(_Keeper, TorchDispatchMode):
         for t in written_tensors(func, args, kwargs):
             if _is_real(t) and t.numel() <= CONSTANT_NUMEL_LIMIT:
                 self._keep(t)
+        if not torch.is_grad_enabled() and _converting() and any(
+                _is_real(a) for a in tree_leaves((args, kwargs))):
+            raise NamedAxisError(
+                f"jit({_tracing.name}): the program converts a module (Module.double(), "
+                f".float(), .half(), .to(...) replace its parameters and buffers), which a "
+                f"compiled program does not replay: the trace would leave its placeholders in "
+                f"the module. Convert the module before calling the program (this call left "
+                f"it unchanged).")
         if (torch.Tag.data_dependent_output in getattr(func, "tags", ()) and args
                 and _is_real(args[0])):
             self._read.setdefault(id(args[0]), args[0])
@@ -158,6 +167,17 @@ def written_tensors(func, args: tuple, kwargs: dict) -> list:
         if isinstance(t, torch.Tensor):
             out.append(t)
     return out
+
+
+def _converting() -> bool:
+    """Whether a module's conversion (``.double()``, ``.to()``...: the function torch's
+    ``nn.Module`` runs them through, found on the stack by its name) is running.
+    No public hook sees a conversion replace a module's parameters."""
+    frame = inspect.currentframe()
+    while frame is not None and not (frame.f_code.co_name == "_apply" and
+                                     frame.f_globals.get("__name__") == torch.nn.Module.__module__):
+        frame = frame.f_back
+    return frame is not None
 
 
 def _is_real(t) -> bool:
