@@ -36,6 +36,12 @@ TAPES: list = []
 class INNER:
     """The key itself (a class: dynamo compares classes by identity, not object())."""
 
+
+# Recorder key: names a collective reduced a value replicated along (lax/_reductions.py):
+# JAX transposes that per instance of them, so a pullback is never mapped over them.
+class REPLICATED:
+    """The key itself (as :class:`INNER`)."""
+
 __all__ = ["Frame", "bind", "push", "pop", "bound_axes", "axis_size", "current_frame", "frames",
            "conflicts", "within", "resources", "enter_resource", "exit_resource",
            "set_rank_agreement", "rank_agreement"]

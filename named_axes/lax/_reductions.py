@@ -21,7 +21,7 @@ from . import _ops
 from .._dispatch import result
 from .._engine import engine_for
 from .._env import _state as _env_state
-from .._env import axis_size
+from .._env import RECORDERS, REPLICATED, axis_size
 from .._errors import AxisSizeError
 from .._tensor import NamedTensor
 from .._torch_private import tree_map
@@ -73,7 +73,7 @@ def _reduce(x: Any, axis_name: Any, op: str) -> Any:
         x = _floating(x)
     if type(x) is _NT and names:
         return _reduce_named(x, names, op)
-    factor = _size(names, op)   # (1 for no names: JAX's psum(x, ()) is x)
+    factor = _replicated(names, op)   # (1 for no names: JAX's psum(x, ()) is x)
     if type(x) is not _NT and not isinstance(x, (torch.Tensor, bool, int, float, complex)):
         _as_named(x, op)   # (raises: not a value)
     if names and isinstance(x, torch.Tensor) and _ops._tracing():
@@ -89,6 +89,14 @@ def _size(names, op: str) -> int:
     return factor
 
 
+def _replicated(names, op: str) -> int:
+    """:func:`_size` of axes a value is replicated along, noted for the derivatives open
+    around (``_env.REPLICATED``)."""
+    for rec in RECORDERS:
+        rec.setdefault(REPLICATED, set()).update(names)
+    return _size(names, op)
+
+
 def _reduce_named(x: NamedTensor, names: tuple, op: str) -> Any:
     """:func:`_reduce` of a NamedTensor over ``names``: an engine's own implementation, or
     the named dims it carries reduced and those it lacks (replicated) counted."""
@@ -101,7 +109,7 @@ def _reduce_named(x: NamedTensor, names: tuple, op: str) -> Any:
         return method(x, names)
     carried = [n for n in names if n in x._names]
     missing = [n for n in names if n not in carried]
-    factor = _size(missing, op)
+    factor = _replicated(missing, op)
     for n in carried:
         _check_bound_size(x, n, op)
     data = x._data

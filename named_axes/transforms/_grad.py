@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .._engine import engine_for
-from .._env import bound_axes
+from .._env import REPLICATED, bound_axes
 from .._errors import AxisSpecError, AxisTypeError, fmt_named_shape
 from .._modes import building_graph
 from .._tensor import NamedTensor
@@ -407,7 +407,7 @@ def _vjp_once(r: _Run, has_aux: bool, what: str) -> tuple:
         if len(cts) != len(out_leaves):
             raise AxisSpecError(f"{what}: the cotangent has {len(cts)} leaves but the output "
                                 f"has {len(out_leaves)}")
-        batch = _mapped_axes(r, cts, names)
+        batch = _mapped_axes(r, cts, names, what)
         lead = tuple(batch)
         if r.region.transposed and len(lead) != 1 and torch.compiler.is_dynamo_compiling():
             # a custom_jvp's reverse rule transposes its JVP rule with torch.func.vjp in
@@ -432,7 +432,7 @@ def _vjp_once(r: _Run, has_aux: bool, what: str) -> tuple:
     return (out, vjp_fn, rebox(*aux_box)) if has_aux else (out, vjp_fn)
 
 
-def _mapped_axes(r: _Run, cts: list, names: list) -> dict:
+def _mapped_axes(r: _Run, cts: list, names: list, what: str) -> dict:
     """The axes (name -> size) a pullback is mapped over, once per instance: those a
     cotangent carries and its output lacks that the computation never met (bound since
     the forward -- a vmap over the pullback, as jacrev does -- or an enclosing xmap's)."""
@@ -442,6 +442,12 @@ def _mapped_axes(r: _Run, cts: list, names: list) -> dict:
             if b not in (n or ()) and b not in r.region.axes and b not in r.reduce_axes \
                     and b in bound_axes():
                 batch.setdefault(b, size)
+    for b in set(batch) & r.region.seen.get(REPLICATED, set()):
+        raise AxisSpecError(
+            f"{what}: the cotangent carries axis {b!r}, which the output and the primals lack, "
+            f"and the function reduces a value replicated along {b!r} over it (psum of a "
+            f"value lacking it): JAX transposes that per instance of {b!r}, which this "
+            f"pullback cannot; pass the primals with axis {b!r} (broadcast along it)")
     return batch
 
 

@@ -36,7 +36,7 @@ import os
 import torch
 
 from .._engine import engine_for
-from .._env import INNER
+from .._env import INNER, REPLICATED
 from .._errors import AxisTypeError
 from .._modes import modes_run_values as _modes_run_values
 from .._tensor import RECORDERS, NamedTensor
@@ -92,7 +92,7 @@ class Region:
         inner = self.seen.get(INNER, ())
         missing = {}
         for n, size in self.seen.items():
-            if n is INNER or n in inner or n in self.axes:
+            if n is INNER or n is REPLICATED or n in inner or n in self.axes:
                 continue
             self.axes[n] = size
             if n not in self.reduce:
