@@ -156,7 +156,7 @@ def _reduce_tree(x: Any, axis_name: Any, op: str, groups: Any) -> Any:
     engine = engine_for(_axis_names(axis_name, op, positional=True)[0])
     # (an engine that replays, a SerialLoop, reduces all leaves in one pass)
     with engine.tree() if engine is not None else contextlib.nullcontext():
-        return tree_map(lambda v: _reduce(v, axis_name, op), x)
+        return tree_map(lambda v: v if v is None else _reduce(v, axis_name, op), x)
 
 
 def _reduction(op: str, doc: str):
