@@ -14,7 +14,7 @@ tensor([0., 2.])
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -147,24 +147,35 @@ def functional_call(module: torch.nn.Module, parameter_and_buffer_dicts: Any,
     if not any(type(v) is NamedTensor for v in values.values()):   # torch's own, exactly
         return torch.func.functional_call(module, parameter_and_buffer_dicts, args, kwargs,
                                           tie_weights=tie_weights, strict=strict)
-    shadowed = []
+    buffers = {n for n, _ in module.named_buffers(remove_duplicate=False)}
+    swaps = []   # (given name, what puts back the place's value)
     try:
         for name, value in values.items():
             for place in places[name]:
-                # an instance attribute shadows the parameter (Module.__getattr__ is
-                # asked only when there is none); Module.__setattr__ wants a torch.Tensor.
-                # One already there (a functional_call around this one) comes back after
                 owner, _, attr = place.rpartition(".")
-                held = vars(module.get_submodule(owner))
-                shadowed.append((held, attr, held.get(attr)))
-                held[attr] = value
+                swaps.append((name, _put(module.get_submodule(owner), attr, value,
+                                         place in buffers)))
         return module(*args, **(kwargs or {}))
     finally:
-        for held, attr, before in reversed(shadowed):
-            if before is None:
-                held.pop(attr, None)
-            else:
-                held[attr] = before
+        ends = {name: restore() for name, restore in reversed(swaps)}
+        if isinstance(parameter_and_buffer_dicts, dict):   # (a buffer the forward reassigned)
+            parameter_and_buffer_dicts.update({n: v for n, v in ends.items() if v is not None})
+
+
+def _put(sub: torch.nn.Module, attr: str, value: Any, buffer: bool) -> Callable:
+    """``value`` in ``sub.<attr>``; returns what puts the value before back (giving the
+    value at the end: a forward may reassign a buffer, which torch's reports).  A buffer
+    takes it in the module's own slot; a parameter's wants an nn.Parameter, so an instance
+    attribute shadows it (Module.__getattr__ is asked only when there is none), one
+    already there (a functional_call around this one) coming back after."""
+    if buffer:
+        before = getattr(sub, attr)
+        setattr(sub, attr, value)
+        return lambda: (getattr(sub, attr), setattr(sub, attr, before))[0]
+    held = vars(sub)
+    before = held.get(attr)
+    held[attr] = value
+    return lambda: held.pop(attr) if before is None else held.update({attr: before})
 
 
 def _merged(dicts: Any) -> dict:
