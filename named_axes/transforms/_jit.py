@@ -418,8 +418,10 @@ def on_mesh_under_dynamo(program: Callable) -> bool:
     >>> on_mesh_under_dynamo(len)   # not tracing, not an xmap
     False
     """
-    if not _is_compiling() or not getattr(program, "axis_resources", None):
-        return False
+    resources = getattr(program, "axis_resources", None)
+    if not _is_compiling() or not resources or isinstance(resources, dict) and any(
+            getattr(r, "chunks", 1) > 1 for r in resources.values()):   # (a SerialLoop
+        return False   # replays values, which no trace has: its engine runs outside dynamo)
     # (a mesh in scope is known by its key: ("Mesh", platform, ...))
     return any(key[1] != "xla" for key in _env.resources())
 
