@@ -96,6 +96,9 @@ def compile_program(fun: Callable, args: tuple, static: tuple, backend: Backend,
         example = [leaves[i] for i in tensor_pos]
         pos = None if len(tensor_pos) == len(leaves) else tensor_pos
         rebuild, pure = _output_builder(out_info), _pure(gm)
+        if any(isinstance(v, torch.Tensor) and v.device.type == "xla"  # torch-xla compiles
+               for v in [*consts, *(n.meta.get("val") for n in gm.graph.nodes)]):  # (jit)
+            return Program(None, pos, rebuild, pure, False, closed=closed)
         differentiable = not values and _differentiable(gm, example)
         if differentiable and (rules or _communicates(gm)):   # cut in two, or run inline
             joint = None

@@ -44,3 +44,13 @@ def test_jit_of_an_xmap_on_the_xla_mesh(devices):
     want = nx.xmap(lambda v: nx.lax.psum(v, "b") * nx.lax.axis_index("b"), in_axes=[["b", ...]],
                    out_axes=["b", ...])(x)
     torch.testing.assert_close(got, want)
+
+
+def test_jit_of_a_program_closing_over_an_xla_tensor(devices):
+    w = torch.randn(3)
+    w_xla = w.to(xla_device())
+    f = nx.jit(lambda x: (x.to(w_xla.device) * w_xla).cpu())   # CPU in, CPU out
+    x = torch.randn(3)
+    torch.testing.assert_close(f(x), x * w)
+    torch.testing.assert_close(f(x + 1), (x + 1) * w)
+    assert f.stats()["inline"] == 2
