@@ -48,3 +48,15 @@ def test_the_counter_reads_one_write():
                 axis_resources={"i": nx.SerialLoop(2)})
     assert f(torch.ones(4)).tolist() == [1.0] * 4 and float(acc) == 1.0
     assert f(torch.ones(4)).tolist() == [2.0] * 4 and float(acc) == 2.0   # next call: on
+
+
+@pytest.mark.parametrize("chunks", [2, 4])
+def test_an_input_lacking_the_loop_axes_written_before_a_collective(chunks):
+    # (was refused as a replayed write: each chunk now starts from the call's state)
+    def run(res):
+        w = torch.zeros(3)
+        f = nx.xmap(lambda x, w: L.psum(x * w.add_(1), "i"), in_axes=(["i", ...], [...]),
+                    out_axes=[...], **res)
+        return f(torch.arange(12.0).reshape(4, 3), w).tolist(), w.tolist()
+
+    assert run({"axis_resources": {"i": nx.SerialLoop(chunks)}}) == run({})

@@ -171,7 +171,7 @@ class SerialEngine(EngineBase):
         _refuse_trace()
         self._known, self._sigs, self.passes, self.within = [], [], 0, None
         self._gens: dict = {}   # id -> (a generator= of a draw, its state at first sight)
-        before, kept = _versions(leaves), ChunkWrites(leaves, self.names)
+        before, kept = _versions(leaves, self.names), ChunkWrites(leaves, self.names)
         while True:
             self.passes += 1
             self._pending, paused, self._deferring, self._paused_tree = {}, False, 0, False
@@ -195,7 +195,7 @@ class SerialEngine(EngineBase):
                     paused = True
             if not paused:
                 return self._assemble(outs, grid)
-            if _versions(leaves) != before:   # (the next pass would write them again)
+            if _versions(leaves, self.names) != before:   # (the next pass would write them again)
                 raise SerialLoopError(
                     f"an input written in place before a collective over the SerialLoop axes "
                     f"{self.names}: the loop replays each chunk up to every such collective, "

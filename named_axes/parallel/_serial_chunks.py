@@ -168,12 +168,14 @@ def _in_memory_order(data: torch.Tensor, fn, dim: int) -> torch.Tensor:
     return out.permute([order.index(d) for d in range(data.dim())])
 
 
-def _versions(leaves: list) -> list:
-    """The version counters of the named input leaves' data (bumped by in-place writes)."""
+def _versions(leaves: list, names: tuple) -> list:
+    """The version counters of the data of the input leaves carrying some of ``names``
+    (bumped by in-place writes; the others' writes are undone per chunk: ChunkWrites)."""
     out = []
     for x in leaves:
         try:
-            out.append(tensor_version(x._data) if isinstance(x, NamedTensor) else None)
+            out.append(tensor_version(x._data) if isinstance(x, NamedTensor)
+                       and set(x._names) & set(names) else None)
         except RuntimeError:   # (an inference tensor has no version counter)
             out.append(None)
     return out
