@@ -235,6 +235,15 @@ def _write(func: Callable, r, o) -> None:
                             f"desired output type {o.dtype} of out= (torch's rule)")
     o_data, o_names = data_and_names(o)
     r_data, r_names = data_and_names(r)
+    held, have = dict(zip(r_names, r_data.shape)), dict(zip(o_names, o_data.shape))
+    parts = [n for n in held if held[n] != have[n]]
+    if parts:
+        n = parts[0]
+        raise AxisSizeError(
+            f"{op_name(func)}: out= holds {have[n]} entries of axis {n!r} but the result holds "
+            f"{held[n]} of them here (a SerialLoop chunk or a mesh shard computes part of "
+            f"the axis, and out= was made outside the xmap body); make out= inside the body "
+            f"or drop out=")
     shape = tuple(r.shape)
     if tuple(o.shape) != shape:
         if o_data.numel():
