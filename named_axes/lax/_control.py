@@ -128,7 +128,10 @@ def _carry(step: Callable, init: Any) -> tuple:
     its numbers and numpy arrays as tensors, each Python number (weakly typed) of the
     dtype a step makes of it where it takes that (JAX re-traces a loop whose step
     promotes a weak carry), found by a step on fake values given the number itself
-    (torch promotes it weakly), else the tensor."""
+    (torch promotes it weakly), else the tensor.  Under dynamo (which cannot trace a fake
+    run) ``init`` as given."""
+    if torch.compiler.is_dynamo_compiling():
+        return init, _types(init)
     flat, spec = tree_flatten(init)
     types = [_leaf_type(v) for v in flat]
     flat = [torch.as_tensor(v) if t[2] or isinstance(v, (np.ndarray, np.generic)) else v
