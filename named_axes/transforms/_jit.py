@@ -335,10 +335,10 @@ def _jitted(programs: _ProgramCache) -> Callable:
                                 f"{st_vals!r}") from None
         if entry is None:
             # tensor subclasses (but nn.Parameter), which the compiled code cannot take,
-            # and calls on XLA (torch-xla compiles its lazy graphs itself) run inline;
+            # and calls on an XLA mesh (torch-xla compiles its graphs itself) run inline;
             # DTensors on a mesh compile for the rank's shards
-            others = [t for t in leaves if isinstance(t, _Tensor) and (t.device.type == "xla"
-                      or type(t) is not _Tensor and type(t) is not _Parameter)]
+            others = [t for t in leaves if type(t) is not _Tensor
+                      and type(t) is not _Parameter and isinstance(t, _Tensor)]
             if not others and all(k[1] != "xla" for k in _env.resources()):
                 entry = programs.add(args, dyn_args, st_vals, bound, key, leaves, tied)
             elif others and _env.resources() and all(is_dtensor(t) for t in others):
