@@ -442,7 +442,9 @@ def _mapped_axes(r: _Run, cts: list, names: list, what: str) -> dict:
             if b not in (n or ()) and b not in r.region.axes and b not in r.reduce_axes \
                     and b in bound_axes():
                 batch.setdefault(b, size)
-    for b in set(batch) & r.region.seen.get(REPLICATED, set()):
+    for b in batch if REPLICATED in r.region.seen else ():
+        if b not in r.region.seen[REPLICATED]:
+            continue
         raise AxisSpecError(
             f"{what}: the cotangent carries axis {b!r}, which the output and the primals lack, "
             f"and the function reduces a value replicated along {b!r} over it (psum of a "
