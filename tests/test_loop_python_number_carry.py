@@ -4,6 +4,8 @@ float), and a Python number is weakly typed: a step that makes ``0`` a float32 m
 float32 from the start (JAX re-traces the loop with the promoted carry; before, an
 AxisTypeError), a float16 step keeps ``0.0`` float16.  Values from JAX 0.4.30."""
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -67,8 +69,13 @@ def test_inside_xmap_and_grad():
 
 
 def test_under_torch_compile_fullgraph():
-    # dynamo cannot trace the fake step: there the carry is taken as given (it was)
-    f = nx.xmap(lambda v: nx.lax.fori_loop(0, 3, lambda i, c: c + v.sum(), 0.),
-                in_axes=['i', ...], out_axes=['i', ...])
-    x = torch.arange(6.).reshape(2, 3)
-    assert torch.equal(torch.compile(f, fullgraph=True)(x), torch.tensor([9., 36.]))
+    # dynamo cannot trace the fake step: there the carry is taken as given (it was).  In a
+    # fresh process: under pytest dynamo happened to write the xmap as one graph call
+    code = ("import torch, named_axes as nx\n"
+            "f = nx.xmap(lambda v: nx.lax.fori_loop(0, 3, lambda i, c: c + v.sum(), 0.),\n"
+            "            in_axes=['i', ...], out_axes=['i', ...])\n"
+            "print(torch.compile(f, fullgraph=True)(torch.arange(6.).reshape(2, 3)).tolist())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("[9.0, 36.0]")
