@@ -80,6 +80,8 @@ def check_apart(func: Callable, written) -> None:
     stride 0 from ``expand``, windows of ``as_strided``): each instance would write into
     the others', as torch refuses a write in which "more than one element of the
     written-to tensor refers to a single memory location"."""
+    if torch.compiler.is_dynamo_compiling():   # (an eager check, as check_overlap's)
+        return
     data, k = _plain_data(written), len(written._names)
     if data is None or not data.numel():
         return
