@@ -27,7 +27,7 @@ from ._registry import is_inplace as _is_inplace
 from ._plancache import PlanCache
 from ._shape_errors import (READS_VALUES, _first_line, fmt_at, on_positional_shapes,
                             positional_failure, refuse_python_values, refuse_shared_writes)
-from ._torch_private import (is_functorch_wrapped, native_batch_norm_legit,
+from ._torch_private import (function_applies, is_functorch_wrapped, native_batch_norm_legit,
                              softmax_backward_data, softmax_backward_data_op, tensor_version,
                              tree_flatten, tree_unflatten)
 from . import _tensor
@@ -112,9 +112,6 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
     return out
 
 
-_APPLY = torch.autograd.Function.apply.__func__.__code__
-
-
 def refuse_user_function() -> None:
     """Refuse an op on named values beside a tensor that needs a gradient (grad mode off)
     inside the forward of a user's ``torch.autograd.Function`` given named values: its
@@ -122,21 +119,18 @@ def refuse_user_function() -> None:
     back untouched, so autograd would record nothing through it."""
     if _is_compiling():   # (dynamo traces no frames; its own Function rules apply)
         return
-    frame = sys._getframe(2)
-    while frame is not None:
-        if frame.f_code is _APPLY:   # (its forward runs inside; one of the library's own
-            cls, given = frame.f_locals["cls"], tree_flatten(frame.f_locals["args"])[0]
-            if not cls.__module__.startswith("named_axes.") and any(   # is not refused)
-                    type(v) is _NT for v in given) and any(
-                    (v._data if type(v) is _NT else v).requires_grad for v in given
-                    if type(v) is _NT or isinstance(v, _Tensor)):
-                raise AxisTypeError(
-                    f"{cls.__name__}.apply on named values: torch.autograd.Function takes a "
-                    f"NamedTensor for a non-tensor argument, so autograd would record no "
-                    f"gradient through {cls.__name__}. Write the rule with nx.custom_vjp "
-                    f"(or nx.custom_jvp), which takes named values, or apply "
-                    f"{cls.__name__} to positional tensors outside the named program")
-        frame = frame.f_back
+    for cls, given in function_applies(sys._getframe(2)):   # (its forward runs inside)
+        given = tree_flatten(given)[0]   # (one of the library's own is not refused)
+        if not cls.__module__.startswith("named_axes.") and any(
+                type(v) is _NT for v in given) and any(
+                (v._data if type(v) is _NT else v).requires_grad for v in given
+                if type(v) is _NT or isinstance(v, _Tensor)):
+            raise AxisTypeError(
+                f"{cls.__name__}.apply on named values: torch.autograd.Function takes a "
+                f"NamedTensor for a non-tensor argument, so autograd would record no "
+                f"gradient through {cls.__name__}. Write the rule with nx.custom_vjp "
+                f"(or nx.custom_jvp), which takes named values, or apply "
+                f"{cls.__name__} to positional tensors outside the named program")
 
 
 _INSIDE = [0]   # > 0 while an engine's op runs (its operands were handed over once)

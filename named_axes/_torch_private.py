@@ -36,7 +36,8 @@ __all__ = ["functorch_level", "functorch_active", "functorch_transform_kind",
            "DynamicOutputShapeException", "op_schema", "tensor_guards", "no_autograd_cache",
            "uncached_fake_mode", "inductor_compile_fx", "inductor_mode_options", "aoti_package",
            "aoti_package_loader", "dynamo_loaded", "is_functional_collective",
-           "dynamo_operator_tables", "dynamo_forget_handlers", "xla_graph_runtime"]
+           "dynamo_operator_tables", "dynamo_forget_handlers", "xla_graph_runtime",
+           "function_applies", "module_converting"]
 
 
 # -- torch.func's levels and wrappers -----------------------------------------------------
@@ -78,6 +79,40 @@ def functorch_transform_kind() -> str | None:
     :func:`functorch_transform_kinds`)."""
     kinds = functorch_transform_kinds()
     return kinds[-1] if kinds else None
+
+
+def function_applies(frame) -> list:
+    """``(cls, args)`` of each ``torch.autograd.Function.apply`` running on the stack
+    from ``frame`` outwards, innermost first.
+
+    Why: a user's Function given named values records no gradient (``apply`` takes a
+    NamedTensor for a non-tensor), and only its ``apply`` frame knows the Function and
+    its arguments; this reads that frame's locals (``cls``, ``args``).  Public: none
+    (``apply`` consults no ``__torch_function__``)."""
+    out = []
+    while frame is not None:
+        if frame.f_code is _APPLY:
+            out.append((frame.f_locals["cls"], frame.f_locals["args"]))
+        frame = frame.f_back
+    return out
+
+
+_APPLY = torch.autograd.Function.apply.__func__.__code__
+
+
+def module_converting(frame) -> bool:
+    """Whether a module's conversion (``.double()``, ``.to()``, ``.half()``...) runs on
+    the stack from ``frame`` outwards: the method ``nn.Module`` runs them through.
+
+    Why: nx.jit refuses a conversion inside a traced program before it replaces a
+    module's parameters with traced ones.  Public: none (no hook sees a conversion
+    replace parameters); this matches torch's ``Module._apply`` frame by its name."""
+    while frame is not None:
+        if frame.f_code.co_name == "_apply" and \
+                frame.f_globals.get("__name__") == torch.nn.Module.__module__:
+            return True
+        frame = frame.f_back
+    return False
 
 
 # Whether a tensor is one of torch.func's wrappers (batched or grad-tracking).  Why: a

@@ -32,7 +32,8 @@ from torch.utils.module_tracker import ModuleTracker
 
 from .._errors import NamedAxisError
 from .._torch_private import (EagerDispatchMode, FakeTensor, TorchDispatchMode,
-                              disable_dispatch_modes, op_schema, tree_leaves)
+                              disable_dispatch_modes, module_converting, op_schema,
+                              tree_leaves)
 
 __all__ = ["TraceProbe", "refusing_optimizer_steps", "check_grads_untouched",
            "check_no_stale_numbers", "preserving_writes", "storage_key", "written_tensors",
@@ -88,7 +89,7 @@ class TraceProbe(_Keeper, TorchDispatchMode):
         for t in written_tensors(func, args, kwargs):
             if _is_real(t) and t.numel() <= CONSTANT_NUMEL_LIMIT:
                 self._keep(t)
-        if not torch.is_grad_enabled() and _converting() and any(
+        if not torch.is_grad_enabled() and module_converting(inspect.currentframe()) and any(
                 _is_real(a) for a in tree_leaves((args, kwargs))):
             raise NamedAxisError(
                 f"jit({_tracing.name}): the program converts a module (Module.double(), "
@@ -167,17 +168,6 @@ def written_tensors(func, args: tuple, kwargs: dict) -> list:
         if isinstance(t, torch.Tensor):
             out.append(t)
     return out
-
-
-def _converting() -> bool:
-    """Whether a module's conversion (``.double()``, ``.to()``...: the function torch's
-    ``nn.Module`` runs them through, found on the stack by its name) is running.
-    No public hook sees a conversion replace a module's parameters."""
-    frame = inspect.currentframe()
-    while frame is not None and not (frame.f_code.co_name == "_apply" and
-                                     frame.f_globals.get("__name__") == torch.nn.Module.__module__):
-        frame = frame.f_back
-    return frame is not None
 
 
 def _is_real(t) -> bool:
