@@ -200,9 +200,11 @@ class ChunkWrites(_Keeper, EagerDispatchMode):
 
     runs_values, unseen = True, True   # (the library's checks run as without it)
 
-    def __init__(self, leaves: list, loop_names: tuple) -> None:
+    def __init__(self, leaves: list, loop_names: tuple, inner: Any = None) -> None:
         super().__init__()
         self._kept: dict = {}
+        # (not over an engine whose inputs are copies it writes back each chunk: XLA's)
+        self._watch = not getattr(inner, "copies", False)
         self._made = {None} | {_memory(functorch_unwrapped(x._data)) for x in leaves
                       if isinstance(x, NamedTensor) and type(x._data) is torch.Tensor
                       and set(x._names) & set(loop_names)}
@@ -210,7 +212,7 @@ class ChunkWrites(_Keeper, EagerDispatchMode):
     def watching(self, first: bool) -> Any:
         """This mode for a pass's first chunk, and for the others if it kept a tensor:
         every chunk runs the same ops (a mode costs each op a Python call)."""
-        return self if first or self._kept else contextlib.nullcontext()
+        return self if self._watch and (first or self._kept) else contextlib.nullcontext()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -233,8 +235,11 @@ _FRESH: dict = {}
 
 
 def _memory(t: torch.Tensor) -> Any:
-    """``storage_key(t)``; None for a tensor with no memory to read (forward AD's zeros)."""
+    """``t``'s storage address; None (not kept) for a tensor with none to read: forward
+    AD's zeros, an empty tensor, a lazy device's (XLA's, whose views are told apart from
+    their base only by torch-xla itself)."""
     try:
-        return storage_key(t)
+        key = storage_key(t)
     except RuntimeError:
         return None
+    return None if isinstance(key, tuple) else key

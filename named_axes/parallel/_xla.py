@@ -51,6 +51,8 @@ def xla_mesh(m) -> Any:
 class XlaEngine(EngineBase):
     """Runs a named program on XLA tensors annotated with the plan's shardings."""
 
+    copies = True   # (its inputs are XLA copies, written back after each run)
+
     def __init__(self, plan, mesh) -> None:
         if mesh.platform != "xla":
             raise AxisResourceError(f"the torch-xla engine needs a mesh of XLA devices "
