@@ -41,3 +41,14 @@ else:
     from named_axes.parallel._xla import xla_device
 
     torch.zeros(1, device=xla_device()).cpu()   # SPMD mode first, then the runtime starts
+
+
+def four_devices():
+    """The first 4 XLA devices, for a test module's ``devices`` fixture; skips where fewer
+    are set up."""
+    import pytest
+    from named_axes import parallel as P
+    devs = P.devices("xla")
+    if len(devs) < 4:
+        pytest.skip(f"needs 4 XLA devices (PJRT_DEVICE=CPU CPU_NUM_DEVICES=4), got {len(devs)}")
+    return devs[:4]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from _xla_env import xla_dump_dir  # noqa: E402  (sets PJRT/XLA_FLAGS before torch-xla starts)
+from _xla_env import four_devices, xla_dump_dir  # noqa: E402  (sets PJRT/XLA_FLAGS before torch-xla starts)
 
 pytestmark = pytest.mark.xla
 torch_xla = pytest.importorskip("torch_xla")
@@ -31,12 +31,7 @@ SPECS = {  # strategy -> expected sharding of (w1, images)
 }
 
 
-@pytest.fixture(scope="module")
-def devices():
-    devs = P.devices("xla")
-    if len(devs) < 4:
-        pytest.skip(f"needs 4 XLA devices (PJRT_DEVICE=CPU CPU_NUM_DEVICES=4), got {len(devs)}")
-    return devs[:4]
+devices = pytest.fixture(scope="module", name="devices")(four_devices)
 
 
 def _dumps() -> set:

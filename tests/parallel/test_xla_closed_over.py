@@ -18,12 +18,7 @@ import named_axes as nx  # noqa: E402
 from named_axes import parallel as P  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def devices():
-    devs = P.devices("xla")
-    if len(devs) < 4:
-        pytest.skip(f"needs 4 XLA devices (PJRT_DEVICE=CPU CPU_NUM_DEVICES=4), got {len(devs)}")
-    return devs[:4]
+devices = pytest.fixture(scope="module", name="devices")(_xla_env.four_devices)
 
 
 @pytest.mark.parametrize("res", [{"i": "x"}, {"i": ("x", P.SerialLoop(2))}])
