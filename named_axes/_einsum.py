@@ -3,12 +3,10 @@
 One letter per positional axis, named axes in braces: ``'n{b,k},{k,m}->n{b,m}'``.
 Named axes listed in inputs but not in the output are contracted; an operand may list a
 name it lacks (it is replicated along it).  A named axis an operand carries but its term
-does not list is a batch axis, kept in the output (without braces every named axis is).
-If another term lists it and the output does not, that operand is summed over it first,
-as in JAX's ``xeinsum`` (:class:`Prereduce`).  The call is translated once into a
-positional ``torch.einsum`` on the physical tensors, a fresh letter per named axis; where
-an engine computes a contracted axis in pieces, that einsum keeps the axis and sums it
-with ``psum`` (:func:`_run_split`).
+does not list is a batch axis, kept in the output (without braces every named axis is);
+if another term lists it and the output does not, that operand is summed over it first,
+as in JAX's ``xeinsum`` (:class:`Prereduce`).  The call becomes one positional
+``torch.einsum`` on the physical tensors, a fresh letter per named axis.
 
 >>> import torch, named_axes as nx
 >>> x = nx.named(torch.ones(2, 3, 4), 'b k ...')      # positional (4,) = 'n'
@@ -148,11 +146,9 @@ def _split_axes(names) -> tuple:
 
 
 def _run_split(plan: tuple, operands: tuple, bound: dict) -> Any:
-    """``_run_plan`` when a contracted or broadcast named axis is split by an engine, else
-    None.  A contraction over such an axis keeps it in the einsum and sums it with
-    ``nx.lax.psum``, which the engine makes exact (a SerialLoop replays it across its
-    chunks, as it does for pdot); an output axis broadcast from nothing gets the size
-    this piece holds."""
+    """``_run_plan`` when an engine splits a contracted or broadcast named axis, else None.
+    A contracted split axis is kept in the einsum and summed with ``nx.lax.psum`` (which
+    the engine makes exact); an output axis broadcast from nothing gets this piece's size."""
     eq, _, _, _, scaled, expand, perm, names, contracted = plan
     loop = _split_axes([n for n, _ in contracted])
     grow = _split_axes(expand)
@@ -212,21 +208,15 @@ def _plan_holds(plan: tuple, operands: tuple, bound: dict) -> bool:
     if not named and not letters:
         return True
     shapes = [x._data.shape if type(x) is _NT else x.shape for x in operands]
+    # (no sets: sizes may be SymInts, which do not hash)
     for group in named:   # one name, one size
-        i, d = group[0]
-        s = shapes[i][d]
-        for i, d in group[1:]:
-            if shapes[i][d] != s:
-                return False
+        sizes = [shapes[i][d] for i, d in group]
+        if any(s != sizes[0] for s in sizes[1:]):
+            return False
     for group in letters:  # one letter, one size (or 1: broadcast)
-        s = 1
-        for i, d in group:
-            t = shapes[i][d]
-            if t != 1:
-                if s == 1:
-                    s = t
-                elif t != s:
-                    return False
+        sizes = [t for t in (shapes[i][d] for i, d in group) if t != 1]
+        if any(s != sizes[0] for s in sizes[1:]):
+            return False
     return True
 
 
@@ -452,18 +442,18 @@ def _replicated(in_names: list, out_names: tuple, name_size: dict, what: str) ->
     axes, sized by the environment), those of them the output gets by expansion, and those
     that scale the sum.  Each must be bound."""
     listed_anywhere = {n for names in in_names for n in names}
+    bound = bound_axes()
     for n in out_names:
-        if n not in listed_anywhere and n not in bound_axes():
+        if n not in listed_anywhere and n not in bound:
             raise UnboundEinsumAxisError(
                 f"{what}: the output lists named axis {n!r}, which no input lists and no "
-                f"enclosing map binds (bound: {fmt_names(bound_axes())})")
+                f"enclosing map binds (bound: {fmt_names(bound)})")
     for n in listed_anywhere | set(out_names):
-        if n not in name_size and n not in bound_axes():
+        if n not in name_size and n not in bound:
             by = "".join(f"; operand {i}'s term lists it"
                          for i, names in enumerate(in_names) if n in names)
             raise UnboundAxisError(f"{what}: axis {n!r} is listed but no operand carries it "
-                                   f"and it is not bound here (bound: "
-                                   f"{fmt_names(bound_axes())}){by}")
+                                   f"and it is not bound here (bound: {fmt_names(bound)}){by}")
     env = tuple(n for n in listed_anywhere | set(out_names) if n not in name_size)
     expand = tuple(n for n in out_names if n not in name_size)
     scaled = tuple(n for n in env if n not in out_names)
