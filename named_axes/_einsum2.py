@@ -21,9 +21,8 @@ __all__ = ["einsum2_eager", "einsum_physical"]
 
 
 def einsum_physical(eq: str, datas: list) -> torch.Tensor:
-    """``torch.einsum``; two operands in eager mode as one ``mm`` / ``bmm`` between views
-    (while a graph is being built the einsum is kept as it is).  What torch cannot
-    contract (operands of mixed dtypes, bool ones) raises an AxisTypeError naming them."""
+    """``torch.einsum``, two operands in eager mode as :func:`einsum2_eager`; an
+    AxisTypeError for operands torch cannot contract (mixed dtypes, bool ones)."""
     try:
         if len(datas) == 2 and not building_graph():
             return einsum2_eager(eq, *datas)
@@ -38,19 +37,14 @@ def einsum_physical(eq: str, datas: list) -> torch.Tensor:
 
 
 def einsum2_eager(eq: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """``torch.einsum(eq, x, y)`` as one ``mm`` / ``bmm`` between views where it can.
-
-    torch.einsum plans on every call and leaves several autograd nodes; one ``mm`` is
-    cheaper forward and backward.  For eager code: a graph being built keeps the einsum.
-    """
+    """``torch.einsum(eq, x, y)`` as one ``mm`` / ``bmm`` between views where it can (for
+    eager code: torch.einsum plans on every call and leaves several autograd nodes)."""
     plan = _matmul_plan(eq)
     if plan is not None:
         dt = x.dtype
         if dt is y.dtype and dt.is_floating_point:
-            if plan.plain_mm:   # x [M, K] @ y [K, N] as they are
-                sx, sy = x.shape, y.shape
-                if sx[1] == sy[0]:
-                    return torch.mm(x, y)
+            if plan.plain_mm and x.shape[1] == y.shape[0]:   # x [M, K] @ y [K, N]
+                return torch.mm(x, y)
             out = _matmul_einsum(plan, x, y)
             if out is not None:
                 return out
