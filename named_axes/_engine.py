@@ -1,9 +1,8 @@
 """The engine interface: what a named program asks of the engine that runs its axes.
 
 An engine (a ``SerialLoop``'s chunks, the DTensor engine, torch-xla SPMD) is bound with
-the axes it runs (``_env.bind(sizes, engine=...)``); ``nx.lax``, einsum and the rules ask
-it through the methods of :class:`EngineBase` only (the interface, whose every answer
-is "as if no engine were there"; ``Engine`` names it too), found with :func:`engine_for`.
+the axes it runs (``_env.bind(sizes, engine=...)``); ``nx.lax``, einsum and the rules find
+it with :func:`engine_for` and ask it only through the methods of :class:`EngineBase`.
 
 >>> import torch, named_axes as nx
 >>> from named_axes import _env
@@ -38,9 +37,8 @@ COLLECTIVES = frozenset({"psum", "pmean", "pmax", "pmin", "pdot", "all_gather",
 
 
 class NeedsWholeAxes(Exception):
-    """Raised by :meth:`Engine.check_named_op` where the engine can compute an op along
-    its split axes ``names`` on their whole: the dispatcher then calls
-    ``engine.whole(func, args, kwargs, names)`` for the op's result (internal)."""
+    """Raised where the engine computes an op along its split axes ``names`` on their
+    whole: the caller then calls ``engine.whole(func, args, kwargs, names)`` instead."""
 
     def __init__(self, engine: Any, names: tuple) -> None:
         super().__init__(names)
@@ -68,10 +66,9 @@ class EngineBase:
         return contextlib.nullcontext()
 
     def broadcast(self, data: Any, names: tuple, result: tuple) -> Any:
-        """An operand's data (named ``names``) about to meet values carrying the axes
-        ``result`` (an op's, an einsum's product): the data to use (the local-shard path
-        puts the sum its cotangent will need on its path).  The dispatcher asks for every
-        operand of every op (:func:`broadcast_operands`), einsum and ``pdot`` for theirs."""
+        """The data to use for an operand's ``data`` (named ``names``) about to meet values
+        carrying the axes ``result`` (the local-shard path puts the sum its cotangent will
+        need on its path).  Asked for every operand of every op, einsum and ``pdot``."""
         return data
 
     def splits(self, name: Hashable) -> bool:
@@ -85,9 +82,9 @@ class EngineBase:
         return local
 
     def first_copy(self, data: Any, dim: int, name: Hashable) -> Any:
-        """``data``, equal copies along ``name`` (physical dim ``dim``), as one: the
-        first copy, where a derivative reaches (a mesh: the rank holding the first index
-        takes the whole cotangent, the others none)."""
+        """``data``, equal copies along ``name`` (physical dim ``dim``), as one copy,
+        where a derivative reaches (a mesh: the rank holding the first index takes the
+        whole cotangent, the others none)."""
         return data.select(dim, 0)
 
     def local_size(self, name: Hashable) -> int:
@@ -135,10 +132,9 @@ def engine_for(names) -> Engine | None:
 
 
 def broadcast_operands(args: tuple, kwargs: dict, named: type) -> tuple | None:
-    """``(args, kwargs)`` with each tensor operand needing a gradient handed through
-    ``engine.broadcast`` against the union of the operands' names (``named``: the
-    NamedTensor class; the members of a list argument, as ``torch.cat``'s, too), or None
-    where no engine runs those axes or nothing changed."""
+    """``(args, kwargs)`` with each tensor operand (a list argument's members too) that
+    may need a gradient handed through ``engine.broadcast`` against the union of the
+    operands' names (``named``: the NamedTensor class); None if nothing changed."""
     operands = [w for v in (*args, *kwargs.values())
                 for w in (v if isinstance(v, (list, tuple)) else (v,))]
     names = tuple(dict.fromkeys(n for v in operands if type(v) is named for n in v._names))
@@ -157,7 +153,7 @@ def broadcast_operands(args: tuple, kwargs: dict, named: type) -> tuple | None:
         changed.append(v)
         return named._wrap(new, own) if own else new
 
-    def each(v):   # a list argument's members (torch.cat's) too
+    def each(v):
         if not isinstance(v, (list, tuple)):
             return hand(v)
         members = [hand(w) for w in v]

@@ -2,9 +2,7 @@
 
 The physical layout of a NamedTensor is ``[named dims..., positional dims...]``.
 ``align`` brings an operand into a common layout ``[U..., P positional]`` (size-1
-dims where it lacks a name or positional rank) so that one torch call serves all;
-its plans are cached per (names, rank) signature: one ``permute`` and one
-``reshape`` at most per op.
+dims where it lacks a name or positional rank) so that one torch call serves all.
 
 >>> import torch, named_axes as nx
 >>> t = torch.arange(6.).reshape(2, 3)
@@ -35,7 +33,7 @@ __all__ = ["align", "align_to", "named", "positional", "to_named_perm", "insert_
 def align_plan(names: tuple, p: int, U: tuple, P: int):
     """How :func:`align` lays out a value named ``names`` with ``p`` positional dims as
     ``[U..., P positional]``: None for no change, else ``(perm or None, template or None)``
-    for :func:`apply_align` (for callers that cache it with their own plans)."""
+    for :func:`apply_align`."""
     order = [u for u in U if u in names]
     perm = None
     if tuple(order) != names:
@@ -55,10 +53,8 @@ _ALIGN_PLANS = PlanCache("align", align_plan)
 
 
 def align(data: torch.Tensor, names: tuple, p: int, U: tuple, P: int) -> torch.Tensor:
-    """Lay ``data`` (named ``names``, ``p`` positional dims) out as ``[U..., P positional]``.
-
-    Names of U missing from ``names`` and missing leading positional dims get size 1.
-    """
+    """Lay ``data`` (named ``names``, ``p`` positional dims) out as ``[U..., P positional]``
+    (size 1 for the names and leading positional dims it lacks)."""
     plan = _ALIGN_PLANS(names, p, U, P)
     return data if plan is None else apply_align(data, plan)
 
@@ -75,11 +71,8 @@ def apply_align(data: torch.Tensor, plan) -> torch.Tensor:
 
 
 def union_names(operands, *, op) -> tuple:
-    """The union of the operands' names in order of appearance, checking sizes by name.
-
-    ``operands`` is a list of ``(label, NamedTensor)``; ``op`` the op's spelling or the
-    function itself.
-    """
+    """The union of the names of ``operands`` (``(label, NamedTensor)`` pairs) in order of
+    appearance, checking sizes by name; ``op`` is the op's spelling or the function."""
     sizes: dict = {}
     where: dict = {}
     U: list = []
@@ -93,8 +86,7 @@ def union_names(operands, *, op) -> tuple:
                         op = op_name(op)
                     raise AxisSizeError(
                         f"{op}: inconsistent sizes for axis {n!r}: {sizes[n]} ({where[n]}) vs "
-                        f"{s} ({label}); axes with one name must have one size"
-                    )
+                        f"{s} ({label}); axes with one name must have one size")
             else:
                 sizes[n] = s
                 where[n] = label
@@ -103,10 +95,8 @@ def union_names(operands, *, op) -> tuple:
 
 
 def align_to(value: Any, names: tuple, p: int, *, what: str) -> torch.Tensor:
-    """The physical tensor of ``value`` laid out for a value named ``names`` with rank ``p``.
-
-    Used where ``value`` must not add named axes (gradients, in-place updates).
-    """
+    """The physical tensor of ``value`` laid out for a value named ``names`` with rank ``p``,
+    refusing named axes the target lacks (gradients, in-place updates)."""
     if isinstance(value, NamedTensor):
         extra = [n for n in value._names if n not in names]
         if extra:
@@ -114,8 +104,7 @@ def align_to(value: Any, names: tuple, p: int, *, what: str) -> torch.Tensor:
                 f"{what}: the value has named axis {extra[0]!r} "
                 f"(named_shape {fmt_named_shape(value.named_shape)}) that the target lacks "
                 f"(named axes: {', '.join(map(repr, names)) or 'none'}); this would broadcast "
-                f"it silently — reduce it first"
-            )
+                f"it silently — reduce it first")
         vp = value.ndim
         return align(value._data, value._names, vp, names, max(vp, p))
     return value
@@ -132,22 +121,17 @@ def to_named_perm(positions: tuple, k: int, ndim: int) -> tuple | None:
 
 
 def insert_named(x: NamedTensor, mapping: AxisMapping, *, sizes: Mapping, what: str):
-    """Place the named axes that ``mapping`` lists into positional dims.
-
-    Axes the mapping places but ``x`` lacks are broadcast (sizes from ``sizes``, which
-    has them); names of ``x`` that the mapping does not place stay named.
-    Returns a Tensor, or a NamedTensor when named axes remain.
-    """
+    """Place the named axes that ``mapping`` lists into positional dims: a Tensor, or a
+    NamedTensor of the names it does not place.  Axes ``x`` lacks are broadcast to
+    ``sizes``."""
     return apply_insert(x._data, insert_plan(x._names, x.ndim, mapping, what=what), sizes)
 
 
 def insert_plan(names: tuple, p: int, mapping: AxisMapping, *, what: str) -> tuple:
     """What :func:`insert_named` does to a value named ``names`` with ``p`` positional dims:
     ``(missing, perm, keep)`` — the names to broadcast in front, one permutation of the
-    physical dims (None for the identity) and the names that stay named.
-
-    Raises AxisSpecError when ``mapping`` does not fit the result's rank.
-    """
+    physical dims (None for the identity) and the names that stay named.  Raises
+    AxisSpecError when ``mapping`` does not fit the result's rank."""
     placed = mapping.names
     keep = tuple(n for n in names if n not in placed)
     missing = tuple(n for n in placed if n not in names)
@@ -245,9 +229,9 @@ def positional(nt: Any, axes: Any = ...) -> torch.Tensor:
 
 
 def check_whole(nt: NamedTensor, names, what: str) -> None:
-    """Refuse to place the named axes ``names`` of ``nt`` as positional dims where this
-    holds a SerialLoop chunk's share of one (a value positional along it would need every
-    chunk); :class:`NeedsWholeAxes` where the engine computes the op on whole axes."""
+    """Refuse to place the named axes ``names`` of ``nt`` as positional dims where it holds
+    a SerialLoop chunk's share of one; :class:`NeedsWholeAxes` where the engine computes
+    the op on whole axes."""
     bound = bound_axes()
     for n, size in zip(nt._names, nt._data.shape):
         if n in names and bound.get(n, size) != size:
@@ -267,10 +251,9 @@ def call(func: Callable, args: tuple, kwargs: dict) -> Any:
 
 
 def from_numpy(a: np.ndarray) -> torch.Tensor:
-    """``a`` as a tensor sharing its memory where it can: the one numpy conversion.
-
-    torch refuses negative strides, so such an array is copied; ``np.require`` keeps a
-    0-d array 0-d (``np.ascontiguousarray`` makes it 1-d).
+    """``a`` as a tensor sharing its memory where it can (a copy for negative strides,
+    which torch refuses; ``np.require`` keeps a 0-d array 0-d, ``np.ascontiguousarray``
+    does not).
 
     >>> import numpy as np
     >>> from_numpy(np.array(2.0)).shape, from_numpy(np.arange(3)[::-1]).tolist()
