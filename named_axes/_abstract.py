@@ -1,14 +1,12 @@
 """Run a function on fake copies of its arguments: its result's shapes, dtypes and named
 shapes, no FLOPs, no writes to real tensors.
 
-``nx.eval_shape`` runs whole programs this way; ``nx.lax`` control flow runs the branch
-a concrete predicate did not take, and a loop's body past its last step, to give a
-result the named axes JAX's abstract evaluation gives it (the union over both branches,
-the loop's fixed point), whatever the values decided.  The fake mode is marked
-``shapes_only`` (:func:`named_axes._modes.shapes_only`): control flow inside reads no
-values.  Real tensors the function closes over join as fakes; torch.func's wrapped
-tensors too.  An op that would write into a real tensor (fake mode runs an op whose
-operands are all real for real) raises :class:`WritesRealTensor` before it writes.
+``nx.eval_shape`` runs whole programs this way, and ``nx.lax`` control flow the branch a
+concrete predicate did not take (and a loop's body past its last step), so that named
+shapes follow JAX's abstract evaluation whatever the values decided.  The fake mode is
+marked ``shapes_only``: control flow inside reads no values.  An op that would write into
+a real tensor (fake mode runs an op on all-real operands for real) raises
+:class:`WritesRealTensor` before it writes.
 
 >>> import torch
 >>> from named_axes._tensor import NamedTensor
@@ -35,9 +33,8 @@ class WritesRealTensor(Exception):
 
 
 class NoRealWrites(TorchDispatchMode):
-    """Stops an op that writes into a tensor that is not fake (above the fake mode); with
-    ``fakes`` (that mode), runs it on the real tensors' fakes instead (the fake mode's own,
-    which later ops mixing them with fakes see, written)."""
+    """Stops an op that writes into a real tensor (above the fake mode); with ``fakes``
+    (that mode), runs it on that mode's fakes of the real tensors instead."""
 
     def __init__(self, fakes: FakeTensorMode | None = None) -> None:
         super().__init__()
@@ -60,8 +57,8 @@ class NoRealWrites(TorchDispatchMode):
 
 
 def shapes_only_mode() -> FakeTensorMode:
-    """A fake-tensor mode marked ``shapes_only``.  Static shapes: the arguments' sizes
-    stay ints; a value read as a number is an unbacked symbol."""
+    """A fake-tensor mode marked ``shapes_only``, with static shapes (a value read as a
+    number is an unbacked symbol)."""
     mode = FakeTensorMode(allow_non_fake_inputs=True, shape_env=ShapeEnv(),
                           static_shapes=True)
     mode.shapes_only = True
@@ -69,8 +66,7 @@ def shapes_only_mode() -> FakeTensorMode:
 
 
 def fake_tree(mode: FakeTensorMode, tree: Any) -> Any:
-    """``tree`` with its real tensors and NamedTensors as fakes of ``mode`` (other leaves
-    as they are)."""
+    """``tree`` with its real tensors and NamedTensors as fakes of ``mode``."""
     def fake(x):
         if type(x) is NamedTensor:
             return NamedTensor._wrap(mode.from_tensor(x._data), x._names)
@@ -81,16 +77,14 @@ def fake_tree(mode: FakeTensorMode, tree: Any) -> Any:
 
 
 def run_abstractly(fn: Callable, *args: Any) -> Any:
-    """``fn(*args)`` on fakes shaped as ``args`` (see the module docstring): new ones,
-    with no autograd history (torch cannot copy a differentiated tensor's into a fake
-    one inside a torch.func transform)."""
+    """``fn(*args)`` on new fakes shaped as ``args``: fresh ones, without autograd history
+    (torch cannot copy a differentiated tensor's into a fake inside a torch.func transform)."""
     mode = shapes_only_mode()
     with mode, NoRealWrites():
         return fn(*tree_map(_fresh, args))
 
 
 def _fresh(x: Any) -> Any:
-    """A new fake tensor shaped as ``x`` (under the fake mode)."""
     if type(x) is NamedTensor:
         return NamedTensor._wrap(_fresh(x._data), x._names)
     if isinstance(x, torch.Tensor):

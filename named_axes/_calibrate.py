@@ -1,6 +1,6 @@
-"""The part of ``nx.calibrate`` that runs named programs: what the dispatcher and the
+"""The part of ``nx.calibrate`` that times named programs: what the dispatcher and the
 engines add to an op and to a collective (registered with ``parallel._rates``, which
-sits below xmap and cannot build one itself).
+sits below xmap).
 
 >>> from named_axes import _calibrate
 >>> sorted(_calibrate.measure_in_programs())           # one process: no ranks to time
@@ -20,10 +20,9 @@ __all__ = ["measure_in_programs"]
 
 
 def _chain(ops: int, sums: int, world: int, split: bool):
-    """An xmap of ``ops`` products with a parameter, then ``|sums|`` stretches of work (a
-    matrix product), each ended by a ``psum`` over the split axis and a product with a
-    parameter of its own, whose gradient the backward sums over the ranks (``sums <
-    0``: the same work, one parameter, no psum)."""
+    """An xmap of ``ops`` products with a parameter, then ``|sums|`` matrix products, each
+    followed by a ``psum`` over the split axis and a product with its own parameter
+    (``sums < 0``: the same work, one parameter, no psum)."""
     w = torch.eye(256) + 1e-3
     scales = [torch.ones((), requires_grad=True) for _ in range(max(abs(sums), 1))]
 
@@ -40,8 +39,8 @@ def _chain(ops: int, sums: int, world: int, split: bool):
 
 
 def _inputs(k: int, world: int, grad: bool):
-    """A step of an xmap whose ``k`` inputs are split over the ranks and, with ``grad``,
-    need gradients: full tensors, so each gradient is gathered whole at the end."""
+    """A training step of an xmap whose ``k`` inputs are split over the ranks (with
+    ``grad``, needing gradients, which are gathered whole at the end)."""
     xs = [torch.ones(world, 64, 64, requires_grad=grad) for _ in range(k)]
     scale = torch.ones((), requires_grad=True)
 
@@ -55,11 +54,10 @@ def _inputs(k: int, world: int, grad: bool):
 
 
 def measure_in_programs() -> dict:
-    """Training steps of small named programs (forward and backward): the time of one
-    op, and over the ranks (all of them on one mesh axis) the time an op over a split
-    axis takes, the fixed cost of a call that splits an axis (placing inputs, gathering
-    full gradients), and a ``psum`` between stretches of work (ranks reach it at
-    different times: on a busy host that wait is most of a collective's cost)."""
+    """Time training steps of small named programs: one op, and over the ranks (one mesh
+    axis) an op over a split axis, the fixed cost of a call that splits an axis, and a
+    ``psum`` between stretches of work (on a busy host, waiting for the other ranks is
+    most of a collective's cost)."""
     world = world_size()
     small = torch.ones(world, 8)
     big = torch.ones(world, 512, 256)   # about a millisecond of work between two psums

@@ -1,12 +1,10 @@
 """An opt-in fix for ``named @ tensor`` under ``torch.compile`` (a dynamo bug).
 
-Dynamo traces a binary operator whose left operand is not a tensor but has
-``__torch_function__`` by swapping the operands and calling the *reverse* Tensor
-method -- but its reverse table has no entry for ``matmul``, so ``n @ w`` is traced as
-``w @ n`` (the same call as a ``w @ n`` the user wrote: the dispatcher cannot undo the
-swap, and refuses it under dynamo with an error naming :func:`enable_dynamo_matmul`),
-and ``n @ m`` between two NamedTensors is refused.  :func:`enable_dynamo_matmul` is the
-explicit opt-in that adds the missing table entries; ``import named_axes`` changes
+Dynamo traces ``n @ w`` (``n`` not a tensor but with ``__torch_function__``) by swapping
+the operands and calling the reverse Tensor method, but its reverse table lacks
+``matmul``: ``n @ w`` is traced as ``w @ n`` (which the dispatcher refuses, naming
+:func:`enable_dynamo_matmul`) and ``n @ m`` is refused.  :func:`enable_dynamo_matmul` is
+the explicit opt-in that adds the missing table entries; ``import named_axes`` changes
 nothing in dynamo.  ``torch.matmul(n, w)`` needs no fix.
 
 >>> import torch, named_axes as nx
@@ -35,10 +33,8 @@ def matmul_is_fixed() -> bool:
 
 
 def enable_dynamo_matmul() -> None:
-    """Make dynamo trace ``named @ tensor`` and ``named @ named`` correctly (idempotent):
-    ``Tensor.__rmatmul__`` in its reverse table (our dispatcher handles it like any
-    reverse operator), ``__matmul__`` in its binop table; :func:`disable_dynamo_matmul`
-    removes exactly what was added."""
+    """Make dynamo trace ``named @ tensor`` and ``named @ named`` correctly (idempotent);
+    :func:`disable_dynamo_matmul` removes exactly the table entries added."""
     with _lock:
         if _state["added"] is not None:
             return

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Hashable, Iterable, Mapping
 
-__all__ = ["NamedAxisError", "AxisSizeError", "ShapeError", "AxisSpecError", "AxisResourceError",
-           "AxisTypeError", "UnboundAxisError", "RandomnessError", "fmt_spec", "fmt_names", "fmt_named_shape", "unbound_message",
-           "size_clash_message", "resource_clash_message"]
+__all__ = ["NamedAxisError", "AxisSizeError", "ShapeError", "AxisSpecError",
+           "AxisResourceError", "AxisTypeError", "UnboundAxisError", "RandomnessError",
+           "fmt_spec", "fmt_names", "fmt_named_shape", "unbound_message", "size_clash_message",
+           "resource_clash_message"]
 
 
 class NamedAxisError(Exception):
@@ -78,8 +79,7 @@ def _has_array(obj: Any) -> bool:
 
 def fmt_names(names: Iterable[Hashable]) -> str:
     """Spell several names: ``'a', 'b'`` (or ``none`` when empty)."""
-    names = list(names)
-    return ", ".join(fmt_spec(n) for n in names) if names else "none"
+    return ", ".join(fmt_spec(n) for n in names) or "none"
 
 
 def fmt_named_shape(named_shape: Mapping[Hashable, int]) -> str:
@@ -117,8 +117,7 @@ def size_clash_message(name: Hashable, size_a: int, where_a: str, size_b: int,
 def resource_clash_message(where: str, a: Hashable, b: Hashable, resources: Mapping, *,
                            how: str = "", kind: str = "resource") -> str:
     """The one spelling of "two axes mapped to one resource would meet in one value"
-    (docs/guide.md §5): ``resources`` maps each axis to its resource (or tuple of them);
-    the one they share is named.
+    (docs/guide.md §5); ``resources`` maps each axis to its resource or tuple of them.
 
     >>> resource_clash_message('Tensor.__mul__', 'b', 'a', {'a': 'x', 'b': ('y', 'x')})
     "Tensor.__mul__: axes 'a' and 'b' are both mapped to resource 'x' and would meet in one value; reduce one of them first, or map them to different mesh axes"

@@ -1,12 +1,9 @@
 """Which torch dispatch modes are active: ones building a graph, or ones running values.
 
-A dispatch mode such as make_fx's tracer or ``FakeTensorMode`` sees no real values, so
-the library builds traceable code under it (collectives as named ops, no reads of
-values).  Modes of the library's own that run every op on real tensors -- ``nx.jit``'s
-eager warm-up (``preserving_writes``) and the identifying run of its program store
-(``transforms/_store.py``) -- set ``runs_values = True``: under them the eager code paths
-run, exactly as without a mode.  So does torch's ``CommDebugMode``, which counts the
-collectives of real runs (a compiled program's included).
+Under a mode that sees no real values (make_fx's tracer, ``FakeTensorMode``) the library
+builds traceable code (collectives as named ops, no reads of values).  Under modes that
+run every op on real tensors -- the library's own, marked ``runs_values = True``, and
+torch's ``CommDebugMode`` -- the eager code paths run, exactly as without a mode.
 
 >>> from named_axes._modes import building_graph, modes_run_values
 >>> modes_run_values(), building_graph()
@@ -22,8 +19,7 @@ __all__ = ["modes_run_values", "building_graph", "shapes_only", "lowering_for_co
            "LOWERING", "observed"]
 
 # > 0 while an xmap runs as one call of torch.compile's graph (_xmap_graph): the graph
-# AOT autograd traces there goes to the user's backend, so it holds the positional code
-# a person would write, as dynamo's trace does (collectives as sums, not named ops)
+# traced there goes to the user's backend, so it holds positional code (as dynamo's)
 LOWERING = [0]
 _is_compiling = torch.compiler.is_dynamo_compiling
 
@@ -64,9 +60,8 @@ def building_graph() -> bool:
 
 
 def shapes_only() -> bool:
-    """Whether ``nx.eval_shape`` runs the program: its fake-tensor mode is marked
-    ``shapes_only`` (transforms/_shapes.py); what depends on values only (a loop's number
-    of steps, where the mesh puts an axis) need not be decided."""
+    """Whether ``nx.eval_shape`` runs the program (its fake-tensor mode is marked
+    ``shapes_only``): what depends on values only need not be decided."""
     if _is_compiling():   # (dynamo cannot trace the mode stack)
         return False
     return any(getattr(m, "shapes_only", False) for m in dispatch_modes())
