@@ -68,21 +68,18 @@ __all__ += ["vmap", "grad", "value_and_grad", "vjp", "jvp", "linearize", "jacfwd
             "NamedGraphModule", "named_call", "jit", "disable_jit", "set_program_store",
             "vectorize"]
 
-# -- parallelism (Mesh, SerialLoop, pmap, devices) --------------------------------------
-from .parallel import (Mesh, SerialLoop, device_count, device_get, device_put,
-                       device_put_replicated, device_put_sharded, devices, local_device_count,
-                       local_devices, mesh, process_count, process_index)
+# -- parallelism (Mesh, SerialLoop, pmap, devices, resource planning) -------------------
+from .parallel import (Mesh, NamedSharding, PartitionSpec, Rates, SerialLoop, calibrate,
+                       device_count, device_get, device_put, device_put_replicated,
+                       device_put_sharded, devices, explain_resources, local_device_count,
+                       local_devices, make_array_from_callback,
+                       make_array_from_process_local_data, mesh, plan_resources, process_count,
+                       process_index)
 from ._pmap import pmap
+from . import _calibrate  # noqa: F401  (nx.calibrate times named programs too)
 
 __all__ += ["Mesh", "mesh", "SerialLoop", "pmap", "devices", "local_devices", "device_count",
             "local_device_count", "process_index", "process_count", "device_put",
-            "device_put_replicated", "device_put_sharded", "device_get"]
-from .parallel import (NamedSharding, PartitionSpec, make_array_from_callback,  # noqa: E402
-                       make_array_from_process_local_data)
-
-__all__ += ["NamedSharding", "PartitionSpec", "make_array_from_process_local_data",
-            "make_array_from_callback"]
-from .parallel import Rates, calibrate, explain_resources, plan_resources  # noqa: E402
-from . import _calibrate  # noqa: E402,F401  (nx.calibrate times named programs too)
-
-__all__ += ["plan_resources", "explain_resources", "calibrate", "Rates"]
+            "device_put_replicated", "device_put_sharded", "device_get", "NamedSharding",
+            "PartitionSpec", "make_array_from_process_local_data", "make_array_from_callback",
+            "plan_resources", "explain_resources", "calibrate", "Rates"]
