@@ -127,8 +127,7 @@ def refine_names(x: NamedTensor, *names) -> NamedTensor:
 
 
 def _ellipsis(names: tuple) -> tuple:
-    """A name list given as one list or as arguments, with PyTorch's ``'...'`` read as
-    ``...``."""
+    """The names given as one list or as arguments, PyTorch's ``'...'`` read as ``...``."""
     if len(names) == 1 and isinstance(names[0], (list, tuple)):
         names = tuple(names[0])
     return tuple(Ellipsis if type(n) is str and n == "..." else n for n in names)
@@ -447,9 +446,8 @@ def _set_grad(self, value) -> None:
 
 
 def attach() -> None:
-    """Put on NamedTensor (once, at ``import named_axes``) the methods implemented above
-    :mod:`named_axes._tensor`, which cannot import them: this vocabulary, numpy ufuncs
-    (:mod:`named_axes._interop`) and ``.grad`` (aligned by name on assignment)."""
+    """Put on NamedTensor (at ``import named_axes``) the methods that ``_tensor`` cannot
+    import: this vocabulary, numpy ufuncs and ``.grad`` (aligned by name on assignment)."""
     methods = {f.__name__: f for f in (
         rename, refine_names, align_to, align_as, flatten, unflatten, __getitem__, __setitem__)}
     methods["__array_ufunc__"] = array_ufunc
