@@ -97,9 +97,7 @@ def _named_einsum(spec: str, operands: tuple) -> Any:
     if type(plan) is Prereduce:
         return _run_prereduce(plan, operands, bound)
     if _env_state.engine:   # an engine may compute some named axes in pieces
-        out = _run_split(plan, operands, bound)
-        if out is not None:
-            return out
+        return _einsum_on(plan, bound, *operands)
     return _run_plan(plan, operands, bound)
 
 
@@ -182,6 +180,7 @@ def _run_split(plan: tuple, operands: tuple, bound: dict) -> Any:
 
 
 def _einsum_on(plan: tuple, bound: dict, *operands) -> Any:
+    """The einsum ``plan`` of ``operands``, split where an engine splits its axes."""
     out = _run_split(plan, operands, bound)
     return _run_plan(plan, operands, bound) if out is None else out
 
@@ -240,9 +239,7 @@ def _term(letters: tuple, names) -> str:
 def _prereduce(inputs: tuple, output, operands: tuple, in_names: list, batch: dict,
                out_names: tuple, name_dims: dict, what: str):
     """The :class:`Prereduce` for a call in which a term lists a name another operand
-    carries unlisted, or None.  Where the output lists the name, every operand's copy is
-    one axis (kept, elementwise).  Two or more terms listing it (three operands or more,
-    which JAX's ``xeinsum`` does not take) is refused."""
+    carries unlisted, or None (where the output lists the name, it is kept elementwise)."""
     reduce: dict = {}
     for n, j in batch.items():
         if n in out_names:
