@@ -91,12 +91,10 @@ def _named_classes(data: torch.Tensor, names: tuple, p: int, num_classes: int, d
         where = "bound" if name in bound else "carried by the labels"
         raise AxisSizeError(f"one_hot(dim={name!r}): num_classes={num_classes} but axis "
                             f"{name!r} is {where} with size {size}; one axis name has one size")
-    # classes laid out after the labels' named dims (as F.one_hot puts them last): a
-    # product with values laid out [..., classes] then needs no permute, and its
-    # gradient stays contiguous
+    # classes after the labels' named dims, as F.one_hot puts them last: no permute
     classes = _class_indices(name, num_classes, name in bound, data.device)
     k = len(names)
-    if held:   # the labels vary along the axis: each instance compares with its own index
+    if held:   # each instance of the labels compares with its own index
         j = names.index(name)
         classes = classes.reshape((1,) * j + (-1,) + (1,) * (k - j - 1 + p))
         return result((data == classes).to(dtype), names, one_hot)
@@ -108,9 +106,7 @@ def _named_classes(data: torch.Tensor, names: tuple, p: int, num_classes: int, d
 
 def _class_indices(name: Hashable, num_classes: int, is_bound: bool,
                    device: torch.device) -> torch.Tensor:
-    """The indices of axis ``name`` held here: ``arange(num_classes)``, or where an engine
-    holds part of the axis (a SerialLoop chunk) the indices it holds, as
-    lax.axis_index gives them."""
+    """The indices of axis ``name`` held here (a SerialLoop chunk holds some of them)."""
     if _env_state.engine and is_bound:
         method = _engine_method("axis_index", (name,))
         if method is not None:

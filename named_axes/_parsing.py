@@ -17,7 +17,8 @@ An einsum spec (:func:`parse_einsum_spec`, for ``nx.einsum``) has one letter per
 positional axis and the named axes of a term in braces:
 
 >>> parse_einsum_spec('n{b,k},{k,m}->n{b,m}')
-(((('n',), ('b', 'k')), ((), ('k', 'm'))), (('n',), ('b', 'm')), True)
+(((('n',), ('b', 'k')), ((), ('k', 'm'))),
+ (('n',), ('b', 'm')), True)
 """
 from __future__ import annotations
 
@@ -57,9 +58,8 @@ def check_name(name: Any, *, where: str) -> Hashable:
 
 
 def check_identifier(name: Any, *, where: str) -> Hashable:
-    """:func:`check_name`, and a string name must be a Python identifier, as PyTorch's
-    named-tensor API requires (``'1'`` or ``'?'`` would read as positions or wildcards).
-    JAX's axis names are any hashable, so xmap specs take :func:`check_name` only."""
+    """:func:`check_name`, and a string name must be an identifier, as PyTorch's named
+    tensors require (xmap specs take any hashable name, as JAX's do)."""
     check_name(name, where=where)
     if type(name) is str and not name.isidentifier():
         raise AxisTypeError(f"{where}: axis name {name!r} is not a valid identifier (names "
@@ -80,11 +80,11 @@ class AxisMapping:
         return tuple(name for _, name in self.entries)
 
     def resolve(self, ndim: int, *, what: str, placed: int = 0) -> tuple:
-        """Positions normalized against ``ndim``, sorted by position.
+        """Positions normalized against ``ndim``, sorted; ``placed``: how many of the
+        ``ndim`` dims are named axes it places (an output's).
 
-        Raises AxisSpecError when a position is out of range, two names share one, or
-        the mapping asserts a rank (a list without ``...``) that ``ndim`` is not.
-        ``placed``: how many of the ``ndim`` dims are named axes it places (an output's).
+        Raises AxisSpecError: a position out of range or taken twice, or a rank the
+        mapping asserts (a list without ``...``) that ``ndim`` is not.
         """
         if self.rank is not None and ndim != self.rank:
             raise AxisSpecError(
@@ -111,13 +111,6 @@ class AxisMapping:
         return tuple(sorted(out))
 
 
-def _is_name_like(x: Any) -> bool:
-    """An element that makes a list/tuple one mapping: a leaf of the spec tree (JAX: a
-    pytree leaf, i.e. not a container and not None) that is not an int (ints are never
-    names here: ``(3,)`` is a container holding the bad spec ``3``)."""
-    return x is not None and not isinstance(x, (list, tuple, dict, int))
-
-
 def is_mapping(spec: Any) -> bool:
     """Whether ``spec`` is one axis mapping, not a container of specs (JAX's
     ``maps._is_axes_leaf``, read as docs/guide.md §2 says)."""
@@ -126,8 +119,10 @@ def is_mapping(spec: Any) -> bool:
     if isinstance(spec, (list, tuple)):
         if hasattr(spec, "_fields"):   # a namedtuple is a container
             return False
+        # names and None (JAX: pytree leaves); an int is never a name: (3,) is a container
+        # holding the bad spec 3
         return (len(spec) > 0 and spec[-1] is Ellipsis) or all(
-            x is None or _is_name_like(x) for x in spec)
+            not isinstance(x, (list, tuple, dict, int)) for x in spec)
     if isinstance(spec, dict):
         # values all leaves (JAX's reading); with int keys a None or int value is a bad
         # name of a {pos: name} mapping rather than a container
@@ -142,8 +137,7 @@ def is_mapping(spec: Any) -> bool:
     return False
 
 
-def _parse(kind: str, payload: tuple, spelling: str, rank: int | None = None
-                    ) -> AxisMapping:
+def _parse(kind: str, payload: tuple, spelling: str, rank: int | None = None) -> AxisMapping:
     where = f"axis mapping {spelling}"
     if kind == "dict":
         for pos, _ in payload:
@@ -271,10 +265,7 @@ def _leaves(tree: Any, is_leaf: Callable[[Any], bool], path: tuple) -> list:
     if is_leaf(tree) or not isinstance(tree, (tuple, list, dict)):
         return [(path, tree)]
     items = tree.items() if isinstance(tree, dict) else enumerate(tree)
-    out = []
-    for k, t in items:
-        out += _leaves(t, is_leaf, path + (k,))
-    return out
+    return [leaf for k, t in items for leaf in _leaves(t, is_leaf, path + (k,))]
 
 
 # -- einsum specs ---------------------------------------------------------------------
@@ -299,8 +290,7 @@ def _parse_einsum_spec(spec: str) -> tuple:
                 raise AxisSpecError(f"einsum {spec!r}: the output term {rhs!r} repeats letter "
                                     f"{c!r}; an output axis appears once")
             seen.add(c)
-    braced = "{" in s
-    return inputs, output, braced
+    return inputs, output, "{" in s
 
 
 parse_einsum_spec = PlanCache("einsum specs", _parse_einsum_spec, maxsize=512)
