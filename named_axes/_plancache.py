@@ -1,13 +1,10 @@
 """One cache policy for every plan named_axes remembers.
 
-A *plan* is what an op works out once per layout signature (the names and ranks of its
-operands, a spec string): an alignment's permutation, a reduction's physical dims, an
-einsum's equation.  Every such cache is a :class:`PlanCache`: keyed by a hashable
-signature (an unhashable one is not cached); never read or written while dynamo traces
-(it would guard on the dict; the plan is traced into the graph instead); a plan that
-checked sizes carries a ``validate(plan, *args)``, and a hit failing it is rebuilt (so the
-rebuild raises the user's error); a full cache starts over; :func:`clear_caches` empties
-them all.
+A *plan* is what an op works out once per layout signature (its operands' names and
+ranks, a spec string).  A :class:`PlanCache` is keyed by a hashable signature (an
+unhashable one is not cached) and left alone while dynamo traces (it would guard on the
+dict); a hit failing ``validate(plan, *args)`` is rebuilt, so that the rebuild raises the
+user's error; a full cache starts over.
 
 >>> from named_axes._plancache import PlanCache
 >>> squares = PlanCache("squares", lambda n: n * n, maxsize=2)

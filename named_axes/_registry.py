@@ -41,8 +41,8 @@ _BY_NAME: dict = {}
 
 
 def spellings(name: str) -> list:
-    """``torch.name``, ``Tensor.name``, ``F.name`` and ``torch.special.name``, where they
-    exist (None where not: :func:`register` skips those)."""
+    """``torch.name``, ``Tensor.name``, ``F.name`` and ``torch.special.name`` (None where
+    torch lacks one)."""
     return [getattr(owner, name, None) for owner in (torch, torch.Tensor, F, torch.special)]
 
 
@@ -84,14 +84,9 @@ def register(funcs, impl: Callable, *, kind: str = "op", arity: int | None = Non
 
 
 def rule_while_compiling(func: Callable):
-    """``func``'s rule, for code dynamo traces.
-
-    Under dynamo, ``func`` may be a value dynamo cannot hash: a sourceless reverse
-    operator (``named - tensor`` -> ``Tensor.__rsub__(tensor, named)``, whose
-    ``func in RECORDS`` guard fails) or a lazily tracked Tensor method
-    (``RECORDS.get(Tensor.sum)`` raises "unhashable LazyVariableTracker").
-    So look up by the function's name (a constant string) and compare identities among
-    the few rules of that name."""
+    """``func``'s rule, for code dynamo traces: found by the function's name (a constant),
+    as dynamo cannot hash some functions (a sourceless reverse operator such as
+    ``Tensor.__rsub__``; a lazily tracked Tensor method)."""
     return _by_name(func)[1]
 
 

@@ -1,9 +1,8 @@
 """Positional failures of an op on named values, told in the user's shapes.
 
-torch's own message names the physical layout's shapes (named axes leading), which the
-user never wrote: :func:`positional_failure` re-runs the op on *meta* tensors of the
-operands' positional shapes (one instance: no data, no compute) for torch's message on
-the user's shapes, and adds each operand's positional and named shape and a fix.
+torch's message names the physical shapes (named axes leading), which the user never
+wrote: :func:`positional_failure` re-runs the op on *meta* tensors of one instance's
+shapes for torch's message on the user's shapes, and adds each operand's shapes and a fix.
 
 >>> import torch, named_axes as nx
 >>> f = nx.xmap(lambda x: x.reshape(8, 5), in_axes=['batch', ...], out_axes=['batch', ...])
@@ -106,8 +105,7 @@ def _meta(value: Any) -> Any:
 
 
 def _unless_named(func: Callable, args: tuple, kwargs: dict) -> str | None:
-    """:func:`on_positional_shapes`, but None for an op given axis names (no positional
-    call has them)."""
+    """:func:`on_positional_shapes`, but None for an op given axis names."""
     names = {n for a in (*args, *kwargs.values()) for _, t in _tensors(a)
              for n in getattr(t, "named_shape", ())}
     if names and any(_mentions(v, names) for v in (*args[1:], *kwargs.values())):
@@ -152,9 +150,8 @@ def _first_line(error: BaseException) -> str:
 
 
 def refuse_python_values(func, per_instance: list) -> None:
-    """A loop whose instances returned different Python values (``torch.equal`` per
-    row, ``is_nonzero``): one value cannot stand for them all, and keeping the last
-    instance's was a silent wrong answer."""
+    """Refuse a loop whose instances returned different Python values (``torch.equal``
+    per row): one value cannot stand for them all."""
     first = per_instance[0] if per_instance else None
     if any(repr(v) != repr(first) for v in per_instance[1:]):
         raise AxisTypeError(
