@@ -2,15 +2,11 @@
 which its cotangent will: decided from the program, never from the values.
 
 The grad family broadcasts the differentiated inputs along the named axes of the
-computation (``added``, :mod:`named_axes.transforms._instances`); JAX computes them
-once.  While the differentiated function runs, a :class:`Tape` notes every op on named
-values (the dispatcher, ``nx.lax``, ``nx.einsum``...) with the added axes its outputs
-really carry (those of their operands, or made by the op) and, per operand, the axes
-the op's derivative *reads* (the other factor of a product, an index, the operand of a
-nonlinear function) and *removes* (a ``psum``).  Walking the edges back from the loss
-gives each input's cotangent axes as JAX's transpose rules give them.  A value built
-where the tape cannot see makes it *opaque*: every copy is kept, a named shape larger
-than JAX's, never a different value.
+computation (``added``); JAX computes them once.  A :class:`Tape` notes every op on named
+values with the added axes its outputs really carry and, per operand, the axes its
+derivative *reads* and *removes*; walking back from the loss gives each input's cotangent
+axes as JAX's transpose rules do (docs/architecture.md, "xmap and transforms").  A value
+built where the tape cannot see makes it *opaque*: every copy is kept, never another value.
 
 >>> import torch
 >>> from named_axes._tensor import NamedTensor
@@ -245,8 +241,7 @@ def note_result(kind: str, args: tuple, kwargs, out, along: bool = False,
 
 
 def noted_rule(operands: Iterable, outputs: Iterable) -> list:
-    """Note a call of a user's custom rule (``custom_vjp``), first as a nonlinear op;
-    what its backward does (:func:`transposed`) refines it.  Returns what that needs."""
+    """Note a call of a custom rule as a nonlinear op, for :func:`transposed` to refine."""
     operands, outputs = tuple(operands), tuple(outputs)
     note("nonlinear", operands, outputs)
     return [(tape, [tape.node(v) for v in operands], [tape.node(o) for o in outputs])
@@ -254,12 +249,10 @@ def noted_rule(operands: Iterable, outputs: Iterable) -> list:
 
 
 def transposed(noted: list, cts: Iterable, run):
-    """``run()``: a custom rule's backward taking the cotangents ``cts``, returning one
-    cotangent per operand noted by :func:`noted_rule`.  Its ops are noted twice, with
-    the cotangents carrying no added axis and every one: what reaches each result in
-    the first run are the axes the rule reads, what is missing in the second the axes it
-    removes (a ``psum``); these become the noted call's edges, as JAX's abstract
-    evaluation of the rule on the cotangent would give them."""
+    """``run()``: a custom rule's backward on the cotangents ``cts``, returning one
+    cotangent per operand noted by :func:`noted_rule`.  It runs under two sub-tapes, the
+    cotangents carrying no added axis and every one: what reaches each result in the first
+    are the axes the rule reads, what is missing in the second those it removes."""
     if not noted:
         return run()
     cts = [c for c in cts if type(c) is _NT]
@@ -284,8 +277,8 @@ def transposed(noted: list, cts: Iterable, run):
 
 
 def aliased(values: Iterable, others: Iterable) -> None:
-    """Each of ``others`` is the value of ``values``'s at its position as another
-    object (an ``autograd.Function``'s output): open tapes know it as they know that."""
+    """Open tapes know each of ``others`` as the value at its position in ``values`` (the
+    same value as another object: an ``autograd.Function``'s output)."""
     for tape in TAPES:
         for v, o in zip(values, others):
             node = tape.node(v)
@@ -332,7 +325,7 @@ def _named_in(leaves: list, args: tuple) -> list:
 
 
 def _leaves(args: tuple, kwargs) -> list:
-    """The leaves of ``args`` and ``kwargs`` (a loop where no argument is a container)."""
+    """The leaves of ``args`` and ``kwargs`` (no tree_flatten where there is no container)."""
     for a in args:
         if isinstance(a, (list, tuple, dict)):   # (torch.return_types too)
             return tree_flatten((args, kwargs))[0]
@@ -406,14 +399,10 @@ def kind_of(name: str) -> str:
         return "rquotient"
     if base[:1] in ("r", "i") and base[1:] in ("add", "sub", "mul", "matmul"):   # reflected,
         base = base[1:]                                                      # in place
-    if base in _SUMS:
-        return "sum"
-    if base in _LINEAR:
-        return "linear"
-    if base in _BILINEAR:
-        return "bilinear"
-    if base in _CONSTANT:
-        return "constant"
+    for names, kind in ((_SUMS, "sum"), (_LINEAR, "linear"), (_BILINEAR, "bilinear"),
+                        (_CONSTANT, "constant")):
+        if base in names:
+            return kind
     return "nonlinear"
 
 
