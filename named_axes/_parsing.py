@@ -130,9 +130,10 @@ def is_mapping(spec: Any) -> bool:
         if not all(not isinstance(v, (list, tuple, dict)) and (int_keys or v is not None)
                    for v in spec.values()):
             return False
-        if any(isinstance(k, bool) for k in spec):
-            raise AxisTypeError(f"axis mapping {spec!r}: {next(k for k in spec if isinstance(k, bool))!r} "
-                                f"is not a position (positions are ints)")
+        bad = next((k for k in spec if isinstance(k, bool)), None)
+        if bad is not None:
+            raise AxisTypeError(f"axis mapping {spec!r}: {bad!r} is not a position (positions "
+                                f"are ints)")
         return True
     return False
 

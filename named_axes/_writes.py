@@ -14,7 +14,7 @@ operand within one instance is refused, as torch refuses each instance's write.
 >>> torch.ones(3).mul_(a)
 Traceback (most recent call last):
  ...
-named_axes._errors.AxisSizeError: Tensor.mul_: in-place update of a plain tensor of shape (3,) by a value with named axis 'N' (size 2) would write every instance of that axis into it; compute a new value instead (x = x + y, not x += y or x.add_(y)), or give the target the axis first
+named_axes._errors.AxisSizeError: Tensor.mul_: in-place update of a plain tensor ... first
 """
 from __future__ import annotations
 
@@ -85,8 +85,8 @@ def check_apart(func: Callable, written) -> None:
     data, k = _plain_data(written), len(written._names)
     if data is None or not data.numel():
         return
-    span = 0
-    for st, n in sorted((abs(st), n) for n, st in zip(data.shape, data.stride()) if n > 1):   # each stride past the span of the smaller ones: all apart
+    span = 0   # each stride past the span of the smaller ones: all apart
+    for st, n in sorted((abs(st), n) for n, st in zip(data.shape, data.stride()) if n > 1):
         if st <= span:
             break
         span += (n - 1) * st

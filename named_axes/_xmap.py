@@ -48,11 +48,10 @@ class _Xmapped:
         self.donate_argnums = donate_argnums
         self.backend = backend
         functools.update_wrapper(self, fun, updated=())
+        extras = "".join(f", {k}={fmt_spec(v)}" for k, v in (
+            ("axis_sizes", axis_sizes), ("axis_resources", axis_resources)) if v)
         self._spelling = (f"xmap({getattr(fun, '__name__', 'fun')}, in_axes={fmt_spec(in_axes)}, "
-                          f"out_axes={fmt_spec(out_axes)}"
-                          + (f", axis_sizes={fmt_spec(axis_sizes)}" if axis_sizes else "")
-                          + (f", axis_resources={fmt_spec(axis_resources)}" if axis_resources else "")
-                          + ")")
+                          f"out_axes={fmt_spec(out_axes)}{extras})")
         # a list of mappings is a container of them, matched like a tuple of arguments
         self._in_spec = (tuple(in_axes) if isinstance(in_axes, list) and not is_mapping(in_axes)
                          else in_axes)
@@ -319,7 +318,8 @@ def _article(word: str) -> str:
 def _backend_device(backend):
     """The device ``backend=`` runs on (None: the arguments' own)."""
     if backend is not None and str(backend).lower() not in ("cpu", "cuda", "gpu", "xla", "tpu"):
-        raise AxisSpecError(f"backend={fmt_spec(backend)}: expected 'cpu', 'cuda'/'gpu' or 'xla'/'tpu'")
+        raise AxisSpecError(f"backend={fmt_spec(backend)}: expected 'cpu', 'cuda'/'gpu' or "
+                            f"'xla'/'tpu'")
     return backend_device(backend)
 
 
@@ -364,7 +364,8 @@ def xmap(fun: Callable, in_axes: Any, out_axes: Any, *, axis_sizes: Mapping | No
         if not isinstance(i, int):
             raise AxisTypeError(f"xmap: donate_argnums must be ints, got {fmt_spec(i)}")
     if axis_sizes is not None and not isinstance(axis_sizes, Mapping):
-        raise AxisTypeError(f"xmap: axis_sizes must be a dict name -> size, got {fmt_spec(axis_sizes)}")
+        raise AxisTypeError(f"xmap: axis_sizes must be a dict name -> size, got "
+                            f"{fmt_spec(axis_sizes)}")
     if axis_resources == "auto":   # chosen per call by the cost model (parallel/_auto.py)
         auto = _AutoXmapped(fun, in_axes, out_axes, axis_sizes, None, donate_argnums, backend)
         auto._spelling = auto._spelling[:-1] + ", axis_resources='auto')"
@@ -403,4 +404,5 @@ def _spec_names(spec, what: str = "in_axes") -> list:
     if isinstance(spec, (list, tuple, dict)):
         subs = spec.values() if isinstance(spec, dict) else spec
         return [n for s in subs for n in _spec_names(s, what)]
-    raise AxisTypeError(f"xmap {what}: {fmt_spec(spec)} is neither an axis mapping nor a container of them")
+    raise AxisTypeError(f"xmap {what}: {fmt_spec(spec)} is neither an axis mapping nor a "
+                        f"container of them")

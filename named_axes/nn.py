@@ -114,11 +114,9 @@ def functional_call(module: torch.nn.Module, parameter_and_buffer_dicts: Any,
     are torch's: a dict (or a tuple of dicts), ``tie_weights`` (a value given for one of
     tied parameters replaces them all) and ``strict`` (every parameter and buffer given).
 
-    torch's own ``functional_call`` accepts ``torch.Tensor`` values only; inside
-    ``nx.grad`` over named inputs the parameters being differentiated carry the inputs'
-    named axes (one gradient per instance, JAX's convention), so per-example gradients
-    of a module go through this one (or through ``torch.func.functional_call`` after
-    :func:`named_axes.enable_torch_func`).
+    Per-example gradients of a module go through it (or through torch's after
+    :func:`named_axes.enable_torch_func`): inside ``nx.grad`` over named inputs the
+    parameters carry the inputs' named axes, which torch's own does not accept.
 
     >>> import torch, named_axes as nx
     >>> m = torch.nn.Linear(3, 1)
@@ -163,11 +161,9 @@ def functional_call(module: torch.nn.Module, parameter_and_buffer_dicts: Any,
 
 
 def _put(sub: torch.nn.Module, attr: str, value: Any, buffer: bool) -> Callable:
-    """``value`` in ``sub.<attr>``; returns what puts the value before back (giving the
-    value at the end: a forward may reassign a buffer, which torch's reports).  A buffer
-    takes it in the module's own slot; a parameter's wants an nn.Parameter, so an instance
-    attribute shadows it (Module.__getattr__ is asked only when there is none), one
-    already there (a functional_call around this one) coming back after."""
+    """``value`` in ``sub.<attr>``; returns what puts the value before back, giving the
+    value at the end (a forward may reassign a buffer).  A parameter's slot wants an
+    nn.Parameter, so an instance attribute shadows it instead."""
     if buffer:
         before = getattr(sub, attr)
         setattr(sub, attr, value)
