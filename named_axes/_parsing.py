@@ -210,11 +210,10 @@ def match_prefix(spec: Any, tree: Any, is_leaf: Callable[[Any], bool], *, what: 
                  path: tuple = (), base: str = "argument") -> list:
     """Pair every leaf of ``tree`` with the axis mapping that covers it.
 
-    ``spec`` is a pytree prefix of ``tree`` whose leaves are axis mappings; a mapping
-    covers its whole subtree.  Returns ``[(path, leaf, AxisMapping), ...]`` in
-    flattening order.  Containers are tuples, lists and dicts; a tuple/list spec has its
-    value's type (as in JAX: a namedtuple is no tuple).  ``base`` names the tree's
-    top in errors (``'argument'``: the call's arguments, ``'output'``).
+    ``spec`` is a pytree prefix of ``tree`` (tuples, lists, dicts; a namedtuple is no
+    tuple, as in JAX) whose leaves are axis mappings, each covering its subtree.  Returns
+    ``[(path, leaf, AxisMapping), ...]`` in flattening order; ``base`` names the tree's top
+    in errors (``'argument'`` or ``'output'``).
     """
     where = path_str(path, base)
     if is_mapping(spec):
@@ -272,11 +271,8 @@ def _leaves(tree: Any, is_leaf: Callable[[Any], bool], path: tuple) -> list:
 # -- einsum specs ---------------------------------------------------------------------
 
 def _parse_einsum_spec(spec: str) -> tuple:
-    """Split the einsum spec ``spec`` into ``(inputs, output, braced)``.
-
-    Each term is ``(positional letters, named tuple | None)``; ``output`` is None in
-    implicit mode (no ``->``).  ``braced`` says whether any term uses braces.
-    """
+    """Split ``spec`` into ``(inputs, output, braced)``: each term ``(positional letters,
+    named tuple | None)``, ``output`` None without ``->``, ``braced``: any braces."""
     s = spec.replace(" ", "")
     if s.count("->") > 1:
         raise AxisSpecError(f"einsum {spec!r}: more than one '->'")

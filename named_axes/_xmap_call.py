@@ -177,10 +177,7 @@ def _flatten(tree: Any) -> list:
     if _is_leaf(tree):
         return [tree]
     vals = tree.values() if isinstance(tree, dict) else tree
-    out = []
-    for v in vals:
-        out += _flatten(v)
-    return out
+    return [leaf for v in vals for leaf in _flatten(v)]
 
 
 def _flatten_key(tree: Any, leaves: list, key: list) -> bool:
