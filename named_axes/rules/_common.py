@@ -13,9 +13,8 @@ _NT = NamedTensor
 
 
 def _spelled(op) -> str:
-    """``op`` as users spell it; rules pass the torch function itself so that the spelling
-    (a dict lookup keyed by the function, which dynamo may not trace) happens only when
-    an error is raised."""
+    """``op`` as users spell it (rules pass the function: the lookup, which dynamo may not
+    trace, runs only for an error)."""
     return op if isinstance(op, str) else op_name(op)
 
 
@@ -30,8 +29,7 @@ def first_only(args: tuple, kwargs: dict) -> bool:
 
 
 def on_data(func, args: tuple, kwargs: dict):
-    """``func`` on the data of named ``args[0]``, the other arguments as given, the result
-    named as ``args[0]``."""
+    """``func`` on named ``args[0]``'s data, the result named as ``args[0]``."""
     x = args[0]
     return result(func(x._data, *args[1:], **kwargs), x._names, func)
 
@@ -51,10 +49,8 @@ def given(args: tuple, kwargs: dict, start: int = 1, /, **defaults) -> list:
 
 
 def _norm_pos(d: int, p: int, op) -> int:
-    """Positional dim ``d`` of ``p`` as a non-negative index.  With no positional dims,
-    torch reads -1 and 0 as the scalar itself (``scalar.sum(-1)`` is the scalar); no
-    physical dim stands for that, so the op runs under the vmap fallback, which has
-    torch's own 0-d semantics (a -1 here had reduced the last named axis)."""
+    """Positional dim ``d`` of ``p`` as a non-negative index.  With ``p == 0`` torch reads
+    -1 and 0 as the scalar itself, which no physical dim stands for: the vmap fallback."""
     if p == 0 and d in (-1, 0):
         raise UseFallback(d)
     if not -max(p, 1) <= d < max(p, 1):
@@ -70,11 +66,8 @@ class _AxisIndexError(AxisSpecError, IndexError):
 
 
 def instance_invalid(func, args, kwargs, why: str | None = None):
-    """The per-instance call is not what the physical call would do (a rule found the
-    positional shapes outside the op's requirements): raise :class:`ShapeError` with
-    torch's message for one instance (meta tensors of the positional shapes) or ``why``;
-    when torch accepts one instance after all, the vmap fallback runs the op
-    (``UseFallback``), which is per-instance by construction."""
+    """Raise for positional shapes outside the op's requirements: :class:`ShapeError` with
+    torch's message for one instance (or ``why``); ``UseFallback`` if torch accepts it."""
     check_instance(func, args, kwargs)
     if why is not None:
         raise ShapeError(positional_failure(_spelled(func), func, args, kwargs, why))

@@ -1,8 +1,6 @@
 """Dim-wise rules: ops with one dim argument whose result keeps the rest of the value's
 shape (softmax, cumsum, sort, split, ...).  ``dim`` is translated to the physical layout;
 where ``names_ok`` an axis name (softmax family: a tuple of names and ints) may be given.
-``kthvalue`` removes its dim like ``median``, so it takes the reduction rule: by name it
-reduces the named axis.
 
 >>> import torch, named_axes as nx
 >>> x = nx.named(torch.zeros(2, 3), {0: 'b'})
@@ -53,7 +51,6 @@ def _dimwise(name: str, dim_index: int, names_ok: bool):
         if type(x) is not _NT:
             return per_instance(func, args, kwargs) if per_instance else NotImplemented
         if len(args) == 2 and not kwargs and dim_index == 1:
-            # x.softmax(d): one memoised translation, one call
             d = args[1]
             if type(d) is int or (names_ok and type(d) is str):
                 x, (phys, _, _, _) = _dims_of(x, d, func)
@@ -95,15 +92,14 @@ def _dimwise(name: str, dim_index: int, names_ok: bool):
 
 
 _SOFTMAXES = ("softmax", "log_softmax", "softmin")
-# ops that remove their dim (keepdim=False): the reduction rule, names reduce named axes
+# ops that remove their dim like median: the reduction rule (by name: the axis is reduced)
 _REDUCES = ("kthvalue",)
 
 
 def _softmax_over(name: str, func, x: _NT, dims, rest: list, kwargs: dict):
-    """``softmax`` / ``log_softmax`` / ``softmin`` over several dims at once (ints, names,
-    or both; ``()``: each entry alone, as in JAX): one normalization over all of them.
-    (A trailing axis of size 1, always among the dims normalized over, keeps ``()`` from
-    meaning "every dim" to torch's reductions.)"""
+    """The softmax family over several dims at once (ints, names; ``()``: each entry alone,
+    as in JAX).  A trailing size-1 dim, always normalized over, keeps ``()`` from meaning
+    "every dim" to torch's reductions."""
     dtype = kwargs.pop("dtype", None)
     if any(not k.startswith("_") for k in kwargs):   # (F.softmax's own private keyword
         return NotImplemented                         # only steers its warning)

@@ -113,10 +113,9 @@ def _matmul_folded(func, a, b, pa: int, pb: int):
 
 
 def _reshape(t: torch.Tensor, shape: tuple) -> torch.Tensor:
-    """``t.reshape(shape)``; for a DTensor one that copies into a contiguous layout first,
-    forward and backward (:class:`_CopyReshape`): a DTensor decides between a view and a
-    copy from its global strides, then views its local shard, which need not be viewable
-    the same way (a shard of size 1, a gradient laid out transposed)."""
+    """``t.reshape(shape)``; a DTensor's copies to a contiguous layout first, forward and
+    backward: it picks view or copy by its global strides, then views its local shard,
+    which need not be viewable so (a shard of size 1, a gradient laid out transposed)."""
     if type(t) is torch.Tensor or type(t).__name__ != "DTensor":
         return t.reshape(shape)
     return _CopyReshape.apply(t, shape)

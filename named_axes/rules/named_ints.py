@@ -1,18 +1,10 @@
-"""Integer arguments that vary per instance: ``roll``'s ``shifts``, ``narrow``'s ``start``,
-``index_select``'s and ``gather``'s ``index`` given as named integer values.
+"""Integer arguments that vary per instance (docs/guide.md §3): ``roll``'s ``shifts``,
+``narrow``'s ``start``, ``index_select``'s and ``gather``'s ``index`` as named integers.
 
-Inside ``nx.xmap`` an integer such as ``nx.lax.axis_index('i')`` is one integer per
-instance of ``'i'``: every instance gets the op applied with its own integer, as a Python
-loop over the named indices (and JAX's ``xmap``) computes.  No value is read into Python:
-a per-instance shift or start becomes index arithmetic and one ``take_along_dim``, so
-these run under ``nx.jit``, ``torch.compile``, ``nx.grad`` and ``torch.func``.  ``roll``
-shifts modulo the dim's size (a flattened roll with no ``dims``, as torch's).  ``narrow``
-follows torch's rule per instance (``length`` is a Python int: it sets the positional
-shape every instance shares); an out-of-range start is a :class:`ShapeError` naming the
-instance where the values can be read, and is clamped into range, as
-``nx.lax.dynamic_slice_in_dim`` does, where they cannot (a traced graph, a
-``torch.func.vmap`` batching the start).  ``index_select`` / ``gather`` with a named index
-run per instance; an index out of range is reported with its instance.
+Each instance gets the op with its own integer, by index arithmetic and one
+``take_along_dim``: no value is read into Python, so tracing and transforms work.  Where
+values cannot be read (a traced graph, a vmapped start), ``narrow`` clamps its start as
+``nx.lax.dynamic_slice_in_dim`` does instead of raising.
 
 >>> import torch, named_axes as nx
 >>> f = nx.xmap(lambda v: torch.roll(v, nx.lax.axis_index('i')), in_axes=['i', ...],
@@ -302,7 +294,6 @@ def explain_index(func, args, kwargs) -> None:
     if not (_is_tensor(x) and _is_tensor(index) and isinstance(dim, int)):
         return
     data = index._data if type(index) is _NT else index
-    inames = index._names if type(index) is _NT else ()
     p = x.ndim if type(x) is _NT else x.dim()
     if not _values_readable(data) or data.dtype.is_floating_point or data.dtype == torch.bool:
         return

@@ -31,7 +31,6 @@ from .._torch_private import native_batch_norm_legit
 _NT = NamedTensor
 _T = torch.Tensor
 
-# -- nn ops -------------------------------------------------------------------------
 
 def _layer_norm(func, args, kwargs):
     x, shape = given(args, kwargs, 0, input=None, normalized_shape=None)

@@ -1,13 +1,8 @@
 """Elementwise ops: the tables of torch functions that are pointwise, and the one kernel
-that runs them all, broadcast by name.
+that runs them all, broadcast by name (docs/guide.md §1).
 
-Adding an elementwise op is adding its name to a table (every spelling -- torch.name,
-Tensor.name, F.name, torch.special.name -- is registered; tests/test_ops.py is
-parametrized from these tables).  :func:`pointwise` decides how operands line up
-(docs/guide.md §1: the result has the union of the operands' names; equal names need
-equal sizes; positional axes broadcast as torch's do): operands that already line up pass
-as they are (:func:`inline_operand`), two named operands broadcast by name with a plan
-per layout (:func:`by_name`), anything else is aligned to the union of names.
+Adding an elementwise op is adding its name to a table: every spelling (torch, Tensor,
+F, torch.special) is registered, and tests/test_ops.py is parametrized from the tables.
 
 >>> import torch, named_axes as nx
 >>> x = nx.named(torch.ones(2, 3), 'a ...')
@@ -33,7 +28,7 @@ from ._common import instance_invalid
 __all__ = ["pointwise", "inline_operand", "by_name", "NO", "install"]
 
 _NT = NamedTensor
-_T = _Tensor = torch.Tensor
+_T = torch.Tensor
 _ndarray = np.ndarray
 
 
@@ -49,8 +44,7 @@ def inline_operand(b, d0: torch.Tensor, names: tuple):
         bn, bd = b._names, b._data
         if bn is not names and bn != names:
             return NO
-        # equal names need equal sizes: a shared names tuple doesn't promise that (vmap's
-        # chunk_size narrows a named dim and keeps the tuple), so the sizes are compared
+        # (one names tuple doesn't promise equal sizes: vmap's chunk_size narrows a dim)
         if bd.shape == d0.shape or (bd.dim() == d0.dim()
                                     and bd.shape[:len(names)] == d0.shape[:len(names)]):
             return bd
@@ -110,8 +104,9 @@ def _pointwise_inplace(func, args, kwargs):
 
 
 def pointwise(func: Callable, args: tuple, kwargs: dict, inplace: bool = False) -> Any:
-    """Elementwise/broadcasting ops: the result has the union of the operands' names (see
-    the module docstring for the order in which layouts are tried)."""
+    """Elementwise/broadcasting ops: the result has the union of the operands' names.
+    Operands that line up pass as they are (:func:`inline_operand`), two named ones
+    broadcast by name (:func:`by_name`), anything else is aligned to the union."""
     a0 = args[0] if args else None
     if type(a0) is _NT and not kwargs:
         d0 = a0._data
@@ -205,7 +200,7 @@ def _pointwise_general(func, args, kwargs, inplace):
                 return NotImplemented
             operands.append((f"args[{key}]" if type(key) is int else key, a))
             P = max(P, a.ndim)
-        elif isinstance(a, _Tensor):
+        elif isinstance(a, _T):
             P = max(P, a.dim())
         elif isinstance(a, (list, tuple)) and any(isinstance(e, _NT) for e in a):
             return NotImplemented

@@ -2,12 +2,8 @@
 (``is_floating_point``, ``stride``, ``numel`` ...: they answer for the positional view),
 ``new_*`` factories (plain tensors, as from the physical value), the in-place relayouts
 a value with named axes refuses (``resize_``, ``as_strided_``, ``set_``), and
-``torch.equal`` / ``torch.allclose``.
-
-No per-instance answer fits in one ``bool``, so ``equal`` and ``allclose`` compare whole
-values, names included: equal named shapes (names in any order), then the values aligned
-by name.  Inside ``xmap``, where each instance of a bound axis is its own value, they
-refuse: a per-instance answer must be a tensor (``(a == b).all()``).
+``torch.equal`` / ``torch.allclose``, which compare whole values, names included (no
+per-instance answer fits in one ``bool``; inside ``xmap`` they refuse).
 
 >>> import torch, named_axes as nx
 >>> x = nx.named(torch.zeros(2, 3, 4), {0: 'b'})
@@ -98,7 +94,7 @@ def _whole(func, args, kwargs):
     if a_axes != b_axes:
         return False
     if not a_axes:
-        return func(_plain(a), _plain(b), *rest, **kwargs)
+        return func(*(v._data if type(v) is _NT else v for v in (a, b)), *rest, **kwargs)
     # allclose broadcasts the positional dims, right-aligned after the named ones (as for
     # each instance); equal compares the positional shapes as they are
     close = func is torch.allclose or func is torch.Tensor.allclose
@@ -108,9 +104,6 @@ def _whole(func, args, kwargs):
     return func(da, db, *rest, **kwargs)
 
 
-def _plain(v):
-    return v._data if type(v) is _NT else v
-
 
 _declare = functools.partial(register, kind="shape")
 
@@ -119,8 +112,8 @@ def install() -> None:
     T = torch.Tensor
     _declare([T.is_floating_point, torch.is_floating_point, T.is_complex, torch.is_complex,
               T.element_size, T.get_device, T.data_ptr, T.storage_offset,
-              T.is_signed, T.untyped_storage, T.storage, T.storage_type, T.is_pinned, T.is_shared, T.is_set_to,
-              T.retain_grad, torch.is_tensor, T.__format__], _query)
+              T.is_signed, T.untyped_storage, T.storage, T.storage_type, T.is_pinned,
+              T.is_shared, T.is_set_to, T.retain_grad, torch.is_tensor, T.__format__], _query)
     _declare([T.is_contiguous], _instance_layout)
     _declare([torch.is_nonzero, T.is_nonzero], _single_value)
     _declare([T.resize_, T.resize_as_, torch.resize_as_, T.as_strided_, T.set_],

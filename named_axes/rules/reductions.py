@@ -47,11 +47,8 @@ def _with_names(x: _NT, wanted, op) -> _NT:
 
 def _check_engines(names, op) -> None:
     """An engine that splits an axis (e.g. SerialLoop chunks) vets ops that mix values along it."""
-    for frame in _env_state.stack:
-        if frame.engine is not None:
-            break
-    else:
-        return  # no engine in scope (plain xmap): nothing to ask
+    if not _env_state.engine:   # (no frame in scope has one)
+        return
     for n in names:
         frame = current_frame(n)
         if frame is not None and frame.engine is not None:
@@ -69,9 +66,7 @@ REDUCTIONS = {
 }
 # where positional `keepdim` sits, relative to the dim argument
 _KEEPDIM_AFTER = {"var": 2, "std": 2, "var_mean": 2, "std_mean": 2}
-# the dim an op uses when none is given: these reductions default to -1 rather than
-# "everything"; the dim-wise ops listed have a default (the others have none, or a legacy
-# implicit one)
+# the dim an op uses when none is given (ops not listed: every dim, none, or a legacy one)
 DEFAULT_DIM = {"mode": -1, "kthvalue": -1, "unbind": 0, "sort": -1, "argsort": -1,
                "topk": -1, "diff": -1, "split": 0, "chunk": 0, "tensor_split": 0,
                "normalize": 1, "glu": -1}
@@ -88,8 +83,6 @@ class DimsPlan(NamedTuple):
 
 
 # (names, physical ndim, dim spec) -> DimsPlan, for values that lack none of the names
-# (stored by _dims_of: a plan for a value broadcast along a bound name depends on the
-# environment, so it is not kept)
 _DIMS = PlanCache("dims")
 
 
@@ -108,9 +101,8 @@ def _plain_spec(dims) -> bool:
 
 def _dims_of(x: _NT, dims, op):
     """A dim spec (int, name, or tuple mixing both) as physical dims: ``(x', DimsPlan)``,
-    ``x'`` being ``x`` broadcast along the bound names it lacked.  ``op`` is a name or the
-    torch function (spelled only when needed).  Memoised, except for a value broadcast
-    along a bound name (that depends on the environment)."""
+    ``x'`` being ``x`` broadcast along the bound names it lacked (a plan then not cached:
+    it depends on the environment).  ``op``: a name or the torch function."""
     key = None
     if _plain_spec(dims):
         key = (x._names, x._data.dim(), dims)
@@ -148,8 +140,7 @@ def _reduction(name: str, dim_index: int, multi: bool):
         x = args[0]
         if type(x) is not _NT:
             return NotImplemented
-        if len(args) == 2 and not kwargs and pos == 0:
-            # x.sum(dims): the default keepdim=False is the layout we want
+        if len(args) == 2 and not kwargs and pos == 0:   # x.sum(dims): keepdim=False
             dims = args[1]
             if dims is not None and type(dims) is not bool and not isinstance(dims, (_NT, _T)):
                 x2, (phys, named, names_left, _) = _dims_of(x, dims, func)
@@ -184,7 +175,6 @@ class _Call(NamedTuple):
 
 
 def _run(call: _Call, data, dim_arg, keepdim: bool):
-    """``call`` on ``data`` with these dim and keepdim arguments."""
     func, rest, kw, pos = call.func, call.rest, call.kw, call.pos
     if not rest and not kw and pos == 0 and call.has_keepdim:
         return func(data, dim_arg, keepdim=keepdim)
@@ -214,8 +204,7 @@ def dim_keyword(func, kwargs) -> dict:
 
 
 def take(rest: list, kw: dict, i: int, key: str, default=None):
-    """Argument ``i`` of ``rest``, or else keyword ``key`` (``default`` if neither), taken
-    out of the call."""
+    """Argument ``i`` of ``rest``, else keyword ``key`` (else ``default``), taken out."""
     return rest.pop(i) if len(rest) > i else kw.pop(key, default)
 
 
@@ -236,7 +225,6 @@ def _reduce_positional(call: _Call, x: _NT, keepdim: bool, values_only: bool):
 
 
 def _reduce_dims(call: _Call, name: str, multi: bool, x: _NT, dims, keepdim: bool):
-    """Reduce the dims (ints, names or both) of ``dims``."""
     func, rest, kw = call.func, call.rest, call.kw
     x, (phys, named, names_left, _) = _dims_of(x, dims, func)
     if not phys:   # dim=(): what torch does with it, per instance of the named axes
