@@ -3,10 +3,8 @@
 ``axis_index`` (docs/guide.md §3).
 
 Index ``j`` of axis ``'i'`` is "device" ``j``.  ``axis_name`` is one name or a tuple of
-names (a tuple acts as one axis, its index linearized row-major); ``x`` may be a pytree,
-every leaf moved alike, as in JAX.  Each collective first
-asks the engine binding the axis for its own implementation (:func:`._common._engine_method`,
-called as ``impl(x, axis_names, **options)``), else runs as a registered op (:mod:`._ops`).
+names (one axis, its index linearized row-major); ``x`` may be a pytree, as in JAX.  The
+engine binding the axis is asked first (``impl(x, axis_names, **options)``).
 
 >>> import torch, named_axes as nx
 >>> f = nx.xmap(lambda x: x - nx.lax.pmean(x, 'i'), in_axes=['i', ...], out_axes=['i', ...])
@@ -279,9 +277,8 @@ def axis_index(axis_name: Any) -> NamedTensor:
 
 
 def _default_device() -> torch.device:
-    """The device factory functions use (``torch.get_default_device()``).  Under dynamo,
-    which can't trace that function (it returns a non-tensor), the device of a new
-    tensor, a constant while tracing (dynamo guards on the default device)."""
+    """``torch.get_default_device()``; under dynamo, which can't trace it, a new tensor's
+    device (a constant there: dynamo guards on the default device)."""
     if torch.compiler.is_dynamo_compiling():
         return torch.empty(0).device
     return torch.get_default_device()

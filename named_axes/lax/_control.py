@@ -1,15 +1,9 @@
-"""``nx.lax`` control flow with the signatures of ``jax.lax`` (JAX 0.4.30 semantics).
+"""``nx.lax`` control flow with the signatures of ``jax.lax`` (JAX 0.4.30; docs/guide.md §3).
 
-``fori_loop``, ``while_loop`` and ``scan`` run as Python loops, so under ``nx.jit`` (and
-``make_fx``, ``torch.compile``) they trace unrolled: torch's control-flow operators
-(``torch.cond``, the ``while_loop`` higher-order op) take plain tensors only, not the
-NamedTensor wrapper, and unrolling keeps the traced graph the positional program a
-person would write.  Gradients flow through them by ordinary autograd.
-
-A per-instance (named) predicate is handled as JAX's batching rules do: ``cond`` runs
-both branches and selects, ``while_loop`` runs while any instance's condition holds
-(any of all instances: on a ``SerialLoop`` chunk or a mesh rank too, through a ``pmax``).
-A carry keeps its positional shapes and dtypes; it may gain named axes (JAX batches it).
+Loops run as Python loops, traced unrolled: torch's control-flow operators take plain
+tensors only, not NamedTensors.  A per-instance (named) predicate follows JAX's batching
+rules: ``cond`` runs both branches and selects, ``while_loop`` runs while any instance's
+condition holds.  A carry keeps its positional shapes and dtypes and may gain named axes.
 
 >>> import torch, named_axes as nx
 >>> nx.lax.fori_loop(0, 4, lambda i, c: c + i, torch.tensor(0))
@@ -124,12 +118,10 @@ def _takes(weak: tuple, dtype: torch.dtype) -> bool:
 
 
 def _carry(step: Callable, init: Any) -> tuple:
-    """``init`` as a loop carries it, and its types (:func:`_types`, weak as ``init``'s):
-    its numbers and numpy arrays as tensors, each Python number (weakly typed) of the
-    dtype a step makes of it where it takes that (JAX re-traces a loop whose step
-    promotes a weak carry), found by a step on fake values given the number itself
-    (torch promotes it weakly), else the tensor.  Under dynamo (which cannot trace a fake
-    run) ``init`` as given."""
+    """``init`` as a loop carries it, and its types (:func:`_types`): numbers and numpy
+    arrays as tensors, a weakly typed Python number of the dtype a step on fake values
+    makes of it (JAX re-traces a loop whose step promotes a weak carry).  Under dynamo
+    (which cannot trace a fake run) ``init`` as given."""
     if torch.compiler.is_dynamo_compiling():
         return init, _types(init)
     flat, spec = tree_flatten(init)
@@ -268,12 +260,9 @@ def _operands(op: str, operands: tuple, operand: Any) -> tuple:
 
 
 def _any(p: Any, op: str) -> bool:
-    """Whether any instance's condition holds (read in Python: loops run unrolled).
-
-    Every instance decides, also those another ``SerialLoop`` chunk or mesh rank holds:
-    the instances' conditions meet in a ``pmax`` over the predicate's named axes, so
-    every chunk and rank runs the same number of steps (a collective in the body then
-    meets the same collective in every chunk)."""
+    """Whether any instance's condition holds (read in Python: loops run unrolled).  A
+    ``pmax`` over the named axes lets every SerialLoop chunk and mesh rank run the same
+    number of steps, so a collective in the body meets its peers."""
     why = "is traced (nx.jit, make_fx, torch.compile)"
     if not building_graph():
         try:
@@ -289,10 +278,8 @@ def _any(p: Any, op: str) -> bool:
 
 
 def _loop_shapes(cond_fun: Callable, body_fun: Callable, val: Any, p: Any, ref: tuple) -> Any:
-    """``while_loop`` under ``nx.eval_shape``: the carry after any number of steps, no
-    values.  Its positional shapes and dtypes are ``init_val``'s; the named axes it gains
-    (from the body, or from a per-instance condition: JAX's batching rule) are found by
-    running steps on fake values, selected as a per-instance condition selects, until
+    """``while_loop`` under ``nx.eval_shape``: the carry after any number of steps, its
+    named axes grown by steps on fake values (selected as the condition selects) until
     they stop growing."""
     while True:
         nxt = _select_tree(p, _step("while_loop", body_fun, ref, val), val)
@@ -354,10 +341,9 @@ def _while_step(cond_fun: Callable, body_fun: Callable, ref: tuple) -> Callable:
 
 
 def _settled(val: Any, first: list, settled: Any, step: Callable) -> Any:
-    """The carry ``val`` of a loop whose step count tensors' values decided, with the
-    named axes JAX gives it whatever the count: the carry's fixed point (those of
-    init_val, ``first``, and every one a step adds) -- ``settled`` if a step showed
-    them, else grown by ``step`` on fake values."""
+    """The carry ``val`` of a loop whose step count tensors decided, with JAX's named
+    axes whatever the count: ``settled`` if a step showed them, else those of ``first``
+    and ``val`` grown by ``step`` on fake values to a fixed point."""
     if settled is None:
         settled = fixed_point(step, val, union_axes(first, named_axes_of(val)))
     return with_axes(val, settled)
@@ -473,9 +459,8 @@ def scan(f: Callable, init: Any, xs: Any, length: Any = None, reverse: bool = Fa
     (``jax.lax.scan``); returns the final carry and the ``y``'s stacked along a new
     leading positional dim (in the order of ``xs``, also when ``reverse``).
 
-    A Python loop, traced unrolled under ``nx.jit`` (torch's control-flow operators
-    don't take NamedTensors), so ``unroll`` changes nothing.  ``xs`` may be None with
-    ``length``.  Named axes of ``xs`` and ``init`` broadcast by name.
+    ``unroll`` changes nothing (a Python loop).  ``xs`` may be None with ``length``.
+    Named axes of ``xs`` and ``init`` broadcast by name.
 
     >>> import torch, named_axes as nx
     >>> nx.lax.scan(lambda c, x: (c + x, c + x), torch.tensor(0.), torch.arange(4.))

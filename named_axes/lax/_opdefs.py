@@ -123,10 +123,8 @@ def _ppermute(x: torch.Tensor, dim: int, src: list[int], dst: list[int]) -> torc
 
 # -- pdot: a two-operand einsum that contracts named dims ---------------------------------
 
-# The op's meaning (and, inlined by the compile backend, its lowering) is the product a
-# person would write: one mm / bmm between views where the equation allows, not
-# torch.einsum's bmm-of-everything decomposition (which gave inductor a batch-1 bmm and
-# extra permutes for `x @ w`).
+# (the product a person would write, one mm / bmm between views, not torch.einsum's
+# decomposition: the compile backend inlines it)
 @_named_op("pdot")
 def _pdot(x: torch.Tensor, y: torch.Tensor, equation: str) -> torch.Tensor:
     return einsum2_eager(equation, x, y)

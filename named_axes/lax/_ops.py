@@ -27,14 +27,9 @@ _Fn = torch.autograd.Function
 
 
 def _tracing() -> bool:
-    """Whether a graph is being built that must show the collective as a named op.
-
-    make_fx (nx.jit, torch.export, AOT autograd) pushes a dispatch mode that builds one
-    (:func:`named_axes._modes.building_graph`).  Under ``torch.compile``
-    (:func:`named_axes._modes.lowering_for_compile`) the plain op is used as well: dynamo
-    then traces the positional program a person would write, which inductor fuses better
-    than an opaque custom op.
-    """
+    """Whether a graph is being built that must show the collective as a named op: under
+    make_fx (nx.jit, torch.export), not under ``torch.compile``, whose inductor fuses the
+    plain positional code better than an opaque custom op."""
     if lowering_for_compile():
         return False
     return building_graph()
@@ -53,8 +48,7 @@ def collective(name: str, *args):
 
 def _apply(name: str, *args):
     """The registered op ``name`` through its ``autograd.Function``."""
-    cls = _FUNCTION.get(name, _Linear)
-    return _fn(cls, *args).apply(name, *args)
+    return _fn(_FUNCTION.get(name, _Linear), *args).apply(name, *args)
 
 
 def _unreduce(g, dims, shape):

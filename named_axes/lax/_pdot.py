@@ -60,8 +60,6 @@ def pdot(x: Any, y: Any, axis_name: Any, *, pos_contract=((), ()), pos_batch=(()
             out = (NamedTensor._wrap(_transposed_as_jax(out._data, rest), out._names)
                    if isinstance(out, _NT) else _transposed_as_jax(out, rest))
         return out
-    # (cached per layout; used while the sizes it checked still agree, else rebuilt,
-    # which raises the error)
     key = (axis_name if type(axis_name) is str else names, x._names, y._names, x._data.dim(),
            y._data.dim(), pos_contract, pos_batch)
     plan = _PDOT_PLANS.plan(key, x, y, names, pos_contract, pos_batch)
@@ -120,7 +118,7 @@ def _contracted_size(names: tuple) -> int:
     return _size([n for n in names if n not in inner], "pdot")
 
 
-def _pdot_plan_holds(plan: tuple, x: NamedTensor, y: NamedTensor) -> bool:
+def _pdot_plan_holds(plan: tuple, x: NamedTensor, y: NamedTensor, *_) -> bool:
     """Whether the sizes checked when ``plan`` was built still agree."""
     shapes = (x._data.shape, y._data.shape)
     for i, a, j, b in plan.same:
@@ -192,5 +190,4 @@ def _pdot_plan(x: NamedTensor, y: NamedTensor, names: tuple, pos_contract, pos_b
     return PdotPlan(eq, out_names, tuple(same), tuple(bound_checks), tuple(missing))
 
 
-_PDOT_PLANS = PlanCache("pdot", _pdot_plan, maxsize=1024,
-                        validate=lambda plan, x, y, *_: _pdot_plan_holds(plan, x, y))
+_PDOT_PLANS = PlanCache("pdot", _pdot_plan, maxsize=1024, validate=_pdot_plan_holds)

@@ -1,12 +1,9 @@
 """``nx.lax`` slicing and shape ops with the signatures of ``jax.lax`` (JAX 0.4.30 semantics).
 
-Operands are NamedTensors or tensors: the positional dims are what the function sees,
-named axes broadcast by name.  A start index is a Python int (a static slice) or an
-integer 0-d value, possibly named (``axis_index('i') * 4``): one start per instance,
-computed with index arithmetic and ``take_along_dim`` (never read into Python), so it
-runs under ``torch.func``, ``nx.jit`` and every named instance at once.  As in JAX a
-negative start wraps once (``start + size of the dim``), then every start is clamped
-into ``[0, dim - slice size]``.
+The positional dims are what a function sees; named axes broadcast by name.  A start is
+a Python int or an integer 0-d value, possibly named (``axis_index('i') * 4``: one start
+per instance, by ``take_along_dim``, never read into Python).  As in JAX a negative start
+wraps once, then every start is clamped into ``[0, dim - slice size]``.
 
 >>> import torch, named_axes as nx
 >>> nx.lax.dynamic_slice(torch.arange(16), [24], [8])     # start clamped to 8

@@ -1,10 +1,6 @@
-"""The named axes of ``nx.lax`` control flow's results, whatever the values decide.
-
-A tensor predicate picks one ``cond`` branch, a tensor bound or condition the number of
-loop steps -- never the result's named axes: JAX's are those of both branches, and a
-loop carry's fixed point (those of ``init_val`` and every one a step adds).  What the
-values skipped runs here on fake values (:mod:`named_axes._abstract`), and the result
-is broadcast along what it lacks.
+"""The named axes of ``nx.lax`` control flow's results, whatever the values decide
+(docs/guide.md §3): what the values skipped runs here on fake values
+(:mod:`named_axes._abstract`), and the result is broadcast along what it lacks.
 
 >>> union_axes([('a',), ()], [('b', 'a'), ('c',)])
 [('a', 'b'), ('c',)]
