@@ -1,32 +1,10 @@
 """``axis_resources='auto'``: the assignment of named axes to mesh axes a cost model prefers.
 
-The candidates are few, because names shrink the search: each named axis goes to a set
-of mesh axes whose sizes divide it (or nowhere), two axes that meet in one value never
-share a mesh axis, and where memory requires it an axis may also run as a
-``SerialLoop``.  Each candidate is priced from one abstract trace of the program
-(:mod:`._cost_trace`), per device:
-
-- compute: every op's FLOPs over the device's FLOP rate plus its bytes over the memory
-  bandwidth, scaled by the share of the op's named axes the device holds (a backward
-  costs twice the forward), plus a fixed time per op call (once per serial chunk);
-- communication: each collective over axes the candidate splits -- ``psum``, ``pdot``
-  and a reduction along a named axis all-reduce their result, ``all_gather`` gathers,
-  an op along a split axis gathers its operand whole -- and, in a backward, the
-  transposes of the gathers and one all-reduce where a value needing a gradient meets
-  values split over mesh axes it is replicated on (the parameters' in one bucket per
-  set of mesh axes, as the engines sum them); each at a latency plus bytes over the
-  link's bandwidth (:class:`._rates.Rates`), one per mesh axis it spans (the engines,
-  like DTensor, run a collective over two mesh axes as one over each in turn), and a
-  fixed cost for a step that splits an axis at all;
-- an einsum summing an axis a ``SerialLoop`` splits keeps that axis in its product
-  (each chunk's part of it) before the ``psum``: the product's bytes are moved once
-  more (over a mesh each rank contracts its part first);
-- memory: the inputs' shares, and in training their gradients, ``optimizer_states``
-  copies of them (Adam: 2) and every result the backward keeps.
-
-Every legal candidate is priced; the fastest that fits ``memory_per_device`` wins, ties
-going to the simpler assignment.  :func:`explain_resources` shows it beside the best
-alternatives, as a table.
+Every legal assignment (each named axis on a set of mesh axes whose sizes divide it, two
+axes that meet in one value never on one mesh axis) is priced per device -- compute,
+communication, memory -- from one abstract trace of the program (:mod:`._cost_trace`);
+the fastest that fits ``memory_per_device`` wins, ties going to the simpler assignment.
+The model and its limits: docs/parallelism.md, "axis_resources='auto'".
 
 >>> import numpy as np, torch, named_axes as nx
 >>> f = nx.xmap(lambda x, w: nx.lax.psum((x @ w).sum(), 'b'), in_axes=(['b', ...], [...]),
@@ -107,9 +85,10 @@ def price(trace: CostTrace, split: _Split, rates: Rates, *, train: bool,
           optimizer_states: int = 2) -> tuple:
     """``(compute s, comm s, collectives, comm bytes, memory bytes)`` of one step."""
     passes = 3 if train else 1   # a backward: twice the forward's work
-    # with an axis split over ranks every op goes through the engine (it is handed the
-    # operands, for the sums their cotangents need)
-    op_s = rates.engine_op_s if any(s > 1 for s in split.shards.values()) else rates.op_s
+    splits = any(s > 1 for s in split.shards.values())
+    # split over ranks, every op goes through the engine (it hands operands the sums
+    # their cotangents need)
+    op_s = rates.engine_op_s if splits else rates.op_s
     compute = 0.0
     for key, (flops, nbytes, calls) in trace.work.items():
         names, whole = key if isinstance(key, tuple) else (key, frozenset())
@@ -118,16 +97,14 @@ def price(trace: CostTrace, split: _Split, rates: Rates, *, train: bool,
         compute += passes * calls * split.chunks(names) * op_s
     compute += passes * _kept_products(trace, split) / rates.bytes_per_s
     comm, count, moved = _comm(trace, split, rates, train)
-    if any(s > 1 for s in split.shards.values()):
+    if splits:
         comm += rates.mesh_call_s
     return compute, comm, count, moved, _memory(trace, split, train, optimizer_states)
 
 
 def _kept_products(trace: CostTrace, split: _Split) -> float:
     """Bytes an einsum moves, per pass, where it sums axes a ``SerialLoop`` splits: the
-    loop keeps those axes in its product (each chunk's part of them) and replays a psum,
-    so the product is written and read once more.  (Over a mesh each rank contracts its
-    part and the parts are summed: no such product.)"""
+    loop keeps them in its product for the replayed psum (a mesh has no such product)."""
     nbytes = 0.0
     for c in trace.comms:
         chunks = {n: split.loops.get(n, 1) for n in c.axes}
@@ -330,9 +307,8 @@ def _ranked(f, mesh, args, memory_per_device, rates, train, optimizer_states) ->
 
 
 def auto_resources(xmapped: Any, args: tuple) -> dict:
-    """The ``axis_resources`` of one call of an ``axis_resources='auto'`` xmap: the
-    model's choice for the mesh in scope and these arguments' shapes, dtypes, named axes
-    and which need a gradient (kept per xmap; every rank computes the same choice)."""
+    """The ``axis_resources`` an ``axis_resources='auto'`` xmap uses for this call's mesh
+    and arguments (kept per xmap; every rank computes the same choice)."""
     mesh = current_mesh()
     if mesh is None:
         return {}

@@ -1,20 +1,10 @@
 """One abstract run of a named program, noting what any assignment of resources costs.
 
-:func:`trace_costs` runs an xmapped program once on fake tensors (no FLOPs, as
-``nx.eval_shape`` does) with a :class:`CostTape` open, so every op on named values is
-noted (the dispatcher, ``nx.lax``, einsum... note them for ``nx.grad``'s tapes):
-
-- its work: the FLOPs torch's ``FlopCounterMode`` counts in it, and the bytes of its
-  operands and results, under the set of named axes it runs over;
-- its collective, if it is one (``psum``, ``pdot``, ``all_gather``...) and the named
-  axes it runs along (``nx.sum(x, 'embed')``, ``nx.softmax(x, 'vocab')``);
-- where an operand that needs a gradient meets values carrying axes it lacks (on a
-  mesh its cotangent is summed over the ranks that split those axes);
-- the named axes of every value (two axes on one mesh axis may never meet in one).
-
-Everything is noted at the program's full, vectorized sizes: what a device does under an
-assignment is the same numbers scaled by how the assignment splits each axis
-(:mod:`._auto`).  So one trace prices every candidate.
+:func:`trace_costs` runs an xmapped program once on fake tensors with a :class:`CostTape`
+open; every op on named values notes its FLOPs (torch's ``FlopCounterMode``) and bytes
+under the named axes it runs over, its collective or the axes it runs along, and where an
+operand needing a gradient meets axes it lacks.  All at full sizes: an assignment only
+scales them (:mod:`._auto`), so one trace prices every candidate.
 
 >>> import torch, named_axes as nx
 >>> f = nx.xmap(lambda x, w: nx.lax.psum(x @ w, 'b'), in_axes=(['b', ...], [...]),

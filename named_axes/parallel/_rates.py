@@ -1,13 +1,9 @@
 """The machine's rates the resource model prices a step with, measured once (``nx.calibrate``).
 
-:class:`Rates`: a device's matmul FLOP rate and memory bandwidth, the time of a named
-op (and of one while an axis is split over ranks), the fixed cost of a step that splits
-an axis, and the link's bandwidth and latency.  :func:`calibrate` measures them here -- a
-float32 matmul, a copy, all-reduces of two sizes over the process group -- and through
-the probe the API layer registers (``named_axes/_calibrate.py``: training steps of
-small named programs), and keeps them for the process (and in a JSON file per machine
-when ``cache`` names one).  Under torch.distributed every rank gets the slowest rank's
-figures, so every rank models, and chooses, alike.
+:func:`calibrate` measures a matmul, a copy and the process group's all-reduces here, plus
+the probe the API layer registers (:data:`PROGRAM_PROBE`); under torch.distributed every
+rank takes the slowest rank's figures, so every rank chooses alike.  See
+docs/parallelism.md, "axis_resources='auto'".
 
 >>> r = Rates(flops_per_s=1e12, bytes_per_s=1e11, op_s=1e-5, link_bytes_per_s=1e10,
 ...           link_latency_s=2e-5)
@@ -33,7 +29,7 @@ DEFAULT_LINK = {"link_bytes_per_s": 1.0e9, "link_latency_s": 5.0e-5}
 
 @dataclass(frozen=True)
 class Rates:
-    """How fast a device computes and a link moves data (see the module docstring)."""
+    """How fast a device computes and a link moves data: what the cost model prices with."""
 
     flops_per_s: float
     bytes_per_s: float
@@ -73,8 +69,7 @@ _MEASURED: dict = {}
 def calibrate(*, refresh: bool = False, cache: str | None = None, device: str = "cpu") -> Rates:
     """Measure this machine's :class:`Rates` (once per process; ``refresh`` measures
     again).  ``cache``: a JSON file keeping them per machine between runs.  Under
-    torch.distributed the measuring is collective: every rank calls it (as every rank
-    calls an ``axis_resources='auto'`` xmap, whose first call measures).
+    torch.distributed the measuring is collective: every rank calls it.
 
     >>> import named_axes as nx
     >>> nx.calibrate().flops_per_s > 0
