@@ -1,9 +1,7 @@
 """Meshes of devices with named axes, and serial loops: the resources of ``axis_resources``.
 
-A :class:`Mesh` is an n-d numpy array of devices plus one name per array axis.  Inside
-``with Mesh(...)`` its axis names are resources that ``xmap(axis_resources=...)`` can map
-named axes to.  A :class:`SerialLoop` is the other resource: time.  An axis mapped to
-``SerialLoop(k)`` is computed in ``k`` chunks one after the other.
+A :class:`Mesh` names the axes of an n-d array of devices; inside ``with Mesh(...)``
+``xmap(axis_resources=...)`` can map named axes to them.  :class:`SerialLoop` is time.
 
 >>> import numpy as np, named_axes as nx
 >>> m = nx.Mesh(np.array(nx.local_devices()), ('x',))
@@ -102,9 +100,7 @@ class Mesh:
         if isinstance(axis_names, str) or not isinstance(axis_names, (tuple, list)):
             axis_names = (axis_names,)
         axis_names = tuple(axis_names)
-        arr = np.asarray(devices, dtype=object) if not isinstance(devices, np.ndarray) else devices
-        if arr.dtype != object:
-            arr = arr.astype(object)
+        arr = np.asarray(devices, dtype=object)
         if arr.ndim != len(axis_names):
             raise AxisResourceError(
                 f"Mesh(devices, axis_names={axis_names!r}): devices has {arr.ndim} dims "

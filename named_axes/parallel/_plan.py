@@ -1,21 +1,11 @@
 """The partitioning plan: where each named axis lives, apart from any engine.
 
 From ``axis_resources`` (named axis -> mesh axis, tuple of mesh axes, or
-:class:`SerialLoop`), the mesh axis sizes and the named axis sizes, a :class:`Plan`
-says, for a value with given named dims, which physical dim is split over which mesh
-axes (in which order), and what a collective over an axis becomes.  Pure Python: no
-torch, no devices, so it is tested on its own.  It is what JAX called an
-``EvaluationPlan`` and haliax a ``ResourceMapping``.
-
-The rules (docs/guide.md §5), each checked here with an :class:`AxisResourceError` (a
-``ValueError``) that names the axis, the sizes and the resource:
-
-- a named axis's size must be divisible by the product of its mesh axes' sizes
-  (times the number of chunks of its serial loop: one axis may have both, JAX's
-  ``('x', 'l')``, each chunk then split over the mesh axes);
-- every mesh axis named must exist in the mesh in scope, and some mesh must be in scope;
-- two named axes mapped to one mesh axis may never meet in one value
-  (:func:`resource_conflicts` gives the pairs; :meth:`Plan.check_value` checks a value).
+:class:`SerialLoop`), the mesh axis sizes and the named axis sizes, a :class:`Plan` says
+which physical dim of a value is split over which mesh axes, and what a collective becomes.
+Pure Python: no torch, no devices.  :func:`make_plan` checks the rules of
+docs/parallelism.md, "Checks"; :func:`resource_conflicts` gives the pairs of axes that
+may never meet in one value.
 
 >>> from named_axes.parallel._plan import make_plan
 >>> from named_axes.parallel import SerialLoop
@@ -76,17 +66,15 @@ def normalize_resources(axis_resources: Mapping) -> tuple[dict, dict]:
         if len(set(items)) != len(items):
             raise AxisResourceError(
                 f"axis_resources[{name!r}] = {res!r}: a mesh axis is listed twice")
-        if not items:
-            continue
-        mesh_axes[name] = items
+        if items:
+            mesh_axes[name] = items
     return mesh_axes, loops
 
 
 def resource_conflicts(axis_resources: Mapping) -> frozenset:
     """Pairs of named axes mapped to a common mesh axis: they may never meet in one value.
 
-    Cheap enough to call per xmap call; the dispatcher checks every op's output names
-    against it.  Serial loops are per-axis and never conflict.
+    Serial loops are per-axis and never conflict.
 
     >>> sorted(sorted(p) for p in resource_conflicts({'a': 'x', 'b': ('x', 'y'), 'c': 'y', 'd': 'z'}))
     [['a', 'b'], ['b', 'c']]
