@@ -17,7 +17,7 @@ import functools
 import itertools
 from typing import Any, Callable, Hashable, Sequence
 
-from ._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_spec
+from ._errors import AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError, fmt_spec
 from ._parsing import match_prefix, path_str
 from ._xmap import _article, xmap
 from ._xmap_call import _is_array, _is_leaf
@@ -101,6 +101,15 @@ def _call_form(fun: Callable, in_axes: Any, args: tuple, kwargs: dict, static: t
     return fun, per, args
 
 
+def _devices(devices: Sequence[Any] | None, backend: str | None, spelling: str) -> list:
+    """The devices a pmap splits over: ``devices``, or all of ``backend``'s."""
+    devs = list(devices) if devices is not None else all_devices(backend)
+    if not devs:   # (else the Mesh's error names the private mesh axis)
+        raise AxisResourceError(f"{spelling[:-1]}, devices=[]): no devices to map over; "
+                                f"pass devices=None for all")
+    return devs
+
+
 def _call_with_kwargs(fun: Callable, *args):
     return fun(*args[:-1], **args[-1])
 
@@ -125,7 +134,8 @@ def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
         backend: ``'cpu'``, ``'cuda'`` or ``'xla'``.
 
     Raises:
-        AxisResourceError: the axis size is not divisible by the number of devices.
+        AxisResourceError: the axis size is not divisible by the number of devices, or
+            ``devices`` is empty.
     """
     import numpy as np
 
@@ -153,7 +163,7 @@ def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
                                 f"{axis_size}): the mapped arguments have size {size} along "
                                 f"in_axes={fmt_spec(in_axes)}")
         n = size if size is not None else axis_size
-        devs = list(devices) if devices is not None else all_devices(backend)
+        devs = _devices(devices, backend, mapped.__name__)
         f = xmap(body, in_axes=xin_, out_axes=xout, axis_sizes={name: n},
                  axis_resources={name: mesh_axis}, backend=backend,
                  donate_argnums=donate_argnums)
