@@ -191,17 +191,12 @@ class NamedTensor:
     def requires_grad(self, value: bool) -> None:
         self._data.requires_grad = value
 
-    @property
-    def data(self) -> "NamedTensor":
-        return NamedTensor._wrap(self._data.data, self._names)
-
-    @property
-    def T(self):
-        return self.permute(*reversed(range(self.ndim)))
-
-    @property
-    def mT(self):
-        return self.transpose(-2, -1)
+    data = property(lambda self: NamedTensor._wrap(self._data.data, self._names))
+    real = property(lambda self: NamedTensor._wrap(self._data.real, self._names))
+    imag = property(lambda self: NamedTensor._wrap(self._data.imag, self._names))
+    T = property(lambda self: self.permute(*reversed(range(self.ndim))))
+    mT = property(lambda self: self.transpose(-2, -1))
+    mH = property(lambda self: self.mT.conj())
 
     @property
     def H(self):
@@ -210,18 +205,6 @@ class NamedTensor:
                              f"{self.ndim}-D positional values (named shape "
                              f"{fmt_named_shape(self.named_shape)})")
         return self.T.conj()
-
-    @property
-    def mH(self):
-        return self.mT.conj()
-
-    @property
-    def real(self):
-        return NamedTensor._wrap(self._data.real, self._names)
-
-    @property
-    def imag(self):
-        return NamedTensor._wrap(self._data.imag, self._names)
 
     # -- conversions that need a single value ------------------------------------
     def _scalar(self, what: str):
