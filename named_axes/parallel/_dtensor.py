@@ -1,28 +1,12 @@
 """The torch.distributed engine: named axes split over a ``DeviceMesh``, one process per
 device (``torchrun``; gloo on CPU, nccl on GPU).
 
-As ``shard_map`` does, every rank runs the named program once on plain tensors -- its
-own slice of every axis the plan splits over the mesh -- and the collectives the program
-calls over those axes are explicit all-reduces over the mesh dims that split them
-(:mod:`._local_comms`).  Everything else is a local op: no DTensor dispatch, no sharding
-propagation.  It is the SerialLoop machinery (:mod:`._serial`) with one chunk per rank
-and real communication in place of the replay.  A SerialLoop axis also on the mesh
-(``('x', SerialLoop(2))``) runs each chunk here: the loop's engine is the body's frame
-engine and asks this one, its ``within``, for the mesh's part.
-
-Inputs are full values (the same on every rank: each keeps its slice, nothing moves) or
-DTensors (``nx.NamedSharding``, :mod:`._sharded`); a DTensor laid out otherwise than the
-plan says is redistributed (counted in :data:`SUMMARY`) or refused
-(``Mesh(on_mismatch='error')``).  The ranks' inputs are checked alike once per new input
-structure (:mod:`._rank_check`).  Outputs come back full on every rank, or as DTensors
-(``Mesh(outputs=...)``); gradients in the inputs' own layouts.
-
-Gradients follow the named shapes, as ``shard_map``'s do (:mod:`._local_comms`); where a
-replicated value meets values split over a mesh dim, :meth:`DTensorEngine.broadcast` puts
-the sum its cotangent needs on its path (:mod:`._dtensor_comms`).  A collective that moves
-values along a split axis, and a torch op along one (:meth:`DTensorEngine.whole`), gathers
-the axis whole, computes as if unsplit and keeps the rank's chunk.  Under ``nx.jit``'s
-trace the rank's slices, local ops and functional collectives make the graph.
+As ``shard_map`` does, every rank runs the named program once on plain tensors, its own
+slice of every axis the plan splits; collectives over those axes are explicit all-reduces
+over the mesh dims that split them (:mod:`._local_comms`), an op or collective along a
+split axis runs on the axis gathered whole, and everything else is a local op.  It is the
+SerialLoop engine with one chunk per rank and real communication in place of the replay.
+Inputs, outputs, gradients and checks: docs/parallelism.md, "torch.distributed (DTensor)".
 """
 from __future__ import annotations
 
@@ -43,8 +27,7 @@ from .._torch_private import (functorch_active, functorch_transform_kinds,
 from ._serial import SerialEngine, _as_tuple, _attaining, _names_of
 from ._serial_chunks import _in_memory_order
 from ._dtensor_comms import (SUMMARY, FromLocal, FullInputs, ShardsOf, device_mesh,
-                             rewrap)
-from ._dtensor_comms import placements as _placements
+                             placements as _placements, rewrap)
 from ._local_comms import (ChunkOfWhole, ExtremeOverRanks, FirstCopy, GatherOverRanks,
                            ScatterSumOverRanks, SumOverRanks, Varying, all_reduce, extreme,
                            mesh_groups, own_block)
@@ -54,9 +37,8 @@ __all__ = ["DTensorEngine", "device_mesh"]
 
 
 def _transformed(out) -> bool:
-    """Whether a ``vmap`` runs around the call or the output ``out`` is a dual tensor of
-    forward-mode AD (a DTensor cannot hold batched or dual values: full outputs are
-    gathered by the path's own Functions)."""
+    """Whether a ``vmap`` runs around the call or ``out`` is a forward-mode dual: a DTensor
+    cannot hold either, so full outputs are gathered by the path's own Functions."""
     from ..lax._ops import forward_mode
 
     return forward_mode(out) or any(k != "Grad" for k in functorch_transform_kinds())
@@ -97,8 +79,8 @@ class DTensorEngine(SerialEngine):
         """``body`` on this rank's shards; in a chunk of the SerialLoop engine ``engine``,
         that engine runs the body's frame and asks this one for the mesh's axes."""
         SUMMARY.calls += 1
-        # the cross-rank input check, once per new input structure (SerialLoop chunks
-        # included: each rank runs the same chunks); a trace has no values to check
+        # once per new input structure (every rank runs the same SerialLoop chunks);
+        # a trace has no values to check
         if not tracing_mode_active() and check_once(self.mesh._cache, leaves):
             SUMMARY.input_checks += 1
         self._parts: dict = {}    # id(an input's local value) -> (it, its part view, parts)
@@ -223,8 +205,8 @@ class DTensorEngine(SerialEngine):
         return NamedTensor._wrap(data, names) if names else data
 
     def _same_dims(self, names: tuple) -> frozenset:
-        """The mesh dims a value with ``names`` is the same along: those no name of it
-        is split over (an axis made whole for an op, :meth:`whole`, splits none)."""
+        """The mesh dims a value with ``names`` is the same along (an axis made whole for
+        an op, :meth:`whole`, splits none)."""
         key = (names, self._whole)
         same = self._same.get(key)
         if same is None:
@@ -242,12 +224,10 @@ class DTensorEngine(SerialEngine):
         return self._cuts(names), gathers
 
     def broadcast(self, data: Any, names: tuple, result: tuple) -> Any:
-        """``data`` (named ``names``), an operand of an op whose values carry the axes
-        ``result``: where those split it over mesh dims it is replicated on, the part of
-        its cotangent each rank computes must be summed over them -- an input's part view
-        (:mod:`._dtensor_comms`: summed at the edge with the others) when every such use
-        splits the same dims, else behind a :class:`Varying` (one per value and dims: its
-        uses share the sum)."""
+        """``data`` (named ``names``) as an operand of an op whose values carry ``result``:
+        where those split mesh dims it is replicated on, its cotangent's parts are summed
+        there -- through an input's part view (:mod:`._dtensor_comms`) when every such use
+        splits the same dims, else behind one :class:`Varying` per value and dims."""
         if not isinstance(data, torch.Tensor) or not may_need_grad(data):
             return data
         dims = self._same_dims(names) - self._same_dims(result)
@@ -333,16 +313,12 @@ class DTensorEngine(SerialEngine):
                         f"block of the two; map them to different mesh axes")
 
     def _check_not_differentiated(self, op: str, carried: list) -> None:
-        """Nothing to refuse: a derivative or vmap taken within the body (``grad``,
-        ``vjp``, ``jvp``, ``vmap`` there) goes through this path's collectives -- no
-        replay, their results are in its graph, and their Functions have transpose,
-        forward-mode and vmap rules."""
+        """Nothing to refuse: a derivative or vmap taken within the body goes through this
+        path's Functions, which have transpose, forward-mode and vmap rules (no replay)."""
 
     def _moving(self, op: str, x: NamedTensor, axis_name: Any, split: tuple, options: dict):
-        """A collective moving values along the split axes ``split`` (``all_gather``,
-        ``psum_scatter``, ``all_to_all``, ``ppermute``, ``pshuffle``): computed on the
-        axes' whole (:meth:`_gathered`), as if unsplit, and this rank's chunk kept
-        (:meth:`_own_chunk`)."""
+        """A collective moving values along the split axes ``split``: computed on their
+        whole, as if unsplit, and this rank's chunk kept."""
         self._check_one_axis_per_mesh_dim(op, (x,))
         if op == "psum_scatter" and split == _as_tuple(axis_name):
             out = self._scatter_sum(x, split, **options)
@@ -353,10 +329,9 @@ class DTensorEngine(SerialEngine):
 
     def _scatter_sum(self, x: NamedTensor, names: tuple, scatter_dimension: int,
                      tiled: bool) -> Any:
-        """``psum_scatter`` over one split axis ``x`` carries, without making it whole: the
-        sum over this rank's chunk, then a reduce-scatter over the ranks, each keeping the
-        blocks of its own indices (None where the sizes are wrong: the general path
-        raises the collective's own error)."""
+        """``psum_scatter`` over one split axis without making it whole: the sum over this
+        rank's chunk, then a reduce-scatter (None where the sizes are wrong: the general
+        path raises the collective's own error)."""
         name = names[0]
         if len(names) != 1 or name not in x._names:
             return None
@@ -376,15 +351,15 @@ class DTensorEngine(SerialEngine):
         return NamedTensor._wrap(mine.movedim(at, 0), (name,) + rest)
 
     def _gathered(self, x: Any, names: tuple) -> Any:
-        """``x`` with each of the split axes ``names`` it carries made whole: gathered over
-        the mesh dims splitting it (:class:`GatherOverRanks`), the same on all those ranks."""
+        """``x`` with each of the split axes ``names`` it carries gathered whole."""
         if not isinstance(x, NamedTensor):
             return x
         data = x._data
         for n in (n for n in names if n in x._names):
-            groups = mesh_groups(self.dm, self.mesh_dims[n])   # (laid out as ``x``: a
-            data = _in_memory_order(data, lambda t, d: GatherOverRanks.apply(  # random op
-                t, d, groups), x._names.index(n))                # fills memory in order)
+            groups = mesh_groups(self.dm, self.mesh_dims[n])
+            # laid out as ``x`` is: a random op fills memory in order
+            data = _in_memory_order(data, lambda t, d: GatherOverRanks.apply(t, d, groups),
+                                    x._names.index(n))
         return NamedTensor._wrap(data, x._names)
 
     def _own_chunk(self, x: Any, names: tuple) -> Any:

@@ -1,16 +1,12 @@
 """The DTensor engine's own communication and edges (:mod:`._dtensor`): one
-``DeviceMesh`` per mesh, the placements of a plan, :data:`SUMMARY` (the count of what the
-engine moved beyond the program's collectives, ``nx.parallel.comm_summary()``), and the
-inputs onto each rank's shards and the outputs back, as autograd Functions.
+``DeviceMesh`` per mesh, a plan's placements, :data:`SUMMARY` (``nx.parallel.comm_summary()``),
+and the inputs onto each rank's shards and the outputs back, as autograd Functions.
 
-A replicated input's cotangent is whole on every rank (:mod:`._local_comms`), but the
-uses that broadcast it into values split over mesh dims (a weight meeting a batch split
-over the data-parallel dim) each hand it a part, which must be summed over those ranks.
-Rather than an all-reduce per use, each input comes in two views: the value itself, for
-uses that keep it replicated, and a *part* view (the engine hands it to such uses,
-:meth:`._dtensor.DTensorEngine.broadcast`) whose cotangents the edge's backward sums over
-the mesh dims its uses split -- one flat all-reduce for all inputs of a dtype
-(:func:`sum_partials`, as DDP buckets).  ``torch.distributed`` is imported when first used.
+Uses that broadcast a replicated input into values split over mesh dims each hand its
+cotangent a part to be summed over those ranks.  Rather than an all-reduce per use, each
+input comes in two views: the value, for uses that keep it replicated, and a *part* view
+(:meth:`._dtensor.DTensorEngine.broadcast`) whose cotangents the edge's backward sums --
+one flat all-reduce for all inputs of a dtype (:func:`sum_partials`, as DDP buckets).
 
 >>> sorted(SUMMARY.as_dict())[:2]
 ['calls', 'distributed_inputs']
@@ -51,7 +47,7 @@ def _build_device_mesh(m) -> Any:
 
     key = (m.platform, tuple(m.axis_names), m.device_ids.tobytes(), m.device_ids.shape)
     shared = _DEVICE_MESHES.get(key)
-    if shared is not None:   # equal meshes share one DeviceMesh (and its groups)
+    if shared is not None:
         m._cache["device_mesh"], m._cache["check_group"] = shared
         return shared[0]
 
@@ -68,7 +64,7 @@ def _build_device_mesh(m) -> Any:
     device_type = "cuda" if m.platform == "cuda" else "cpu"
     dm = DeviceMesh(device_type, ids, mesh_dim_names=tuple(str(a) for a in m.axis_names))
     m._cache["device_mesh"] = dm
-    # The group that checks the ranks agree on each call (collective: all ranks build it).
+    # the group of the ranks' input check (collective: all ranks build it)
     ranks = sorted(int(r) for r in ids.flatten())
     m._cache["check_group"] = (None if ranks == list(range(world))
                                else dist.new_group(ranks))
@@ -134,9 +130,8 @@ def sum_partials(local: list, dims: list, dm, differentiable: bool = False) -> l
     """Local tensors of one dtype, each a partial sum over the mesh dims ``dims[i]`` ->
     summed there: one flat buffer, one all-reduce per mesh dim (ordered (0,), (0, 1),
     (1,), ...: on a 2-D mesh each mesh dim's members are one contiguous run of it).
-    In place (counted as ``gradient_reductions``), or ``differentiable``: through the
-    local-shard path's all-reduce Function, for a backward that may be differentiated
-    -- and in a trace (nx.jit's programs hold functional collectives only)."""
+    In place, or ``differentiable`` (and in a trace, whose programs hold functional
+    collectives only) through :class:`SumOverRanks`."""
     import torch.distributed as dist
 
     differentiable = differentiable or tracing_mode_active()
@@ -217,12 +212,10 @@ def _chunks(xs, layouts) -> list:
 
 class FullInputs(torch.autograd.Function):
     """Full inputs (the same on every rank) -> this rank's chunk of each (``layouts[i]``:
-    ``(cuts, gathers)``, no cut for a replicated input) and its part view (module
-    docstring); backward: each chunk's whole gradient, the parts summed over the ranks
-    (one flat all-reduce per dtype), gathered over the mesh dims of each split axis
-    (``gathers``: ``(dim, groups)``) -- the full gradient, the same on every rank;
-    differentiably (an outer derivative may differentiate this backward).  Traceable: no
-    DTensor is made (``nx.jit`` of a mesh call).  ``apply(parts, layouts, *xs)``."""
+    ``(cuts, gathers)``) and its part view; backward, differentiably: the parts summed,
+    each gradient gathered over the mesh dims of each split axis (``gathers``: ``(dim,
+    groups)``), the full gradient on every rank.  Makes no DTensor, so ``nx.jit`` traces
+    it.  ``apply(parts, layouts, *xs)``."""
 
     @staticmethod
     def forward(parts, layouts, *xs):
@@ -255,10 +248,9 @@ class FullInputs(torch.autograd.Function):
 
 
 class ShardsOf(torch.autograd.Function):
-    """DTensors laid out as the plan wants -> their local shards and part views (module
-    docstring); backward: each local gradient, the parts summed, handed back as a
-    DTensor laid out like its input -- a sharded parameter's gradient stays sharded.
-    ``apply(dm, parts, *dtensors)``."""
+    """DTensors laid out as the plan wants -> their local shards and part views; backward:
+    the parts summed, each gradient a DTensor laid out like its input (a sharded
+    parameter's gradient stays sharded).  ``apply(dm, parts, *dtensors)``."""
 
     @staticmethod
     def forward(dm, parts, *xs):

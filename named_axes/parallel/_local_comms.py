@@ -1,14 +1,10 @@
-"""The local-shard path's communication, as autograd Functions (see :mod:`._dtensor`):
-each linear, so its forward-mode rule is the same Function applied to the tangent
-(differentiable in turn: a gradient of a ``jvp`` taken in the body reaches the inputs),
-and its vmap rule the same Function applied to the whole batch (``jacrev``'s vmapped
-backward, a ``vmap`` opened in the body).
+"""The local-shard path's communication, as autograd Functions (see :mod:`._dtensor`).
 
-The cotangent of a value is the whole of it on every rank where the value's named shape
-says it is replicated (``shard_map``'s rule), so each Function's backward is its
-partner's forward (its ``transpose``: ``psum`` and :class:`Varying`, the gather and the
-chunk).  Communication goes through functional collectives (what DTensor issues:
-``CommDebugMode`` counts them).
+Each is linear: its forward-mode rule is itself on the tangent, its vmap rule itself on the
+whole batch, and -- the cotangent being whole on every rank where the named shape says the
+value is replicated (``shard_map``'s rule) -- its backward is its partner's forward (its
+``transpose``: ``psum`` and :class:`Varying`, the gather and the chunk).  Communication goes
+through functional collectives, as DTensor's does.
 
 >>> import torch
 >>> ChunkOfWhole.apply(torch.arange(4.), 0, [])   # no mesh dim: the whole is the chunk
@@ -56,8 +52,7 @@ def _each_group(x: torch.Tensor, groups: list, kind: str, collective) -> torch.T
 
 
 def all_reduce(x: torch.Tensor, groups: list, op: str) -> torch.Tensor:
-    """``x`` reduced (``op``: 'sum', 'max', 'min') over the ranks of every group in turn,
-    with functional collectives (what DTensor issues: CommDebugMode counts them)."""
+    """``x`` reduced (``op``: 'sum', 'max', 'min') over the ranks of every group in turn."""
     from .._torch_private import functional_all_reduce
 
     return _each_group(x.detach(), groups, f"all-reduce ({op})",
