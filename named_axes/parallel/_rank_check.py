@@ -1,19 +1,15 @@
 """Ranks that do not agree: the DTensor engine's cross-rank input check, and collectives
 whose ranks do not all arrive.
 
-Every rank must pass inputs of the same structure (kind, dtype, shape, names, layout),
-or unrelated collectives pair up -- a silent wrong answer or a hang.  One all-gather of
-an 8-byte digest; the descriptions are exchanged only when the digests differ, to name
-the ranks and the leaves in the error.
+Ranks given inputs of different structure would pair unrelated collectives (a silent
+wrong answer or a hang): one all-gather of a digest checks them, and the descriptions are
+exchanged only when the digests differ, to name the ranks and leaves in the error.
 
-A collective's wait is bounded by the process group's timeout
-(``init_process_group(timeout=...)``), and the ranks that waited raise an
-:class:`AxisResourceError` naming the ranks that did not come, instead of gloo's
-``Timed out waiting ... for recv operation``.  Which ranks came is learned after the
-timeout, through torch.distributed's rendezvous store (``MASTER_ADDR``/``MASTER_PORT``,
-as ``torchrun`` sets them): each rank that timed out writes which collective it waited
-in (counted per process: ranks running the same program count alike), waits a moment
-for the others, and reads who wrote.  Nothing is written while collectives complete.
+Past the process group's timeout, the ranks that waited in a collective raise an
+:class:`AxisResourceError` naming the ranks that did not come: each writes which collective
+it waited in (counted per process) to the rendezvous store (``MASTER_ADDR``/
+``MASTER_PORT``), waits a moment, and reads who wrote.  Nothing is written while
+collectives complete.
 
 >>> import torch
 >>> fingerprint([torch.zeros(2, 3), 1.5])

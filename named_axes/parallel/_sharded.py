@@ -1,20 +1,11 @@
 """Sharded values that live across calls: ``NamedSharding`` and the ways to make them.
 
-A :class:`NamedSharding` names, for the dims of a value, the mesh axes that split them
-(JAX's ``NamedSharding(mesh, PartitionSpec(...))``).  Its spec is either
-
-- per dim, like JAX: ``NamedSharding(mesh, PartitionSpec('dp', None))`` (a tuple works
-  too; missing trailing entries are ``None``: replicated), or
-- per logical axis, like ``axis_resources``: ``NamedSharding(mesh, {'batch': 'dp',
-  'heads': 'mp'})``; the value's dims are named by ``axes=`` (an ``in_axes``-style
-  mapping, the one the xmap that consumes the value uses) or by a NamedTensor's names.
-
-Under torch.distributed a sharded value is a ``DTensor`` over the mesh's ``DeviceMesh``
-(a NamedTensor over a DTensor when the input was named); each rank holds only its shard.
-It is made from each process's own shard (:func:`make_array_from_process_local_data`),
-shard by shard (:func:`make_array_from_callback`; with :func:`counter_normal` a sharded
-init equals the single-process one), or from a full value on every rank
-(:func:`device_put`); ``nx.device_get`` (or ``.full_tensor()``) brings it back whole.
+A :class:`NamedSharding` names the mesh axes that split each dim of a value (JAX's
+``NamedSharding(mesh, PartitionSpec(...))``), per dim or, like ``axis_resources``, per
+logical axis (``{'batch': 'dp'}``, the dims named by ``axes=`` or a NamedTensor's names).
+Under torch.distributed a sharded value is a ``DTensor`` over the mesh's ``DeviceMesh``;
+each rank holds only its shard.  See docs/parallelism.md, "Sharded values that live across
+steps".
 
 >>> import torch, named_axes as nx
 >>> from named_axes.parallel import counter_normal
@@ -26,8 +17,7 @@ torch.Size([4, 6])
 """
 from __future__ import annotations
 
-import math
-from math import prod
+from math import pi, prod
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import torch
@@ -422,5 +412,5 @@ def counter_normal(seed: int, shape: Sequence[int], index: tuple | None = None, 
     :func:`counter_uniform`."""
     lin = _linear_index(shape, index)
     u1, u2 = _uniform(seed, lin, 0, 0.5), _uniform(seed, lin, 1, 0.0)
-    z = torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
+    z = torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * pi * u2)
     return z.to(dtype or torch.get_default_dtype())
