@@ -180,19 +180,11 @@ def _dim_label(names, d) -> str:
 # -- which dims are which: `axes=` (in_axes style) or a NamedTensor's names ----------------
 def _leaf_names(leaf: Any, mapping: Any, what: str) -> tuple | None:
     """Per physical dim of ``leaf``: its logical name or None."""
-    if isinstance(leaf, NamedTensor):
-        names = tuple(leaf._names) + (None,) * leaf.ndim
-        base_ndim = leaf.ndim
-    else:
-        base_ndim = leaf.dim()
-        names = (None,) * base_ndim
-    if mapping is None:
-        return names
-    resolved = mapping.resolve(base_ndim, what=what)
-    names = list(names)
-    k = len(names) - base_ndim
-    for pos, name in resolved:
-        names[k + pos] = name
+    own = tuple(leaf._names) if isinstance(leaf, NamedTensor) else ()
+    names = list(own) + [None] * leaf.dim()
+    if mapping is not None:
+        for pos, name in mapping.resolve(leaf.dim(), what=what):
+            names[len(own) + pos] = name
     return tuple(names)
 
 
@@ -211,8 +203,7 @@ def _pairs(tree: Any, axes: Any, what: str) -> list:
 def _map_tensors(tree: Any, axes: Any, what: str, fn: Callable) -> Any:
     """``tree`` with each tensor leaf ``x`` made ``fn(data, names, where)`` (its data,
     its dims' names per ``axes`` or its own, and how to name it in errors), names kept."""
-    pairs = _pairs(tree, axes, what)
-    it = iter(pairs)
+    it = iter(_pairs(tree, axes, what))
 
     def go(t):
         if isinstance(t, dict):
@@ -374,9 +365,8 @@ def _hash32(x: torch.Tensor) -> torch.Tensor:
 
 def _linear_index(shape: Sequence[int], index: tuple | None) -> torch.Tensor:
     shape = tuple(int(s) for s in shape)
-    if index is None:
-        index = tuple(slice(0, n) for n in shape)
-    index = tuple(index) + tuple(slice(0, n) for n in shape[len(index):])
+    index = tuple(index or ())
+    index += tuple(slice(0, n) for n in shape[len(index):])   # the rest: whole
     strides = [prod(shape[d + 1:]) for d in range(len(shape))]
     lin = torch.zeros((), dtype=torch.int64)
     for d, (sl, n) in enumerate(zip(index, shape)):
