@@ -253,9 +253,9 @@ def rank(trace: CostTrace, mesh_shape: Mapping, rates: Rates, *, train: bool,
     found = run(loops=False)
     if memory_per_device is not None and not train and not any(c.fits for c in found):
         found = run(loops=True)   # (a backward keeps every chunk's activations: no help)
-    simple = lambda c: (len(c.axis_resources), repr(c.axis_resources))  # noqa: E731
+    # ties go to the simpler assignment
     return sorted(found, key=lambda c: (not c.fits, c.time_s if c.fits else c.memory_bytes,
-                                        simple(c)))
+                                        len(c.axis_resources), repr(c.axis_resources)))
 
 
 def plan_resources(f: Any, mesh: Mesh, *args: Any, memory_per_device: float | None = None,

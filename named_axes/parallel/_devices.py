@@ -140,10 +140,7 @@ def as_device(d: Any) -> Device:
     if isinstance(d, Device):
         return d
     if isinstance(d, int) and not isinstance(d, bool):
-        known = {x.id: x for x in devices()}
-        if d in known:
-            return known[d]
-        return Device(d, "cpu", d)
+        return {x.id: x for x in devices()}.get(d, Device(d, "cpu", d))
     if isinstance(d, (str, torch.device)):
         td = torch.device(d)
         if td.type == "xla":

@@ -90,8 +90,9 @@ class DTensorEngine(SerialEngine):
         self._whole: tuple = ()      # the split axes ops now run on whole (:meth:`whole`)
         if engine is not None:
             engine.within = self
-            for n in set(engine.loops) & set(self.loops):   # ('x', SerialLoop): the loop's
-                self.sizes[n] = engine.chunk_size(n)       # chunk, split over the ranks
+            # ('x', SerialLoop): the loop's chunk, split over the ranks
+            for n in set(engine.loops) & set(self.loops):
+                self.sizes[n] = engine.chunk_size(n)
         try:
             outs = body(self._to_local(leaves), engine=self if engine is None else engine)
             outs = [self._to_output(o) for o in outs]

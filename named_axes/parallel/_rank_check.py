@@ -216,7 +216,6 @@ def _report(what: str, groups: list, count: int, e: BaseException) -> str:
     store.set(f"named_axes/stall/{count}/{me}", what)
     store.set(f"named_axes/at/{me}", f"{what} (collective {count})")
     deadline = time.monotonic() + _GRACE_S
-    missing = ranks
     while True:
         missing = [r for r in ranks if not store.check([f"named_axes/stall/{count}/{r}"])]
         if not missing or time.monotonic() > deadline:
