@@ -1,12 +1,9 @@
 """The ``"named_axes"`` torch.compile backend, and how ``nx.jit`` compiles its graphs.
 
-Each ``nx.lax`` collective is a ``torch.library`` custom op (``named_axes::psum`` …):
-opaque to inductor, which would call it as an external kernel.  On one device its
-meaning is plain tensor code (its own implementation), so this backend writes those
-implementations into the graph (:func:`inline_collectives`) before inductor sees it;
-the collective then fuses with its neighbours.  torch finds the name through the
-package's ``torch_dynamo_backends`` entry point (setup.cfg), so nothing is registered at
-run time (importing this module imports neither dynamo nor inductor).
+Each ``nx.lax`` collective is a custom op (``named_axes::psum`` …), opaque to inductor;
+on one device it is plain tensor code, which this backend writes into the graph
+(:func:`inline_collectives`) so that it fuses with its neighbours.  torch finds the
+backend through the package's ``torch_dynamo_backends`` entry point (setup.cfg).
 
 >>> import torch, named_axes as nx
 >>> f = torch.compile(lambda x: (x * 2).sum(), backend="named_axes", fullgraph=True)
@@ -100,15 +97,12 @@ def compile_named(gm: torch.fx.GraphModule, example_inputs: Sequence) -> Callabl
 
 def compile_boxed(gm: torch.fx.GraphModule, example: list, backend: Backend,
                   values: bool = False) -> Callable:
-    """A *boxed* compiled function of ``gm``: it takes the list of flat input tensors and
-    returns the outputs.
+    """A *boxed* compiled function of ``gm``: from the list of flat inputs to the outputs.
 
-    With grad on and example inputs (or constants) that require grad the result is
-    differentiable: inductor goes through AOT autograd (a compiled forward and backward
-    in one autograd node), as ``torch.compile`` does; the collectives are then their
-    plain code whatever the backend (their custom ops carry no autograd formula).
-    ``values``: the program computes its gradients itself, so it is compiled and run
-    with grad disabled, its results values.
+    With grad on and inputs (or constants) requiring grad the result is differentiable
+    (AOT autograd, as ``torch.compile``), the collectives their plain code whatever the
+    backend (their custom ops carry no autograd formula).  ``values``: the program
+    computes its gradients itself; compiled and run with grad disabled.
     """
     if values:
         with torch.no_grad():
@@ -141,13 +135,12 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
     """Compile a whole traced program (an aten graph returning a list of tensors) with
     inductor, as a boxed function (it empties the list it takes).
 
-    ``nx.jit``'s graphs are already the whole forward+backward step, so when AOT
-    autograd's runtime wrapper would be a no-op (:func:`_plain_program`) inductor's
-    compiled graph is called directly.  The caller guarantees that every call passes the
-    example inputs' sizes and strides (``nx.jit`` keys its cache on them), so inductor's
-    per-call size asserts are left out.  ``mode`` and ``options`` are ``torch.compile``'s.
-    Random ops draw from torch's generators as eager ones do (``fallback_random``), and
-    compiling draws nothing from them: a seeded program gives eager's numbers.
+    Where AOT autograd's runtime wrapper would do nothing (:func:`_plain_program`)
+    inductor's compiled graph is called directly.  Every call passes the example inputs'
+    sizes and strides (``nx.jit`` keys its cache on them), so size asserts are left out.
+    ``mode`` and ``options`` are ``torch.compile``'s.  Random ops draw from torch's
+    generators as eager ones do, and compiling draws nothing: a seeded program gives
+    eager's numbers.
     """
     compile_fx, compile_fx_inner = inductor_compile_fx()
     example = list(example_inputs)
@@ -178,9 +171,8 @@ def compile_flat(gm: torch.fx.GraphModule, example_inputs: Sequence, *,
 
 
 def _drop_unused_tensors(gm: torch.fx.GraphModule) -> None:
-    """Delete the tensors ``gm`` holds that no node reads (a constant the trace made and
-    dead-code elimination left behind): inductor would take each as one more input, and
-    the compiled graph could no longer be called directly."""
+    """Delete the tensors ``gm`` holds that no node reads: inductor would take each as
+    one more input, and its compiled graph could no longer be called directly."""
     used = {n.target for n in gm.graph.nodes if n.op == "get_attr"}
     for name, _ in [*gm.named_parameters(recurse=False), *gm.named_buffers(recurse=False)]:
         if name not in used:
@@ -188,10 +180,8 @@ def _drop_unused_tensors(gm: torch.fx.GraphModule) -> None:
 
 
 def _fake_inputs(example: list) -> list:
-    """The example inputs as fake tensors of a fake mode with a shape environment:
-    inductor's FX-graph cache and AOT autograd's cache are used only when the compile
-    sees one (dynamo's backends always do), so without it every process would recompile
-    from scratch.  Static shapes: ``nx.jit``'s own cache key checks the sizes."""
+    """The example inputs as fake tensors (static shapes) of a fake mode with a shape
+    environment: inductor's FX-graph cache is used only when the compile sees one."""
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
@@ -204,10 +194,9 @@ _PLAIN_NAMESPACES = ("aten", "prims", "named_axes")   # (a mesh program: the wra
 
 def _plain_program(gm: torch.fx.GraphModule, example: list) -> bool:
     """Whether AOT autograd's runtime wrapper around the compiled ``gm``, run without
-    grad, has nothing to do, read off the graph conservatively: plain tensor inputs,
-    aten and named_axes ops only, none that writes (to anything), and outputs that share
-    no memory with an input, a constant or each other (views of an intermediate value
-    are fine: without grad no alias is regenerated)."""
+    grad, has nothing to do: plain tensor inputs, aten and named_axes ops that write
+    nothing, and outputs that share no memory with an input, a constant or each other
+    (views of an intermediate are fine: without grad no alias is regenerated)."""
     if not all(type(t) is torch.Tensor for t in example):
         return False
     root: dict = {}   # node -> the node whose memory its value is (a view's base)

@@ -7,29 +7,12 @@ programs are cached on the call's key (``_jit_keys``); a cached call only flatte
 arguments, builds the key and calls the compiled function.  This module holds the
 calls and the cache; ``_jit_program`` traces and compiles each program.
 
-Gradients.  Calls whose inputs (or closed-over tensors such as a module's
-``nn.Parameter`` weights) require grad, with grad enabled, are compiled too:
-
-* a program that computes no gradients itself (a forward, a loss) compiles through
-  AOT autograd, like ``torch.compile``: its result is differentiable, and
-  ``.backward()`` runs the compiled backward (gradients reach ``param.grad``); on a
-  mesh, whose collectives AOT autograd cannot differentiate, the program is traced
-  with its backward and cut into a forward and a backward program (``_jit_program``);
-* a program that runs a backward while it is traced (``jit(value_and_grad(f))``, a
-  whole training step) already *is* its forward and backward: it compiles as it
-  is and runs with grad disabled, so its results (loss, gradients, updated
-  parameters) are values.  Such results cannot be differentiated again (a backward
-  through them raises where eager ones would be differentiable): to differentiate
-  through the step, apply the transform outside (``nx.grad(step)``): under it the
-  program runs inline.
-
-Side effects.  The compiled program replays the traced tensor operations: closed-over
-tensors are read (and updated in place) on every call, but Python numbers the trace
-read -- closed-over floats, ``float()`` / ``.item()`` of a tensor -- are baked in,
-as JAX's ``jit`` bakes Python values.  What a compiled program could not carry
-raises a ``NamedAxisError`` instead of training wrongly: a ``torch.optim`` step or a
-``loss.backward()`` inside the program, a tensor it updates in place and reads as a
-number (``transforms/_trace_probe.py``).
+A call whose inputs require grad compiles through AOT autograd (its result is
+differentiable); a program that runs a backward while traced (a whole training step)
+compiles as it is and returns values.  What a compiled program could not replay (an
+optimizer step, a ``.backward()`` inside it) raises (``_trace_probe``).  See
+docs/guide.md ("Training steps under nx.jit") and docs/architecture.md ("jit and
+autograd").
 
 >>> import torch, named_axes as nx
 >>> f = nx.jit(lambda x: (x.sin() ** 2).sum(), backend='eager')
@@ -66,8 +49,6 @@ __all__ = ["jit", "disable_jit", "on_mesh_under_dynamo", "run_jitted"]
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
 _is_compiling = torch.compiler.is_dynamo_compiling
-_dispatch_depth = dispatch_depth
-_peek_functorch = functorch_transform_kind   # (None: no torch.func transform)
 _grad_enabled = torch.is_grad_enabled
 
 
@@ -100,9 +81,9 @@ def _in_transform() -> bool:
     torch.func transform is running."""
     if _is_compiling() or building_graph():   # (compiled code must not run on fakes)
         return True
-    if _dispatch_depth() and get_proxy_mode() is not None:
+    if dispatch_depth() and get_proxy_mode() is not None:
         return True
-    return _peek_functorch is not None and _peek_functorch() is not None
+    return functorch_transform_kind() is not None
 
 
 def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
@@ -128,7 +109,7 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
         went to the program store (opt-in: ``nx.set_program_store``, ``_store``).
         Compiled code is also kept in inductor's on-disk cache.
 
-    Gradients and side effects: this module's docstring.  Calls made under another
+    Gradients and side effects: docs/guide.md.  Calls made under another
     trace or transform (``make_fx``, dynamo, ``torch.func``, ``nx.grad`` ...), with
     tensor subclasses other than ``nn.Parameter``, on XLA (an input on an XLA device,
     an XLA mesh in scope: torch-xla compiles its graphs itself), or inside
@@ -157,11 +138,10 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
 def _alike_on_every_rank(build: Callable, name: str) -> Program:
     """``build()``'s program, of the same kind on every rank when a mesh is in scope.
 
-    Each rank traces its own shards, and a rank whose trace failed, or that runs its
-    program inline while the others run compiled ones, would leave the others waiting
-    in a collective.  So the ranks exchange what they built (one small all-gather per
-    new program): if all failed, each raises its error; if some did, every rank raises
-    an AxisResourceError naming them; if any runs inline, all do."""
+    A rank whose trace failed, or that runs inline while the others run compiled, would
+    leave the others waiting in a collective.  So the ranks exchange what they built:
+    if all failed, each raises its error; if some did, every rank raises an
+    AxisResourceError naming them; if any runs inline, all do."""
     agree = _env.rank_agreement()
     if agree is None:
         return build()
@@ -361,12 +341,10 @@ def _jitted(programs: _ProgramCache) -> Callable:
 
 
 def _outputs(entry: Program, flat: list, name: str) -> list:
-    """The flat results of ``entry`` run on ``flat``.  Those of a program that took its
-    derivatives inside are values (:class:`_ValuesOnly`): where eager results would be
-    differentiable (grad mode on, an input requiring grad), they carry a backward that
-    refuses, so a loss they enter never silently drops their part.  (An input that is
-    such a result already refuses: it adds no edge, so steps fed their own results make
-    no chain of nodes.)"""
+    """The flat results of ``entry`` run on ``flat``.  A values-only program's carry,
+    where eager results would be differentiable, a backward that refuses
+    (:class:`_ValuesOnly`); an input that is such a result adds no edge, so steps fed
+    their own results make no chain of nodes."""
     if not entry.values or not _grad_enabled():
         return entry.compiled(flat)
     needs = [t for t in flat if t.requires_grad and not getattr(t.grad_fn, "values_only", 0)]
@@ -431,13 +409,8 @@ _JITTED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def run_jitted(fun: Callable, args: tuple):
     """``fun(*args)`` run by ``jit(fun)`` (one per ``fun``, kept while ``fun`` lives),
-    outside dynamo's graph -- see :func:`on_mesh_under_dynamo`.
-
-    Under torch.compile a mesh call runs as its nx.jit program: dynamo cannot carry the
-    local-shard engine's Python state (per-call dicts of the values it handed on), while
-    nx.jit traces the engine as it runs and compiles the rank's program with its
-    collectives in the graph.  Dynamo compiles what comes before and after the call.
-    """
+    outside dynamo's graph: dynamo cannot carry the local-shard engine's Python state,
+    while nx.jit traces the engine as it runs (:func:`on_mesh_under_dynamo`)."""
     return outside_dynamo(_run_jitted, fun, args)
 
 

@@ -5,12 +5,9 @@ device and ``requires_grad`` (and a NamedTensor's names), its static arguments, 
 axes bound around it and the grad mode; a tensor passed twice also keys which
 arguments repeat it, since the trace ties them into one input.
 
-A jitted training step is called with the same pytree of tensors every step, and
-building its full key walks the tree in Python and hashes a tuple per tensor.  Its fast
-lane (:func:`fast_lane`) instead keeps the previous call's *reader* -- generated code
-that checks the containers' types and lengths (and dicts' keys) and returns the tensor
-leaves -- and a C++ guard (``TensorGuards``, dynamo's) that checks every leaf's sizes,
-strides, dtype, device and ``requires_grad`` in one call.
+A call repeating the previous one's signature takes the fast lane (:func:`fast_lane`):
+generated code that checks the containers and returns the tensor leaves, and one C++
+guard (dynamo's ``TensorGuards``) over every leaf, instead of the full key.
 
 >>> import torch
 >>> x = torch.zeros(2)
@@ -52,10 +49,9 @@ def flatten_key(tree: Any, leaves: list) -> Any:
     """Append ``tree``'s leaves to ``leaves`` (torch pytree order); return a hashable key.
 
     NamedTensor leaves go in as their physical tensors.  The key holds the structure and
-    each tensor's shape, strides, dtype, device, requires_grad (and names, and the type
-    of a tensor subclass), so a cache hit costs one walk over the arguments (no
-    TreeSpec, which hashes slowly), the compiled code always sees the strides it was
-    compiled for, and whether a call must run inline is known from the entry.
+    each tensor's shape, strides (the compiled code assumes them), dtype, device,
+    requires_grad (and names, and a subclass's type); a hit costs one walk over the
+    arguments (no TreeSpec, which hashes slowly).
     """
     t = type(tree)
     if t is _Tensor:
@@ -163,14 +159,13 @@ def fast_lane(args: tuple) -> tuple:
 
 
 def structure_reader(args: tuple) -> Callable[[tuple], list | None] | None:
-    """A function from a call's ``args`` to its tensor leaves (pytree order) if the
-    call has ``args``' structure -- the same containers (tuple, list, dict with the
-    same keys in the same order), lengths and tensor positions -- else to None.
+    """A function from a call's ``args`` to its tensor leaves (pytree order; a
+    NamedTensor's data) if the call has ``args``' structure -- the same containers, dict
+    keys, lengths, tensor positions and names -- else to None.
 
-    A NamedTensor leaf gives its data, when its names are the same.  None when
-    ``args`` hold anything but plain tensors, ``nn.Parameter``s, NamedTensors of those,
-    tuples, lists and dicts (those calls take the full key).  The leaves' own
-    properties are the guard's to check (:func:`tensor_guard`).
+    None when ``args`` hold anything but plain tensors, ``nn.Parameter``s, NamedTensors
+    of those, tuples, lists and dicts.  The leaves' own properties are the guard's to
+    check (:func:`tensor_guard`).
     """
     keys: list = []
     names: list = []

@@ -8,16 +8,11 @@ outputs back into the function's result.  :func:`load_stored` gives a program fr
 program store instead (``_store``).
 
 A differentiable program that communicates (a mesh call's rank program) or applies a
-custom rule (``custom_vjp``, ``custom_jvp``, a user's ``autograd.Function``) is compiled
-as a forward and a backward program: its collectives' transposes live in the local-shard
-path's autograd Functions (``parallel/_local_comms``), a rule's in its Function, not in
-the aten ops, so AOT autograd, differentiating the traced graph anew, would get them
-wrong.  It is traced
-once *with* its backward (:func:`joint_function`), the joint graph cut in two
-(:func:`split_joint`), and :class:`_Joint` runs the two programs as its forward and
-backward.  Closed-over tensors that require grad, programs that mutate a tensor, return
-an input as it is, or whose traced backward meets a meta tensor of torch's ZeroTensor
-fallback run inline.  The compiled backward is first-order only, as torch.compile's.
+custom rule has its backward in autograd Functions, not in the aten ops, which AOT
+autograd would differentiate anew, wrongly.  It is traced once *with* its backward
+(:func:`joint_function`), the joint graph cut in two (:func:`split_joint`), and
+:class:`_Joint` runs the two programs; where that cannot be done (:func:`_joint_program`)
+it runs inline.  The compiled backward is first-order only, as torch.compile's.
 
 >>> import torch
 >>> from named_axes.transforms._backend import Backend
@@ -88,9 +83,9 @@ def compile_program(fun: Callable, args: tuple, static: tuple, backend: Backend,
     program store (``_store.identify``); a program whose results are values, that
     mutates nothing and closes over no tensor the trace made is compiled into it."""
     dyn_fun, dyn_args = _bind_static(fun, args, static)
+    name = getattr(fun, "__name__", "fun")
     with _store.compile_lock:
-        gm, leaves, tensor_pos, out_info, values, modules, rules = _trace(
-            getattr(fun, "__name__", "fun"), dyn_fun, dyn_args)
+        gm, leaves, tensor_pos, out_info, values, modules, rules = _trace(name, dyn_fun, dyn_args)
         consts = constants(gm)
         closed = closed_over_check(consts, tensor_guard(consts) if consts else None, modules)
         example = [leaves[i] for i in tensor_pos]
@@ -117,13 +112,12 @@ def compile_program(fun: Callable, args: tuple, static: tuple, backend: Backend,
             if not any(torch.Tag.data_dependent_output in getattr(n.target, "tags", ())
                        for n in gm.graph.nodes):
                 raise
-            raise _value_needed(getattr(fun, "__name__", "fun"), "an .item()") from None
+            raise _value_needed(name, "an .item()") from None
         return Program(compiled, pos, rebuild, pure, values, stored, closed)
 
 
 def _bind_static(fun: Callable, args: tuple, static: tuple) -> tuple:
-    """``(dyn_fun, dyn_args)``: ``fun`` of its dynamic arguments only, the static ones
-    (positions ``static``) fixed to their values in ``args``."""
+    """``(dyn_fun, dyn_args)``: ``fun`` with the arguments at ``static`` fixed, the others."""
     n = len(args)
     st = {i % n for i in static}
     if not st:
@@ -139,16 +133,13 @@ def _bind_static(fun: Callable, args: tuple, static: tuple) -> tuple:
 
 def _trace(name: str, dyn_fun: Callable, dyn_args: tuple, fake_mode: Any = None) -> tuple:
     """``(gm, leaves, tensor_pos, out_info, values, modules, rules)``: ``dyn_fun`` traced
-    on fake tensors (``trace_flat``), with what a compiled program could not carry refused:
-    an optimizer step, a backward writing ``.grad``, a number read from updated state;
-    ``values``: a backward ran while traced; ``modules``: the ``nn.Module``s it called;
-    ``rules``: its results' autograd graph goes through a Function with its own backward
-    (:func:`_own_backward`).
+    on fake tensors, with what a compiled program could not carry refused; ``values``: a
+    backward ran while traced; ``modules``: the ``nn.Module``s it called; ``rules``: see
+    :func:`_own_backward`.
 
-    A trace that fails on forward AD's internal layout assert (a torch bug with the
-    fake-tensor dispatch cache) is traced once more without that cache
-    (:func:`uncached_fake_mode`; not always without it: forward mode's zero Hessians
-    then come back as meta tensors)."""
+    A trace failing on forward AD's layout assert (a torch bug with the fake-tensor
+    dispatch cache) is traced once more without that cache (not always without it:
+    forward mode's zero Hessians then come back as meta tensors)."""
     probe = TraceProbe()
     inputs: list = []
     had: dict = {}   # id(input) -> the .grad it came with (a fake copy of its real one)
@@ -254,9 +245,9 @@ def _pure(gm: torch.fx.GraphModule) -> bool:
 
 
 def _output_builder(out_info: list) -> Callable:
-    """A function from the compiled flat outputs to the program's result (``trace_flat``'s
-    ``out_info``), generated once as one expression (``lambda o: (o[0], (o[1], o[2]))``)
-    for results made of tuples, lists and dicts; other containers take the pytree."""
+    """A function from the compiled flat outputs to the program's result, generated as
+    one expression (``lambda o: (o[0], (o[1], o[2]))``) for results made of tuples,
+    lists and dicts; other containers take the pytree."""
     o_spec, o_names, consts = out_info
     index: dict = {}   # leaf -> its position among the tensor outputs
     for i, c in enumerate(consts):
@@ -361,17 +352,15 @@ def split_joint(gm: torch.fx.GraphModule, n_in: int, n_out: int) -> tuple:
     return torch.fx.GraphModule(gm, fwd), torch.fx.GraphModule(gm, bwd), saved_inputs
 
 
-_OUTSIDE_DYNAMO: list = []   # _call under torch.compiler.disable, made on first use
-#                             (so that importing named_axes imports no dynamo)
+# _call under torch.compiler.disable, made on first use: importing named_axes imports no
+# dynamo
+_OUTSIDE_DYNAMO: list = []
 
 
 def outside_dynamo(fn: Callable, *args):
-    """``fn(*args)``, which dynamo does not trace (a graph break where it meets it).
-
-    For compiled code, which is not dynamo's to trace (a ``.backward()`` that dynamo
-    leaves to run eagerly would trace a compiled backward's Python wrapper, in-place
-    collectives and all), and for a mesh call under torch.compile (``_jit.run_jitted``).
-    Made on first use; under dynamo that first use is itself a graph break.
+    """``fn(*args)``, which dynamo does not trace (a graph break where it meets it): for
+    compiled code (dynamo would trace a compiled backward's Python wrapper, in-place
+    collectives and all) and for a mesh call under torch.compile (``_jit.run_jitted``).
 
     >>> outside_dynamo(max, 1, 2)
     2

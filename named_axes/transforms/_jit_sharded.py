@@ -1,12 +1,9 @@
 """``nx.jit`` of calls taking DTensors (sharded parameters, inputs laid out by a
 ``NamedSharding``) on a mesh: compiled for each rank's local shards.
 
-A compiled program takes plain tensors, so every DTensor leaf goes in as its local
-tensor, its :class:`Layout` a static argument of the program; inside the trace the
-DTensor is rebuilt around the traced shard, so the mesh engine sees what it sees
-eagerly, and a DTensor the program returns comes out as its shard and its layout,
-rebuilt after the call.  The program holds the rank's local computation and its
-collectives, nothing of DTensor's dispatch.
+Every DTensor leaf goes in as its local tensor, its :class:`Layout` a static argument;
+inside the trace it is rebuilt around the traced shard (the mesh engine sees what it
+sees eagerly), and a DTensor the program returns comes out as shard and layout.
 
 >>> import torch
 >>> is_dtensor(torch.ones(2))
@@ -61,8 +58,7 @@ def _split(tree: Any) -> tuple:
             return x
         layouts.append(Layout(d.device_mesh, tuple(d.placements), tuple(d.shape),
                               tuple(d.stride())))
-        # differentiable: a gradient of the shard reaches the DTensor (and a program run
-        # inline keeps its results' autograd graph)
+        # (differentiable: a program run inline keeps its results' autograd graph)
         shard = d.to_local()
         return _NT._wrap(shard, x._names) if type(x) is _NT else shard
 

@@ -1,32 +1,11 @@
 """nx.jit's program store: compiled programs kept on disk, found again by what they do.
 
-A second process calling the same jitted program would trace it again (``make_fx``
-imports inductor and dynamo) before inductor's on-disk cache can help.  With a program
-store (opt-in, like JAX's persistent compilation cache: ``NAMED_AXES_PROGRAM_STORE=DIR``
-or :func:`set_program_store`), ``nx.jit`` identifies a program without tracing it, by
-one eager call under a dispatch mode that records every tensor operation
-(:class:`_Recorder`): the operator, its non-tensor arguments, where each tensor argument
-came from (which argument or earlier result) and each result's shape and dtype, plus
-the call's input signature, its result's structure and the versions of torch, this
-library and the CPU.  The digest of that record names an AOTInductor package
-(``<digest>.pt2``, torch's own packaging) made in an earlier process; loading it imports
-neither inductor nor dynamo.
-
-Two programs with the same record run the same operations on inputs of the same
-signature, so they compute the same function.  What a record cannot pin down is not
-stored (the call compiles as usual): a program that reads a tensor's value into Python,
-draws random numbers, updates a tensor that existed before the call, returns an input,
-or runs on another device than the CPU.  Tensors the program closes over (a module's
-weights) are recorded by their dtype, shape and strides (small ones by value too) and
-handed to the package as extra inputs on every call: updated weights are seen.  Only
-programs compiled with ``backend='inductor'`` whose results are values are stored.
-
-The identifying call is an extra eager call on the first call of each signature: its
-in-place updates of existing tensors, ``.grad`` changes and CPU random state are undone;
-Python side effects (prints, appends) happen once more.  Programs are saved when the
-process exits (or at :func:`flush`), not on a thread beside the program: torch's
-tracing and compiling keep process-wide state that the program would see.  Like
-inductor's cache, the store must be a directory only its user can write.
+Opt-in (``NAMED_AXES_PROGRAM_STORE=DIR`` or :func:`set_program_store`).  ``nx.jit``
+identifies a program without tracing it, by one eager call under a recording dispatch
+mode (:class:`_Recorder`); the record's digest names an AOTInductor package
+(``<digest>.pt2``) that loads without importing inductor or dynamo.  What a record
+cannot pin down is not stored.  Like inductor's cache, the store must be a directory
+only its user can write.  See docs/architecture.md ("The program store").
 
 >>> import named_axes.transforms._store as store
 >>> store.set_program_store(None) is None or True

@@ -1,14 +1,9 @@
 """What ``nx.jit``'s trace of a program saw: a backward, and side effects it cannot keep.
 
-A compiled program replays the traced tensor operations only, not the trace's Python
-side effects.  Two of those would train wrongly without an error, so both raise:
-``loss.backward()`` inside the program would set each parameter's ``.grad`` once, to a
-tracing placeholder (:func:`check_grads_untouched` finds it, resets it and raises);
-a ``torch.optim`` step would create its state once, as placeholders, and bake its step
-count in as a number (:func:`refusing_optimizer_steps` raises before it touches its
-state).  The :class:`TraceProbe` also undoes ``make_fx``'s real updates of one-element
-constants and refuses a tensor the program updates in place and reads as a Python number
-(:func:`check_no_stale_numbers`).
+A compiled program replays the traced tensor operations, not the trace's Python side
+effects; those that would train wrongly without an error raise: a ``loss.backward()``
+(:func:`check_grads_untouched`), a ``torch.optim`` step (:func:`refusing_optimizer_steps`),
+a number read from a tensor the program updates (:func:`check_no_stale_numbers`).
 
 >>> import torch
 >>> w = torch.nn.Parameter(torch.ones(2))
@@ -66,15 +61,10 @@ class _Keeper:
 
 
 class TraceProbe(_Keeper, TorchDispatchMode):
-    """Notes whether an autograd backward ran while the program was traced (the program
-    computes gradients itself: ``value_and_grad``, a training step), and keeps the
-    values of the real one-element tensors the program updates in place.
-
-    ``make_fx`` runs an op on one-element real constants for real ("constant
-    propagation"), in-place ops included: a closed-over counter (``BatchNorm``'s
-    ``num_batches_tracked += 1``) would be advanced by the trace *and* by the compiled
-    program, twice on the first call.  :meth:`restore` puts the kept values back.
-    """
+    """Notes whether an autograd backward ran while the program was traced, and keeps the
+    values of the real one-element tensors the program updates in place: ``make_fx``
+    runs ops on those for real, so a closed-over counter (``BatchNorm``'s
+    ``num_batches_tracked``) would advance twice on the first call (:meth:`restore`)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -104,9 +94,8 @@ class TraceProbe(_Keeper, TorchDispatchMode):
 
 
 class preserving_writes(_Keeper, EagerDispatchMode):
-    """Run a call whose in-place updates of tensors that existed before it are undone
-    afterwards (the tensors made during the call are its own): the program store's
-    identifying run would otherwise advance closed-over state once more.
+    """Undo, on exit, a call's in-place updates of tensors that existed before it (the
+    program store's identifying run would otherwise advance closed-over state once more).
 
     >>> import torch
     >>> counter = torch.zeros(())
@@ -244,11 +233,8 @@ def watching_modules(into: dict):
 
 def closed_over_check(consts: list, guard, modules: Iterable[torch.nn.Module]):
     """A check, True while a traced program's closed-over state is as the trace saw it:
-    the tensors it closed over keep their sizes, strides, dtypes, devices and
-    ``requires_grad`` (``module.half()``, ``.data =`` change them in place), and the
-    modules it called their ``training`` flag and their own parameters and buffers (a
-    module's ``eval()`` or a replaced weight would otherwise not be seen); None when
-    there is nothing to check.  ``guard``: ``_jit_keys.tensor_guard(consts)``."""
+    the tensors' properties (``guard``: ``_jit_keys.tensor_guard(consts)``), the modules'
+    ``training`` flag and own parameters and buffers; None when there is nothing to check."""
     states = [(m, m.training, [*m.named_parameters(recurse=False),
                                *m.named_buffers(recurse=False)]) for m in modules]
     if guard is None and not states:
@@ -259,9 +245,8 @@ def closed_over_check(consts: list, guard, modules: Iterable[torch.nn.Module]):
 
 
 def check_grads_untouched(name: str, holders: Iterable[torch.Tensor], had: dict) -> None:
-    """Raise if a backward in the traced program set the ``.grad`` of ``holders`` (the
-    program's traced inputs and closed-over tensors; ``had``: id -> the ``.grad`` one
-    came with, which is no sign of a backward); reset those to None first."""
+    """Raise if a backward in the traced program set the ``.grad`` of ``holders`` (``had``:
+    id -> the ``.grad`` each came with); reset those to None first."""
     touched = _reset_traced_grads(t for t in holders if id(t) not in had
                                   or t.grad is not had[id(t)])
     if touched:
@@ -273,8 +258,7 @@ def check_grads_untouched(name: str, holders: Iterable[torch.Tensor], had: dict)
 
 
 def _reset_traced_grads(tensors: Iterable[torch.Tensor]) -> list:
-    """Set to None each ``.grad`` the trace made; their tensors' shapes."""
-    # (backward fills leaves' .grad only)
+    """Set to None each ``.grad`` the trace made (on leaves only); their tensors' shapes."""
     touched = [t for t in tensors if t.is_leaf and t.grad is not None and _is_traced(t.grad)]
     for t in touched:
         t.grad = None
