@@ -1,11 +1,8 @@
 """Custom derivative rules, JAX style, on ``torch.autograd.Function``.
 
-``custom_vjp`` / ``custom_jvp`` wrap a function whose derivative the user supplies; both
-are ``autograd.Function``s with ``setup_context`` and ``generate_vmap_rule``, so they
-compose with torch.func (grad, vmap, jvp), with the named dispatcher and with
-torch.compile (dynamo traces the rules, inside ``nx.grad`` too).  A custom JVP rule is
-reverse-differentiated by transposing it with ``torch.func.vjp`` (it is linear in the
-tangents), as JAX does — never re-derived by hand.
+Both are ``autograd.Function``s with ``setup_context`` and ``generate_vmap_rule``, so
+they compose with torch.func, the named dispatcher and torch.compile.  A custom JVP rule
+is reverse-differentiated by transposing it with ``torch.func.vjp``, as JAX does.
 
 >>> import torch, named_axes as nx
 >>> @nx.custom_vjp
@@ -58,14 +55,12 @@ def _per_instance(g: torch.Tensor, names: tuple, axes: dict) -> NamedTensor:
 
 
 def _summed_back(g: Any, names: tuple, axes: dict, inner_mode: bool) -> Any:
-    """A ``bwd`` result for an input named ``names``, in the physical convention: its
-    instances of the axes the input lacks summed (a replicated result, inside a
-    differentiated region, counting once per instance)."""
+    """A ``bwd`` result for an input named ``names``, physical: its instances of the axes
+    the input lacks summed (inside a differentiated region, once per instance)."""
     extra = ()
     if isinstance(g, _NT):
         extra = tuple(n for n in g._names if n not in names)
-        # the instances on other ranks too, where a mesh splits an axis (the input is the
-        # same there: its cotangent is the whole on each)
+        # the instances on other ranks too, where a mesh splits an axis
         split = tuple(n for n in extra if split_over_ranks(n))
         if split:
             from ..lax import psum
@@ -112,20 +107,15 @@ class custom_vjp(_CustomRule):
     def __call__(self, *args):
         if self.fwd is None:
             raise AxisTypeError(f"custom_vjp({self.__name__}): call defvjp(fwd, bwd) first")
-        if not torch.is_grad_enabled():
-            # nothing records a derivative (as inside the forward of a custom rule, whose
-            # fwd may call the function itself): the function's value
+        if not torch.is_grad_enabled():   # (as inside fwd, which may call the function)
             return self.fun(*args)
         call = _Call(self, args)
-        # Per-instance cotangents (see _instances): the axes of the differentiated
-        # region around this call, or, outside one, the axes bound here.
         region = _instances.current()
         call.inner_mode = region is not None
         call.axes = (region.axes_for_rule(f"custom_vjp({self.__name__})")
                      if region is not None else bound_axes())
         out = _apply(_VjpFunction, call)
-        if not torch.compiler.is_dynamo_compiling() and TAPES:   # inside nx.grad: what bwd does
-            # to named axes decides named shapes
+        if not torch.compiler.is_dynamo_compiling() and TAPES:   # (bwd's edges: _tape)
             call.noted = noted_rule(tree_flatten([call.args[i] for i in call.diff_pos])[0],
                                     tree_flatten(out)[0])
         return out
@@ -133,11 +123,9 @@ class custom_vjp(_CustomRule):
 
 def _apply(function, call) -> Any:
     """The output of ``function.apply`` (a rule's ``autograd.Function``) on the call's
-    inputs.  Under dynamo, which traces the Function's forward and backward as subgraphs
-    where the tapes' Python state must not change, no tape sees inside (the tape keeps
-    every copy, ``_tape._derived``); and the inputs are fresh views: dynamo keeps
-    ``requires_grad=False`` for the tensors ``torch.func.grad`` differentiates and traces
-    a Function applied to one as its plain forward, dropping the rule without a word
+    inputs.  Under dynamo no tape sees inside (its subgraphs allow no Python state
+    change), and the inputs are fresh views: dynamo traces a Function applied to a tensor
+    ``torch.func.grad`` differentiates as its plain forward, dropping the rule
     (pytorch/pytorch#193279); a view requires grad as it should."""
     inputs = call.leaves
     compiling = torch.compiler.is_dynamo_compiling()
@@ -149,11 +137,9 @@ def _apply(function, call) -> Any:
 
 
 class _Out:
-    """A rule's forward result besides its tensors, returned as the Function's last
-    (non-tensor) output: the output's structure and ``extra`` (custom_vjp's residuals,
-    custom_jvp's output).  Returned rather than stored on the call: dynamo fails on a
-    forward with a Python side effect inside ``torch.func.grad`` (in its aliasing check
-    of the subgraph's inputs)."""
+    """A rule's forward result besides its tensors (the output's structure; ``extra``:
+    custom_vjp's residuals, custom_jvp's output), the Function's last output: dynamo
+    fails on a forward with a Python side effect inside ``torch.func.grad``."""
 
     __slots__ = ("spec", "names", "extra")
 
@@ -163,14 +149,11 @@ class _Out:
 
 class _Call:
     """One call of a custom_vjp / custom_jvp function: its arguments and how the
-    differentiable ones are laid out physically.  The autograd.Function classes are
-    defined once (dynamo cannot trace a class definition) and get this object as their
-    first argument."""
+    differentiable ones are laid out physically (the Functions' first argument)."""
 
     def __init__(self, me, args: tuple) -> None:
         self.me, self.args = me, args
         self.nd = tuple(i % len(args) for i in me.nondiff_argnums)
-        # the differentiable arguments' physical tensors, and how to rebuild them
         self.diff_pos = [i for i in range(len(args)) if i not in self.nd]
         self.leaves, self.spec, self.names = unbox(tuple(args[i] for i in self.diff_pos))
         self.noted: list = []   # the tapes that noted this call (named_axes._tape)
@@ -208,9 +191,8 @@ class _VjpFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(call, *phys):
-        # grad off, as autograd runs every forward (dynamo inlines the forward of a
-        # Function whose inputs do not require grad with grad on): fwd may call the
-        # function itself, which then gives its value
+        # grad off, as autograd runs every forward (dynamo may inline it with grad on):
+        # fwd may call the function itself, which then gives its value
         noted = not torch.compiler.is_dynamo_compiling() and TAPES   # as a whole, not op by op
         with torch.no_grad(), suspended() if noted else contextlib.nullcontext():
             out, res = call.me.fwd(*call.rebuild(phys))
@@ -276,9 +258,7 @@ class custom_jvp(_CustomRule):
             raise AxisTypeError(f"custom_jvp({self.__name__}): call defjvp(rule) first")
         call = _Call(self, args)
         # dynamo traces no autograd.Function with a jvp method: under torch.compile the
-        # rule serves reverse mode only; forward mode there would differentiate ``fun``
-        # itself, silently without the rule, so an nx.jvp / jacfwd / linearize around
-        # the call is refused
+        # rule serves reverse mode only, and forward mode around the call is refused
         compiling = torch.compiler.is_dynamo_compiling()
         if compiling and FORWARD_REGIONS:
             raise AxisTypeError(
@@ -296,10 +276,9 @@ class custom_jvp(_CustomRule):
         return out
 
 
-# The running nx.jvp / jacfwd calls (forward mode), innermost last, each by its number
-# (FORWARD_CALLS counts them): under torch.compile a custom_jvp rule cannot run inside
-# one (custom_jvp.__call__); one applied inside one and differentiated in reverse after
-# it returned is differentiated as the rule's code (_JvpReverse.backward)
+# The running nx.jvp / jacfwd calls, innermost last, each by its number (FORWARD_CALLS
+# counts them): a custom_jvp applied inside one and differentiated in reverse after it
+# returned is differentiated as the rule's code (_JvpReverse.backward)
 FORWARD_REGIONS: list = []
 FORWARD_CALLS = [0]
 
@@ -344,9 +323,8 @@ class _JvpReverse(torch.autograd.Function):
         prim, o, call = list(ctx.inputs), ctx.out, ctx.call
         with within(call.scope):
             if ctx.region is not None and ctx.region not in FORWARD_REGIONS:
-                # applied under an nx.jvp that has returned, and now its outputs are
-                # differentiated: JAX differentiates the jvp'd program, whose primal
-                # output here the rule's own code computed
+                # applied under an nx.jvp that has returned: JAX differentiates the jvp'd
+                # program, whose primal output here the rule's own code computed
                 _, pull = _functorch["vjp"](lambda *p: call.rule_phys(list(p), None, o), *prim)
             else:
                 zeros = [torch.zeros_like(p) if isinstance(p, torch.Tensor) else p for p in prim]

@@ -1,16 +1,11 @@
 """Forward mode on named values: ``jvp`` and ``linearize``; Jacobians and Hessians per
 named index: ``jacrev``, ``jacfwd``, ``hessian``.
 
-Named axes are instances, as in the reverse-mode family (``_grad.py``): primals and
-tangents are laid out alike physically and differentiated by ``torch.func.jvp``;
-a tangent may carry named axes its primal lacks (per instance, as JAX's jvp inside
-xmap: the primal is broadcast along them), and ``jacfwd`` maps the jvp over its basis.  Outside a named program on
-plain tensors the Jacobians are ``torch.func``'s own; with named values (or inside an
-xmap) they are built as JAX builds them: ``jacrev`` pulls back one basis cotangent per
-positional entry of each output through :func:`~named_axes.transforms._grad.vjp`,
-``jacfwd`` pushes one basis tangent per positional entry of each input through
-:func:`jvp`, mapped over a fresh named axis -- the same per-instance convention, no
-rule of their own.
+Named axes are instances, as in reverse mode (``_grad.py``); a tangent may carry named
+axes its primal lacks (as JAX's jvp inside xmap: the primal is broadcast along them).
+With named values the Jacobians push or pull one basis vector per positional entry,
+mapped over a fresh named axis (docs/architecture.md); on plain tensors they are
+``torch.func``'s own.
 
 >>> import torch, named_axes as nx
 >>> nx.jvp(torch.sin, (torch.zeros(2),), (torch.ones(2),))[1]
@@ -46,8 +41,7 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
         _batch: dict | None = None):
     """``(fun(*primals), tangent_out)`` by forward mode (``torch.func.jvp``), names kept.
 
-    (``_batch``: named axes -> sizes that the tangents may carry and the primals not: the
-    jvp is mapped over them, as ``jacfwd`` maps it over its basis tangents.)
+    (``_batch``: named axes -> sizes the tangents carry and the primals not, mapped over.)
 
     >>> import torch, named_axes as nx
     >>> nx.jvp(torch.sin, (torch.zeros(2),), (torch.ones(2),))[1]
@@ -104,10 +98,8 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
 
 
 def _tangent_axes(boxes: list, tangents: Sequence) -> dict:
-    """The named axes (name -> size) of the tangents that their primals lack: such a
-    tangent is per instance (JAX's jvp inside xmap), so the primals are broadcast along
-    them (collectives and axis_index see every instance) and the tape drops the copies
-    the primal results do not keep."""
+    """The named axes (name -> size) of the tangents that their primals lack: the
+    primals are broadcast along them, so collectives and axis_index see every instance."""
     extra: dict = {}
     for (_, _, pn), t in zip(boxes, tangents):
         for v, n in zip(tree_flatten(t)[0], pn):
@@ -121,9 +113,8 @@ def _tangent_axes(boxes: list, tangents: Sequence) -> dict:
 def linearize(fun: Callable, *primals: Any):
     """``(fun(*primals), jvp_fn)`` where ``jvp_fn(*tangents)`` is the linearized ``fun``.
 
-    ``jvp_fn`` is :func:`jvp` at ``primals`` (one path for forward mode: torch.func's own
-    linearize gives zero tangents on the torch-xla engine), so tangents may carry named
-    axes the primals lack, per instance as there.
+    ``jvp_fn`` is :func:`jvp` at ``primals`` (torch.func's own linearize gives zero
+    tangents on the torch-xla engine).
 
     >>> import torch, named_axes as nx
     >>> out, f_jvp = nx.linearize(torch.sin, torch.zeros(2))
@@ -131,12 +122,11 @@ def linearize(fun: Callable, *primals: Any):
     tensor([1., 1.])
     """
     what = f"linearize({getattr(fun, '__name__', 'fun')})"
-    boxes = [unbox(p) for p in primals]
     out = fun(*primals)
 
     def jvp_fn(*tangents):
-        if len(tangents) != len(boxes):
-            raise AxisSpecError(f"{what}: {len(tangents)} tangents for {len(boxes)} primals")
+        if len(tangents) != len(primals):
+            raise AxisSpecError(f"{what}: {len(tangents)} tangents for {len(primals)} primals")
         return jvp(fun, primals, tangents)[1]
 
     return out, jvp_fn

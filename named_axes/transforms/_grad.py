@@ -2,11 +2,9 @@
 ``vjp`` and ``linear_transpose``.
 
 Named inputs cross into torch.func as their physical tensors and come back named
-(:mod:`._tree`).  Inside a named program, the differentiated inputs are first broadcast
-along the named axes the computation involves (not along ``reduce_axes``, whose
-per-instance gradients are thus summed, JAX's ``reduce_axes``), so autodiff gives one
-cotangent per instance (:mod:`._instances`): a scalar loss carrying named axes gives
-*per-example* gradients.  Autodiff itself is torch.func's.
+(:mod:`._tree`).  Inside a named program the differentiated inputs are broadcast along
+the axes the computation involves except ``reduce_axes``, so autodiff gives one
+cotangent per instance (:mod:`._instances`): *per-example* gradients.
 
 >>> import torch, named_axes as nx
 >>> nx.grad(lambda x: (x ** 2).sum())(torch.tensor([1., 2.]))
@@ -81,10 +79,8 @@ def _rebox(leaves: Sequence, spec: Any, names: list) -> Any:
 
 def _chunked(axes: dict, reduce_axes: tuple) -> dict:
     """The ``reduce_axes`` this call sees only a chunk of (a ``SerialLoop`` axis): name ->
-    the size of a chunk's part of it (``axis_index`` steps through a chunk's part before
-    the next chunk's).  Over a mesh alone there is nothing to add: the gradient of a value
-    lacking the axis is summed over the ranks already (its cotangent is the whole on
-    each); a chunk's part split over a mesh too is counted with every rank's share."""
+    the size of a chunk's part, every rank's share counted where a mesh splits it too
+    (over a mesh alone the gradient is summed over the ranks already)."""
     bound = bound_axes() if reduce_axes else {}
     out = {}
     for n in reduce_axes:
@@ -98,9 +94,8 @@ def _chunked(axes: dict, reduce_axes: tuple) -> dict:
 
 def _sum_over_chunks(g: Any, chunked: dict) -> Any:
     """A gradient summed over this chunk's instances of the ``chunked`` axes, summed over
-    every chunk: one instance per chunk's part holds the chunk's sum (on a mesh, the
-    first rank's: every rank's gradient is the sum over the ranks already), ``psum``
-    (which the loop engine replays chunk by chunk) adds them."""
+    every chunk: one instance per chunk's part (on a mesh, the first rank's) holds the
+    chunk's sum, and ``psum`` adds them."""
     if not isinstance(g, (torch.Tensor, _NT)):
         return g
     from ..lax import axis_index, psum
@@ -410,11 +405,9 @@ def _vjp_once(r: _Run, has_aux: bool, what: str) -> tuple:
         batch = _mapped_axes(r, cts, names, what)
         lead = tuple(batch)
         if r.region.transposed and len(lead) != 1 and torch.compiler.is_dynamo_compiling():
-            # a custom_jvp's reverse rule transposes its JVP rule with torch.func.vjp in
-            # the backward, which dynamo traces where the forward calls the rule, keeping
-            # the functorch levels it had there; a pullback replays it after that level
-            # closed, which only lines up mapped over one axis (jacrev's): otherwise
-            # torch fails an internal assert
+            # dynamo traced a custom_jvp's transposed rule at the forward's functorch
+            # levels; replayed after they closed, it lines up only mapped over one axis
+            # (jacrev's): otherwise torch fails an internal assert
             raise AxisTypeError(
                 f"{what}: {r.region.transposed[0]}'s reverse rule (its JVP rule transposed "
                 f"with torch.func.vjp in the backward) cannot run in this pullback under "
@@ -455,10 +448,9 @@ def _mapped_axes(r: _Run, cts: list, names: list, what: str) -> dict:
 
 def _seeded(r: _Run, c: Any, out: torch.Tensor, names: tuple | None, what: str,
             batch: dict) -> torch.Tensor:
-    """The physical cotangent of output ``out`` (named ``names``) given ``c``.  An output
-    lacking a relevant axis is one value per instance of it (a psum's, or the broadcast
-    input's): its cotangent is the sum of the instances' -- psum of one that varies along
-    the axis, the seed scaled by the count of one that does not."""
+    """The physical cotangent of output ``out`` (named ``names``) given ``c``: for an
+    output lacking a relevant axis, the sum of its instances' -- psum of a ``c`` varying
+    along the axis, else ``c`` scaled by the count."""
     summed = tuple(a for a in (c._names if type(c) is _NT else ())
                    if (a in r.region.axes or a in r.reduce_axes) and a not in (names or ()))
     if summed:

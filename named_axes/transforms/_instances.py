@@ -1,24 +1,12 @@
 """Per-instance cotangents inside named programs: JAX 0.4.30's xmap convention.
 
-Inside a named program every value is one value *per instance* of the named axes (a
-value lacking an axis is replicated along it), and so is every cotangent: the gradient
-of a differentiated input is, per instance, the derivative of the sum of all instances'
-losses with respect to that instance's copy of the input; ``psum`` transposes to
-``psum`` (docs/guide.md §4).  A value lacking axis ``a`` has one physical cotangent
-where JAX has ``size(a)``; the grad family makes that exact in four steps, all here
-(docs/architecture.md tells the whole story):
-
-1. *Which axes matter*: a :class:`Region` records the named axes of the values built
-   while the differentiated function runs (not a nested xmap's own); the inputs are
-   broadcast along them except ``reduce_axes``, and a first run that meets a new axis
-   (a closed-over value) runs again (:func:`rerun_on_redo`).
-2. *The seed*: a loss lacking a relevant axis counts once per index of it.
-3. *User rules*: a ``custom_vjp`` ``bwd`` sees each instance's share of a summed
-   cotangent and its results are summed back (exact for rules linear in the cotangent
-   and uniform across instances, which is what JAX code writes).
-4. *Named shapes*: a :class:`GradTape` (:mod:`named_axes._tape`) decides from the
-   program, never from the values, which broadcast axes each result keeps; the other
-   copies are dropped (:func:`fold_copies`).
+Every value, and every cotangent, is one *per instance* of the named axes; a value
+lacking axis ``a`` has one physical cotangent where JAX has ``size(a)``.  A
+:class:`Region` records the axes a differentiated call meets, its inputs are broadcast
+along them (a first run meeting a new one runs again: :func:`rerun_on_redo`), the loss
+is seeded once per instance, and a :class:`GradTape` decides from the program, never
+from the values, which copies each result keeps (:func:`fold_copies`).  See
+docs/architecture.md ("Per-instance cotangents") and docs/guide.md §4.
 
 >>> import torch, named_axes as nx
 >>> xb = nx.named(torch.tensor([[1., 2.], [3., 4.]]), {0: 'b'})
@@ -111,12 +99,9 @@ class Region:
                     f"compile the step with nx.jit")
 
     def axes_for_rule(self, rule: str) -> dict:
-        """The axes a custom rule's backward reads (:mod:`._custom`).
-
-        Autograd runs a backward after the differentiated function returned, when
-        ``axes`` are final; dynamo traces it where the forward calls the rule, so it
-        reads them as they are then, and :meth:`settle` checks that none came later.
-        """
+        """The axes a custom rule's backward reads (:mod:`._custom`): under dynamo, which
+        traces the backward where the forward calls the rule, as they are now
+        (:meth:`settle` checks that none came later)."""
         if torch.compiler.is_dynamo_compiling():
             axes = dict(self.axes)
             self.early.append((rule, axes))
@@ -177,10 +162,9 @@ class GradTape(Tape):
         self.root_leaves.append(mine)
 
     def decide(self, loss, aux=None, grads: bool = True) -> None:
-        """Once the function ran: the axes its value ``loss`` and ``aux`` keep, and
-        what the gradients' analysis starts from; it runs after the backward (which may
-        refine custom rules' edges: ``_tape.transposed``), by :meth:`settle_gradients`
-        or, for ``vjp``, :meth:`pullback_keep`."""
+        """Once the function ran: the axes its value ``loss`` and ``aux`` keep, and what
+        the gradients' analysis (after the backward: :meth:`settle_gradients`,
+        :meth:`pullback_keep`) starts from."""
         value = [self.true(v) if _is_tensor(v) else _EMPTY for v in tree_flatten(loss)[0]]
         aux = [self.true(v) if _is_tensor(v) else _EMPTY for v in tree_flatten(aux)[0]]
         self.keep, self.grads = [value, aux], grads
