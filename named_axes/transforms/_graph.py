@@ -1,13 +1,12 @@
 """The lowered positional program of a named program, as a ``torch.fx.GraphModule``.
 
-``make_graph`` is the analogue of ``jax.make_jaxpr`` / ``xla_computation``: it traces
-the named program with :func:`torch.fx.experimental.proxy_tensor.make_fx` over the
-dispatcher, so the graph holds plain aten ops (names cost nothing at run time) and the
-collectives of :mod:`named_axes.lax` as named nodes.  ``named_call`` marks a
-sub-program: it shows in the graph and in profiler traces under its name.
+``make_graph`` is the analogue of ``jax.make_jaxpr``: traced with ``make_fx``, the graph
+holds plain aten ops and the collectives of :mod:`named_axes.lax` as named nodes.
+``named_call`` marks a sub-program in the graph and in profiler traces.
 
 >>> import torch, named_axes as nx
->>> g = nx.make_graph(lambda x: x.sin().sum('b'), axis_env=[('b', 2)])(nx.named(torch.ones(2, 3), 'b ...'))
+>>> f = lambda x: x.sin().sum('b')
+>>> g = nx.make_graph(f, axis_env=[('b', 2)])(nx.named(torch.ones(2, 3), 'b ...'))
 >>> 'aten.sin' in g.code and 'aten.sum' in g.code
 True
 """
@@ -109,11 +108,9 @@ def trace_flat(fun: Callable, args: tuple, *, axis_env: Sequence = (), mode: str
             inputs = [fake_mode.from_tensor(t) for t in inputs]
         gm = make_fx(flat_fun, tracing_mode=mode, _allow_non_fake_inputs=mode != "real")(
             *inputs)
-    # Dead ops out (random and mutating ones stay): torch's ZeroTensor fallback (a
-    # derivative of a derivative meets one) finds its result's shape by running the op on
-    # meta tensors, and the trace records those -- a graph run as it is then executes
-    # them, and mixed dtypes there raise (a float32 zero times a Python scalar on 'meta').
-    # named_call's profiler nodes stay too (torch 2.9 does not count them as impure).
+    # Dead ops out: torch's ZeroTensor fallback runs ops on meta tensors and the trace
+    # records them, which raise when run (mixed dtypes on 'meta').  Random and mutating
+    # ops stay, and named_call's profiler nodes (torch 2.9 does not count them impure).
     if gm.graph.eliminate_dead_code(is_impure_node=lambda node: node.is_impure() or getattr(
             node.target, "namespace", None) == "profiler"):
         gm.recompile()

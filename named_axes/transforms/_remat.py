@@ -50,16 +50,13 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Any = None,
 
     @functools.wraps(fun)
     def run(*args, **kwargs):
-        # Outside autograd recording there is nothing to save, hence nothing to recompute;
-        # torch.func transforms record with their own machinery (functorch), where
-        # torch.utils.checkpoint is not supported, so the function runs directly there,
-        # and under dynamo (its checkpoint region allows no Python side effects: ours).
+        # Nothing to recompute without grad; torch.utils.checkpoint is not supported
+        # under torch.func transforms, nor under dynamo with our Python side effects.
         if (not torch.is_grad_enabled() or functorch_active()
                 or torch.compiler.is_dynamo_compiling()):
             return fun(*args, **kwargs)
         extra = _policy_contexts(policy)
-        # checkpoint sees the physical tensors (it detaches and re-attaches its tensor
-        # inputs; a NamedTensor would be an opaque constant to it)
+        # checkpoint sees the physical tensors (a NamedTensor would be a constant to it)
         leaves, spec, names = unbox((args, kwargs))
         out_box: list = []
         here = _here()
@@ -93,10 +90,9 @@ def checkpoint(fun: Callable, *, prevent_cse: bool = True, policy: Any = None,
 
 def _policy_contexts(policy: Any) -> dict:
     """``torch.utils.checkpoint.checkpoint``'s ``context_fn`` for ``policy``, if any.
-    Not under make_fx's trace (nx.jit, make_graph): there torch's selective checkpointing
-    tags nodes through fx's process-wide node meta and never clears it, and AOT
-    autograd's partitioner fails on those tags, in that program and every one traced
-    after it; the compiled program's rematerialization is the partitioner's own."""
+    Not under make_fx's trace: there selective checkpointing leaves tags in fx's
+    process-wide node meta, on which AOT autograd's partitioner fails in every later
+    program (the compiled program's rematerialization is the partitioner's own)."""
     if policy is None or (building_graph() and not torch.compiler.is_dynamo_compiling()):
         return {}
     return {"context_fn": functools.partial(
@@ -105,9 +101,8 @@ def _policy_contexts(policy: Any) -> dict:
 
 def _here() -> Callable:
     """A context manager factory: each run of the function in the axis environment here,
-    a recomputation in the chunk of a serial loop running now too
-    (``SerialEngine.resume_here``: its chunk may have paused, or another ran since), and
-    in the engine a serial loop runs its chunks on (``XlaEngine.resume_here``)."""
+    a recomputation also in the serial loop chunk running now (``resume_here``: it may
+    have paused, or another run since)."""
     scope = list(frames())
     engines = [e for f in scope for e in (f.engine, getattr(f.engine, "inner", None))]
     resumes = [e.resume_here() for e in engines if hasattr(e, "resume_here")]

@@ -1,13 +1,10 @@
 """``torch.func`` and named values: an explicit opt-in.
 
-functorch accepts plain tensors only, and a named value that a closure brings into a
-``torch.func`` transform would be differentiated positionally -- the sum over its
-instances, not JAX's per-instance cotangents (docs/guide.md §4).  So the library calls
-torch's transforms through :data:`named_axes._levels.ORIGINAL`, which records the levels
-that are ours (:func:`named_axes._levels.check_foreign` refuses a named value under any
-other differentiating transform), and :func:`enable_torch_func` makes ``torch.func``'s
-transforms (and ``torch.vmap``) run their ``nx`` counterparts on named values.
-``import named_axes`` changes nothing in ``torch.func``.
+A named value that a closure brings into a ``torch.func`` transform would be
+differentiated positionally, not per instance (docs/guide.md §4), so the library calls
+torch's transforms through :data:`named_axes._levels.ORIGINAL` and
+:func:`enable_torch_func` makes ``torch.func``'s transforms (and ``torch.vmap``) run
+their ``nx`` counterparts on named values.  ``import named_axes`` changes nothing.
 
 >>> import torch, named_axes as nx
 >>> nx.enable_torch_func()
