@@ -30,15 +30,19 @@ _counter = itertools.count()
 
 
 class _PmapAxis:
-    """A private name: the mapped axis of ``pmap(fun)`` with no ``axis_name``, or the
-    mesh axis a pmap splits it over."""
+    """A private name: the mapped axis of ``pmap(fun)`` with no ``axis_name``."""
 
-    def __init__(self, kind: str = "axis") -> None:
+    def __init__(self) -> None:
         self.n = next(_counter)
-        self.kind = kind
 
     def __repr__(self) -> str:
-        return f"<pmap {self.kind} {self.n}>"
+        return f"<pmap axis {self.n}>"
+
+
+def _mesh_axis() -> str:
+    """A fresh name for the mesh axis a pmap splits over: a string, as torch-xla rebuilds a
+    mesh from its text (with ``ast.literal_eval``) to shard gradients."""
+    return f"<pmap mesh axis {next(_counter)}>"
 
 
 def _spec(ax: Any, name: Hashable, what: str) -> Any:
@@ -101,6 +105,15 @@ def _call_form(fun: Callable, in_axes: Any, args: tuple, kwargs: dict, static: t
     return fun, per, args
 
 
+def _static(argnums: int | Sequence[int]) -> tuple:
+    """``static_broadcasted_argnums`` as a tuple of ints."""
+    static = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in static):
+        raise AxisTypeError(f"pmap: static_broadcasted_argnums must be ints, got "
+                            f"{fmt_spec(argnums)}")
+    return static
+
+
 def _devices(devices: Sequence[Any] | None, backend: str | None, spelling: str) -> list:
     """The devices a pmap splits over: ``devices``, or all of ``backend``'s."""
     devs = list(devices) if devices is not None else all_devices(backend)
@@ -140,14 +153,10 @@ def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
     import numpy as np
 
     name = axis_name if axis_name is not None else _PmapAxis()
-    mesh_axis = _PmapAxis("mesh axis")
+    mesh_axis = _mesh_axis()
     xin = _spec(tuple(in_axes) if type(in_axes) is list else in_axes, name, "in_axes")
     xout = _spec(out_axes, name, "out_axes")
-    static = ((static_broadcasted_argnums,) if isinstance(static_broadcasted_argnums, int)
-              else tuple(static_broadcasted_argnums))
-    if not all(isinstance(i, int) and not isinstance(i, bool) for i in static):
-        raise AxisTypeError(f"pmap: static_broadcasted_argnums must be ints, got "
-                            f"{fmt_spec(static_broadcasted_argnums)}")
+    static = _static(static_broadcasted_argnums)
 
     def mapped(*args, **kwargs):
         body, xin_, kw = fun, xin, len(args) if kwargs else None
