@@ -58,8 +58,6 @@ def _unmerged(data: torch.Tensor, names: tuple, sizes: tuple, rest: tuple, op) -
     return result(data, names + rest, op)
 
 
-# -- data movement ----------------------------------------------------------------------
-
 def _over_trees(fn: Callable) -> Callable:
     """``fn`` on every leaf of ``x``, a pytree (as JAX's collectives take one; None
     leaves stay None); a single value skips the pytree machinery."""

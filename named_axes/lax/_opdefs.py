@@ -147,8 +147,6 @@ def _pdot_vmap(info, in_dims, x, y, equation):
 _pdot.register_vmap(_pdot_vmap)
 
 
-# -- axis_index -----------------------------------------------------------------------------
-
 @_named_op("axis_index", fake=lambda n, device: torch.empty(n, dtype=torch.int64, device=device))
 def _axis_index(n: int, device: torch.device) -> torch.Tensor:
     return torch.arange(n, device=device)

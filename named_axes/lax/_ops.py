@@ -135,16 +135,20 @@ class _PExtreme(_Fn):
 
     @staticmethod
     def backward(ctx, g):
-        x, out = ctx.saved_tensors
-        hit = (x == _unreduce(out, ctx.dims, x.shape)).to(g.dtype)
+        hit = _attaining(ctx, g.dtype)
         count = hit.sum(ctx.dims, keepdim=True)
-        return None, _unreduce(g, ctx.dims, x.shape) * hit / count, None
+        return None, _unreduce(g, ctx.dims, hit.shape) * hit / count, None
 
     @staticmethod
     def _jvp_rule(ctx, _name, t, _dims):   # the mean tangent of the entries attaining it
-        x, out = ctx.saved_tensors
-        hit = (x == _unreduce(out, ctx.dims, x.shape)).to(t.dtype)
+        hit = _attaining(ctx, t.dtype)
         return (t * hit).sum(ctx.dims) / hit.sum(ctx.dims)
+
+
+def _attaining(ctx, dtype: torch.dtype) -> torch.Tensor:
+    """1 where the saved ``x`` attains the saved extreme along ``ctx.dims``, else 0."""
+    x, out = ctx.saved_tensors
+    return (x == _unreduce(out, ctx.dims, x.shape)).to(dtype)
 
 
 def _einsum_grad(g, go, other, to, mine, shape):

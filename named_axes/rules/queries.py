@@ -104,7 +104,6 @@ def _whole(func, args, kwargs):
     return func(da, db, *rest, **kwargs)
 
 
-
 _declare = functools.partial(register, kind="shape")
 
 
