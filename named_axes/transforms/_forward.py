@@ -158,8 +158,7 @@ def _jac(kind: str, fun: Callable, argnums, has_aux: bool) -> Callable:
         build = _jacrev_named if kind == "rev" else _jacfwd_named
         (rows, out_spec), aux = build(of, [args[i] for i in nums], has_aux)
         # torch.func's layout: the output's structure, each leaf one Jacobian per argnum;
-        # forward mode's efficient zeros (a ZeroTensor: a Jacobian zero everywhere, the
-        # Hessian of abs) made ordinary ones by a clone, which every later op takes
+        # a clone makes forward mode's ZeroTensors (the Hessian of abs) ordinary ones
         single = isinstance(argnums, int)
         tree = tree_map(_cloned, tree_unflatten([row[0] if single else tuple(row)
                                                  for row in rows], out_spec))

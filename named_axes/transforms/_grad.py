@@ -392,8 +392,7 @@ def _vjp_once(r: _Run, has_aux: bool, what: str) -> tuple:
     with r.region, r.tape:
         out_leaves, vjp_phys = _functorch["vjp"](target, *[b[0] for b in r.boxes])[:2]
     spec, names, aux_box = box
-    # copies of a value JAX computes once (the cotangents still align to the physical
-    # outputs)
+    # copies of a value JAX computes once (the cotangents align to the physical outputs)
     out = fold_copies([rebox(out_leaves, spec, names)], r.tape)[0]
     chunked = r.chunked()
 

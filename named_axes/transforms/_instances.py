@@ -227,8 +227,7 @@ def _is_tensor(v) -> bool:
 
 
 # Tests set NAMED_AXES_CHECK_FOLDS=1: every fold then checks, where values can be read,
-# that the copies it drops equal the one it keeps -- the tape's analysis checked on
-# every program the suites run.
+# that the copies it drops equal the one it keeps.
 _CHECK = os.environ.get("NAMED_AXES_CHECK_FOLDS") == "1"
 
 

@@ -100,20 +100,18 @@ def jit(fun: Callable, *, static_argnums: int | Sequence[int] = (),
         backend: ``'inductor'`` (default), ``'eager'``, or any ``torch.compile`` backend.
         mode, options: ``torch.compile``'s, for inductor: ``mode="max-autotune"`` gives
             inductor's own GEMM autotuning; ``options`` are inductor config entries.
-            The program is lowered to plain aten ops and kernels are inductor's choice.
 
     Returns:
         The compiled function; ``.cache_size()`` tells how many programs it holds,
         ``.stats()`` how many calls ran compiled (``fast_lane``: of those, how many
         skipped the cache key), how many inline, and how many programs came from or
-        went to the program store (opt-in: ``nx.set_program_store``, ``_store``).
-        Compiled code is also kept in inductor's on-disk cache.
+        went to the program store (``nx.set_program_store``).
 
-    Gradients and side effects: docs/guide.md.  Calls made under another
-    trace or transform (``make_fx``, dynamo, ``torch.func``, ``nx.grad`` ...), with
-    tensor subclasses other than ``nn.Parameter``, on XLA (an input on an XLA device,
-    an XLA mesh in scope: torch-xla compiles its graphs itself), or inside
-    ``disable_jit()`` run ``fun`` inline, uncompiled, so ``grad(jit(f))`` differentiates ``f``.
+    Gradients and side effects: docs/guide.md.  Calls made under another trace or
+    transform (``make_fx``, dynamo, ``torch.func``, ``nx.grad`` ...), with tensor
+    subclasses other than ``nn.Parameter``, on XLA (torch-xla compiles its graphs
+    itself), or inside ``disable_jit()`` run ``fun`` inline, so ``grad(jit(f))``
+    differentiates ``f``.
 
     >>> import torch, named_axes as nx
     >>> loss = lambda w, x: (x @ w).tanh().sum('b')
@@ -171,7 +169,6 @@ class _ProgramCache:
         self.name = getattr(fun, "__name__", "fun")
         self.programs: dict = {}   # call key -> Program
         # the fast lane (_jit_keys.fast_lane): the last call's reader, guard and entry
-        # (made under the global state of self.state)
         self.fast: list = [None, None, None]
         # calls run compiled, run inline, compiled by the fast lane; programs loaded from
         # the program store, saved to it

@@ -54,14 +54,12 @@ _FunctionNode = torch.autograd.function.FunctionCtx   # (a Function's node is it
 
 
 class Program(NamedTuple):
-    """One compiled program of a jitted function (``compiled`` None: calls with its key
-    run the function inline).
+    """One compiled program of a jitted function (``compiled`` None: run inline).
 
     ``tensor_pos`` picks the tensor leaves out of the flat leaves (None: all of them);
-    ``rebuild`` turns the compiled function's flat outputs into the function's result;
-    ``pure``: the program mutates nothing; ``values``: it ran a backward while traced
-    (it computes its own gradients), so it runs with grad disabled and serves calls
-    whatever their inputs' ``requires_grad``."""
+    ``rebuild`` turns the flat outputs into the result; ``pure``: it mutates nothing;
+    ``values``: it ran a backward while traced, so it runs with grad disabled and serves
+    calls whatever their inputs' ``requires_grad``."""
     compiled: Callable | None
     tensor_pos: Any
     rebuild: Callable

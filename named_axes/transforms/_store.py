@@ -74,12 +74,9 @@ class _Unstorable(Exception):
 
 
 class _Recorder(EagerDispatchMode):
-    """Records each operation of an eager call, with where its tensor arguments came from.
-
-    Tensors are named by origin: ``i<k>`` the k-th input leaf, ``<n>.<k>`` the k-th
-    result of the n-th operation, ``c<k>(...)`` the k-th tensor from outside the call
-    (closed over): its dtype, shape, strides, grad flag, and its values when small.
-    """
+    """Records each operation of an eager call, its tensor arguments named by origin:
+    ``i<k>`` the k-th input leaf, ``<n>.<k>`` the k-th result of the n-th operation,
+    ``c<k>(...)`` the k-th closed-over tensor (its properties, and values when small)."""
 
     runs_values = True   # the library's eager paths run under it (see _modes)
 
