@@ -171,7 +171,7 @@ class SerialEngine(EngineBase):
         _refuse_trace()
         self._known, self._sigs, self.passes, self.within = [], [], 0, None
         self._gens: dict = {}   # id -> (a generator= of a draw, its state at first sight)
-        before, kept = _versions(leaves, self.names), ChunkWrites(leaves, self.names, self.inner)
+        before, kept = _versions(leaves, self.names), ChunkWrites(leaves, self.names)
         while True:
             self.passes += 1
             self._pending, paused, self._deferring, self._paused_tree = {}, False, 0, False

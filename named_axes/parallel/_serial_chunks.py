@@ -198,13 +198,13 @@ class ChunkWrites(_Keeper, EagerDispatchMode):
     ([1.0, 1.0, 1.0, 1.0], 1.0)
     """
 
-    runs_values, unseen = True, True   # (the library's checks run as without it)
+    # (the library's checks run as without it; 'unseen': what only makes new memory, a
+    # tensor moved onto XLA, may run without it: parallel/_xla.unwatched)
+    runs_values, unseen = True, True
 
-    def __init__(self, leaves: list, loop_names: tuple, inner: Any = None) -> None:
+    def __init__(self, leaves: list, loop_names: tuple) -> None:
         super().__init__()
         self._kept: dict = {}
-        # (not over an engine whose inputs are copies it writes back each chunk: XLA's)
-        self._watch = not getattr(inner, "copies", False)
         self._made = {None} | {_memory(functorch_unwrapped(x._data)) for x in leaves
                       if isinstance(x, NamedTensor) and type(x._data) is torch.Tensor
                       and set(x._names) & set(loop_names)}
@@ -212,7 +212,7 @@ class ChunkWrites(_Keeper, EagerDispatchMode):
     def watching(self, first: bool) -> Any:
         """This mode for a pass's first chunk, and for the others if it kept a tensor:
         every chunk runs the same ops (a mode costs each op a Python call)."""
-        return self if self._watch and (first or self._kept) else contextlib.nullcontext()
+        return self if first or self._kept else contextlib.nullcontext()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -15,6 +15,7 @@ on CPU, ``PJRT_DEVICE=CPU CPU_NUM_DEVICES=4`` gives four devices.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from typing import Any, Callable
 
@@ -24,7 +25,8 @@ from torch.overrides import TorchFunctionMode
 from .._engine import EngineBase
 from .._errors import AxisResourceError
 from .._tensor import NamedTensor, data_and_names
-from .._torch_private import (functorch_unwrapped, is_functorch_wrapped, tensor_version,
+from .._torch_private import (disable_dispatch_modes, dispatch_depth, dispatch_modes,
+                              functorch_unwrapped, is_functorch_wrapped, tensor_version,
                               tree_flatten, tree_unflatten, xla_graph_runtime)
 from ._devices import ensure_spmd, xla_device, xla_devices
 from ._dtensor_comms import rewrap
@@ -48,10 +50,29 @@ def xla_mesh(m) -> Any:
     return xm
 
 
+def _unwatched() -> Any:
+    """Where the library's keeper of written tensors is the only dispatch mode (a
+    ``SerialLoop``'s ChunkWrites, marked ``unseen``): a context without it, for calls that
+    only make new XLA tensors (a move onto XLA, a factory's); else no change.
+
+    A dispatch mode runs each op with torch's functionalization off, so an XLA tensor made
+    under one lacks torch-xla's functional wrapper: its views are copies, and a write
+    through one (``u[0] = -1`` into an input) is lost, the version counter bumped all the
+    same.  (Such a call writes no tensor the keeper would keep.)
+
+    >>> from named_axes._torch_private import dispatch_depth
+    >>> from named_axes.parallel._serial_chunks import ChunkWrites
+    >>> with ChunkWrites([], ()), _unwatched():
+    ...     dispatch_depth()
+    0
+    """
+    if dispatch_depth() and all(getattr(m, "unseen", False) for m in dispatch_modes()):
+        return disable_dispatch_modes()
+    return contextlib.nullcontext()
+
+
 class XlaEngine(EngineBase):
     """Runs a named program on XLA tensors annotated with the plan's shardings."""
-
-    copies = True   # (its inputs are XLA copies, written back after each run)
 
     def __init__(self, plan, mesh) -> None:
         if mesh.platform != "xla":
@@ -104,7 +125,8 @@ class XlaEngine(EngineBase):
 
     def run(self, body: Callable, leaves: list, engine: Any = None) -> list:
         self.home = None
-        xleaves = [self.to_xla(x, f"argument leaf {i}") for i, x in enumerate(leaves)]
+        with _unwatched():
+            xleaves = [self.to_xla(x, f"argument leaf {i}") for i, x in enumerate(leaves)]
         copies = []   # inputs copied to XLA: a write into one goes back after the run
         for x, y in zip(leaves, xleaves):
             d, c = data_and_names(x), data_and_names(y)
@@ -120,8 +142,9 @@ class XlaEngine(EngineBase):
                     f"the torch-xla engine: an input of shape {tuple(d.shape)} is written in "
                     f"place and shares memory with another input; each goes to XLA as its "
                     f"own copy, so the other would not see the write: pass a copy (x.clone())")
-        run_graph([o._data if isinstance(o, NamedTensor) else o for o in outs]
-                  + [c for _, c in written], self.device)
+        with _unwatched():
+            run_graph([o._data if isinstance(o, NamedTensor) else o for o in outs]
+                      + [c for _, c in written], self.device)
         for d, c in written:
             d.copy_(c.to(d.device))
         return [self.back(o) for o in outs]
@@ -136,7 +159,9 @@ class _Replicating(TorchFunctionMode):
     """While a program runs on XLA: a CPU tensor that meets XLA values in a torch call (a
     closed-over weight, a tensor made inside the program) is moved to XLA first, whole
     on every device, as the vectorized run reads it; not the target of an in-place op or
-    ``out=`` (a write into a copy would be lost: torch refuses the mixed devices)."""
+    ``out=`` (a write into a copy would be lost: torch refuses the mixed devices).  Such
+    moves, and calls naming the XLA device (a factory's ``device=``), run
+    :func:`_unwatched`."""
 
     def __init__(self, device: torch.device) -> None:
         super().__init__()
@@ -146,15 +171,26 @@ class _Replicating(TorchFunctionMode):
         kwargs = kwargs or {}
         flat, spec = tree_flatten((args, kwargs))
         pairs = [data_and_names(v) for v in flat]
+        name = getattr(func, "__name__", "")
+        kept = 1 if name.endswith("_") and (name[:3] == "__i" or name[:2] != "__"
+                                             or name == "__setitem__") else 0
         if any(p is not None and p[0].device.type == "xla" for p in pairs):
-            name = getattr(func, "__name__", "")
-            kept = 1 if name.endswith("_") and (name[:3] == "__i" or name[:2] != "__"
-                                                 or name == "__setitem__") else 0
-            flat = [rewrap(v, p[0].to(self.device)) if i >= kept and p is not None
-                    and p[0].device.type == "cpu" and v is not kwargs.get("out") else v
-                    for i, (v, p) in enumerate(zip(flat, pairs))]
-            args, kwargs = tree_unflatten(flat, spec)
+            moved = [i for i, (v, p) in enumerate(zip(flat, pairs)) if i >= kept and p is not None
+                     and p[0].device.type == "cpu" and v is not kwargs.get("out")]
+            if moved:
+                with _unwatched():
+                    for i in moved:
+                        flat[i] = rewrap(flat[i], pairs[i][0].to(self.device))
+                args, kwargs = tree_unflatten(flat, spec)
+        elif not kept and "out" not in kwargs and any(_is_xla_device(v) for v in flat):
+            with _unwatched():   # (a factory's XLA tensor, as a moved one)
+                return func(*args, **kwargs)
         return func(*args, **kwargs)
+
+
+def _is_xla_device(v: Any) -> bool:
+    return (isinstance(v, torch.device) and v.type == "xla"
+            or isinstance(v, str) and v.split(":")[0] == "xla")
 
 
 # torch-xla graph hash -> digest of the IR it was compiled from (see run_graph)
