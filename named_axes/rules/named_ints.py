@@ -291,22 +291,21 @@ def _per_instance_index(func, args, kwargs):
 def explain_index(func, args, kwargs) -> None:
     """Raise ShapeError naming the instance when ``index`` holds a value outside the dim."""
     x, dim, index = given(args, kwargs, 0, input=None, dim=None, index=None)
-    if not (_is_tensor(x) and _is_tensor(index) and isinstance(dim, int)):
+    if not (_is_tensor(x) and _is_tensor(index) and isinstance(dim, int)) or \
+            index.dtype == torch.bool:
         return
-    data = index._data if type(index) is _NT else index
     p = x.ndim if type(x) is _NT else x.dim()
-    if not _values_readable(data) or data.dtype.is_floating_point or data.dtype == torch.bool:
-        return
-    if not -max(p, 1) <= dim < max(p, 1):
-        return
-    n = x.shape[dim] if p else 1
-    _check_range(func, x, index, dim, n, 0)
+    if -max(p, 1) <= dim < max(p, 1):
+        _check_range(func, x, index, dim, x.shape[dim] if p else 1, 0)
 
 
 def _check_range(func, x, index, dim: int, n: int, lo: int, label: str = "input") -> None:
     """Raise ShapeError naming the instance where ``index`` holds a value outside
-    ``[lo, n)`` (``lo``: ``-n`` where torch counts a negative index from the end)."""
+    ``[lo, n)`` (``lo``: ``-n`` where torch counts a negative index from the end); no
+    check where its values cannot be read or are not integers."""
     data = index._data if type(index) is _NT else index
+    if not _values_readable(data) or data.dtype.is_floating_point:
+        return
     inames = index._names if type(index) is _NT else ()
     hit = _first_bad((data < lo) | (data >= n), inames)
     if hit is None:
@@ -326,9 +325,7 @@ def check_embedding(func, args, kwargs) -> None:
     index, weight = given(args, kwargs, 0, input=None, weight=None)
     if type(weight) is not _NT or not weight._names or weight.ndim != 2 or not _is_tensor(index):
         return
-    data = index._data if type(index) is _NT else index
-    if _values_readable(data) and not data.dtype.is_floating_point:
-        _check_range(func, weight, index, 0, weight.shape[0], 0, "weight")
+    _check_range(func, weight, index, 0, weight.shape[0], 0, "weight")
 
 
 def _index_fill(func, args, kwargs):
@@ -341,8 +338,7 @@ def _index_fill(func, args, kwargs):
     if type(index) is not _NT or not isinstance(dim, int) or not -max(p, 1) <= dim < max(p, 1):
         return NotImplemented
     n = x.shape[dim] if p else 1
-    if _values_readable(index._data) and not index._data.dtype.is_floating_point:
-        _check_range(func, x, index, dim, n, -n)
+    _check_range(func, x, index, dim, n, -n)
     index = _wrap_nt(torch.where(index._data < 0, index._data + n, index._data), index._names)
     if len(args) > 2:
         return vmap_fallback(func, (*args[:2], index, *args[3:]), kwargs)
