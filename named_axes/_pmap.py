@@ -4,7 +4,9 @@ Built on xmap: the mapped axis gets a name (``axis_name`` or a private one), and
 name is mapped to a one-dimensional mesh over ``devices`` (default: every device of
 the job).  The axis size must be divisible by the number of devices; with one device
 (the CPU) pmap runs vectorized.  Collectives over ``axis_name`` work inside, and
-results that lack the axis are replicated along it in the output, as in JAX.
+results that lack the axis are replicated along it in the output, as in JAX.  A pmap
+inside a program already split over devices (an enclosing pmap, or an xmap on a mesh)
+runs vectorized within it, on that program's devices.
 
 >>> import torch, named_axes as nx
 >>> f = nx.pmap(lambda x: x - nx.lax.pmean(x, 'i'), axis_name='i')
@@ -17,12 +19,13 @@ import functools
 import itertools
 from typing import Any, Callable, Hashable, Sequence
 
+from ._env import bound_axes
 from ._errors import AxisResourceError, AxisSizeError, AxisSpecError, AxisTypeError, fmt_spec
 from ._parsing import match_prefix, path_str
 from ._xmap import _article, xmap
 from ._xmap_call import _is_array, _is_leaf
 from .parallel._devices import devices as all_devices
-from .parallel._mesh import Mesh
+from .parallel._mesh import Mesh, current_mesh
 
 __all__ = ["pmap"]
 
@@ -114,6 +117,19 @@ def _static(argnums: int | Sequence[int]) -> tuple:
     return static
 
 
+def _nested(devices: Sequence[Any] | None, spelling: str) -> bool:
+    """Whether this pmap runs inside a named program on a mesh (an enclosing pmap, or an
+    xmap with resources): its devices are taken, so the pmap runs vectorized within it (a
+    second mesh over them would re-split values the engine already placed)."""
+    if not bound_axes() or current_mesh() is None:
+        return False
+    if devices is not None:   # (as JAX refuses it)
+        raise AxisResourceError(f"{spelling[:-1]}, devices=...): a pmap inside a program "
+                                f"already split over devices (an enclosing pmap, or an xmap on "
+                                f"a mesh) runs on that program's devices; drop devices=")
+    return True
+
+
 def _devices(devices: Sequence[Any] | None, backend: str | None, spelling: str) -> list:
     """The devices a pmap splits over: ``devices``, or all of ``backend``'s."""
     devs = list(devices) if devices is not None else all_devices(backend)
@@ -172,12 +188,14 @@ def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
                                 f"{axis_size}): the mapped arguments have size {size} along "
                                 f"in_axes={fmt_spec(in_axes)}")
         n = size if size is not None else axis_size
-        devs = _devices(devices, backend, mapped.__name__)
+        devs = None if _nested(devices, mapped.__name__) else _devices(devices, backend, mapped.__name__)
         f = xmap(body, in_axes=xin_, out_axes=xout, axis_sizes={name: n},
-                 axis_resources={name: mesh_axis}, backend=backend,
+                 axis_resources={name: mesh_axis} if devs else {}, backend=backend,
                  donate_argnums=donate_argnums)
         f._spelling = (f"{mapped.__name__[:-1]}, axis_name={axis_name!r}, in_axes="   # (what
                        f"{fmt_spec(in_axes)}, out_axes={fmt_spec(out_axes)})")   # they wrote)
+        if not devs:
+            return f(*args)
         with Mesh(np.array(devs, dtype=object), (mesh_axis,)):
             return f(*args)
 

@@ -75,6 +75,15 @@ def test_nested_pmaps_bools():
     _close(got, torch.zeros(N // 2, 2, dtype=torch.bool))
 
 
+def test_nested_pmaps_error():
+    # JAX: ValueError "Nested pmap with explicit devices argument."
+    def foo(x):
+        return nx.pmap(lambda y: L.psum(y, 'j'), axis_name='j', devices=nx.devices())(x)
+    with pytest.raises(nx.AxisResourceError, match=r"pmap\(<lambda>, devices=\.\.\.\): a pmap "
+                                                   r"inside a program already split over devices"):
+        nx.pmap(foo, axis_name='i')(torch.ones(N, 1))
+
+
 def test_jit_in_pmap():
     def foo(x):
         return L.psum(nx.jit(lambda y: y + 1, backend='eager')(x), 'i')
