@@ -7,7 +7,6 @@
 """
 from __future__ import annotations
 
-import functools
 import inspect
 import types
 from typing import Any, Callable
@@ -20,40 +19,86 @@ from ._registry import is_inplace as _is_inplace
 from ._registry import op_name
 from ._shape_errors import _first_line
 from ._tensor import NamedTensor as _NT
+from ._torch_private import op_schema
 
-__all__ = ["DRAWS", "may_draw", "drawn_on_whole", "refuse_draw"]
+__all__ = ["draws", "may_draw", "drawn_on_whole", "refuse_draw"]
 
-# the random ops (by name: the function, method and in-place spellings alike); those
-# whose draws depend on the values (gamma, poisson) are exact on a mesh, which gathers
-# the values, and independent per chunk under SerialLoop, which pads with zeros
-DRAWS = frozenset("""rand randn randint randperm rand_like randn_like randint_like
-bernoulli bernoulli_ normal normal_ uniform_ exponential_ geometric_ log_normal_ cauchy_
-random_ poisson multinomial binomial dropout alpha_dropout feature_alpha_dropout dropout1d
-dropout2d dropout3d feature_dropout rrelu rrelu_ native_dropout gumbel_softmax
-fractional_max_pool2d fractional_max_pool3d fractional_max_pool2d_with_indices
-fractional_max_pool3d_with_indices _standard_gamma _sample_dirichlet""".split())
+# Python functions that draw and have no aten op of their name for torch's tag to mark
+# (they draw with torch.rand/exponential_ and pass the samples on)
+_UNTAGGED = frozenset("""dropout1d dropout2d dropout3d gumbel_softmax fractional_max_pool2d
+fractional_max_pool3d fractional_max_pool2d_with_indices
+fractional_max_pool3d_with_indices""".split())
+
+# arguments that make an op's draw an option of a larger computation (attention's and the
+# recurrent layers' dropout): torch tags the op, but it draws only when asked
+_OPTIONS = frozenset({"dropout", "dropout_p"})
+_SEEDED = torch.Tag.nondeterministic_seeded
 
 
-@functools.cache
+def _tagged(ops: Any) -> bool | None:
+    """torch's tag on an aten op (an overload, or each of a packet's): True if it draws,
+    None if only a dropout option draws, False if untagged."""
+    ops = [getattr(ops, o) for o in ops.overloads()] if hasattr(ops, "overloads") else [ops]
+    seeded = [op for op in ops if _SEEDED in op.tags]
+    if not seeded:
+        return False
+    schemas = [op_schema(op) for op in seeded]
+    return None if any(a.name in _OPTIONS for s in schemas if s is not None
+                       for a in s.arguments) else True
+
+
+_DRAWS: dict = {}   # func -> draws(func)
+
+
+def draws(func: Callable) -> bool | None:
+    """Whether ``func`` draws random numbers: True for a random op (it draws on every call
+    but where a probability or mode argument says none), None where it may (a dropout
+    option: attention, recurrent layers; Python code that may call a random op), False
+    where it never does.  torch's tag ``nondeterministic_seeded`` decides for an aten op,
+    and for a function bound in C (``torch.randn``, ``Tensor.normal_``) or a Python one
+    (``F.dropout``) by the aten op of its name; a short list only for the Python
+    functions that draw with no aten op of their name (``F.gumbel_softmax``).
+
+    >>> import torch.nn.functional as F
+    >>> [draws(f) for f in (torch.randn, torch.Tensor.normal_, F.dropout, F.gumbel_softmax,
+    ...                     F.scaled_dot_product_attention, F.relu, torch.add)]
+    [True, True, True, True, None, None, False]
+    """
+    try:
+        return _DRAWS[func]
+    except KeyError:
+        out = _DRAWS[func] = _draws(func)
+        return out
+    except TypeError:   # (unhashable)
+        return _draws(func)
+
+
+def _draws(func: Callable) -> bool | None:
+    f = inspect.unwrap(func)   # (torch's Python wrappers of bound functions: Tensor.__pow__)
+    name = str(getattr(f, "__name__", ""))
+    if hasattr(f, "tags"):   # an aten op (OpOverload)
+        return _tagged(f)
+    if name.startswith("__"):   # (Python's operators)
+        return False
+    if name in _UNTAGGED:
+        return True
+    ops = f if hasattr(f, "overloads") else getattr(torch.ops.aten, name, None)
+    bound = isinstance(f, (types.BuiltinFunctionType, types.MethodDescriptorType))
+    if ops is None:
+        return None
+    tagged = _tagged(ops)
+    return tagged if bound or tagged else None   # (Python code may call a random op)
+
+
 def may_draw(func: Callable) -> bool:
-    """Whether ``func`` may draw random numbers (under an engine the dispatcher watches
-    torch's random state around those), by torch's tags: an aten op may if tagged
-    ``nondeterministic_seeded``, a function bound in C (``torch.mean``, ``Tensor.add``)
-    runs the aten op of its name, Python's operators never draw, other Python code may.
+    """Whether ``func`` may draw random numbers (:func:`draws` is not False): under an
+    engine the dispatcher watches torch's random state around those.
 
     >>> [may_draw(f) for f in (torch.mean, torch.Tensor.__pow__, torch.nn.functional.relu,
     ...                         torch.nn.functional.scaled_dot_product_attention)]
     [False, False, True, True]
     """
-    f = inspect.unwrap(func)   # (torch's Python wrappers of bound functions: Tensor.__pow__)
-    name = str(getattr(f, "__name__", ""))
-    if hasattr(f, "tags"):   # an aten op (OpOverload)
-        return torch.Tag.nondeterministic_seeded in f.tags
-    if name.startswith("__"):
-        return False
-    bound = isinstance(f, (types.BuiltinFunctionType, types.MethodDescriptorType))
-    ops = f if hasattr(f, "overloads") else getattr(torch.ops.aten, name, None) if bound else None
-    return ops is None or any(may_draw(getattr(ops, o)) for o in ops.overloads())
+    return draws(func) is not False
 
 
 def drawn_on_whole(func: Callable, args: tuple, kwargs: dict, state: Any = None,
@@ -62,7 +107,7 @@ def drawn_on_whole(func: Callable, args: tuple, kwargs: dict, state: Any = None,
     SerialLoop's chunks), drawn as the unsplit run draws it: on their whole, each piece
     keeping its part (the engine's ``whole``); else ``out``.  An op not named a random op
     that drew (``state``: the random state before it) is drawn again from ``state``."""
-    if state is None and getattr(func, "__name__", None) not in DRAWS:
+    if state is None and not draws(func):
         return out
     names = tuple(dict.fromkeys(n for v in (*args, *kwargs.values()) for w in (
         v if isinstance(v, (list, tuple)) else (v,)) if type(w) is _NT for n in w._names))
@@ -87,7 +132,7 @@ def refuse_draw(func: Callable, e: BaseException, randomness: dict) -> None:
     """Raise :class:`RandomnessError` where torch's vmap refused a draw along an nx.vmap
     axis (its ``randomness``), or could not run a random op under ``'error'`` or
     ``'same'`` (a loop would draw per instance)."""
-    if randomness and ("randomness" in str(e) or getattr(func, "__name__", None) in DRAWS
+    if randomness and ("randomness" in str(e) or draws(func)
                        and set(randomness.values()) - {"different"}):
         modes = ", ".join(f"{n!r}: {r!r}" for n, r in randomness.items())
         raise RandomnessError(f"{op_name(func)}: a random op under nx.vmap axes with "

@@ -26,7 +26,7 @@ import torch
 
 from .. import _env
 from .._dispatch import dispatch
-from .._draws import DRAWS
+from .._draws import draws
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape, fmt_spec
 from .._layout import from_numpy, insert_named
 from .._parsing import parse_mapping
@@ -331,7 +331,7 @@ class _Draws(torch.overrides.TorchFunctionMode):
         state = _env._state
         saved, state.draws = state.draws, None   # (_env.untouched_draws, inlined: hot)
         try:
-            if getattr(func, "__name__", None) not in DRAWS:
+            if not draws(func):
                 return dispatch(func, args, kwargs)
             return dispatch(*_with_stand_in(func, args, kwargs))
         finally:
@@ -339,7 +339,7 @@ class _Draws(torch.overrides.TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if _env._state.draws is None or getattr(func, "__name__", None) not in DRAWS or any(
+        if _env._state.draws is None or not draws(func) or any(
                 type(v) is NamedTensor for v in tree_flatten((args, kwargs))[0]):
             return func(*args, **kwargs)   # (named operands: the dispatcher's, above)
         with _env.untouched_draws():
