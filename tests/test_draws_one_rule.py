@@ -4,7 +4,13 @@ Python functions that draw with no aten op of their name.  Was: two rules, a lis
 names (nx.vmap's randomness, drawing on the whole under an engine, the RandomnessError
 refusal) and the tag (the engine's watch of the random state); ops torch tags that the
 list lacked (``torch.dropout_``, ``torch.feature_dropout_``) drew silently under nx.vmap's
-default ``randomness='error'``, which torch.func.vmap refuses."""
+default ``randomness='error'``, which torch.func.vmap refuses.
+
+And nx.vmap's randomness handler (one TorchFunctionMode per call) runs each op on named
+values inside its handler, where torch has popped the mode, so the library's own torch
+calls pass unseen: a body that never draws pays one handler call per op on named values.
+Was: every torch call the library made for those ops went through the handler too (17
+calls for a 7-op body)."""
 from __future__ import annotations
 
 import pytest
@@ -13,6 +19,7 @@ import torch.nn.functional as F
 
 import named_axes as nx
 from named_axes._draws import draws, may_draw
+from named_axes.transforms import _randomness
 
 # the names of the list the tag replaces: each spelling torch has must stay a random op
 OLD = """rand randn randint randperm rand_like randn_like randint_like
@@ -69,3 +76,53 @@ def test_a_tagged_draw_the_list_lacked_is_refused_under_error(body):
         torch.func.vmap(body, randomness="error")(X)
     with pytest.raises((nx.RandomnessError, nx.AxisSizeError)):   # was: drew silently
         nx.vmap(body, axis_name="i")(X)
+
+
+def test_a_body_that_never_draws_pays_one_handler_call_per_named_op(monkeypatch):
+    calls = []
+    handler = _randomness.Draws.__torch_function__
+
+    def counted(self, func, types, args=(), kwargs=None):
+        calls.append(func)
+        return handler(self, func, types, args, kwargs)
+    monkeypatch.setattr(_randomness.Draws, "__torch_function__", counted)
+    body = lambda r: (r * 2 + 1).sin().exp().sum() - r.mean()   # noqa: E731  (7 ops)
+    f = nx.vmap(body, axis_name="i")
+    f(X)
+    calls.clear()
+    out = f(X)
+    assert len(calls) == 7, calls
+    torch.testing.assert_close(out, torch.func.vmap(body)(X))
+
+
+class _Logging(torch.overrides.TorchFunctionMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.seen += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("mode", ["different", "same"])
+def test_a_mode_of_the_users_inside_the_body_keeps_the_draws(mode):
+    def body(r):
+        with _Logging() as log:
+            out = F.dropout(r + 1, 0.5) * torch.randn(3) + (r * 2).sin()
+        assert log.seen > 0
+        return out
+    torch.manual_seed(0)
+    want = torch.func.vmap(body, randomness=mode)(X)
+    torch.manual_seed(0)
+    got = nx.vmap(body, randomness=mode, axis_name="i")(X)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with pytest.raises(nx.RandomnessError):
+        nx.vmap(body, axis_name="i")(X)
+
+
+def test_named_ops_with_torch_functions_disabled_still_run():
+    def body(r):
+        with torch._C.DisableTorchFunction():   # noqa: SLF001  (a user's choice)
+            return r.sin() * 2
+    torch.testing.assert_close(nx.vmap(body, axis_name="i")(X), X.sin() * 2)

@@ -25,13 +25,12 @@ import numpy as np
 import torch
 
 from .. import _env
-from .._dispatch import dispatch
-from .._draws import draws
 from .._errors import AxisSizeError, AxisSpecError, AxisTypeError, fmt_named_shape, fmt_spec
 from .._layout import from_numpy, insert_named
 from .._parsing import parse_mapping
 from .._tape import taped
 from .._tensor import NamedTensor
+from ._randomness import Draws as _Draws
 from ._tree import Hidden
 from .._levels import ORIGINAL as _functorch
 from .._torch_private import tree_flatten, tree_map, tree_unflatten
@@ -307,75 +306,6 @@ def _chunked(fun, call_args, name, size, chunk_size, out_dims, what, randomness)
         else:
             joined.append(torch.cat(parts, d))
     return tree_unflatten(joined, out_spec)
-
-
-class _Draws(torch.overrides.TorchFunctionMode):
-    """While nx.vmap's named path runs, a random op draws as ``torch.func.vmap``'s
-    ``randomness`` says for every nx.vmap axis bound ('error': refused, 'different': per
-    instance, its operands lacking the axis too, 'same': one draw for all), by torch's
-    vmap over the named axes (the dispatcher's fallback); xmap's axes draw per instance
-    of those its operands carry.  The mode sees draws on plain tensors, the dispatcher
-    hands it every op on named values (``_env._state.draws``); the calls made while one
-    is handled pass."""
-
-    def __enter__(self):
-        self.saved, _env._state.draws = _env._state.draws, self.dispatch
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        _env._state.draws = self.saved
-        return super().__exit__(*exc)
-
-    @staticmethod
-    def dispatch(func, args, kwargs):
-        state = _env._state
-        saved, state.draws = state.draws, None   # (_env.untouched_draws, inlined: hot)
-        try:
-            if not draws(func):
-                return dispatch(func, args, kwargs)
-            return dispatch(*_with_stand_in(func, args, kwargs))
-        finally:
-            state.draws = saved
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if _env._state.draws is None or not draws(func) or any(
-                type(v) is NamedTensor for v in tree_flatten((args, kwargs))[0]):
-            return func(*args, **kwargs)   # (named operands: the dispatcher's, above)
-        with _env.untouched_draws():
-            func, args, kwargs = _with_stand_in(func, args, kwargs)
-            return dispatch(func, args, kwargs) if "_axes" in kwargs else func(*args, **kwargs)
-
-
-def _with_stand_in(func: Callable, args: tuple, kwargs: dict) -> tuple:
-    """``(func, args, kwargs)`` of a random op for the dispatcher's fallback (no rule:
-    torch's vmap draws): with an operand standing in for the 'different' and 'error'
-    nx.vmap axes that its operands lack (so the draw varies, or is refused, along them)."""
-    carried = {n for v in tree_flatten((args, kwargs))[0] if type(v) is NamedTensor
-               for n in v._names}
-    extra = {n: s for f in _env.frames() if f.randomness not in (None, "same")
-             for n, s in f.sizes.items() if n not in carried}
-    if extra:
-        kwargs = {**kwargs, "_axes": NamedTensor._wrap(
-            torch.empty(()).expand(*extra.values()), tuple(extra))}
-    return _drawing(func), args, kwargs
-
-
-_env.DRAWS_SCOPE[:] = [_Draws]   # (re-entered with the frames: _env.within)
-_DRAWING: dict = {}   # op -> _drawing(op)
-
-
-def _drawing(func: Callable) -> Callable:
-    """``func`` taking (and ignoring) a stand-in operand ``_axes``; one per op."""
-    call = _DRAWING.get(func)
-    if call is None:
-        @functools.wraps(func)
-        def call(*args, _axes=None, **kwargs):
-            if _axes is not None and _axes.is_meta:   # (the dispatcher's check on meta
-                raise NotImplementedError             # tensors: it would draw for real)
-            return func(*args, **kwargs)
-        _DRAWING[func] = call
-    return call
 
 
 _DIMS = r"\(\s*(?:\w+(?:\s*,\s*\w+)*)?\s*\)"
