@@ -3,9 +3,10 @@ and nesting) ported to named_axes: torch tensors for jnp arrays, nx.lax for lax,
 pmap.
 
 Each test is named for the JAX test it ports.  JAX's tests size the mapped axis by
-``jax.device_count()``; here that is ``N = 4``, the count JAX 0.4.30 was run with side by
-side (``XLA_FLAGS=--xla_force_host_platform_device_count=4``).  On one CPU device nx.pmap
-runs vectorized; tests/parallel runs it over real devices.  References are JAX's own
+``jax.device_count()`` (its module sets 8 CPU devices); here ``N = 4``, the device count
+of tests/parallel's XLA runs and of the JAX runs that produced the inlined values
+(``XLA_FLAGS=--xla_force_host_platform_device_count=4``).  On one CPU device nx.pmap runs
+vectorized; tests/parallel/test_xla_pmap*.py run it over devices.  References are JAX's own
 (its numpy expressions, computed here with numpy/torch); where JAX's test compares against
 JAX itself, the value JAX 0.4.30 computed is inlined.
 """

@@ -48,7 +48,7 @@ def _add_bdim(size, bdim, shape):
     return tuple(shape)
 
 
-def _vmap_of_pmap_cases(count=48, seed=0):
+def _vmap_of_pmap_cases(count=24, seed=0):
     rng = random.Random(seed)
     cases = []
     for _ in range(count):
