@@ -38,15 +38,15 @@ from typing import Any, Callable, Hashable
 import torch
 
 from .. import lax
-from .._engine import EngineBase
 from .._dispatch import READS_VALUES, dispatch
-from .._engine import NeedsWholeAxes
+from .._engine import EngineBase, NeedsWholeAxes
 from .._env import INNER, axis_size, bind, untouched_draws
 from .._errors import AxisResourceError
 from .._tensor import RECORDERS, NamedTensor
 from .._tape import suspended
 from .._torch_private import functorch_disabled, functorch_level, functorch_unwrapped, tree_map
 from ..transforms._instances import REGIONS
+from ..transforms._xla_rng import set_states, states
 from ._serial_chunks import (ChunkWrites, _attaining, _equal, _extreme_of_chunks, _names_of,
                              _padded, _same_layout, _versions)
 
@@ -167,7 +167,7 @@ class SerialEngine(EngineBase):
 
     def _passes(self, body: Callable, leaves: list) -> list:
         grid = list(itertools.product(*(range(self.loops[n]) for n in self.names)))
-        start = torch.get_rng_state()
+        start = states(any(type(x) is NamedTensor and x._data.device.type == "xla" for x in leaves))
         _refuse_trace()
         self._known, self._sigs, self.passes, self.within = [], [], 0, None
         self._gens: dict = {}   # id -> (a generator= of a draw, its state at first sight)
@@ -182,7 +182,7 @@ class SerialEngine(EngineBase):
                 kept.restore()   # (each chunk starts from the call's state: ChunkWrites)
                 try:   # each chunk draws as the unsplit run (a random op along a loop
                     # axis draws on its whole, :meth:`whole`), from the call's random state
-                    torch.set_rng_state(start)
+                    set_states(start)
                     for gen, state in self._gens.values():
                         gen.set_state(state)
                     self._level = functorch_level()

@@ -7,6 +7,8 @@ propagates shardings and inserts the collectives (an all-reduce for a contractio
 over a split axis).  Outputs are computed as one graph (:func:`run_graph`, which also
 steers clear of torch-xla's graph-cache collisions) and come back to the inputs'
 device, as full tensors; an input copied to XLA and written in place is written back.
+A random op draws what the vectorized run draws: inputs on the CPU, from the CPU
+generator (on host copies of its XLA values); inputs on XLA, from XLA's.
 
 torch-xla must be in SPMD mode before any XLA tensor exists (afterwards a training
 step can crash), so every path into XLA here goes through :func:`ensure_spmd` first.
@@ -22,6 +24,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
+from .._draws import DRAWS
 from .._engine import EngineBase
 from .._errors import AxisResourceError
 from .._tensor import NamedTensor, data_and_names
@@ -113,8 +116,13 @@ class XlaEngine(EngineBase):
 
     def resume_here(self) -> Callable:
         """For code autograd runs later (a checkpoint's recomputation): CPU tensors it
-        meets are moved to XLA as in the run (:class:`_Replicating`)."""
-        return lambda: _Replicating(self.device)
+        meets are moved to XLA, and random ops drawn, as in the run (:class:`_Replicating`)."""
+        host = self._host()
+        return lambda: _Replicating(self.device, host)
+
+    def _host(self) -> torch.device | None:
+        """The inputs' device where it is not XLA's: the vectorized run draws there."""
+        return self.home if self.home is not None and self.home.type != "xla" else None
 
     def back(self, leaf: Any) -> Any:
         pair = data_and_names(leaf)
@@ -132,7 +140,7 @@ class XlaEngine(EngineBase):
             d, c = data_and_names(x), data_and_names(y)
             if d is not None and c[0] is not d[0]:
                 copies.append((d[0], c[0], tensor_version(c[0])))
-        with _Replicating(self.device):
+        with _Replicating(self.device, self._host()):
             outs = body(xleaves, engine=engine if engine is not None else self)
         written = [(d, c) for d, c, v in copies if tensor_version(c) != v]
         memory = [_address(d) for d, _, _ in copies] if written else []
@@ -161,17 +169,22 @@ class _Replicating(TorchFunctionMode):
     on every device, as the vectorized run reads it; not the target of an in-place op or
     ``out=`` (a write into a copy would be lost: torch refuses the mixed devices).  Such
     moves, and calls naming the XLA device (a factory's ``device=``), run
-    :func:`_unwatched`."""
+    :func:`_unwatched`.  With ``host`` (the inputs' device, not XLA), a random op on XLA
+    values is drawn there (:meth:`_drawn_on_host`)."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, host: torch.device | None = None) -> None:
         super().__init__()
-        self.device = device
+        self.device, self.host = device, host
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         flat, spec = tree_flatten((args, kwargs))
         pairs = [data_and_names(v) for v in flat]
         name = getattr(func, "__name__", "")
+        if self.host is not None and name in DRAWS and any(
+                _is_xla_device(v) or p is not None and p[0].device.type == "xla"
+                for v, p in zip(flat, pairs)):
+            return self._drawn_on_host(func, flat, pairs, spec)
         kept = 1 if name.endswith("_") and (name[:3] == "__i" or name[:2] != "__"
                                              or name == "__setitem__") else 0
         if any(p is not None and p[0].device.type == "xla" for p in pairs):
@@ -186,6 +199,28 @@ class _Replicating(TorchFunctionMode):
             with _unwatched():   # (a factory's XLA tensor, as a moved one)
                 return func(*args, **kwargs)
         return func(*args, **kwargs)
+
+
+    def _drawn_on_host(self, func: Callable, flat: list, pairs: list, spec: Any) -> Any:
+        """``func``, a random op, on host copies of its XLA values (an XLA device named:
+        the host), from the host's generator, as the vectorized run draws it (XLA's
+        generator draws other numbers); its results moved onto XLA, an XLA tensor it
+        writes in place (``x.bernoulli_()``, ``inplace=True``) given the drawn values."""
+        host = [rewrap(v, p[0].to(self.host)) if p is not None and p[0].device.type == "xla"
+                else self.host if _is_xla_device(v) else v for v, p in zip(flat, pairs)]
+        args, kwargs = tree_unflatten(host, spec)
+        out = func(*args, **kwargs)
+        if (getattr(func, "__name__", "").endswith("_") or kwargs.get("inplace") is True) \
+                and pairs[0] is not None and pairs[0][0].device.type == "xla":
+            with _unwatched():
+                drawn = data_and_names(host[0])[0].to(self.device)
+            pairs[0][0].copy_(drawn)   # (the caller's XLA tensor, written as asked)
+            return flat[0]
+        out_flat, out_spec = tree_flatten(out)
+        with _unwatched():
+            out_flat = [rewrap(v, p[0].to(self.device)) if (p := data_and_names(v)) is not None
+                        and p[0].device.type != "xla" else v for v in out_flat]
+        return tree_unflatten(out_flat, out_spec)
 
 
 def _is_xla_device(v: Any) -> bool:

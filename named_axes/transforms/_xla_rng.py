@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-__all__ = ["replaying"]
+__all__ = ["replaying", "states", "set_states"]
 
 
 def replaying(fun: Callable) -> Callable:
@@ -34,27 +34,37 @@ def replaying(fun: Callable) -> Callable:
     @functools.wraps(fun)
     def call(*args, **kwargs):
         if not first:
-            first.append(_states())
+            first.append(states())
             return fun(*args, **kwargs)
-        now = _states()
-        _set(first[0])
+        now = states()
+        set_states(first[0])
         try:
             return fun(*args, **kwargs)
         finally:
-            _set(now)
+            set_states(now)
 
     return call
 
 
-def _states() -> tuple:
-    """The CPU generator's state, and XLA's where torch-xla is in use (imported)."""
-    if "torch_xla" not in sys.modules:
+def states(xla: bool = True) -> tuple:
+    """The CPU generator's state, and XLA's where torch-xla is in use (imported) and
+    ``xla`` (its runtime started: reading the state would start it).
+
+    >>> import torch
+    >>> s = states()
+    >>> a = torch.rand(())
+    >>> set_states(s)
+    >>> bool(torch.rand(()) == a)
+    True
+    """
+    if not xla or "torch_xla" not in sys.modules:
         return torch.get_rng_state(), None
     import torch_xla.core.xla_model as xm
     return torch.get_rng_state(), xm.get_rng_state()
 
 
-def _set(states: tuple) -> None:
+def set_states(states: tuple) -> None:
+    """Give the generators the ``states`` :func:`states` read."""
     cpu, xla = states
     torch.set_rng_state(cpu)
     if xla is not None:
