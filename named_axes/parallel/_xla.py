@@ -181,25 +181,40 @@ class _Replicating(TorchFunctionMode):
         flat, spec = tree_flatten((args, kwargs))
         pairs = [data_and_names(v) for v in flat]
         name = getattr(func, "__name__", "")
-        if self.host is not None and name in DRAWS and any(
-                _is_xla_device(v) or p is not None and p[0].device.type == "xla"
-                for v, p in zip(flat, pairs)):
+        on_xla = any(p is not None and p[0].device.type == "xla" for p in pairs)
+        if self.host is not None and name in DRAWS and (on_xla or any(map(_is_xla_device, flat))):
             return self._drawn_on_host(func, flat, pairs, spec)
         kept = 1 if name.endswith("_") and (name[:3] == "__i" or name[:2] != "__"
                                              or name == "__setitem__") else 0
-        if any(p is not None and p[0].device.type == "xla" for p in pairs):
+        if on_xla:
             moved = [i for i, (v, p) in enumerate(zip(flat, pairs)) if i >= kept and p is not None
                      and p[0].device.type == "cpu" and v is not kwargs.get("out")]
             if moved:
+                moving = list(flat)
                 with _unwatched():
                     for i in moved:
-                        flat[i] = rewrap(flat[i], pairs[i][0].to(self.device))
-                args, kwargs = tree_unflatten(flat, spec)
+                        moving[i] = rewrap(flat[i], pairs[i][0].to(self.device))
+                args, kwargs = tree_unflatten(moving, spec)
+            if self.host is not None:
+                return self._unless_drawn(func, args, kwargs, (flat, pairs, spec))
         elif not kept and "out" not in kwargs and any(_is_xla_device(v) for v in flat):
             with _unwatched():   # (a factory's XLA tensor, as a moved one)
                 return func(*args, **kwargs)
         return func(*args, **kwargs)
 
+    def _unless_drawn(self, func: Callable, args: tuple, kwargs: dict, asked: tuple) -> Any:
+        """``func(*args, **kwargs)`` on XLA values; where it drew from XLA's generator though
+        not named a random op (sdpa's ``dropout_p``, a module's dropout inside one call),
+        drawn again on the host (:meth:`_drawn_on_host` of the call as ``asked``), XLA's
+        generator given its state back."""
+        import torch_xla.core.xla_model as xm
+
+        before = xm.get_rng_state()
+        out = func(*args, **kwargs)
+        if xm.get_rng_state() == before:
+            return out
+        xm.set_rng_state(before)
+        return self._drawn_on_host(func, *asked)
 
     def _drawn_on_host(self, func: Callable, flat: list, pairs: list, spec: Any) -> Any:
         """``func``, a random op, on host copies of its XLA values (an XLA device named:

@@ -32,12 +32,18 @@ def _uniform_in_place(v):
     return v + z
 
 
+def _sdpa_dropout(v):
+    q = v.unsqueeze(-1)   # (an op not named a random op that draws: sdpa's dropout_p)
+    return torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.5).squeeze(-1)
+
+
 BODIES = {
     "rand_like": lambda v: v + torch.rand_like(v),
     "dropout": lambda v: torch.nn.functional.dropout(v, 0.5),
     "unnamed_randn": lambda v: v + torch.randn(3, device=v.device),
     "uniform_": _uniform_in_place,
     "bernoulli": lambda v: torch.bernoulli(torch.sigmoid(v)),
+    "sdpa_dropout": _sdpa_dropout,
 }
 
 
@@ -57,7 +63,12 @@ def _run(devices, body, res, home):
 
 @pytest.mark.parametrize("home", ["cpu", "xla"])
 @pytest.mark.parametrize("body", sorted(BODIES))
-def test_same_seed_same_draws_under_every_assignment(devices, body, home):
+def test_same_seed_same_draws_under_every_assignment(devices, body, home, request):
+    if (body, home) == ("sdpa_dropout", "xla"):
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "known wrong answer: under a SerialLoop the dispatcher finds that an op not named a "
+            "random op drew by the CPU generator's state only, so an XLA draw is not redrawn "
+            "on the loop axes' whole (_dispatch/_draws, not this engine's)")))
     fun = BODIES[body]
     want = _run(devices, fun, {}, home)
     assert not torch.equal(want[0], want[1])   # (the second call drew other numbers)
