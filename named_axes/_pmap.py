@@ -130,12 +130,18 @@ def _nested(devices: Sequence[Any] | None, spelling: str) -> bool:
     return True
 
 
-def _devices(devices: Sequence[Any] | None, backend: str | None, spelling: str) -> list:
-    """The devices a pmap splits over: ``devices``, or all of ``backend``'s."""
+def _devices(devices: Sequence[Any] | None, backend: str | None, spelling: str,
+             size: int) -> list:
+    """The devices a pmap of ``size`` instances splits over: ``devices``, or all of
+    ``backend``'s; checked here, so that errors name pmap, not its private mesh axis."""
     devs = list(devices) if devices is not None else all_devices(backend)
-    if not devs:   # (else the Mesh's error names the private mesh axis)
+    if not devs:
         raise AxisResourceError(f"{spelling[:-1]}, devices=[]): no devices to map over; "
                                 f"pass devices=None for all")
+    if size % len(devs):
+        raise AxisResourceError(f"{spelling}: the mapped axis has size {size}, which is not "
+                                f"divisible by the number of devices it is split over "
+                                f"({len(devs)}); pass devices= a list whose length divides {size}")
     return devs
 
 
@@ -188,7 +194,7 @@ def pmap(fun: Callable, axis_name: Hashable | None = None, *, in_axes: Any = 0,
                                 f"{axis_size}): the mapped arguments have size {size} along "
                                 f"in_axes={fmt_spec(in_axes)}")
         n = size if size is not None else axis_size
-        devs = None if _nested(devices, mapped.__name__) else _devices(devices, backend, mapped.__name__)
+        devs = None if _nested(devices, mapped.__name__) else _devices(devices, backend, mapped.__name__, n)
         f = xmap(body, in_axes=xin_, out_axes=xout, axis_sizes={name: n},
                  axis_resources={name: mesh_axis} if devs else {}, backend=backend,
                  donate_argnums=donate_argnums)

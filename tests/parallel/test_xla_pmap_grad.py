@@ -25,3 +25,13 @@ def test_grad_of_pmap_over_xla_devices(devices, body):
     want = nx.grad(loss(nx.pmap(body, axis_name="i")))(x)
     got = nx.grad(loss(nx.pmap(body, axis_name="i", devices=devices)))(x)
     torch.testing.assert_close(got.cpu(), want)
+
+
+def test_a_size_not_divisible_by_the_devices_names_pmap(devices):
+    # (it was xmap's message, naming the private mesh axis: "xmap: axis 'i' has size 2,
+    # which is not divisible by 4, the size of the mesh axes it is mapped to
+    # ('<pmap mesh axis 7>': 4)")
+    with pytest.raises(nx.AxisResourceError, match=r"^pmap\(<lambda>\): the mapped axis has "
+                                                   r"size 2, which is not divisible by the "
+                                                   r"number of devices it is split over \(4\)"):
+        nx.pmap(lambda v: v * 2, axis_name="i", devices=devices)(torch.ones(2, 3))
