@@ -251,8 +251,9 @@ def vmap_fallback(func: Callable, args: tuple, kwargs: dict) -> Any:
     s, others = out_spec
     it = iter(tensors)
     out = tree_unflatten([next(it) if o is _SLOT else o for o in others], s)
-    if inplace and isinstance(args[0], _NT):
-        return args[0]
+    target = args[0] if args else next(iter(kwargs.values()), None)   # (nn.init: tensor=)
+    if inplace and isinstance(target, _NT):
+        return target
     return result(out, U, func)
 
 
