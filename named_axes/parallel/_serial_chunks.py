@@ -199,7 +199,7 @@ class ChunkWrites(_Keeper, EagerDispatchMode):
     """
 
     # (the library's checks run as without it; 'unseen': what only makes new memory, a
-    # tensor moved onto XLA, may run without it: parallel/_xla.unwatched)
+    # tensor moved onto XLA, may run without it: parallel/_xla._unwatched)
     runs_values, unseen = True, True
 
     def __init__(self, leaves: list, loop_names: tuple) -> None:
