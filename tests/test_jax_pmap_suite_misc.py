@@ -333,8 +333,6 @@ def test_device_put_sharded_pytree():
     _close(y2, np.vstack([b for _, b in x]))
 
 
-@pytest.mark.xfail(strict=True, reason="nx.device_put_replicated returns numpy arrays and "
-                   "Python numbers as they are instead of stacking them (fix: parallel/_devices.py)")
 def test_device_put_replicated():
     devices = nx.local_devices()
     x = np.arange(1, 5)

@@ -17,11 +17,13 @@ torch.Size([1, 2])
 """
 from __future__ import annotations
 
+import numbers
 import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from .._errors import AxisSpecError, AxisTypeError
@@ -181,6 +183,8 @@ def device_put_replicated(x: Any, devices: Sequence[Any]) -> Any:
     dev = target(as_device(devs[0]))
 
     def rep(v):
+        if isinstance(v, (numbers.Number, np.ndarray, np.generic)):   # as JAX: an array
+            v = torch.as_tensor(v)
         if isinstance(v, (torch.Tensor, NamedTensor)):   # (a NamedTensor: positionally)
             return v.to(dev).unsqueeze(0).expand(len(devs), *v.shape).clone()
         return v
