@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from ._draws import drawn_on_whole, may_draw, refuse_draw
+from ._draws import drawn_on_whole, drew, may_draw, on_xla, refuse_draw, states
 from ._engine import NeedsWholeAxes, broadcast_operands
 from ._env import TAPES, frames
 from ._env import _state as _env_state
@@ -88,7 +88,7 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
         # (a trace draws no numbers)
         drawn = engine_op and out is NotImplemented and not observed() and \
             may_draw(func)
-        state = torch.get_rng_state() if drawn else None
+        state = states(on_xla(a, kw)) if drawn else None
         if rule is not None and out is NotImplemented:
             try:
                 out = _inside(rule, func, ra, rkw) if engine_op else rule(func, ra, rkw)
@@ -100,7 +100,7 @@ def dispatch(func: Callable, args: tuple, kwargs: dict) -> Any:
             out = _inside(vmap_fallback, func, ra, rkw) if engine_op else \
                 vmap_fallback(func, ra, rkw)
         # it drew (unnamed: a kernel's own, sdpa's dropout)
-        if state is not None and not torch.equal(torch.get_rng_state(), state):
+        if state is not None and drew(state):
             out = drawn_on_whole(func, a, kw, state, out)
     except NamedAxisError:
         raise

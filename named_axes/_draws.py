@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import inspect
+import sys
 import types
 from typing import Any, Callable
 
@@ -21,7 +22,8 @@ from ._shape_errors import _first_line
 from ._tensor import NamedTensor as _NT
 from ._torch_private import op_schema
 
-__all__ = ["draws", "may_draw", "drawn_on_whole", "refuse_draw"]
+__all__ = ["draws", "may_draw", "drawn_on_whole", "refuse_draw", "states", "set_states",
+           "on_xla"]
 
 # Python functions that draw and have no aten op of their name for torch's tag to mark
 # (they draw with torch.rand/exponential_ and pass the samples on)
@@ -122,9 +124,47 @@ def drawn_on_whole(func: Callable, args: tuple, kwargs: dict, state: Any = None,
                     f"{e.names}; draw out of place (x = x.op(...)), so that each piece draws "
                     f"its part of the unsplit run's draws") from None
             if state is not None:
-                torch.set_rng_state(state)
+                set_states(state)
             return e.engine.whole(func, args, kwargs, e.names)
     return out
+
+
+def states(xla: bool = True) -> tuple:
+    """The CPU generator's state, and XLA's where torch-xla is in use (imported) and
+    ``xla`` (its runtime started: reading the state would start it).
+
+    >>> s = states()
+    >>> a = torch.rand(())
+    >>> set_states(s)
+    >>> bool(torch.rand(()) == a)
+    True
+    """
+    if not xla or "torch_xla" not in sys.modules:
+        return torch.get_rng_state(), None
+    import torch_xla.core.xla_model as xm
+    return torch.get_rng_state(), xm.get_rng_state()
+
+
+def set_states(states: tuple) -> None:
+    """Give the generators the ``states`` :func:`states` read."""
+    cpu, xla = states
+    torch.set_rng_state(cpu)
+    if xla is not None:
+        import torch_xla.core.xla_model as xm
+        xm.set_rng_state(xla)
+
+
+def drew(before: tuple) -> bool:
+    """Whether a generator moved since :func:`states` read ``before``."""
+    now = states(before[1] is not None)
+    return not torch.equal(now[0], before[0]) or now[1] != before[1]
+
+
+def on_xla(args: tuple, kwargs: dict) -> bool:
+    """Whether a named operand's data lives on an XLA device (its draws move XLA's
+    generator, not the CPU one)."""
+    return "torch_xla" in sys.modules and any(
+        type(v) is _NT and v._data.device.type == "xla" for v in (*args, *kwargs.values()))
 
 
 

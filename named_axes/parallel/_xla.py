@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .._draws import DRAWS
+from .._draws import draws
 from .._engine import EngineBase
 from .._errors import AxisResourceError
 from .._tensor import NamedTensor, data_and_names
@@ -182,7 +182,8 @@ class _Replicating(TorchFunctionMode):
         pairs = [data_and_names(v) for v in flat]
         name = getattr(func, "__name__", "")
         on_xla = any(p is not None and p[0].device.type == "xla" for p in pairs)
-        if self.host is not None and name in DRAWS and (on_xla or any(map(_is_xla_device, flat))):
+        if self.host is not None and draws(func) is True and (
+                on_xla or any(map(_is_xla_device, flat))):
             return self._drawn_on_host(func, flat, pairs, spec)
         kept = 1 if name.endswith("_") and (name[:3] == "__i" or name[:2] != "__"
                                              or name == "__setitem__") else 0

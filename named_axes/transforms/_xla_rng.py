@@ -11,10 +11,9 @@ call and sets them again around each later one.
 from __future__ import annotations
 
 import functools
-import sys
 from typing import Callable
 
-import torch
+from .._draws import set_states, states
 
 __all__ = ["replaying", "states", "set_states"]
 
@@ -44,29 +43,3 @@ def replaying(fun: Callable) -> Callable:
             set_states(now)
 
     return call
-
-
-def states(xla: bool = True) -> tuple:
-    """The CPU generator's state, and XLA's where torch-xla is in use (imported) and
-    ``xla`` (its runtime started: reading the state would start it).
-
-    >>> import torch
-    >>> s = states()
-    >>> a = torch.rand(())
-    >>> set_states(s)
-    >>> bool(torch.rand(()) == a)
-    True
-    """
-    if not xla or "torch_xla" not in sys.modules:
-        return torch.get_rng_state(), None
-    import torch_xla.core.xla_model as xm
-    return torch.get_rng_state(), xm.get_rng_state()
-
-
-def set_states(states: tuple) -> None:
-    """Give the generators the ``states`` :func:`states` read."""
-    cpu, xla = states
-    torch.set_rng_state(cpu)
-    if xla is not None:
-        import torch_xla.core.xla_model as xm
-        xm.set_rng_state(xla)
