@@ -48,7 +48,11 @@ def xla_mesh(m) -> Any:
                 f"program spans every device), got {m!r}: give every device a mesh position")
         import torch_xla.distributed.spmd as xs
 
-        xm = xs.Mesh(m.device_ids.reshape(-1), tuple(m.devices.shape), tuple(m.axis_names))
+        # torch-xla rebuilds a mesh from its text (ast.literal_eval): names it can read back
+        names = tuple(m.axis_names)
+        if not all(type(n) is str for n in names):
+            names = tuple(f"axis{i}" for i in range(len(names)))
+        xm = xs.Mesh(m.device_ids.reshape(-1), tuple(m.devices.shape), names)
         m._cache["xla_mesh"] = xm
     return xm
 
