@@ -34,6 +34,17 @@ fractional_max_pool3d_with_indices""".split())
 # arguments that make an op's draw an option of a larger computation (attention's and the
 # recurrent layers' dropout): torch tags the op, but it draws only when asked
 _OPTIONS = frozenset({"dropout", "dropout_p"})
+
+# what draws() says True for, by name, for dynamo's traces: it cannot trace the tag lookup
+# (OpOverloadPacket.overloads).  tests/test_draws_while_compiling.py keeps it equal to the
+# tag rule over torch, Tensor, F, torch.special and nn.init.
+RANDOM_NAMES = frozenset("""_sample_dirichlet _standard_gamma alpha_dropout alpha_dropout_
+bernoulli bernoulli_ binomial cauchy_ dropout dropout1d dropout2d dropout3d dropout_
+exponential_ feature_alpha_dropout feature_alpha_dropout_ feature_dropout feature_dropout_
+fractional_max_pool2d fractional_max_pool2d_with_indices fractional_max_pool3d
+fractional_max_pool3d_with_indices geometric_ gumbel_softmax log_normal_ multinomial
+native_dropout normal normal_ poisson rand rand_like randint randint_like randn randn_like
+random_ randperm rrelu rrelu_ uniform uniform_""".split())
 _SEEDED = torch.Tag.nondeterministic_seeded
 
 
@@ -69,6 +80,8 @@ def draws(func: Callable) -> bool | None:
     try:
         return _DRAWS[func]
     except KeyError:
+        if torch.compiler.is_dynamo_compiling():   # (None: not a random op, as unwatched)
+            return True if getattr(func, "__name__", None) in RANDOM_NAMES else None
         out = _DRAWS[func] = _draws(func)
         return out
     except TypeError:   # (unhashable)
