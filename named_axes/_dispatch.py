@@ -9,7 +9,7 @@ named axis (docs/guide.md §1).
 """
 from __future__ import annotations
 
-import sys
+import inspect
 from typing import Any, Callable
 
 import torch
@@ -119,7 +119,7 @@ def refuse_user_function() -> None:
     back untouched, so autograd would record nothing through it."""
     if _is_compiling():   # (dynamo traces no frames; its own Function rules apply)
         return
-    for cls, given in function_applies(sys._getframe(2)):   # (its forward runs inside)
+    for cls, given in function_applies(inspect.currentframe()):   # (its forward runs inside)
         given = tree_flatten(given)[0]   # (one of the library's own is not refused)
         if not cls.__module__.startswith("named_axes.") and any(
                 type(v) is _NT for v in given) and any(
