@@ -8,26 +8,17 @@ exact gradient where it is known.
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
 import torch
 
 import named_axes as nx
+from _pmap_corpus import arange as _x
+from _pmap_corpus import close as _close
 
 L = nx.lax
 N = 4
-
-
-def _x(*shape, dtype=torch.float32):
-    return torch.arange(math.prod(shape), dtype=dtype).reshape(shape)
-
-
-def _close(got, want, **kw):
-    if not isinstance(want, (tuple, list)):
-        got, want = torch.as_tensor(got), torch.as_tensor(want)
-    torch.testing.assert_close(got, want, check_dtype=False, **kw)
 
 
 def _sin_pmap():

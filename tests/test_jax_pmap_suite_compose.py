@@ -8,27 +8,17 @@ Conventions as in tests/test_jax_pmap_suite.py (``N = 4`` instances).
 from __future__ import annotations
 
 import itertools as it
-import math
 import random
 
-import numpy as np
 import pytest
 import torch
 
 import named_axes as nx
+from _pmap_corpus import arange as _x
+from _pmap_corpus import close as _close
 
 L = nx.lax
 N = 4
-
-
-def _x(*shape, dtype=torch.float32):
-    return torch.arange(math.prod(shape), dtype=dtype).reshape(shape)
-
-
-def _close(got, want, **kw):
-    if not isinstance(want, (tuple, list, dict)):
-        got, want = torch.as_tensor(got), torch.as_tensor(want)
-    torch.testing.assert_close(got, want, check_dtype=False, **kw)
 
 
 # -- VmapOfPmapTest ----------------------------------------------------------------------

@@ -9,7 +9,6 @@ shardings, PRNG keys, pargmax, pbroadcast, pswapaxes by name) are not ported.
 from __future__ import annotations
 
 import gc
-import math
 import weakref
 
 import numpy as np
@@ -17,19 +16,11 @@ import pytest
 import torch
 
 import named_axes as nx
+from _pmap_corpus import arange as _x
+from _pmap_corpus import close as _close
 
 L = nx.lax
 N = 4
-
-
-def _x(*shape, dtype=torch.float32):
-    return torch.arange(math.prod(shape), dtype=dtype).reshape(shape)
-
-
-def _close(got, want, **kw):
-    if not isinstance(want, (tuple, list, dict)):
-        got, want = torch.as_tensor(got), torch.as_tensor(want)
-    torch.testing.assert_close(got, want, check_dtype=False, **kw)
 
 
 def _scan_map(f, xs):
