@@ -200,7 +200,7 @@ class _Replicating(TorchFunctionMode):
                     for i in moved:
                         moving[i] = rewrap(flat[i], pairs[i][0].to(self.device))
                 args, kwargs = tree_unflatten(moving, spec)
-            if self.host is not None:
+            if self.host is not None and draws(func) is not False:   # (it may draw)
                 return self._unless_drawn(func, args, kwargs, (flat, pairs, spec))
         elif not kept and "out" not in kwargs and any(_is_xla_device(v) for v in flat):
             with _unwatched():   # (a factory's XLA tensor, as a moved one)
